@@ -1,0 +1,182 @@
+"""Paged latent KV cache: slot allocation, per-layout placement and per-rank page tables.
+
+What it does: one rank's page slots (`SlotAllocator`: free list plus slots reserved for
+replicated weights), where each layout puts a logical page (`holders`: TP every rank, CP
+page-interleaved, DP and DOP the owner), owner assignment balanced by KV bytes, a rank's
+page table (request, logical page) -> slot with the block table the kernel reads, and
+deterministic synthetic history so long contexts need no prefill.
+What it does not do: allocate the pool tensor's memory twice (weights replicated by a layout
+claim slots as an accounting of the shared HBM budget; their tensors live apart), evict or
+preempt requests, or move data (transitions.py).
+
+Pool tensor: [L, P, page, C+R] per rank; a page slot p is the same slot in every layer, so a
+page move moves all layers of those tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping
+
+import numpy as np
+import torch
+
+LAYOUT_KINDS = ("tp", "cp", "dp", "dop")
+
+
+class OutOfPages(RuntimeError):
+    """A rank has fewer free page slots than an allocation needs."""
+
+
+def check_layout_kind(kind: str) -> str:
+    if kind not in LAYOUT_KINDS:
+        raise ValueError(f"layout={kind!r} is not one of {LAYOUT_KINDS}")
+    return kind
+
+
+def holders(kind: str, world_size: int, request_id: int, logical_page: int,
+            owners: Mapping[int, int]) -> tuple[int, ...]:
+    """Ranks that store a logical page under a layout."""
+    if kind == "tp":
+        return tuple(range(world_size))
+    if kind == "cp":
+        # NOTE: offset by request id so one-page requests don't all land on rank 0.
+        return ((request_id + logical_page) % world_size,)
+    return (owners[request_id],)
+
+
+def balance_owners(seq_lens: Mapping[int, int], world_size: int) -> dict[int, int]:
+    """Owner per request, balancing KV bytes: longest first onto the least-loaded rank."""
+    load = [0] * world_size
+    owners: dict[int, int] = {}
+    for req in sorted(seq_lens, key=lambda r: (-seq_lens[r], r)):
+        rank = min(range(world_size), key=lambda k: (load[k], k))
+        owners[req] = rank
+        load[rank] += max(1, seq_lens[req])
+    return owners
+
+
+def pages_for(tokens: int, page_size: int) -> int:
+    return -(-tokens // page_size)
+
+
+class SlotAllocator:
+    """Free list of one rank's page slots, and slots reserved for replicated weights."""
+
+    def __init__(self, num_slots: int):
+        if num_slots <= 0:
+            raise ValueError(f"num_slots={num_slots} must be positive")
+        self.num_slots = num_slots
+        self._free: list[int] = list(range(num_slots - 1, -1, -1))
+        self.reserved: list[int] = []
+
+    @property
+    def num_free(self) -> int:
+        return len(self._free)
+
+    def alloc(self, n: int) -> list[int]:
+        if n > len(self._free):
+            raise OutOfPages(f"need {n} page slots, {len(self._free)} free of {self.num_slots}")
+        out = self._free[len(self._free) - n:]
+        del self._free[len(self._free) - n:]
+        return out[::-1]
+
+    def release(self, slots: Iterable[int]) -> None:
+        self._free.extend(slots)
+
+    def reserve(self, n: int) -> list[int]:
+        """Take n slots out of the pool for weights; returns them for a later `unreserve`."""
+        taken = self.alloc(n)
+        self.reserved.extend(taken)
+        return taken
+
+    def unreserve(self, slots: Iterable[int]) -> None:
+        slots = list(slots)
+        keep = set(slots)
+        self.reserved = [s for s in self.reserved if s not in keep]
+        self.release(slots)
+
+    def free_set(self) -> set[int]:
+        return set(self._free)
+
+    def check_disjoint(self) -> None:
+        """Raise if a free or reserved slot is listed twice."""
+        pool = self._free + self.reserved
+        if len(pool) != len(set(pool)):
+            raise AssertionError("a page slot is free or reserved twice")
+
+
+@dataclass
+class PageTable:
+    """One rank's pages under one layout: request -> {logical page: slot}."""
+
+    kind: str
+    owners: dict[int, int]
+    pages: dict[int, dict[int, int]] = field(default_factory=dict)
+
+    def holds(self, rank: int, world_size: int, req: int, lp: int) -> bool:
+        return rank in holders(self.kind, world_size, req, lp, self.owners)
+
+    def slots(self) -> list[int]:
+        return [s for per in self.pages.values() for s in per.values()]
+
+    def local_len(self, req: int, seq_len: int, page_size: int) -> int:
+        """Tokens of a request this rank holds (its local sequence for attention)."""
+        return sum(min(page_size, seq_len - lp * page_size) for lp in self.pages.get(req, {}))
+
+    def block_table(self, reqs: list[int], seq_lens: Mapping[int, int], page_size: int
+                    ) -> tuple[np.ndarray, np.ndarray, int]:
+        """Kernel inputs for `reqs`: block table [n, maxp] int32 (held pages in logical order,
+        pad 0), local lengths [n] int32, and maxp."""
+        rows = [[self.pages[r][lp] for lp in sorted(self.pages.get(r, {}))] if r in self.pages else []
+                for r in reqs]
+        maxp = max([len(x) for x in rows] + [1])
+        bt = np.zeros((len(reqs), maxp), dtype=np.int32)
+        for i, row in enumerate(rows):
+            bt[i, :len(row)] = row
+        lens = np.array([self.local_len(r, seq_lens[r], page_size) for r in reqs], dtype=np.int32)
+        return bt, lens, maxp
+
+
+def history_rows(req: int, positions: torch.Tensor, layer: int, width: int, seed: int) -> torch.Tensor:
+    """Deterministic synthetic cached rows for (request, position, layer). positions [n] -> [n, width] fp32.
+
+    Stands in for a prefill: values of unit scale, a pure function of their arguments, so the
+    reference and every rank agree bit for bit on the same device type.
+    """
+    k = torch.arange(width, device=positions.device, dtype=torch.float32)  # [W]
+    phase = (positions.to(torch.float32) * 0.0012207 + req * 0.6180339 + layer * 0.4142136
+             + seed * 0.2718282)[:, None]  # [n, 1]
+    return torch.sin(phase * (1.0 + 0.173 * k[None, :]) + k[None, :] * 0.7071)
+
+
+def flat_token_index(slots: list[int], counts: list[int], page_size: int, device) -> torch.Tensor:
+    """Flat token indices slot*page + [0, count) into a [P*page, W] view of one layer. -> [sum counts] int64."""
+    idx = np.concatenate([np.arange(s * page_size, s * page_size + c, dtype=np.int64)
+                          for s, c in zip(slots, counts)]) if slots else np.zeros(0, dtype=np.int64)
+    return torch.from_numpy(idx).to(device)
+
+
+def write_history(pool: torch.Tensor, table: PageTable, req: int, n_tokens: int, seed: int) -> None:
+    """Fill this rank's held pages of `req` with synthetic history for positions [0, n_tokens)."""
+    num_layers, _, page, width = pool.shape
+    held = sorted(table.pages.get(req, {}).items())
+    if not held:
+        return
+    slots = [s for _, s in held]
+    counts = [min(page, n_tokens - lp * page) for lp, _ in held]
+    positions = torch.from_numpy(np.concatenate(
+        [np.arange(lp * page, lp * page + c, dtype=np.int64) for (lp, _), c in zip(held, counts)])).to(pool.device)
+    idx = flat_token_index(slots, counts, page, pool.device)
+    flat = pool.view(num_layers, -1, width)
+    for layer in range(num_layers):
+        flat[layer].index_copy_(0, idx, history_rows(req, positions, layer, width, seed).to(pool.dtype))
+
+
+def gather_logical_kv(pool: torch.Tensor, table: PageTable, req: int, seq_len: int) -> torch.Tensor:
+    """This rank's held tokens of a request in logical order. -> [L, n_local, W] (a copy)."""
+    num_layers, _, page, width = pool.shape
+    held = sorted(table.pages.get(req, {}).items())
+    idx = flat_token_index([s for _, s in held], [min(page, seq_len - lp * page) for lp, _ in held],
+                           page, pool.device)
+    return pool.view(num_layers, -1, width).index_select(1, idx)

@@ -1,0 +1,151 @@
+"""Layout protocol and registries: attention layouts (tp, cp, dp, dop) and MoE splits (ep, tp).
+
+An attention layout answers, for the busiest rank of a group of T ranks: what share of the
+attention weights it holds, whose KV it stores and reads, whose queries it projects, and which
+collectives each layer launches. A MoE split answers which collectives each MLP layer launches
+given whether activations are replicated across the group after attention. A new layout is one
+module in this package with `@register_attention_layout` / `@register_moe_split`.
+
+Collectives are declared with their payload S in bytes; the link bytes a rank sends follow from
+the kind (ring algorithms): all-reduce 2(T−1)/T·S, all-gather and reduce-scatter (T−1)/T·S with
+S the full gathered tensor, all-to-all (T−1)/T·S with S what one rank holds for all peers.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from dataclasses import dataclass
+from typing import ClassVar, Literal
+
+import numpy as np
+
+from planner.load import DecodeLoad
+from planner.models.spec import ModelSpec
+
+CollectiveKind = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all"]
+
+ACTIVATION_BYTES = 2.0  # bf16 hidden states on the wire
+PARTIAL_BYTES = 4.0  # fp32 partial attention outputs and log-sum-exp for CP merges
+
+
+def link_bytes_factor(kind: CollectiveKind, ranks: int) -> float:
+    if ranks <= 1:
+        return 0.0
+    if kind == "all_reduce":
+        return 2.0 * (ranks - 1) / ranks
+    return (ranks - 1) / ranks
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One collective launched `per_step` times per step with payload `payload_bytes` [P]."""
+
+    name: str
+    kind: CollectiveKind
+    payload_bytes: np.ndarray
+    per_step: float
+
+
+@dataclass(frozen=True)
+class AttentionShare:
+    """The busiest rank's attention work, per layer, arrays [P]."""
+
+    kv_stored_bytes: np.ndarray  # resident KV bytes (page-rounded), one layer
+    kv_read_bytes: dict[str, np.ndarray]  # by component ('kv', 'indexer'), one layer
+    kv_write_bytes: np.ndarray  # new tokens' KV written this step, one layer
+    attention_flops: np.ndarray  # attention-core FLOPs incl. prefill, one layer
+    projected_tokens: np.ndarray  # tokens whose projections this rank computes
+    weight_fraction: float  # share of attention weights resident and read
+
+
+@dataclass(frozen=True)
+class ShareInputs:
+    """What a layout needs to place the step's attention work (all per layer)."""
+
+    model: ModelSpec
+    ranks: int
+    load: DecodeLoad
+    prefill_tokens: np.ndarray  # [P]
+    kv_dtype: str
+    page_tokens: int
+
+
+def pages_rounded(tokens: np.ndarray, page_tokens: int) -> np.ndarray:
+    return np.ceil(tokens / page_tokens) * page_tokens
+
+
+def stored_bytes(inp: ShareInputs, tokens: np.ndarray) -> np.ndarray:
+    parts = inp.model.attention.kv_stored_bytes(tokens, inp.kv_dtype)
+    return sum(parts.values())
+
+
+def read_bytes(inp: ShareInputs, tokens: np.ndarray) -> dict[str, np.ndarray]:
+    return inp.model.attention.kv_read_bytes(tokens, inp.kv_dtype)
+
+
+def new_token_bytes(inp: ShareInputs) -> float:
+    """KV bytes written for one new token, one layer."""
+    return inp.model.attention.kv_bytes_per_token(inp.kv_dtype)
+
+
+class AttentionLayout:
+    name: ClassVar[str]
+    description: ClassVar[str]
+    weights_sharded: ClassVar[bool]  # attention weights split over ranks (True) or replicated
+    activations_replicated: ClassVar[bool]  # after attention every rank holds every token's hidden state
+    head_sharded: ClassVar[bool]  # LM head vocab-parallel over ranks
+
+    def share(self, inp: ShareInputs) -> AttentionShare:
+        raise NotImplementedError
+
+    def collectives(self, inp: ShareInputs) -> list[Collective]:
+        """Per-layer collectives of the attention block."""
+        raise NotImplementedError
+
+    def check(self, model: ModelSpec, ranks: int) -> None:
+        """Raise SpecError if the model can't run this layout on `ranks` ranks."""
+
+
+class MoESplit:
+    name: ClassVar[str]
+    description: ClassVar[str]
+
+    def collectives(self, inp: ShareInputs, activations_replicated: bool, layer_is_moe: bool) -> list[Collective]:
+        """Per-layer collectives of one MLP layer (dense or MoE)."""
+        raise NotImplementedError
+
+
+_ATTN: dict[str, AttentionLayout] = {}
+_MOE: dict[str, MoESplit] = {}
+
+
+def register_attention_layout(cls):
+    _ATTN[cls.name] = cls()
+    return cls
+
+
+def register_moe_split(cls):
+    _MOE[cls.name] = cls()
+    return cls
+
+
+def _discover() -> None:
+    pkg = importlib.import_module(__package__)
+    for info in pkgutil.iter_modules(pkg.__path__):
+        if info.name != "base":
+            importlib.import_module(f"{__package__}.{info.name}")
+
+
+def attention_layouts() -> dict[str, AttentionLayout]:
+    _discover()
+    return dict(_ATTN)
+
+
+def moe_splits() -> dict[str, MoESplit]:
+    _discover()
+    return dict(_MOE)
+
+
+def tokens_hidden_bytes(inp: ShareInputs, tokens: np.ndarray) -> np.ndarray:
+    return tokens * inp.model.hidden_size * ACTIVATION_BYTES

@@ -1,0 +1,48 @@
+"""DOP (decoupled ownership): attention weights sharded by heads like TP, each request's KV on
+one owner like DP-attention, so neither weights nor KV are replicated. Each rank projects
+queries for its T-th of the heads for every token; an all-to-all routes them to the owners
+(absorbed MLA queries are kv_lora+rope wide), the owner attends over its cache, a second
+all-to-all returns the outputs (kv_lora wide) to the head owners, and the output projection's
+all-reduce finishes the block."""
+
+from __future__ import annotations
+
+from planner.layouts.base import (ACTIVATION_BYTES, AttentionLayout, AttentionShare, Collective, ShareInputs,
+                                  register_attention_layout, tokens_hidden_bytes)
+from planner.layouts.dp import owner_attention
+
+
+def _query_width(inp: ShareInputs) -> tuple[int, int]:
+    att = inp.model.attention
+    if hasattr(att, "kv_lora_rank"):
+        return att.kv_lora_rank + att.qk_rope_head_dim, att.kv_lora_rank
+    return att.head_dim, att.head_dim
+
+
+@register_attention_layout
+class DecoupledOwnership(AttentionLayout):
+    name = "dop"
+    description = "heads sharded like TP, each request's KV on one owner, queries routed by all-to-all"
+    weights_sharded = True
+    activations_replicated = True
+    head_sharded = True
+
+    def share(self, inp: ShareInputs) -> AttentionShare:
+        stored, read, write, flops, _ = owner_attention(inp)
+        tokens = inp.load.batch + inp.prefill_tokens
+        return AttentionShare(stored, read, write, flops, tokens, 1.0 / inp.ranks)
+
+    def collectives(self, inp: ShareInputs) -> list[Collective]:
+        tokens = inp.load.batch + inp.prefill_tokens
+        heads_per_rank = inp.model.attention.num_heads / inp.ranks
+        qw, ow = _query_width(inp)
+        q = tokens * heads_per_rank * qw * ACTIVATION_BYTES
+        o = tokens * heads_per_rank * ow * ACTIVATION_BYTES
+        return [
+            Collective("dop_query_a2a", "all_to_all", q, 1.0),
+            Collective("dop_output_a2a", "all_to_all", o, 1.0),
+            Collective("attn_allreduce", "all_reduce", tokens_hidden_bytes(inp, tokens), 1.0),
+        ]
+
+    def check(self, model, ranks):
+        model.attention.check_tp(ranks)

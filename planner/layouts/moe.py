@@ -1,0 +1,43 @@
+"""MoE splits. EP: experts spread over ranks; with owner-partitioned activations (DP-attention)
+tokens go to their experts' ranks and back by all-to-all (dispatch, combine: top-k copies of
+each token's hidden state); with replicated activations each rank applies its local experts to
+every token and an all-reduce sums them. TP: every expert sharded over ranks; replicated
+activations end with an all-reduce, owner-partitioned ones are all-gathered in and
+reduce-scattered out. Dense layers follow the same rule (replicated under EP, so DP-attention +
+EP runs them locally)."""
+
+from __future__ import annotations
+
+from planner.layouts.base import (ACTIVATION_BYTES, Collective, MoESplit, ShareInputs, register_moe_split,
+                                  tokens_hidden_bytes)
+
+
+@register_moe_split
+class ExpertParallel(MoESplit):
+    name = "ep"
+    description = "experts spread over ranks, all-to-all dispatch/combine"
+
+    def collectives(self, inp, activations_replicated, layer_is_moe):
+        tokens = inp.load.batch + inp.prefill_tokens
+        if activations_replicated:
+            return [Collective("mlp_allreduce", "all_reduce", tokens_hidden_bytes(inp, tokens), 1.0)]
+        if not layer_is_moe:
+            return []
+        k = inp.model.mlp.top_k
+        local = (tokens / inp.ranks) * k * inp.model.hidden_size * ACTIVATION_BYTES
+        return [Collective("ep_dispatch_a2a", "all_to_all", local, 1.0),
+                Collective("ep_combine_a2a", "all_to_all", local, 1.0)]
+
+
+@register_moe_split
+class TensorParallelMoE(MoESplit):
+    name = "tp"
+    description = "every expert sharded over ranks"
+
+    def collectives(self, inp, activations_replicated, layer_is_moe):
+        tokens = inp.load.batch + inp.prefill_tokens
+        full = tokens_hidden_bytes(inp, tokens)
+        if activations_replicated:
+            return [Collective("mlp_allreduce", "all_reduce", full, 1.0)]
+        return [Collective("dp_gather", "all_gather", full, 1.0),
+                Collective("dp_reduce_scatter", "reduce_scatter", full, 1.0)]

@@ -1,0 +1,131 @@
+"""The attention-variant protocol and its registry.
+
+An attention variant is one small frozen object that answers, per layer and vectorized over
+context lengths `L` (tokens, numpy arrays), the few questions the step model asks: bytes of KV
+stored per request, bytes of KV read by one decode query, attention-core FLOPs of one decode
+query, FLOPs of a causal prefill chunk, weight parameters, and how many KV heads tensor
+parallelism can split. Variants register with `@register_attention`, and the Hugging Face loader
+asks each registered variant, most specific first, whether it claims a config. A new variant is
+one module in this package; nothing else is edited (modules are imported by `discover()`).
+
+Per-layer figures for a model whose layers differ (alternating full/sliding) are the mean over
+layers, so `num_layers × per-layer` is the model total.
+
+Not here: how layouts split these loads across ranks (planner.layouts), pricing (resources).
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar
+
+import numpy as np
+
+from planner.errors import SpecError
+
+_REGISTRY: dict[str, type["AttentionVariant"]] = {}
+
+
+def register_attention(cls: type["AttentionVariant"]) -> type["AttentionVariant"]:
+    """Class decorator: make a variant findable by name and by the config loader."""
+    if cls.kind in _REGISTRY and _REGISTRY[cls.kind] is not cls:
+        raise RuntimeError(f"attention variant '{cls.kind}' registered twice")
+    _REGISTRY[cls.kind] = cls
+    return cls
+
+
+def discover() -> dict[str, type["AttentionVariant"]]:
+    """Import every module of this package once (so decorators run) and return the registry."""
+    pkg = importlib.import_module(__package__)
+    for info in pkgutil.iter_modules(pkg.__path__):
+        if info.name != "base":
+            importlib.import_module(f"{__package__}.{info.name}")
+    return dict(_REGISTRY)
+
+
+def variant_from_hf_config(cfg: dict[str, Any]) -> "AttentionVariant | None":
+    """The most specific registered variant that claims this config, or None."""
+    for cls in sorted(discover().values(), key=lambda c: -c.priority):
+        v = cls.from_hf_config(cfg)
+        if v is not None:
+            return v
+    return None
+
+
+KV_DTYPE_BYTES = {"bf16": 2.0, "fp8": 1.0}
+
+
+@dataclass(frozen=True)
+class AttentionVariant:
+    """Base of every variant. Subclasses are frozen dataclasses that set `kind` and `priority`."""
+
+    kind: ClassVar[str] = "base"
+    priority: ClassVar[int] = 0  # higher = tried first by the config loader
+
+    num_heads: int
+
+    # ---- what the config loader calls -------------------------------------------------------
+    @classmethod
+    def from_hf_config(cls, cfg: dict[str, Any]) -> "AttentionVariant | None":
+        raise NotImplementedError
+
+    # ---- what the step model calls (per layer) ----------------------------------------------
+    def supported_kv_dtypes(self) -> tuple[str, ...]:
+        return ("bf16", "fp8")
+
+    def kv_splittable_heads(self) -> int:
+        """KV heads tensor parallelism can split; TP ranks beyond this replicate KV."""
+        raise NotImplementedError
+
+    def kv_stored_bytes(self, context_tokens: np.ndarray, kv_dtype: str) -> dict[str, np.ndarray]:
+        """Bytes of KV (by component) stored for one request of `context_tokens` tokens, one layer."""
+        raise NotImplementedError
+
+    def kv_read_bytes(self, context_tokens: np.ndarray, kv_dtype: str) -> dict[str, np.ndarray]:
+        """Bytes of KV (by component) one decode query reads at this context, one layer."""
+        raise NotImplementedError
+
+    def decode_flops(self, context_tokens: np.ndarray) -> np.ndarray:
+        """Attention-core FLOPs (not projections) of one decode query, all heads, one layer."""
+        raise NotImplementedError
+
+    def prefill_flops(self, chunk_tokens: np.ndarray) -> np.ndarray:
+        """Attention-core FLOPs of a causal prefill chunk of fresh tokens (no prefix), one layer."""
+        raise NotImplementedError
+
+    def weight_params(self) -> dict[str, float]:
+        """Projection parameters by component ('attention', 'indexer'…), one layer."""
+        raise NotImplementedError
+
+    def kv_bytes_per_token(self, kv_dtype: str) -> float:
+        """Bytes stored per cached token per layer, all components (for capacity tables)."""
+        one = np.asarray([1.0])
+        return float(sum(v[0] for v in self.kv_stored_bytes(one, kv_dtype).values()))
+
+    def check_tp(self, tp: int) -> None:
+        """Raise SpecError if heads cannot be sharded over `tp` ranks."""
+        if self.num_heads % tp:
+            raise SpecError(f"num_attention_heads={self.num_heads} is not divisible by tp={tp}")
+
+    def check_kv_dtype(self, kv_dtype: str) -> None:
+        if kv_dtype not in self.supported_kv_dtypes():
+            raise SpecError(
+                f"kv_dtype={kv_dtype} is not supported by {self.kind} attention "
+                f"(supported: {', '.join(self.supported_kv_dtypes())})"
+            )
+
+
+def as_tokens(x: Any) -> np.ndarray:
+    return np.asarray(x, dtype=np.float64)
+
+
+def need(cfg: dict[str, Any], key: str, kind: str) -> Any:
+    """A required config field, or one clear SpecError naming it."""
+    if cfg.get(key) is None:
+        raise SpecError(f"config.json: {kind} attention needs field '{key}'")
+    return cfg[key]
+
+
+Factory = Callable[[dict[str, Any]], AttentionVariant | None]

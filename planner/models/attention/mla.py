@@ -1,0 +1,93 @@
+"""MLA (multi-head latent attention, DeepSeek-V2/V3, Kimi-K2): one compressed latent of
+`kv_lora_rank` plus a shared RoPE key of `qk_rope_head_dim` per token and layer, the same for
+every head, so tensor parallelism cannot split it: every TP rank stores every token.
+
+Decode uses the absorbed form (W_UK folded into the query, W_UV applied after): per head and
+context token, a dot over kv_lora+rope for the score and an axpy over kv_lora for the value,
+2·(576) + 2·(512) = 2176 FLOPs at DeepSeek dims. Prefill uses the plain form, 2·(nope+rope) +
+2·v FLOPs per (head, pair). Projection FLOPs are 2 × parameters either way (the absorbed
+products use kv_b's parameters once each). Ignores: RoPE, softmax, norms.
+KV bytes/token/layer (reference/models.md): bf16 (512+64)·2 = 1152, fp8 576.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from planner.models.attention.base import KV_DTYPE_BYTES, AttentionVariant, as_tokens, need, register_attention
+
+
+@register_attention
+@dataclass(frozen=True)
+class MLA(AttentionVariant):
+    kind: ClassVar[str] = "mla"
+    priority: ClassVar[int] = 20
+
+    hidden_size: int = 7168
+    q_lora_rank: int | None = 1536
+    kv_lora_rank: int = 512
+    qk_nope_head_dim: int = 128
+    qk_rope_head_dim: int = 64
+    v_head_dim: int = 128
+
+    @classmethod
+    def _fields(cls, cfg: dict[str, Any]) -> dict[str, Any]:
+        return dict(
+            num_heads=int(need(cfg, "num_attention_heads", cls.kind)),
+            hidden_size=int(need(cfg, "hidden_size", cls.kind)),
+            q_lora_rank=int(cfg["q_lora_rank"]) if cfg.get("q_lora_rank") else None,
+            kv_lora_rank=int(need(cfg, "kv_lora_rank", cls.kind)),
+            qk_nope_head_dim=int(need(cfg, "qk_nope_head_dim", cls.kind)),
+            qk_rope_head_dim=int(need(cfg, "qk_rope_head_dim", cls.kind)),
+            v_head_dim=int(need(cfg, "v_head_dim", cls.kind)),
+        )
+
+    @classmethod
+    def from_hf_config(cls, cfg: dict[str, Any]) -> "MLA | None":
+        if cfg.get("kv_lora_rank") is None:
+            return None
+        return cls(**cls._fields(cfg))
+
+    @property
+    def latent_width(self) -> int:
+        """Width of one cached token: latent + rope key (576 at DeepSeek dims)."""
+        return self.kv_lora_rank + self.qk_rope_head_dim
+
+    def kv_splittable_heads(self) -> int:
+        return 1
+
+    def main_bytes_per_token(self, kv_dtype: str) -> float:
+        return self.latent_width * KV_DTYPE_BYTES[kv_dtype]
+
+    def attended_tokens(self, context_tokens):
+        return as_tokens(context_tokens)
+
+    def kv_stored_bytes(self, context_tokens, kv_dtype):
+        return {"kv": as_tokens(context_tokens) * self.main_bytes_per_token(kv_dtype)}
+
+    def kv_read_bytes(self, context_tokens, kv_dtype):
+        return {"kv": self.attended_tokens(context_tokens) * self.main_bytes_per_token(kv_dtype)}
+
+    def _decode_flops_per_token_head(self) -> float:
+        return 2.0 * self.latent_width + 2.0 * self.kv_lora_rank
+
+    def decode_flops(self, context_tokens):
+        return self.num_heads * self._decode_flops_per_token_head() * self.attended_tokens(context_tokens)
+
+    def prefill_flops(self, chunk_tokens):
+        p = as_tokens(chunk_tokens)
+        per_pair = 2.0 * (self.qk_nope_head_dim + self.qk_rope_head_dim) + 2.0 * self.v_head_dim
+        return self.num_heads * per_pair * p * (p + 1.0) / 2.0
+
+    def weight_params(self):
+        h, n = self.hidden_size, self.num_heads
+        qk = self.qk_nope_head_dim + self.qk_rope_head_dim
+        if self.q_lora_rank:
+            q = h * self.q_lora_rank + self.q_lora_rank * n * qk
+        else:
+            q = h * n * qk
+        kv_a = h * (self.kv_lora_rank + self.qk_rope_head_dim)
+        kv_b = self.kv_lora_rank * n * (self.qk_nope_head_dim + self.v_head_dim)
+        o = n * self.v_head_dim * h
+        return {"attention": float(q + kv_a + kv_b + o)}

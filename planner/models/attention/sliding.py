@@ -1,0 +1,44 @@
+"""Sliding-window GQA (every layer attends to the last `window` tokens): KV stored and read are
+capped at the window. Claims configs with `sliding_window` set unless `use_sliding_window` is
+false (Qwen keeps the field but disables it) and without per-layer `layer_types`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from planner.models.attention.base import as_tokens, register_attention
+from planner.models.attention.gqa import GQA
+
+
+@register_attention
+@dataclass(frozen=True)
+class SlidingWindow(GQA):
+    kind: ClassVar[str] = "sliding"
+    priority: ClassVar[int] = 10
+
+    window: int = 4096
+
+    @classmethod
+    def from_hf_config(cls, cfg: dict[str, Any]) -> "SlidingWindow | None":
+        w = cfg.get("sliding_window")
+        if not w or cfg.get("use_sliding_window") is False or cfg.get("layer_types"):
+            return None
+        base = GQA.from_hf_config(cfg)
+        if base is None:
+            return None
+        return cls(num_heads=base.num_heads, num_kv_heads=base.num_kv_heads, head_dim=base.head_dim,
+                   hidden_size=base.hidden_size, window=int(w))
+
+    def attended_tokens(self, context_tokens: np.ndarray) -> np.ndarray:
+        return np.minimum(as_tokens(context_tokens), float(self.window))
+
+    def prefill_flops(self, chunk_tokens):
+        # Query i attends to min(i+1, W) keys: sum = W·P − W(W−1)/2 once P ≥ W.
+        p = as_tokens(chunk_tokens)
+        w = float(self.window)
+        full = p * (p + 1.0) / 2.0
+        capped = w * p - w * (w - 1.0) / 2.0
+        return 4.0 * self.num_heads * self.head_dim * np.where(p <= w, full, capped)

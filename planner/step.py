@@ -1,0 +1,184 @@
+"""The step model: one serving step of B decode requests (+ optional prefill tokens) on the
+busiest rank of a deployment, as a five-resource vector, priced into per-resource times and the
+two floors, with a per-component breakdown.
+
+Vectorized: a `DecodeLoad` of P operating points in, arrays of P out; no Python loop over
+points for equal-length sweeps. Bytes and FLOPs follow the cost declarations in
+planner.models and the busiest-rank shares in planner.layouts.
+
+Ignores (NOTE, calibration absorbs them): activation reads/writes, norms, RoPE, softmax, the
+router GEMM, MTP draft layers, kernel launch gaps, routing skew across EP ranks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from planner.deployment import Deployment
+from planner.layouts.base import Collective, ShareInputs, link_bytes_factor
+from planner.load import DecodeLoad, busiest_owner_counts
+from planner.resources.vector import TIMED_RESOURCES, Pricing, ResourceTimes, price
+
+HEAD_BYTES_PER_PARAM = 2.0  # LM head and embeddings stay bf16 in FP8 checkpoints (reference/models.md)
+LOGIT_BYTES = 2.0
+
+
+@dataclass(frozen=True)
+class StepCost:
+    """A priced step, arrays [P] (one entry per operating point)."""
+
+    batch: np.ndarray  # decode requests across the deployment
+    mean_context: np.ndarray
+    prefill_tokens: np.ndarray  # per group
+    hbm_bytes: np.ndarray
+    flops: np.ndarray
+    flops_by_dtype: dict[str, np.ndarray]
+    network_bytes: np.ndarray
+    network_messages: np.ndarray
+    kv_resident_bytes: np.ndarray  # busiest rank
+    kv_pool_bytes: float  # per GPU
+    weights_resident_bytes: float  # busiest rank
+    times: ResourceTimes
+    pricing: str
+    replicas: int
+    components: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)  # resource -> name -> [P]
+
+    @property
+    def floor_max_s(self) -> np.ndarray:
+        return self.times.floor_max_s
+
+    @property
+    def floor_sum_s(self) -> np.ndarray:
+        return self.times.floor_sum_s
+
+    @property
+    def kv_fits(self) -> np.ndarray:
+        return (self.kv_resident_bytes <= self.kv_pool_bytes) & (self.kv_pool_bytes > 0)
+
+    @property
+    def binding(self) -> np.ndarray:
+        """[P] name of the binding resource: the largest time, or 'kv_capacity' where KV doesn't fit."""
+        names = np.asarray(TIMED_RESOURCES, dtype=object)[self.times.binding_index]
+        return np.where(self.kv_fits, names, "kv_capacity")
+
+    @property
+    def decode_tokens_per_s_at_max(self) -> np.ndarray:
+        return self.batch / self.floor_max_s
+
+    @property
+    def decode_tokens_per_s_at_sum(self) -> np.ndarray:
+        return self.batch / self.floor_sum_s
+
+
+def group_load(load: DecodeLoad, replicas: int) -> DecodeLoad:
+    """The busiest replica group's share of the deployment's requests."""
+    if replicas == 1:
+        return load
+    counts = busiest_owner_counts(load, load.lengths, replicas)
+    return DecodeLoad(lengths=load.lengths, counts=counts)
+
+
+def weights_resident_bytes(dep: Deployment) -> dict[str, float]:
+    """Weight bytes resident on one rank, by component."""
+    m, t, wb = dep.model, dep.ranks, dep.weight_bytes_per_param
+    lay = dep.attention_layout
+    frac = 1.0 / t if lay.weights_sharded else 1.0
+    out = {f"{k}_weights": v * frac * wb for k, v in m.attention_params().items()}
+    out.update({f"{k}_weights": v * wb for k, v in m.mlp.rank_resident_params(t, dep.moe).items()})
+    emb = m.embedding_params / t if lay.head_sharded else m.embedding_params
+    out["embedding_weights"] = emb * HEAD_BYTES_PER_PARAM
+    return out
+
+
+def kv_pool_bytes(dep: Deployment) -> float:
+    """KV pool per GPU: mem_fraction × HBM − resident weights − reserve − one spare page."""
+    m = dep.model
+    page = dep.page_tokens * m.attention.kv_bytes_per_token(dep.kv_dtype) * m.num_layers
+    return (dep.mem_fraction * dep.hardware.peak.hbm_bytes - sum(weights_resident_bytes(dep).values())
+            - dep.reserve_bytes - page)
+
+
+def step_cost(dep: Deployment, load: DecodeLoad, prefill_tokens=0.0, pricing: Pricing | None = None) -> StepCost:
+    """Price one step. `load` is the deployment's decode requests; `prefill_tokens` [P] or scalar
+    is the prefill chunk each group runs in the same step."""
+    pricing = pricing or Pricing.datasheet(dep.hardware)
+    m, t = dep.model, dep.ranks
+    g = group_load(load, dep.replicas)
+    pre = np.broadcast_to(np.asarray(prefill_tokens, dtype=np.float64), (load.points,)).copy()
+    inp = ShareInputs(m, t, g, pre, dep.kv_dtype, dep.page_tokens)
+    lay, split = dep.attention_layout, dep.moe_split
+    share = lay.share(inp)
+    L = float(m.num_layers)
+    wb = dep.weight_bytes_per_param
+    group_tokens = g.batch + pre
+
+    # ---- HBM bytes -------------------------------------------------------------------------
+    hbm: dict[str, np.ndarray] = {}
+    for k, v in m.attention_params().items():
+        hbm[f"{k}_weights"] = np.full(load.points, v * share.weight_fraction * wb)
+    for k, v in m.mlp.rank_read_params(group_tokens, t, dep.moe).items():
+        hbm[f"{k}_weights"] = v * wb
+    head_frac = 1.0 / t if lay.head_sharded else 1.0
+    hbm["lm_head_weights"] = np.full(load.points, m.head_params * head_frac * HEAD_BYTES_PER_PARAM)
+    for k, v in share.kv_read_bytes.items():
+        hbm[f"{k}_read"] = v * L
+    hbm["kv_write"] = share.kv_write_bytes * L
+
+    # ---- FLOPs by dtype -------------------------------------------------------------------
+    lin_dtype = dep.weight_dtype
+    flops: dict[str, np.ndarray] = {}
+    for k, v in m.attention_params().items():
+        flops[f"{k}_proj"] = 2.0 * share.projected_tokens * v * share.weight_fraction
+    for k, v in m.mlp.rank_flops(group_tokens, t, dep.moe).items():
+        flops[k] = v
+    decode_on_rank = g.batch if lay.head_sharded or lay.activations_replicated else share.projected_tokens
+    flops["lm_head"] = 2.0 * decode_on_rank * m.head_params * head_frac
+    flops["attention_core"] = share.attention_flops * L
+    bf16_names = {"lm_head", "attention_core"}
+    by_dtype = {lin_dtype: sum(v for k, v in flops.items() if k not in bf16_names)}
+    by_dtype["bf16"] = by_dtype.get("bf16", 0.0) + flops["lm_head"] + flops["attention_core"]
+
+    # ---- network ---------------------------------------------------------------------------
+    net_b: dict[str, np.ndarray] = {}
+    net_m: dict[str, np.ndarray] = {}
+    moe_layers = float(getattr(m.mlp, "moe_layers", 0))
+    dense_layers = float(m.mlp.dense_layers)
+    groups = [(lay.collectives(inp), L)]
+    if moe_layers:
+        groups.append((split.collectives(inp, lay.activations_replicated, True), moe_layers))
+    if dense_layers:
+        groups.append((split.collectives(inp, lay.activations_replicated, False), dense_layers))
+    if lay.head_sharded:
+        groups.append(([Collective("lm_head_gather", "all_gather", g.batch * m.vocab_size * LOGIT_BYTES, 1.0)], 1.0))
+    for colls, layers in groups:
+        for c in colls:
+            b = c.payload_bytes * link_bytes_factor(c.kind, t) * c.per_step * layers
+            net_b[c.name] = net_b.get(c.name, 0.0) + b
+            msgs = np.full(load.points, c.per_step * layers if t > 1 else 0.0)
+            net_m[c.name] = net_m.get(c.name, 0.0) + msgs
+
+    zeros = np.zeros(load.points)
+    hbm_total = sum(hbm.values())
+    net_total = sum(net_b.values()) if net_b else zeros
+    msg_total = sum(net_m.values()) if net_m else zeros
+    times = price(hbm_total, by_dtype, net_total, msg_total, pricing)
+    kv_res = share.kv_stored_bytes * L
+    return StepCost(
+        batch=load.batch,
+        mean_context=load.mean_context,
+        prefill_tokens=pre,
+        hbm_bytes=hbm_total,
+        flops=sum(flops.values()),
+        flops_by_dtype=by_dtype,
+        network_bytes=net_total,
+        network_messages=msg_total,
+        kv_resident_bytes=kv_res,
+        kv_pool_bytes=kv_pool_bytes(dep),
+        weights_resident_bytes=float(sum(weights_resident_bytes(dep).values())),
+        times=times,
+        pricing=pricing.label,
+        replicas=dep.replicas,
+        components={"hbm_bytes": hbm, "flops": flops, "network_bytes": net_b, "network_messages": net_m},
+    )
