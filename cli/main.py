@@ -30,19 +30,38 @@ def _register_all() -> None:
             reg(app)
 
 
-def fail(message: str) -> "typer.Exit":
-    """One line on stderr and exit code 2 (bad input a user can cause)."""
-    sys.stderr.write(f"floorfirst: error: {message}\n")
-    return typer.Exit(code=2)
-
-
-def main() -> None:
-    _register_all()
+def _click_exceptions() -> tuple[type, type, type]:
+    """Usage-error classes of whichever click typer runs on (typer ≥ 0.2x vendors its own)."""
     try:
-        app(standalone_mode=True)
+        from typer._click import exceptions as ce  # type: ignore[attr-defined]
+    except ImportError:
+        import click.exceptions as ce  # type: ignore[no-redef]
+    no_args = getattr(ce, "NoArgsIsHelpError", ce.UsageError)
+    return ce.UsageError, no_args, getattr(ce, "Abort", typer.Abort)
+
+
+def main(argv: list[str] | None = None) -> None:
+    usage_error, no_args, abort = _click_exceptions()
+    _register_all()
+    args = sys.argv[1:] if argv is None else argv
+    try:
+        rc = app(args=args, prog_name="floorfirst", standalone_mode=False)
     except SpecError as exc:
         sys.stderr.write(f"floorfirst: error: {exc}\n")
         sys.exit(2)
+    except no_args:
+        app(args=["--help"], prog_name="floorfirst", standalone_mode=False)
+        sys.exit(0)
+    except usage_error as exc:
+        # NOTE: click prints a multi-line usage box; a user error here is one line and exit 2.
+        sys.stderr.write(f"floorfirst: error: {exc.format_message().splitlines()[0]}\n")
+        sys.exit(2)
+    except abort:
+        sys.stderr.write("floorfirst: aborted\n")
+        sys.exit(130)
+    except BrokenPipeError:
+        sys.exit(0)
+    sys.exit(rc if isinstance(rc, int) else 0)
 
 
 if __name__ == "__main__":

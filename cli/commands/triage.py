@@ -1,0 +1,87 @@
+"""`floorfirst triage`: a measured step against its floors — overlap quality, a floor violated
+(and which resource), or a residual over the sum and the resource to profile. With
+`--profile FILE` every row of a profile is triaged (calibration.triage does the bulk work)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import numpy as np
+import typer
+from rich.table import Table
+
+from cli.commands.floor import _point
+from cli.common import (DEFAULTS, AttnOpt, BatchOpt, ContextOpt, GpusOpt, HardwareOpt, JsonOpt, KvDtypeOpt,
+                        MemFractionOpt, ModelOpt, MoeOpt, PageOpt, PrefillOpt, PricingChoice, PricingOpt, ReplicasOpt,
+                        ReserveOpt, WeightDtypeOpt, console, emit_json, fmt_ms, scalar)
+from planner.errors import SpecError
+from planner.triage import DEFAULT_THRESHOLD, triage_step
+
+
+def _profile(path: str, threshold: float, json_out: bool) -> None:
+    try:
+        from calibration.triage import render_profile_triage, triage_profile
+    except ImportError:
+        raise SpecError("--profile needs the calibration package's bulk triage, which is not available") from None
+    result = triage_profile(path, threshold)
+    render_profile_triage(result, json_out)
+
+
+def triage(
+    measured_ms: Annotated[Optional[float], typer.Option("--measured-ms", help="Measured step time in ms.")] = None,
+    profile: Annotated[Optional[str], typer.Option("--profile", help="Triage every row of a profile file instead.")] = None,
+    threshold: Annotated[float, typer.Option("--threshold", help="Residual over floor_sum that calls for a profiler.")] = DEFAULT_THRESHOLD,
+    model: ModelOpt = DEFAULTS["model"], hardware: HardwareOpt = DEFAULTS["hardware"], gpus: GpusOpt = DEFAULTS["gpus"],
+    attn: AttnOpt = "tp", moe: MoeOpt = None, replicas: ReplicasOpt = 1, batch: BatchOpt = DEFAULTS["batch"],
+    context: ContextOpt = DEFAULTS["context"], prefill_tokens: PrefillOpt = 0.0, kv_dtype: KvDtypeOpt = None,
+    weight_dtype: WeightDtypeOpt = None, mem_fraction: MemFractionOpt = DEFAULTS["mem_fraction"],
+    page_tokens: PageOpt = 64, reserve_gib: ReserveOpt = 0.0, pricing: PricingOpt = PricingChoice.datasheet,
+    json_out: JsonOpt = False,
+) -> None:
+    """Place a measured step between its floors and say whether to open a profiler."""
+    if profile is not None:
+        if measured_ms is not None:
+            raise SpecError("give either --measured-ms (one point) or --profile (a file), not both")
+        _profile(profile, threshold, json_out)
+        return
+    if measured_ms is None:
+        raise SpecError("--measured-ms is required (or --profile FILE)")
+    if not np.isfinite(measured_ms) or measured_ms <= 0:
+        raise SpecError(f"measured_ms={measured_ms} must be a positive number")
+    dep, cost = _point(model, hardware, attn.value, moe.value if moe else None, gpus, replicas, batch, context, prefill_tokens, kv_dtype,
+                       weight_dtype, mem_fraction, page_tokens, reserve_gib, pricing)
+    tr = triage_step(cost, measured_ms / 1e3, threshold)
+    t = cost.times
+    doc = {
+        "model": dep.model.name, "hardware": dep.hardware.name, "gpus": dep.gpus, "attn": dep.attn, "moe": dep.moe,
+        "batch": scalar(cost.batch), "context_mean_tokens": scalar(cost.mean_context), "pricing": cost.pricing,
+        "measured_s": measured_ms / 1e3, "floor_max_s": scalar(cost.floor_max_s), "floor_sum_s": scalar(cost.floor_sum_s),
+        "times_s": {"hbm": scalar(t.hbm_s), "compute": scalar(t.compute_s), "network_bytes": scalar(t.network_bytes_s),
+                    "network_messages": scalar(t.network_messages_s)},
+        "verdict": str(tr.verdict[0]),
+        "overlap_quality": scalar(tr.overlap_quality),
+        "residual_fraction": scalar(tr.residual_fraction),
+        "violated_resources": tr.violated_resources[0],
+        "threshold_fraction": threshold,
+        "profile": bool(tr.profile[0]),
+        "profile_resource": str(tr.profile_resource[0]) or None,
+        "explanation": tr.explain(0),
+    }
+    if json_out:
+        emit_json("triage", doc)
+        return
+    con = console()
+    tab = Table(title=f"{dep.model.name} on {dep.gpus} × {dep.hardware.name}, {dep.label()}, B={doc['batch']:.0f}")
+    tab.add_column("")
+    tab.add_column("ms", justify="right")
+    for k, v in doc["times_s"].items():
+        tab.add_row(k, fmt_ms(v))
+    tab.add_row("floor max", fmt_ms(doc["floor_max_s"]))
+    tab.add_row("floor sum", fmt_ms(doc["floor_sum_s"]))
+    tab.add_row("[bold]measured[/]", fmt_ms(doc["measured_s"]))
+    con.print(tab)
+    con.print(f"[bold]{doc['verdict']}[/]: {doc['explanation']}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("triage")(triage)

@@ -1,0 +1,193 @@
+"""`floorfirst walls` and `floorfirst regimes`: which wall binds first as load grows, and the
+best layout over a batch × context grid."""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Annotated, Optional
+
+import numpy as np
+import typer
+from rich.table import Table
+
+from cli.commands.floor import valid_deployments
+from cli.common import (console, DEFAULTS, CalibrationOpt, GpusOpt, HardwareOpt, JsonOpt, KvDtypeOpt, MemFractionOpt,
+                        ModelOpt, PageOpt, PlotOpt, ReplicasOpt, ReserveOpt, WeightDtypeOpt, emit_json,
+                        fmt_ms, load_calibration, load_specs, parse_tokens)
+from planner.errors import SpecError
+from planner.load import DecodeLoad
+from planner.regimes import regimes as compute_regimes
+from planner.step import step_cost
+from planner.walls import walls as compute_walls
+
+
+class Along(str, Enum):
+    batch = "batch"
+    context = "context"
+
+
+class FloorKind(str, Enum):
+    max = "max"
+    sum = "sum"
+
+
+def _range(text: str, what: str) -> tuple[float, float]:
+    lo, sep, hi = text.partition(":")
+    if not sep:
+        raise SpecError(f"{what}={text!r} must be LO:HI (e.g. 1:4096 or 1k:256k)")
+    a, b = parse_tokens(lo, what), parse_tokens(hi, what)
+    if not a < b:
+        raise SpecError(f"{what}={text!r}: LO must be below HI")
+    return a, b
+
+
+def _grid(text: str, what: str, default_n: int) -> np.ndarray:
+    parts = text.split(":")
+    if len(parts) not in (2, 3):
+        raise SpecError(f"{what}={text!r} must be LO:HI or LO:HI:N")
+    lo, hi = _range(":".join(parts[:2]), what)
+    n = default_n
+    if len(parts) == 3:
+        try:
+            n = int(parts[2])
+        except ValueError:
+            raise SpecError(f"{what}={text!r}: N must be a whole number") from None
+        if not 2 <= n <= 200:
+            raise SpecError(f"{what}={text!r}: N must be between 2 and 200")
+    return np.unique(np.round(np.geomspace(lo, hi, n)))
+
+
+LayoutsOpt = Annotated[Optional[str], typer.Option("--layouts", help="Comma list of attn/moe to include (default: all the model can run), e.g. tp/ep,dp/ep.")]
+
+
+def _select(deps, layouts: str | None):
+    if not layouts:
+        return deps
+    want = [x.strip() for x in layouts.split(",") if x.strip()]
+    have = {f"{d.attn}/{d.moe}": d for d in deps}
+    missing = [w for w in want if w not in have]
+    if missing:
+        raise SpecError(f"layout {missing[0]!r} is not available; choose from {', '.join(have)}")
+    return [have[w] for w in want]
+
+
+def walls(
+    model: ModelOpt = DEFAULTS["model"], hardware: HardwareOpt = DEFAULTS["hardware"], gpus: GpusOpt = DEFAULTS["gpus"],
+    replicas: ReplicasOpt = 1,
+    along: Annotated[Along, typer.Option("--along", help="Grow batch at fixed --context, or context at fixed --batch.")] = Along.batch,
+    batch: Annotated[int, typer.Option("--batch", "-b", help="Fixed batch when growing context.")] = DEFAULTS["batch"],
+    context: Annotated[str, typer.Option("--context", "-c", help="Fixed context when growing batch.")] = DEFAULTS["context"],
+    range_: Annotated[Optional[str], typer.Option("--range", help="LO:HI of the growing axis (default 1:4096 requests or 512:512k tokens).")] = None,
+    layouts: LayoutsOpt = None, kv_dtype: KvDtypeOpt = None, weight_dtype: WeightDtypeOpt = None,
+    mem_fraction: MemFractionOpt = DEFAULTS["mem_fraction"], page_tokens: PageOpt = 64, reserve_gib: ReserveOpt = 0.0,
+    calibration: CalibrationOpt = None, json_out: JsonOpt = False, plot: PlotOpt = None,
+) -> None:
+    """Where each resource becomes binding and where KV runs out, per layout, in order."""
+    cal = load_calibration(calibration)
+    m, hw = load_specs(model, hardware)
+    deps = _select(valid_deployments(m, hw, gpus, replicas, weight_dtype, kv_dtype, mem_fraction, page_tokens,
+                                     reserve_gib)[0], layouts)
+    if batch < 1:
+        raise SpecError(f"batch={batch} must be ≥ 1")
+    fixed = parse_tokens(context) if along == Along.batch else float(batch)
+    lo, hi = _range(range_, "--range") if range_ else ((1.0, 4096.0) if along == Along.batch else (512.0, 524288.0))
+    results = []
+    docs = []
+    for d in deps:
+        w = compute_walls(d, along.value, fixed, lo, hi)
+        label = f"{d.attn}/{d.moe}"
+        results.append((label, w))
+        doc = {"attn": d.attn, "moe": d.moe, "walls": w.walls,
+               "order": [{"resource": r, "load": x} for r, x in w.order],
+               "first_wall": {"resource": w.first_wall[0], "load": w.first_wall[1]} if w.first_wall else None,
+               "binding_at_start": str(w.binding[0]), "kv_wall": w.walls.get("kv_capacity")}
+        if cal is not None:
+            load = DecodeLoad.equal(w.loads, fixed) if along == Along.batch else DecodeLoad.equal(fixed, w.loads)
+            doc["loads"] = w.loads
+            doc["predicted_s"] = cal.predict_s(step_cost(d, load))
+            doc["floor_max_s"] = w.floor_max_s
+            doc["floor_sum_s"] = w.floor_sum_s
+        docs.append(doc)
+    # layouts compared by which wall binds first: earliest first wall first
+    ranking = sorted(docs, key=lambda x: (x["first_wall"]["load"] if x["first_wall"] else np.inf), reverse=True)
+    out = {"model": m.name, "hardware": hw.name, "gpus": gpus, "along": along.value,
+           ("context_tokens" if along == Along.batch else "batch"): fixed, "range": [lo, hi], "layouts": docs,
+           "latest_first_wall": [f"{x['attn']}/{x['moe']}" for x in ranking]}
+    title = (f"{m.name} on {gpus} × {hw.name}: growing {along.value} at "
+             + (f"context {fixed:.0f}" if along == Along.batch else f"batch {fixed:.0f}"))
+    if plot:
+        from cli.plots import plot_walls
+
+        plot_walls(results, title, plot)
+        out["plot"] = plot
+    if json_out:
+        emit_json("walls", out)
+        return
+    con = console()
+    t = Table(title=title)
+    t.add_column("attn/moe")
+    t.add_column("binds at start")
+    t.add_column("walls in order (resource @ load)")
+    t.add_column("KV wall", justify="right")
+    unit = "" if along == Along.batch else " tok"
+    for d in docs:
+        order = "  →  ".join(f"{o['resource']} @ {o['load']:.0f}{unit}" for o in d["order"])
+        kv = d["kv_wall"]
+        t.add_row(f"{d['attn']}/{d['moe']}", d["binding_at_start"], order, f"{kv:.0f}{unit}" if kv else "none in range")
+    con.print(t)
+    con.print("latest first wall (most headroom) → earliest: " + ", ".join(out["latest_first_wall"]))
+    if plot:
+        con.print(f"plot written to {plot}")
+
+
+def regimes(
+    model: ModelOpt = DEFAULTS["model"], hardware: HardwareOpt = DEFAULTS["hardware"], gpus: GpusOpt = DEFAULTS["gpus"],
+    replicas: ReplicasOpt = 1,
+    batch_range: Annotated[str, typer.Option("--batch-range", help="LO:HI[:N] requests, geometric.")] = "1:1024:11",
+    context_range: Annotated[str, typer.Option("--context-range", help="LO:HI[:N] tokens, geometric.")] = "1k:256k:9",
+    floor: Annotated[FloorKind, typer.Option("--floor", help="Rank layouts by the optimistic (max) or pessimistic (sum) floor.")] = FloorKind.max,
+    layouts: LayoutsOpt = None, kv_dtype: KvDtypeOpt = None, weight_dtype: WeightDtypeOpt = None,
+    mem_fraction: MemFractionOpt = DEFAULTS["mem_fraction"], page_tokens: PageOpt = 64, reserve_gib: ReserveOpt = 0.0,
+    calibration: CalibrationOpt = None, json_out: JsonOpt = False, plot: PlotOpt = None,
+) -> None:
+    """Best layout over a batch × context grid; capacity-infeasible cells marked."""
+    cal = load_calibration(calibration)
+    m, hw = load_specs(model, hardware)
+    deps = _select(valid_deployments(m, hw, gpus, replicas, weight_dtype, kv_dtype, mem_fraction, page_tokens,
+                                     reserve_gib)[0], layouts)
+    b = _grid(batch_range, "--batch-range", 11)
+    c = _grid(context_range, "--context-range", 9)
+    reg = compute_regimes(deps, b, c, floor.value)
+    grid = [[reg.best_label(i, j) for j in range(c.size)] for i in range(b.size)]
+    out = {"model": m.name, "hardware": hw.name, "gpus": gpus, "floor": floor.value, "batch": b, "context_tokens": c,
+           "layouts": reg.labels, "best": grid,
+           "step_time_s": {lab: reg.times_s[k] for k, lab in enumerate(reg.labels)}}
+    if cal is not None:
+        bb, cc = np.meshgrid(b, c, indexing="ij")
+        load = DecodeLoad.equal(bb.ravel(), cc.ravel())
+        out["predicted_s"] = {f"{d.attn}/{d.moe}": cal.predict_s(step_cost(d, load)).reshape(bb.shape) for d in deps}
+    title = f"{m.name} on {gpus} × {hw.name}"
+    if plot:
+        from cli.plots import plot_regimes
+
+        plot_regimes(reg, title, plot)
+        out["plot"] = plot
+    if json_out:
+        emit_json("regimes", out)
+        return
+    con = console()
+    t = Table(title=f"{title}: best layout by floor_{floor.value} (rows batch, columns context)")
+    t.add_column("B \\ ctx", justify="right")
+    for x in c:
+        t.add_column(f"{x / 1024:.0f}k" if x >= 1024 else f"{x:.0f}", justify="center")
+    for i, x in enumerate(b):
+        t.add_row(f"{x:.0f}", *[g if g != "infeasible" else "·" for g in grid[i]])
+    con.print(t)
+    con.print("· = KV does not fit in any layout")
+    if plot:
+        con.print(f"plot written to {plot}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("walls")(walls)
+    app.command("regimes")(regimes)

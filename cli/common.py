@@ -1,0 +1,200 @@
+"""Shared CLI plumbing: option types, context parsing, spec loading, JSON and table output.
+
+Nothing here computes a cost; it turns strings into specs and loads, and results into text.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import sys
+from enum import Enum
+from typing import Annotated, Any, Optional
+
+import numpy as np
+import typer
+
+import planner
+from planner.errors import SpecError
+from planner.units import GiB
+
+SCHEMA_VERSION = 1
+
+
+class Attn(str, Enum):
+    tp = "tp"
+    cp = "cp"
+    dp = "dp"
+    dop = "dop"
+
+
+class Moe(str, Enum):
+    ep = "ep"
+    tp = "tp"
+
+
+class PricingChoice(str, Enum):
+    datasheet = "datasheet"
+    achieved = "achieved"
+
+
+ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Built-in model name or path to a Hugging Face config.json.")]
+HardwareOpt = Annotated[str, typer.Option("--hardware", "-hw", help="Built-in GPU name or path to a hardware YAML file.")]
+GpusOpt = Annotated[int, typer.Option("--gpus", "-g", help="GPUs in the deployment (all replicas).")]
+ReplicasOpt = Annotated[int, typer.Option("--replicas", help="Replicas of the whole group; the group is gpus/replicas GPUs.")]
+AttnOpt = Annotated[Attn, typer.Option("--attn", help="Attention layout.")]
+MoeOpt = Annotated[Optional[Moe], typer.Option("--moe", help="MoE split (default: ep for MoE models, tp for dense).")]
+BatchOpt = Annotated[int, typer.Option("--batch", "-b", help="Concurrent decode requests in the step (whole deployment).")]
+ContextOpt = Annotated[str, typer.Option(
+    "--context", "-c",
+    help="Context per request: one length (32768 or 32k), a comma list of per-request lengths (4k,4k,64k), "
+         "or a histogram of LEN*COUNT items (4k*60,64k*4).")]
+PrefillOpt = Annotated[float, typer.Option("--prefill-tokens", help="Prefill tokens each group runs in the same step.")]
+KvDtypeOpt = Annotated[Optional[str], typer.Option("--kv-dtype", help="bf16, fp8, or fp8_dsa (DeepSeek sparse attention's fp8 record). Default: the engine convention.")]
+WeightDtypeOpt = Annotated[Optional[str], typer.Option("--weight-dtype", help="bf16, fp8 or fp4. Default: the checkpoint's.")]
+MemFractionOpt = Annotated[float, typer.Option("--mem-fraction", help="Share of HBM for weights + KV pool (SGLang mem_fraction_static).")]
+PageOpt = Annotated[int, typer.Option("--page-tokens", help="KV page size in tokens.")]
+ReserveOpt = Annotated[float, typer.Option("--reserve-gib", help="HBM per GPU held back from the KV pool, GiB.")]
+PricingOpt = Annotated[PricingChoice, typer.Option("--pricing", help="Price floors at datasheet peaks or at the hardware file's achieved efficiencies.")]
+CalibrationOpt = Annotated[Optional[str], typer.Option("--calibration", help="A calibration artifact (floorfirst calibrate); adds predicted_s.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document (units in keys).")]
+PlotOpt = Annotated[Optional[str], typer.Option("--plot", help="Write a PNG plot to this path.")]
+
+DEFAULTS = dict(model="deepseek-v3.2", hardware="h200", gpus=8, batch=32, context="32k", mem_fraction=0.88)
+
+_NUM = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([kKmM]?)\s*$")
+
+
+def parse_tokens(text: str, what: str = "context") -> float:
+    """'32768', '32k' (×1024), '1M' (×1024²) → tokens."""
+    m = _NUM.match(text)
+    if not m:
+        raise SpecError(f"{what}={text!r} is not a token count (e.g. 32768 or 32k)")
+    v = float(m.group(1)) * {"": 1, "k": 1024, "m": 1024 * 1024}[m.group(2).lower()]
+    if not math.isfinite(v) or v <= 0:
+        raise SpecError(f"{what}={text!r} must be positive")
+    return v
+
+
+def build_load(batch: int | None, context: str) -> planner.DecodeLoad:
+    """One operating point from --batch and --context (equal lengths, a list, or a histogram)."""
+    parts = [p for p in context.split(",") if p.strip()]
+    if not parts:
+        raise SpecError("context is empty")
+    if len(parts) == 1 and "*" not in parts[0]:
+        if batch is None:
+            raise SpecError("--batch is required with a single --context length")
+        if batch < 1:
+            raise SpecError(f"batch={batch} must be ≥ 1")
+        return planner.DecodeLoad.equal(batch, parse_tokens(parts[0]))
+    if any("*" in p for p in parts):
+        lengths, counts = [], []
+        for p in parts:
+            if "*" not in p:
+                lengths.append(parse_tokens(p)); counts.append(1.0)
+                continue
+            l, _, n = p.partition("*")
+            lengths.append(parse_tokens(l))
+            try:
+                counts.append(float(int(n)))
+            except ValueError:
+                raise SpecError(f"histogram item {p!r}: count {n!r} is not a whole number") from None
+        load = planner.DecodeLoad.from_histogram(lengths, counts)
+    else:
+        load = planner.DecodeLoad.from_lengths([parse_tokens(p) for p in parts])
+    if batch is not None and batch != int(load.batch[0]):
+        raise SpecError(f"--batch {batch} disagrees with the {int(load.batch[0])} requests in --context")
+    if load.batch[0] < 1:
+        raise SpecError("the context histogram holds no requests")
+    return load
+
+
+def load_specs(model: str, hardware: str) -> tuple[planner.ModelSpec, planner.HardwareSpec]:
+    return planner.load_model(model), planner.load_hardware(hardware)
+
+
+def deployment(model, hw, attn: str, moe: str | None, gpus: int, replicas: int, weight_dtype, kv_dtype, mem_fraction,
+               page_tokens, reserve_gib) -> planner.Deployment:
+    if moe is None:
+        moe = "ep" if model.mlp.kind == "moe" else "tp"
+    return planner.make_deployment(model, hw, attn=attn, moe=moe, gpus=gpus, replicas=replicas,
+                                   weight_dtype=weight_dtype, kv_dtype=kv_dtype, mem_fraction=mem_fraction,
+                                   page_tokens=page_tokens, reserve_bytes=reserve_gib * GiB)
+
+
+def pricing_for(hw: planner.HardwareSpec, choice: PricingChoice) -> planner.Pricing:
+    return planner.Pricing.achieved(hw) if choice == PricingChoice.achieved else planner.Pricing.datasheet(hw)
+
+
+def load_calibration(path: str | None):
+    """The calibration artifact, or None. Imported lazily: calibration is optional here."""
+    if path is None:
+        return None
+    try:
+        from calibration.artifact import load_calibration as _load
+    except ImportError:
+        raise SpecError("--calibration needs the calibration package, which is not installed") from None
+    return _load(path)
+
+
+def to_jsonable(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {str(k): to_jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [to_jsonable(v) for v in x]
+    if isinstance(x, np.ndarray):
+        return to_jsonable(x.tolist())
+    if isinstance(x, (np.floating, float)):
+        v = float(x)
+        return v if math.isfinite(v) else None
+    if isinstance(x, (np.integer,)):
+        return int(x)
+    if isinstance(x, np.bool_):
+        return bool(x)
+    if isinstance(x, Enum):
+        return x.value
+    return x
+
+
+def emit_json(command: str, doc: dict[str, Any]) -> None:
+    out = {"schema": f"floorfirst.{command}/{SCHEMA_VERSION}", **doc}
+    sys.stdout.write(json.dumps(to_jsonable(out), indent=1) + "\n")
+
+
+def console():
+    """A rich console; when output is not a terminal, wide enough that tables don't wrap."""
+    from rich.console import Console
+
+    c = Console()
+    return c if c.is_terminal else Console(width=160)
+
+
+def scalar(a) -> float:
+    return float(np.asarray(a).ravel()[0])
+
+
+def fmt_bytes(b: float) -> str:
+    for unit, div in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if abs(b) >= div:
+            return f"{b / div:.2f} {unit}"
+    return f"{b:.0f} B"
+
+
+def fmt_flops(f: float) -> str:
+    for unit, div in (("PFLOP", 1e15), ("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6)):
+        if abs(f) >= div:
+            return f"{f / div:.2f} {unit}"
+    return f"{f:.0f} FLOP"
+
+
+def fmt_ms(s: float) -> str:
+    return f"{s * 1e3:.3f} ms" if math.isfinite(s) else "—"
+
+
+def fmt_tokens(n: float) -> str:
+    if n >= 1e6:
+        return f"{n / 1e6:.2f} M"
+    if n >= 1e3:
+        return f"{n / 1e3:.1f} K"
+    return f"{n:.0f}"

@@ -1,0 +1,95 @@
+"""Plots for walls and regimes. matplotlib is imported inside each function (Agg backend), so
+the CLI starts fast when no plot is asked for."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from planner.errors import SpecError
+
+RESOURCE_COLORS = {"hbm": "#1f77b4", "compute": "#d62728", "network_bytes": "#2ca02c",
+                   "network_messages": "#9467bd", "kv_capacity": "#000000"}
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig, path: str) -> None:
+    p = Path(path)
+    if p.suffix.lower() not in (".png", ".svg", ".pdf"):
+        raise SpecError(f"--plot {path}: use a .png, .svg or .pdf file name")
+    if not p.parent.exists():
+        raise SpecError(f"--plot {path}: folder {p.parent} does not exist")
+    fig.savefig(p, dpi=130, bbox_inches="tight")
+
+
+def plot_walls(results: list[tuple[str, object]], title: str, path: str) -> None:
+    """One panel per layout: each resource's time along the axis, floors, and walls as lines."""
+    plt = _pyplot()
+    n = len(results)
+    cols = min(n, 4)
+    rows = int(np.ceil(n / cols))
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.4 * rows), squeeze=False, sharey=True)
+    for ax, (label, w) in zip(axes.ravel(), results):
+        for name, t in w.times_s.items():
+            ax.plot(w.loads, t * 1e3, color=RESOURCE_COLORS[name], lw=1.4, label=name)
+        ax.plot(w.loads, w.floor_sum_s * 1e3, color="0.5", lw=1, ls="--", label="floor sum")
+        for name, x in w.walls.items():
+            if x is not None and x > w.loads[0]:
+                ax.axvline(x, color=RESOURCE_COLORS[name], lw=1, ls=":" if name != "kv_capacity" else "-")
+        kv = w.walls.get("kv_capacity")
+        if kv is not None:
+            ax.axvspan(kv, w.loads[-1], color="0.85", zorder=0)
+            ax.text(kv, ax.get_ylim()[0] if ax.get_yscale() == "linear" else 1e-3, " KV wall", fontsize=7, va="bottom")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_title(label, fontsize=9)
+        ax.set_xlabel(w.axis + (" (requests)" if w.axis == "batch" else " (tokens)"))
+        ax.grid(alpha=0.3, which="both", lw=0.4)
+    for ax in axes.ravel()[n:]:
+        ax.axis("off")
+    axes[0, 0].set_ylabel("time per step (ms)")
+    axes[0, 0].legend(fontsize=7, loc="upper left")
+    fig.suptitle(title + "  (grey: KV does not fit)", fontsize=10)
+    fig.tight_layout()
+    _save(fig, path)
+    plt.close(fig)
+
+
+def plot_regimes(reg, title: str, path: str) -> None:
+    """Heatmap of the best layout per (batch, context) cell; infeasible cells in white."""
+    plt = _pyplot()
+    from matplotlib.colors import ListedColormap
+
+    palette = ["#1f77b4", "#aec7e8", "#ff7f0e", "#ffbb78", "#2ca02c", "#98df8a", "#d62728", "#ff9896"]
+    k = len(reg.labels)
+    cmap = ListedColormap(["#ffffff"] + palette[:k])
+    fig, ax = plt.subplots(figsize=(7.5, 5))
+    data = reg.best.astype(float) + 1  # 0 = infeasible
+    ax.pcolormesh(np.arange(reg.context.size + 1), np.arange(reg.batch.size + 1), data, cmap=cmap,
+                  vmin=-0.5, vmax=k + 0.5, edgecolors="0.9", linewidth=0.3)
+    ax.set_xticks(np.arange(reg.context.size) + 0.5)
+    ax.set_xticklabels([f"{c / 1024:.0f}k" if c >= 1024 else f"{c:.0f}" for c in reg.context], rotation=45, fontsize=7)
+    ax.set_yticks(np.arange(reg.batch.size) + 0.5)
+    ax.set_yticklabels([f"{b:.0f}" for b in reg.batch], fontsize=7)
+    ax.set_xlabel("context per request (tokens)")
+    ax.set_ylabel("batch (concurrent requests)")
+    from matplotlib.patches import Patch
+
+    used = sorted(set(int(x) for x in reg.best.ravel()))
+    handles = [Patch(color=palette[i], label=reg.labels[i]) for i in used if i >= 0]
+    if -1 in used:
+        handles.append(Patch(facecolor="#ffffff", edgecolor="0.5", label="KV does not fit"))
+    ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
+    ax.set_title(f"{title}\nbest layout by floor_{reg.floor}", fontsize=10)
+    fig.tight_layout()
+    _save(fig, path)
+    plt.close(fig)

@@ -1,0 +1,87 @@
+"""KV capacity: the pool per GPU, distinct tokens the group can hold, and the most requests
+that fit at a context length.
+
+  kv_pool = mem_fraction × HBM − weights resident on the rank − reserve − one spare page
+
+(SGLang's `mem_fraction_static` covers weights + KV; each per-rank pool carries one extra page;
+reference/models.md). Requests take whole pages (64 tokens by default). Replication is
+respected: TP keeps T/s copies of every token, where s is how many ways it can split KV by heads
+(s = 1 for MLA's single latent), so its distinct tokens are s × pool/bytes-per-token instead of
+T × pool/bytes-per-token. Max concurrency is found on the step model itself (bisection on the
+busiest rank's resident KV), so it agrees with `step_cost(...).kv_fits` by construction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.deployment import Deployment
+from planner.layouts.base import ShareInputs
+from planner.layouts.tp import kv_split
+from planner.load import DecodeLoad
+from planner.step import kv_pool_bytes, step_cost, weights_resident_bytes
+
+MAX_REQUESTS = float(1 << 26)
+
+
+def kv_replication(dep: Deployment) -> float:
+    """Copies of each token's KV across the group (T/s under TP, 1 otherwise)."""
+    if dep.attn != "tp":
+        return 1.0
+    inp = ShareInputs(dep.model, dep.ranks, DecodeLoad.equal(1, 1), np.zeros(1), dep.kv_dtype, dep.page_tokens)
+    return dep.ranks / kv_split(inp)
+
+
+def kv_bytes_per_token(dep: Deployment) -> float:
+    """KV bytes one context token costs across all layers (full attention, all components)."""
+    return dep.model.attention.kv_bytes_per_token(dep.kv_dtype) * dep.model.num_layers
+
+
+@dataclass(frozen=True)
+class Capacity:
+    kv_pool_bytes_per_gpu: float
+    weights_resident_bytes_per_gpu: float
+    kv_bytes_per_token: float  # all layers, one full copy
+    kv_replication: float
+    distinct_tokens: float  # across the deployment (all replicas)
+    context: np.ndarray  # [P]
+    max_concurrency: np.ndarray  # [P] requests across the deployment
+
+
+def max_concurrency(dep: Deployment, context) -> np.ndarray:
+    """Largest B (across the deployment) whose busiest rank's KV fits the pool, per context."""
+    ctx = np.atleast_1d(np.asarray(context, dtype=np.float64))
+    lo = np.zeros_like(ctx)  # fits (B = 0 always fits when the pool is positive)
+    hi = np.full_like(ctx, MAX_REQUESTS)
+    if kv_pool_bytes(dep) <= 0:
+        return lo
+    fits_hi = step_cost(dep, DecodeLoad.equal(hi, ctx)).kv_fits
+    lo = np.where(fits_hi, hi, lo)
+    while True:
+        open_ = (hi - lo > 1) & ~fits_hi
+        if not open_.any():
+            break
+        mid = np.floor((lo + hi) / 2)
+        fits = step_cost(dep, DecodeLoad.equal(mid, ctx)).kv_fits
+        lo = np.where(open_ & fits, mid, lo)
+        hi = np.where(open_ & ~fits, mid, hi)
+    return lo
+
+
+def capacity(dep: Deployment, context) -> Capacity:
+    pool = kv_pool_bytes(dep)
+    per_tok = kv_bytes_per_token(dep)
+    rep = kv_replication(dep)
+    distinct = max(pool, 0.0) * dep.ranks / rep / per_tok * dep.replicas
+    ctx = np.atleast_1d(np.asarray(context, dtype=np.float64))
+    return Capacity(
+        kv_pool_bytes_per_gpu=pool,
+        weights_resident_bytes_per_gpu=float(sum(weights_resident_bytes(dep).values())),
+        kv_bytes_per_token=per_tok,
+        kv_replication=rep,
+        distinct_tokens=float(np.floor(distinct)),
+        context=ctx,
+        max_concurrency=max_concurrency(dep, ctx),
+    )
