@@ -108,34 +108,75 @@ class SlotAllocator:
 
 @dataclass
 class PageTable:
-    """One rank's pages under one layout: request -> {logical page: slot}."""
+    """One rank's pages under one layout: request -> {logical page: slot}.
+
+    `rows` keeps each request's held slots in logical order (the kernel's block-table row) and
+    `version` counts mutations so a runner rebuilds device block tables only when they change.
+    """
 
     kind: str
     owners: dict[int, int]
     pages: dict[int, dict[int, int]] = field(default_factory=dict)
+    rows: dict[int, np.ndarray] = field(default_factory=dict)
+    row_len: dict[int, int] = field(default_factory=dict)
+    last_lp: dict[int, int] = field(default_factory=dict)
+    version: int = 0
 
     def holds(self, rank: int, world_size: int, req: int, lp: int) -> bool:
         return rank in holders(self.kind, world_size, req, lp, self.owners)
+
+    def add(self, req: int, lp: int, slot: int) -> None:
+        per = self.pages.setdefault(req, {})
+        if lp in per:
+            raise AssertionError(f"request {req} page {lp} already held in slot {per[lp]}")
+        per[lp] = slot
+        n = self.row_len.get(req, 0)
+        if n == 0 or lp > self.last_lp[req]:
+            row = self.rows.get(req)
+            if row is None or n == len(row):
+                grown = np.zeros(max(8, 2 * n), dtype=np.int32)
+                if row is not None:
+                    grown[:n] = row[:n]
+                row = self.rows[req] = grown
+            row[n] = slot
+            self.row_len[req] = n + 1
+            self.last_lp[req] = lp
+        else:
+            self.rows[req] = np.array([per[k] for k in sorted(per)], dtype=np.int32)
+            self.row_len[req] = len(per)
+            self.last_lp[req] = max(per)
+        self.version += 1
+
+    def remove_request(self, req: int) -> list[int]:
+        """Forget a request; returns the slots it held."""
+        self.rows.pop(req, None)
+        self.row_len.pop(req, None)
+        self.last_lp.pop(req, None)
+        self.version += 1
+        return list(self.pages.pop(req, {}).values())
 
     def slots(self) -> list[int]:
         return [s for per in self.pages.values() for s in per.values()]
 
     def local_len(self, req: int, seq_len: int, page_size: int) -> int:
-        """Tokens of a request this rank holds (its local sequence for attention)."""
-        return sum(min(page_size, seq_len - lp * page_size) for lp in self.pages.get(req, {}))
+        """Tokens of a request this rank holds: its held pages are full except the request's last."""
+        per = self.pages.get(req)
+        if not per or seq_len <= 0:
+            return 0
+        last = (seq_len - 1) // page_size
+        if last in per:
+            return (len(per) - 1) * page_size + seq_len - last * page_size
+        return len(per) * page_size
 
-    def block_table(self, reqs: list[int], seq_lens: Mapping[int, int], page_size: int
-                    ) -> tuple[np.ndarray, np.ndarray, int]:
-        """Kernel inputs for `reqs`: block table [n, maxp] int32 (held pages in logical order,
-        pad 0), local lengths [n] int32, and maxp."""
-        rows = [[self.pages[r][lp] for lp in sorted(self.pages.get(r, {}))] if r in self.pages else []
-                for r in reqs]
-        maxp = max([len(x) for x in rows] + [1])
+    def block_table(self, reqs: list[int], page_size: int) -> tuple[np.ndarray, int]:
+        """Block table [n, maxp] int32 for `reqs` (held pages in logical order, pad 0) and maxp."""
+        lens = [self.row_len.get(r, 0) for r in reqs]
+        maxp = max(lens + [1])
         bt = np.zeros((len(reqs), maxp), dtype=np.int32)
-        for i, row in enumerate(rows):
-            bt[i, :len(row)] = row
-        lens = np.array([self.local_len(r, seq_lens[r], page_size) for r in reqs], dtype=np.int32)
-        return bt, lens, maxp
+        for i, (r, n) in enumerate(zip(reqs, lens)):
+            if n:
+                bt[i, :n] = self.rows[r][:n]
+        return bt, maxp
 
 
 def history_rows(req: int, positions: torch.Tensor, layer: int, width: int, seed: int) -> torch.Tensor:

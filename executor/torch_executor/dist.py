@@ -1,0 +1,101 @@
+"""Process groups and launch helpers for one process per device.
+
+What it does: `RankGroups` names the three groups a rank uses — the main group (the step's
+collectives; NCCL on GPUs, gloo on CPU), a side group of the same backend for background page
+and weight movement (its own communicator, so transfers never queue behind step collectives),
+and a gloo control group for small host-side agreements (abort flags, checks); `spawn_ranks`
+runs a function on T local processes and returns each rank's result.
+What it does not do: multi-node rendezvous, or pick devices beyond local rank = CUDA device.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import socket
+import tempfile
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass
+class RankGroups:
+    """One rank's view of the process groups."""
+
+    rank: int
+    world_size: int
+    device: torch.device
+    main: Any
+    side: Any
+    ctrl: Any
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.device.type == "cuda"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def init_rank(rank: int, world_size: int, init_method: str, use_cuda: bool) -> RankGroups:
+    """Join the default group and create the side and control groups."""
+    backend = "nccl" if use_cuda else "gloo"
+    device = torch.device("cuda", rank) if use_cuda else torch.device("cpu")
+    if use_cuda:
+        torch.cuda.set_device(device)
+    kwargs = {"device_id": device} if use_cuda else {}
+    dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size, **kwargs)
+    side = dist.new_group(list(range(world_size)), backend=backend)
+    ctrl = dist.new_group(list(range(world_size)), backend="gloo")
+    return RankGroups(rank, world_size, device, dist.group.WORLD, side, ctrl)
+
+
+def _entry(rank: int, world_size: int, init_method: str, use_cuda: bool, out_dir: str,
+           fn: Callable[..., Any], args: tuple) -> None:
+    if not use_cuda:
+        torch.set_num_threads(1)
+    groups = init_rank(rank, world_size, init_method, use_cuda)
+    try:
+        result = fn(groups, *args)
+        with open(os.path.join(out_dir, f"rank{rank}.pkl"), "wb") as f:
+            pickle.dump(result, f)
+    finally:
+        dist.barrier(group=groups.ctrl)
+        dist.destroy_process_group()
+
+
+def spawn_ranks(fn: Callable[..., Any], world_size: int, *args: Any, use_cuda: bool = False) -> list[Any]:
+    """Run fn(groups, *args) on world_size fresh processes; return results by rank.
+
+    fn must be importable (a module-level function). An exception on any rank is raised here.
+    """
+    import torch.multiprocessing as mp
+
+    with tempfile.TemporaryDirectory() as out_dir:
+        init_method = f"tcp://127.0.0.1:{free_port()}"
+        mp.spawn(_entry, args=(world_size, init_method, use_cuda, out_dir, fn, args),
+                 nprocs=world_size, join=True)
+        results = []
+        for rank in range(world_size):
+            with open(os.path.join(out_dir, f"rank{rank}.pkl"), "rb") as f:
+                results.append(pickle.load(f))
+        return results
+
+
+def agree_any(flag: bool, groups: RankGroups) -> bool:
+    """True on every rank when any rank passes True (host-side, control group)."""
+    t = torch.tensor([1 if flag else 0], dtype=torch.int32)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=groups.ctrl)
+    return bool(t.item())
+
+
+def all_gather_cat(out: torch.Tensor, inp: torch.Tensor, group: Any) -> None:
+    """out [T*n, ...] = concatenation of every rank's inp [n, ...] along dim 0."""
+    fn = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    fn(out, inp, group=group)

@@ -1,0 +1,133 @@
+"""The four attention layouts: who computes which heads for which requests, and the collectives.
+
+What it does: one function per layout computing a layer's attention contribution [B, D],
+identical on every rank afterwards, from the normed hidden state h [B, D] (replicated):
+- TP: heads sharded; every rank attends every request over its full copy of the KV; partial
+  output projections summed by all-reduce.
+- CP: weights replicated; each rank attends every request over the pages it holds (page
+  interleaved); partial outputs and log-sum-exps all-gathered and merged exactly.
+- DP-attention: weights replicated; each owner attends its own requests with all heads;
+  outputs gathered (an all-reduce of rows that are zero off their owner, which is exact).
+- DOP: heads sharded like TP, each request's KV on its owner: queries go to owners by
+  all-to-all, attention outputs come back by all-to-all, partial projections all-reduced.
+`StepBatch` carries the per-step kernel inputs a rank needs for its layout.
+What it does not do: caching or page allocation (runner.py), the FFN (always TP-sharded,
+runner.py), or switching (transitions.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from .config import MLADims
+from .dist import RankGroups, all_gather_cat
+from .kernels import KernelConfig, merge_partials, mla_decode
+from .kv_pages import PageTable
+from .layers import HeadWeights, ReplicatedAttnWeights, absorbed_queries, attention_output, q_latent
+
+
+@dataclass
+class StepBatch:
+    """Kernel inputs of one step on one rank (built by the runner from its page table)."""
+
+    positions: torch.Tensor  # [B] int64, position of the new token
+    block_table: torch.Tensor  # [n_att, maxp] int32 (requests this rank attends)
+    local_lens: torch.Tensor  # [n_att] int32
+    max_pages: int
+    own_rows: torch.Tensor | None = None  # DP: [n_own] batch rows this rank owns
+    perm: torch.Tensor | None = None  # DOP: [B] batch rows sorted by owner
+    counts: list[int] | None = None  # DOP: requests per owner rank, length T
+
+
+def _kernel(q, pool_l, sb: StepBatch, dims: MLADims, kcfg: KernelConfig | None):
+    return mla_decode(q, pool_l, sb.block_table, sb.local_lens, dims.softmax_scale, dims.kv_lora_rank,
+                      sb.max_pages, kcfg)
+
+
+def attention_tp(h, attn: ReplicatedAttnWeights, heads: HeadWeights, pool_l, sb: StepBatch,
+                 dims: MLADims, g: RankGroups, kcfg=None) -> torch.Tensor:
+    q = absorbed_queries(q_latent(h, attn, dims), heads, sb.positions, dims)  # [B, Hs, C+R]
+    o, _ = _kernel(q, pool_l, sb, dims, kcfg)  # [B, Hs, C]
+    out = attention_output(o, heads)  # [B, D] partial over heads
+    dist.all_reduce(out, group=g.main)
+    return out
+
+
+def attention_cp(h, attn, heads, pool_l, sb, dims, g, kcfg=None) -> torch.Tensor:
+    q = absorbed_queries(q_latent(h, attn, dims), heads, sb.positions, dims)  # [B, H, C+R]
+    o, lse = _kernel(q, pool_l, sb, dims, kcfg)  # [B, H, C], [B, H] over local pages
+    t = g.world_size
+    o_all = torch.empty((t * o.shape[0],) + tuple(o.shape[1:]), dtype=o.dtype, device=o.device)  # [T*B, H, C]
+    lse_all = torch.empty((t * lse.shape[0], lse.shape[1]), dtype=lse.dtype, device=lse.device)  # [T*B, H]
+    all_gather_cat(o_all, o.contiguous(), g.main)
+    all_gather_cat(lse_all, lse.contiguous(), g.main)
+    o_merged, _ = merge_partials(o_all.view((t,) + tuple(o.shape)), lse_all.view((t,) + tuple(lse.shape)))
+    return attention_output(o_merged, heads)  # [B, D], same on every rank
+
+
+def attention_dp(h, attn, heads, pool_l, sb, dims, g, kcfg=None) -> torch.Tensor:
+    rows = sb.own_rows  # [n]
+    q = absorbed_queries(q_latent(h.index_select(0, rows), attn, dims), heads,
+                         sb.positions.index_select(0, rows), dims)  # [n, H, C+R]
+    o, _ = _kernel(q, pool_l, sb, dims, kcfg)  # [n, H, C]
+    out = torch.zeros_like(h)  # [B, D]
+    out.index_copy_(0, rows, attention_output(o, heads))
+    # NOTE: an all-reduce of rows that are zero except on their owner is an exact gather.
+    dist.all_reduce(out, group=g.main)
+    return out
+
+
+def attention_dop(h, attn, heads, pool_l, sb, dims, g, kcfg=None) -> torch.Tensor:
+    t, r = g.world_size, g.rank
+    n_own = sb.counts[r]
+    q = absorbed_queries(q_latent(h, attn, dims), heads, sb.positions, dims)  # [B, Hs, C+R]
+    hs, width = q.shape[1], q.shape[2]
+    q_sorted = q.index_select(0, sb.perm)  # [B, Hs, C+R], grouped by owner
+    recv = torch.empty((t * n_own, hs, width), dtype=q.dtype, device=q.device)  # from each rank: my requests, its heads
+    dist.all_to_all_single(recv, q_sorted, output_split_sizes=[n_own] * t, input_split_sizes=sb.counts,
+                           group=g.main)
+    q_own = recv.view(t, n_own, hs, width).permute(1, 0, 2, 3).reshape(n_own, t * hs, width)  # [n, H, C+R]
+    o, _ = _kernel(q_own.contiguous(), pool_l, sb, dims, kcfg)  # [n, H, C]
+    c = o.shape[-1]
+    send = o.view(n_own, t, hs, c).permute(1, 0, 2, 3).reshape(t * n_own, hs, c).contiguous()  # [T*n, Hs, C]
+    back = torch.empty((q.shape[0], hs, c), dtype=o.dtype, device=o.device)  # [B, Hs, C] owner-sorted
+    dist.all_to_all_single(back, send, output_split_sizes=sb.counts, input_split_sizes=[n_own] * t,
+                           group=g.main)
+    o_mine = torch.empty_like(back)
+    o_mine.index_copy_(0, sb.perm, back)  # batch order
+    out = attention_output(o_mine, heads)  # [B, D] partial over heads
+    dist.all_reduce(out, group=g.main)
+    return out
+
+
+ATTENTION = {"tp": attention_tp, "cp": attention_cp, "dp": attention_dp, "dop": attention_dop}
+
+
+def heads_sharded(kind: str) -> bool:
+    """TP and DOP shard attention heads; CP and DP-attention replicate them."""
+    return kind in ("tp", "dop")
+
+
+@dataclass
+class LayoutState:
+    """What one rank holds under one layout: its page table, head weights and weight slots."""
+
+    kind: str
+    table: PageTable
+    heads: list[HeadWeights]  # per layer: all heads (CP, DP) or this rank's shard (TP, DOP)
+    weight_slots: list[int]  # page slots given up for replicated weights beyond the shard
+
+
+def weight_slots_needed(kind: str, heads_full_bytes: int, world_size: int, page_bytes: int) -> int:
+    """Slots a layout's head weights take from the KV pool beyond the sharded size (all layers).
+
+    heads_full_bytes: per-head weights of every layer, all heads. Sharded layouts need none.
+    """
+    if heads_sharded(kind) or world_size == 1:
+        return 0
+    extra = heads_full_bytes - heads_full_bytes // world_size
+    return -(-extra // page_bytes)
+

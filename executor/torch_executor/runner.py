@@ -1,0 +1,246 @@
+"""A multi-step decode driver for one rank: weights, paged cache, the active layout, switches.
+
+What it does: `RankRunner` holds this rank's weights (attention heads per the layout, FFN
+columns always TP-sharded), one KV pool [L, P, page, C+R], the requests' lengths and the
+active `LayoutState`; `step()` runs one decode step of every request (new token's latent
+written to the pages that hold it — both layouts' pages while a switch is copying — then per
+layer the layout's attention and the FFN) and returns the final residual [B, D], identical
+on every rank. `switch_to()` starts a transition (transitions.py) that `step()` advances in
+the background and commits at the plan's boundary.
+What it does not do: sampling (inputs are synthetic embeddings of (request, position)),
+prefill (history is synthetic, written straight into pages), admission or preemption policy.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from .config import MLADims
+from .dist import RankGroups
+from .kernels import KernelConfig
+from .kv_pages import (OutOfPages, PageTable, SlotAllocator, check_layout_kind, gather_logical_kv, holders,
+                       pages_for, write_history)
+from .layers import ffn_partial, kv_latent, make_layer_weights, rms_norm, token_embeddings
+from .layouts import ATTENTION, LayoutState, StepBatch, heads_sharded, weight_slots_needed
+
+
+class RankRunner:
+    """One rank of a T-rank MLA decode stack."""
+
+    def __init__(self, dims: MLADims, groups: RankGroups, layout: str, num_slots: int,
+                 dtype: torch.dtype = torch.float32, seed: int = 0, kernel_config: KernelConfig | None = None):
+        check_layout_kind(layout)
+        dims.check_world_size(groups.world_size)
+        self.dims, self.g, self.dtype, self.seed = dims, groups, dtype, seed
+        self.kernel_config = kernel_config
+        t, r, dev = groups.world_size, groups.rank, groups.device
+        self.pool = (torch.empty if groups.is_cuda else torch.zeros)(
+            (dims.num_layers, num_slots, dims.page_size, dims.latent_dim), dtype=dtype, device=dev)  # [L, P, page, C+R]
+        self.alloc = SlotAllocator(num_slots)
+        self.page_bytes = dims.kv_bytes_per_page(self.pool.element_size())
+        hs = dims.num_heads // t
+        self.replicated, self.ffn, heads = [], [], []
+        for layer in range(dims.num_layers):
+            if heads_sharded(layout):
+                lw = make_layer_weights(dims, layer, seed, r * hs, hs, r, t, dev, dtype)
+            else:
+                lw = make_layer_weights(dims, layer, seed, 0, dims.num_heads, r, t, dev, dtype)
+            self.replicated.append(lw.attn)
+            self.ffn.append(lw.ffn)
+            heads.append(lw.heads)
+        self.head_bytes_full = sum(h.nbytes() for h in heads) * (t if heads_sharded(layout) else 1)
+        self.state = LayoutState(layout, PageTable(layout, {}), heads, [])
+        self.state.weight_slots = self.alloc.reserve(self.weight_slots_for(layout))
+        self.seq_lens: dict[int, int] = {}
+        self.order: list[int] = []
+        self.step_index = 0
+        self.switch = None  # transitions.Transition while one is in flight
+        self._bt_cache: dict[tuple, tuple] = {}
+        self.side_stream = torch.cuda.Stream(device=dev) if groups.is_cuda else None
+
+    # ---- bookkeeping -------------------------------------------------------------------------
+    def weight_slots_for(self, kind: str) -> int:
+        return weight_slots_needed(kind, self.head_bytes_full, self.g.world_size, self.page_bytes)
+
+    @property
+    def layout(self) -> str:
+        return self.state.kind
+
+    def add_requests(self, lengths: dict[int, int], owners: dict[int, int] | None = None) -> None:
+        """Admit requests with `lengths[req]` tokens of synthetic history (no switch in flight)."""
+        if self.switch is not None and self.switch.in_flight:
+            raise RuntimeError("cannot admit requests while a switch is in flight")
+        table = self.state.table
+        if self.state.kind in ("dp", "dop"):
+            load = [0] * self.g.world_size
+            for req, rank in table.owners.items():
+                load[rank] += self.seq_lens[req]
+            for req in sorted(lengths, key=lambda q: (-lengths[q], q)):
+                rank = owners[req] if owners else min(range(self.g.world_size), key=lambda k: (load[k], k))
+                table.owners[req] = rank
+                load[rank] += lengths[req]
+        for req, n in lengths.items():
+            if req in self.seq_lens:
+                raise ValueError(f"request {req} is already running")
+            self.seq_lens[req] = n
+            self.order.append(req)
+            for lp in range(pages_for(n, self.dims.page_size)):
+                if table.holds(self.g.rank, self.g.world_size, req, lp):
+                    table.add(req, lp, self.alloc.alloc(1)[0])
+            write_history(self.pool, table, req, n, self.seed)
+
+    def finish_request(self, req: int) -> None:
+        if self.switch is not None and self.switch.in_flight:
+            raise RuntimeError("cannot finish requests while a switch is in flight")
+        self.alloc.release(self.state.table.remove_request(req))
+        self.state.table.owners.pop(req, None)
+        self.order.remove(req)
+        del self.seq_lens[req]
+
+    def _tables_written(self) -> list[PageTable]:
+        tables = [self.state.table]
+        if self.switch is not None and self.switch.mirroring:
+            tables.append(self.switch.new.table)
+        return tables
+
+    def _prepare_writes(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Allocate pages for each request's new token; return (rows [n] into B, flat token idx [n])."""
+        page, t, r = self.dims.page_size, self.g.world_size, self.g.rank
+        rows, toks = [], []
+        for table_i, table in enumerate(self._tables_written()):
+            for i, req in enumerate(self.order):
+                pos = self.seq_lens[req]
+                lp = pos // page
+                if r not in holders(table.kind, t, req, lp, table.owners):
+                    continue
+                slot = table.pages.get(req, {}).get(lp)
+                if slot is None:
+                    try:
+                        slot = self.alloc.alloc(1)[0]
+                    except OutOfPages as e:
+                        if table_i == 0:
+                            raise
+                        self.switch.fail(f"no memory for a new page of the destination layout: {e}")
+                        break
+                    table.add(req, lp, slot)
+                tok = slot * page + pos % page
+                if table_i == 1 and tok in toks:
+                    continue  # page kept by both layouts: one write
+                rows.append(i)
+                toks.append(tok)
+        dev = self.g.device
+        return (torch.tensor(rows, dtype=torch.int64).to(dev, non_blocking=True),
+                torch.tensor(toks, dtype=torch.int64).to(dev, non_blocking=True))
+
+    def _step_batch(self, positions: torch.Tensor) -> StepBatch:
+        """Kernel inputs for the active layout."""
+        st, page, t, r = self.state, self.dims.page_size, self.g.world_size, self.g.rank
+        kind, table = st.kind, st.table
+        seq_after = {q: self.seq_lens[q] + 1 for q in self.order}
+        own_rows = perm = counts = None
+        if kind in ("tp", "cp"):
+            att = list(self.order)
+        elif kind == "dp":
+            idx = [i for i, q in enumerate(self.order) if table.owners[q] == r]
+            att = [self.order[i] for i in idx]
+            own_rows = torch.tensor(idx, dtype=torch.int64).to(self.g.device, non_blocking=True)
+        else:
+            order_idx = sorted(range(len(self.order)), key=lambda i: (table.owners[self.order[i]], i))
+            counts = [0] * t
+            for q in self.order:
+                counts[table.owners[q]] += 1
+            start = sum(counts[:r])
+            att = [self.order[i] for i in order_idx[start:start + counts[r]]]
+            perm = torch.tensor(order_idx, dtype=torch.int64).to(self.g.device, non_blocking=True)
+        key = (id(table), tuple(att))
+        cached = self._bt_cache.get(key)
+        if cached is None or cached[0] != table.version:
+            bt_np, maxp = table.block_table(att, page)
+            bt = torch.from_numpy(bt_np).to(self.g.device, non_blocking=True)
+            self._bt_cache = {key: (table.version, bt, maxp)}
+        else:
+            _, bt, maxp = cached
+        lens = np.array([table.local_len(q, seq_after[q], page) for q in att], dtype=np.int32)
+        lens_t = torch.from_numpy(lens).to(self.g.device, non_blocking=True)
+        return StepBatch(positions, bt, lens_t, maxp, own_rows, perm, counts)
+
+    # ---- the step ----------------------------------------------------------------------------
+    def step(self) -> torch.Tensor:
+        """One decode step of every running request. Returns the final residual [B, D]."""
+        if self.switch is not None:
+            self.switch.before_step(self)
+        dims, dev = self.dims, self.g.device
+        req_t = torch.tensor(self.order, dtype=torch.int64)
+        pos_t = torch.tensor([self.seq_lens[q] for q in self.order], dtype=torch.int64)
+        rows, toks = self._prepare_writes()
+        positions = pos_t.to(dev, non_blocking=True)
+        sb = self._step_batch(positions)
+        x = token_embeddings(req_t, pos_t, dims.hidden_size, self.seed).to(dev, self.dtype)  # [B, D]
+        attention = ATTENTION[self.state.kind]
+        flat = self.pool.view(dims.num_layers, -1, dims.latent_dim)  # [L, P*page, C+R]
+        for layer in range(dims.num_layers):
+            attn = self.replicated[layer]
+            h = rms_norm(x, attn.attn_norm, dims.rms_eps)  # [B, D]
+            latent = kv_latent(h, attn, positions, dims)  # [B, C+R]
+            flat[layer].index_copy_(0, toks, latent.index_select(0, rows))
+            x = x + attention(h, attn, self.state.heads[layer], self.pool[layer], sb, dims, self.g,
+                              self.kernel_config)
+            f = ffn_partial(x, self.ffn[layer], dims)  # [B, D] partial over FFN columns
+            dist.all_reduce(f, group=self.g.main)
+            x = x + f
+        for q in self.order:
+            self.seq_lens[q] += 1
+        if self.switch is not None:
+            self.switch.after_step(self)
+        self.step_index += 1
+        return x
+
+    def switch_to(self, kind: str, bytes_per_step: int, faults=None):
+        """Plan and begin a switch to `kind` at this batch boundary; returns the Transition."""
+        from .transitions import Transition, plan_transition
+
+        check_layout_kind(kind)
+        if self.switch is not None and self.switch.in_flight:
+            raise RuntimeError(f"a switch to {self.switch.plan.dst_kind} is already in flight")
+        plan = plan_transition(self.state.kind, kind, self.g.world_size, dict(self.seq_lens),
+                               dict(self.state.table.owners), self.dims, self.pool.element_size(),
+                               self.head_bytes_full, self.step_index, bytes_per_step)
+        self.switch = Transition(plan, faults)
+        self.switch.begin(self)
+        return self.switch
+
+    # ---- checks ------------------------------------------------------------------------------
+    def local_logical_kv(self) -> dict[int, tuple[list[int], torch.Tensor]]:
+        """Held tokens of each request in logical order: req -> (held logical pages, [L, n, C+R] cpu)."""
+        table = self.state.table
+        return {q: (sorted(table.pages.get(q, {})),
+                    gather_logical_kv(self.pool, table, q, self.seq_lens[q]).cpu())
+                for q in self.order}
+
+    def check_pages(self) -> None:
+        """Raise unless every slot is exactly one of: free, reserved, or one logical page of a table."""
+        used: dict[int, tuple] = {}
+        tables = [self.state.table] + ([self.switch.new.table] if self.switch is not None and self.switch.in_flight
+                                       else [])
+        for table in tables:
+            for req, per in table.pages.items():
+                for lp, slot in per.items():
+                    if used.setdefault(slot, (req, lp)) != (req, lp):
+                        raise AssertionError(f"slot {slot} holds {used[slot]} and {(req, lp)}")
+        free = self.alloc.free_set()
+        self.alloc.check_disjoint()
+        reserved = set(self.alloc.reserved)
+        if free & set(used) or reserved & set(used) or free & reserved:
+            raise AssertionError("a slot is both used and free/reserved")
+        if len(free) + len(reserved) + len(used) != self.alloc.num_slots:
+            raise AssertionError(f"slots lost: {len(free)} free + {len(reserved)} reserved + {len(used)} used "
+                                 f"!= {self.alloc.num_slots}")
+        for req, n in self.seq_lens.items():
+            for lp in range(pages_for(n, self.dims.page_size)):
+                held = lp in self.state.table.pages.get(req, {})
+                if held != self.state.table.holds(self.g.rank, self.g.world_size, req, lp):
+                    raise AssertionError(f"request {req} page {lp} held={held} disagrees with layout "
+                                         f"{self.state.kind}")
+

@@ -1,0 +1,129 @@
+"""Rank-side scenarios for the executor's CPU tests: run in spawned gloo process groups.
+
+One spawn per world size runs every scenario and returns plain numbers and flags; the test
+modules assert on them. Helper names are unique across tests/ (no package here).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from executor.torch_executor import Faults, RankRunner, tiny_dims
+from executor.torch_executor.checks import check_global_placement, collect_logical_kv, kv_checksum
+from executor.torch_executor.reference import ReferenceDecoder
+
+LAYOUTS = ("tp", "cp", "dp", "dop")
+PAIRS = tuple((a, b) for a in LAYOUTS for b in LAYOUTS if a != b)
+LENGTHS = {0: 5, 1: 17, 2: 1, 3: 30, 4: 8, 5: 12}
+STEPS = 12
+SWITCH_AT = 2
+SEED = 7
+
+
+def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a.double() - b.double()).norm() / b.double().norm())
+
+
+def _runner(g, layout, num_slots=256, dims=None):
+    dims = dims or tiny_dims(num_heads=8)
+    r = RankRunner(dims, g, layout, num_slots=num_slots, dtype=torch.float32, seed=SEED)
+    r.add_requests(dict(LENGTHS))
+    return r
+
+
+def _kv_bytes_step(dims) -> int:
+    # a few pages per chunk so switches take several steps
+    return 3 * dims.kv_bytes_per_page(4)
+
+
+def scenario_all(g) -> dict:
+    torch.manual_seed(0)
+    out: dict = {"world_size": g.world_size}
+    dims = tiny_dims(num_heads=8)
+    ref = ReferenceDecoder(dims, seed=SEED)
+    ref.add_requests(dict(LENGTHS))
+    ref_out = [ref.step() for _ in range(STEPS)]
+
+    # 1. every layout against the reference; outputs identical on all ranks
+    base: dict[str, list[torch.Tensor]] = {}
+    for kind in LAYOUTS:
+        runner = _runner(g, kind)
+        outs = []
+        for _ in range(STEPS):
+            outs.append(runner.step())
+            check_global_placement(runner)
+        base[kind] = outs
+        out[f"layout_err/{kind}"] = max(rel_err(o, rf) for o, rf in zip(outs, ref_out))
+        gathered = [torch.empty_like(outs[-1]) for _ in range(g.world_size)]
+        torch.distributed.all_gather(gathered, outs[-1].contiguous(), group=g.ctrl)
+        out[f"ranks_agree/{kind}"] = all(torch.equal(x, gathered[0]) for x in gathered)
+
+    # 2. each of the 12 switches mid-decode
+    for src, dst in PAIRS:
+        runner = _runner(g, src)
+        outs, kv_same, states, chunks = [], None, [], None
+        for s in range(STEPS):
+            if s == SWITCH_AT:
+                sw = runner.switch_to(dst, bytes_per_step=_kv_bytes_step(dims))
+                chunks = sw.plan.num_chunks
+                states.append(sw.state.value)
+            if runner.switch is not None and runner.switch.state.value == "copying" \
+                    and runner.step_index == runner.switch.plan.commit_step:
+                before = kv_checksum(collect_logical_kv(runner))
+                runner.switch.before_step(runner)  # the commit at this boundary
+                after = kv_checksum(collect_logical_kv(runner))
+                kv_same = before == after
+                states.append(runner.switch.state.value)
+            outs.append(runner.step())
+            check_global_placement(runner)
+        key = f"{src}->{dst}"
+        out[f"switch_err/{key}"] = max(rel_err(o, b) for o, b in zip(outs, base[src]))
+        out[f"switch_ref_err/{key}"] = max(rel_err(o, rf) for o, rf in zip(outs, ref_out))
+        out[f"switch_states/{key}"] = states
+        out[f"switch_layout/{key}"] = runner.layout
+        out[f"switch_kv_identical/{key}"] = kv_same
+        out[f"switch_chunks/{key}"] = chunks
+        out[f"switch_free_after/{key}"] = runner.alloc.num_free
+
+    # 3. faults: a failing transfer, injected page denial, a pool too small for TP
+    probe = _runner(g, "cp")
+    fit = len(probe.alloc.reserved) + 1 + sum(
+        1 for q, n in LENGTHS.items() for lp in range(-(-(n + STEPS) // dims.page_size))
+        if probe.state.table.holds(g.rank, g.world_size, q, lp))
+    fit_t = torch.tensor([fit])
+    torch.distributed.all_reduce(fit_t, op=torch.distributed.ReduceOp.MAX, group=g.ctrl)
+    cp_fit_slots = int(fit_t.item())  # room for CP and its growth, not for TP's copies
+    for name, src, dst, faults, slots in (
+        ("transfer", "cp", "tp", Faults(fail_transfer_chunk=1, fail_transfer_rank=g.world_size - 1), 256),
+        ("transfer_weights", "dop", "dp", Faults(fail_transfer_chunk=0, fail_transfer_rank=0), 256),
+        ("deny_pages", "dp", "cp", Faults(deny_pages_rank=g.world_size - 1), 256),
+        ("small_pool", "cp", "tp", None, cp_fit_slots),
+    ):
+        runner = _runner(g, src, num_slots=slots)
+        free0 = runner.alloc.num_free
+        kv0 = None
+        outs = []
+        for s in range(STEPS):
+            if s == SWITCH_AT:
+                kv0 = collect_logical_kv(runner)
+                runner.switch_to(dst, bytes_per_step=_kv_bytes_step(dims), faults=faults)
+            outs.append(runner.step())
+            check_global_placement(runner)
+        kv1 = collect_logical_kv(runner)
+        out[f"fault_state/{name}"] = runner.switch.state.value
+        out[f"fault_reason/{name}"] = runner.switch.reason
+        out[f"fault_layout/{name}"] = runner.layout
+        out[f"fault_err/{name}"] = max(rel_err(o, b) for o, b in zip(outs, base[src]))
+        out[f"fault_kv_prefix_identical/{name}"] = all(
+            torch.equal(kv1[q][:, :kv0[q].shape[1]], kv0[q]) for q in kv0)
+        pages_now = sum(len(p) for p in runner.state.table.pages.values())
+        out[f"fault_pages_accounted/{name}"] = (runner.alloc.num_free + pages_now + len(runner.alloc.reserved)
+                                                == runner.alloc.num_slots) and free0 >= runner.alloc.num_free
+        # a clean retry afterwards commits (except where the pool really is too small)
+        if name != "small_pool":
+            sw = runner.switch_to(dst, bytes_per_step=_kv_bytes_step(dims))
+            while sw.in_flight:
+                runner.step()
+            check_global_placement(runner)
+            out[f"fault_retry/{name}"] = sw.state.value
+    return out
