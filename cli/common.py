@@ -45,7 +45,7 @@ GpusOpt = Annotated[int, typer.Option("--gpus", "-g", help="GPUs in the deployme
 ReplicasOpt = Annotated[int, typer.Option("--replicas", help="Replicas of the whole group; the group is gpus/replicas GPUs.")]
 AttnOpt = Annotated[Attn, typer.Option("--attn", help="Attention layout.")]
 MoeOpt = Annotated[Optional[Moe], typer.Option("--moe", help="MoE split (default: ep for MoE models, tp for dense).")]
-BatchOpt = Annotated[int, typer.Option("--batch", "-b", help="Concurrent decode requests in the step (whole deployment).")]
+BatchOpt = Annotated[Optional[int], typer.Option("--batch", "-b", help="Concurrent decode requests in the step (whole deployment); default 32 with a single --context length.")]
 ContextOpt = Annotated[str, typer.Option(
     "--context", "-c",
     help="Context per request: one length (32768 or 32k), a comma list of per-request lengths (4k,4k,64k), "
@@ -84,7 +84,7 @@ def build_load(batch: int | None, context: str) -> planner.DecodeLoad:
         raise SpecError("context is empty")
     if len(parts) == 1 and "*" not in parts[0]:
         if batch is None:
-            raise SpecError("--batch is required with a single --context length")
+            batch = DEFAULTS["batch"]
         if batch < 1:
             raise SpecError(f"batch={batch} must be ≥ 1")
         return planner.DecodeLoad.equal(batch, parse_tokens(parts[0]))
@@ -193,6 +193,8 @@ def fmt_ms(s: float) -> str:
 
 
 def fmt_tokens(n: float) -> str:
+    if n >= 1024 and n < 1e6 and float(n) % 1024 == 0:
+        return f"{n / 1024:.0f}k"
     if n >= 1e6:
         return f"{n / 1e6:.2f} M"
     if n >= 1e3:

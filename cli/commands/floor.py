@@ -70,7 +70,7 @@ def _point(model, hardware, attn, moe, gpus, replicas, batch, context, prefill_t
 
 def floor(
     model: ModelOpt = DEFAULTS["model"], hardware: HardwareOpt = DEFAULTS["hardware"], gpus: GpusOpt = DEFAULTS["gpus"],
-    attn: AttnOpt = "tp", moe: MoeOpt = None, replicas: ReplicasOpt = 1, batch: BatchOpt = DEFAULTS["batch"],
+    attn: AttnOpt = "tp", moe: MoeOpt = None, replicas: ReplicasOpt = 1, batch: BatchOpt = None,
     context: ContextOpt = DEFAULTS["context"], prefill_tokens: PrefillOpt = 0.0, kv_dtype: KvDtypeOpt = None,
     weight_dtype: WeightDtypeOpt = None, mem_fraction: MemFractionOpt = DEFAULTS["mem_fraction"],
     page_tokens: PageOpt = 64, reserve_gib: ReserveOpt = 0.0, pricing: PricingOpt = PricingChoice.datasheet,
@@ -138,7 +138,7 @@ def valid_deployments(m, hw, gpus, replicas, weight_dtype, kv_dtype, mem_fractio
 
 def compare(
     model: ModelOpt = DEFAULTS["model"], hardware: HardwareOpt = DEFAULTS["hardware"], gpus: GpusOpt = DEFAULTS["gpus"],
-    replicas: ReplicasOpt = 1, batch: BatchOpt = DEFAULTS["batch"], context: ContextOpt = DEFAULTS["context"],
+    replicas: ReplicasOpt = 1, batch: BatchOpt = None, context: ContextOpt = DEFAULTS["context"],
     prefill_tokens: PrefillOpt = 0.0, kv_dtype: KvDtypeOpt = None, weight_dtype: WeightDtypeOpt = None,
     mem_fraction: MemFractionOpt = DEFAULTS["mem_fraction"], page_tokens: PageOpt = 64, reserve_gib: ReserveOpt = 0.0,
     pricing: PricingOpt = PricingChoice.datasheet, calibration: CalibrationOpt = None, json_out: JsonOpt = False,

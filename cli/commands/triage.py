@@ -32,7 +32,7 @@ def triage(
     profile: Annotated[Optional[str], typer.Option("--profile", help="Triage every row of a profile file instead.")] = None,
     threshold: Annotated[float, typer.Option("--threshold", help="Residual over floor_sum that calls for a profiler.")] = DEFAULT_THRESHOLD,
     model: ModelOpt = DEFAULTS["model"], hardware: HardwareOpt = DEFAULTS["hardware"], gpus: GpusOpt = DEFAULTS["gpus"],
-    attn: AttnOpt = "tp", moe: MoeOpt = None, replicas: ReplicasOpt = 1, batch: BatchOpt = DEFAULTS["batch"],
+    attn: AttnOpt = "tp", moe: MoeOpt = None, replicas: ReplicasOpt = 1, batch: BatchOpt = None,
     context: ContextOpt = DEFAULTS["context"], prefill_tokens: PrefillOpt = 0.0, kv_dtype: KvDtypeOpt = None,
     weight_dtype: WeightDtypeOpt = None, mem_fraction: MemFractionOpt = DEFAULTS["mem_fraction"],
     page_tokens: PageOpt = 64, reserve_gib: ReserveOpt = 0.0, pricing: PricingOpt = PricingChoice.datasheet,

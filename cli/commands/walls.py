@@ -108,11 +108,11 @@ def walls(
             doc["floor_max_s"] = w.floor_max_s
             doc["floor_sum_s"] = w.floor_sum_s
         docs.append(doc)
-    # layouts compared by which wall binds first: earliest first wall first
-    ranking = sorted(docs, key=lambda x: (x["first_wall"]["load"] if x["first_wall"] else np.inf), reverse=True)
+    # layouts compared by which wall binds first, and where: earliest first
+    ranking = sorted((x for x in docs if x["first_wall"]), key=lambda x: x["first_wall"]["load"])
     out = {"model": m.name, "hardware": hw.name, "gpus": gpus, "along": along.value,
            ("context_tokens" if along == Along.batch else "batch"): fixed, "range": [lo, hi], "layouts": docs,
-           "latest_first_wall": [f"{x['attn']}/{x['moe']}" for x in ranking]}
+           "first_wall_order": [{"attn": x["attn"], "moe": x["moe"], **x["first_wall"]} for x in ranking]}
     title = (f"{m.name} on {gpus} × {hw.name}: growing {along.value} at "
              + (f"context {fixed:.0f}" if along == Along.batch else f"batch {fixed:.0f}"))
     if plot:
@@ -135,7 +135,8 @@ def walls(
         kv = d["kv_wall"]
         t.add_row(f"{d['attn']}/{d['moe']}", d["binding_at_start"], order, f"{kv:.0f}{unit}" if kv else "none in range")
     con.print(t)
-    con.print("latest first wall (most headroom) → earliest: " + ", ".join(out["latest_first_wall"]))
+    con.print("first wall hit as " + along.value + " grows, earliest first: " + ", ".join(
+        f"{x['attn']}/{x['moe']} {x['resource']} @ {x['load']:.0f}{unit}" for x in out["first_wall_order"]))
     if plot:
         con.print(f"plot written to {plot}")
 

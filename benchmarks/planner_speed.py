@@ -1,0 +1,104 @@
+"""Planner speed: operating points per second for a vectorized sweep, and the wall time of one
+`floorfirst floor` call (process start to exit).
+
+Targets (issue 2): ≥ 1,000,000 points/s on one core; one CLI call < 0.5 s.
+Prints a short table, then one JSON document as the last line.
+Usage: python benchmarks/planner_speed.py [--points N] [--repeats R] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+import planner
+
+
+def cpu_name() -> str:
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def sweep_points_per_s(points: int, repeats: int) -> dict:
+    rng = np.random.default_rng(0)
+    batch = rng.integers(1, 1024, points)
+    context = rng.integers(128, 262_144, points)
+    m, hw = planner.load_model("deepseek-v3.2"), planner.load_hardware("h200")
+    out = {}
+    for attn in planner.ATTN_LAYOUTS:
+        dep = planner.make_deployment(m, hw, attn=attn, moe="ep", gpus=8)
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            load = planner.DecodeLoad.equal(batch, context)
+            c = planner.step_cost(dep, load)
+            _ = c.floor_max_s, c.floor_sum_s, c.binding
+            times.append(time.perf_counter() - t0)
+        out[attn] = points / statistics.median(times)
+    return out
+
+
+def cli_wall_s(repeats: int) -> float:
+    exe = shutil.which("floorfirst")
+    cmd = [exe] if exe else [sys.executable, "-m", "cli.main"]
+    cmd += ["floor", "--model", "deepseek-v3.2", "--hardware", "h200", "--gpus", "8", "--batch", "64",
+            "--context", "32k", "--json"]
+    times = []
+    for _ in range(repeats + 1):
+        t0 = time.perf_counter()
+        subprocess.run(cmd, check=True, capture_output=True)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times[1:])  # first run warms the page cache
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--points", type=int, default=1_000_000)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--out", help="also write the JSON document here")
+    a = ap.parse_args()
+    rates = sweep_points_per_s(a.points, a.repeats)
+    cli = cli_wall_s(a.repeats)
+    doc = {
+        "benchmark": "planner_speed",
+        "points": a.points,
+        "repeats": a.repeats,
+        "points_per_s": min(rates.values()),
+        "points_per_s_by_attn": rates,
+        "cli_floor_wall_s": cli,
+        "target_points_per_s": 1_000_000,
+        "target_cli_floor_wall_s": 0.5,
+        "conditions": {
+            "cpu": cpu_name(), "cores_visible": os.cpu_count(), "python": platform.python_version(),
+            "numpy": np.__version__, "model": "deepseek-v3.2", "hardware": "h200", "gpus": 8, "moe": "ep",
+            "sweep": "batch ~ U[1,1024), context ~ U[128, 262144), equal lengths; medians of repeats",
+            "threads": "numpy elementwise ops run on one core",
+        },
+    }
+    print(f"{'attn':6} {'points/s':>14}")
+    for k, v in rates.items():
+        print(f"{k:6} {v:14,.0f}")
+    print(f"floorfirst floor wall time: {cli * 1e3:.0f} ms (median of {a.repeats})")
+    line = json.dumps(doc)
+    if a.out:
+        with open(a.out, "w") as f:
+            f.write(json.dumps(doc, indent=1) + "\n")
+    print(line)
+
+
+if __name__ == "__main__":
+    main()

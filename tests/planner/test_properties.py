@@ -1,0 +1,84 @@
+"""Properties over every registered model × layout (hypothesis)."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import planner
+from planner.capacity import capacity
+from planner.errors import SpecError
+from planner.load import DecodeLoad
+
+MODELS = planner.builtin_model_names()
+HW = ["h200", "b200", "h20", "mi300x"]
+COMBOS = [(a, m) for a in planner.ATTN_LAYOUTS for m in planner.MOE_SPLITS]
+
+
+def _dep(model, hw, attn, moe, gpus):
+    try:
+        return planner.make_deployment(planner.load_model(model), planner.load_hardware(hw), attn=attn, moe=moe, gpus=gpus)
+    except SpecError:
+        return None
+
+
+points = st.tuples(st.sampled_from(MODELS), st.sampled_from(HW), st.sampled_from(COMBOS), st.sampled_from([1, 2, 4, 8]))
+SETTINGS = settings(max_examples=60, deadline=None)
+
+
+@SETTINGS
+@given(points, st.integers(1, 2048), st.integers(1, 300_000), st.floats(0, 16384))
+def test_max_floor_never_exceeds_sum(p, batch, context, prefill):
+    dep = _dep(p[0], p[1], *p[2], p[3])
+    if dep is None:
+        return
+    c = planner.step_cost(dep, DecodeLoad.equal(batch, context), prefill_tokens=prefill)
+    assert np.all(c.floor_max_s <= c.floor_sum_s * (1 + 1e-12))
+    assert np.all(c.floor_max_s > 0)
+
+
+@SETTINGS
+@given(points, st.integers(1, 1024), st.integers(0, 1024), st.integers(1, 200_000), st.integers(0, 200_000))
+def test_floors_non_decreasing_in_batch_and_context(p, b, db, l, dl):
+    dep = _dep(p[0], p[1], *p[2], p[3])
+    if dep is None:
+        return
+    base = planner.step_cost(dep, DecodeLoad.equal(b, l))
+    more_b = planner.step_cost(dep, DecodeLoad.equal(b + db, l))
+    more_l = planner.step_cost(dep, DecodeLoad.equal(b, l + dl))
+    for bigger in (more_b, more_l):
+        assert bigger.floor_max_s[0] >= base.floor_max_s[0] * (1 - 1e-12)
+        assert bigger.floor_sum_s[0] >= base.floor_sum_s[0] * (1 - 1e-12)
+        assert bigger.kv_resident_bytes[0] >= base.kv_resident_bytes[0]
+
+
+@SETTINGS
+@given(st.sampled_from(MODELS), st.sampled_from(HW), st.sampled_from(planner.MOE_SPLITS), st.integers(1, 512),
+       st.integers(1, 200_000))
+def test_all_attention_layouts_agree_at_one_gpu(model, hw, moe, batch, context):
+    deps = [_dep(model, hw, a, moe, 1) for a in planner.ATTN_LAYOUTS]
+    if any(d is None for d in deps):
+        return
+    costs = [planner.step_cost(d, DecodeLoad.equal(batch, context)) for d in deps]
+    for c in costs[1:]:
+        assert c.floor_max_s[0] == pytest.approx(costs[0].floor_max_s[0], rel=1e-12)
+        assert c.floor_sum_s[0] == pytest.approx(costs[0].floor_sum_s[0], rel=1e-12)
+        assert c.kv_resident_bytes[0] == pytest.approx(costs[0].kv_resident_bytes[0], rel=1e-12)
+
+
+@settings(max_examples=25, deadline=None)
+@given(points, st.integers(1, 100_000), st.integers(0, 400_000))
+def test_capacity_non_increasing_in_context(p, l, dl):
+    dep = _dep(p[0], p[1], *p[2], p[3])
+    if dep is None:
+        return
+    c = capacity(dep, [l, l + dl])
+    assert c.max_concurrency[1] <= c.max_concurrency[0]
+
+
+@pytest.mark.parametrize("model", [m for m in MODELS if planner.load_model(m).attention.kind in ("mla", "dsa")])
+@pytest.mark.parametrize("gpus", [1, 2, 4, 8])
+def test_mla_owner_layouts_hold_at_least_tp_distinct_tokens(model, gpus):
+    tp = capacity(_dep(model, "h200", "tp", "ep", gpus), [8192]).distinct_tokens
+    for attn in ("cp", "dp", "dop"):
+        assert capacity(_dep(model, "h200", attn, "ep", gpus), [8192]).distinct_tokens >= tp
