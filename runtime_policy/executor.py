@@ -1,0 +1,43 @@
+"""The `Executor` protocol the serving loop drives, and the batch it hands over.
+
+An executor runs `steps` consecutive steps of one batch in one layout — every decoding request
+gains one token per step, and step j also runs `prefill_tokens[j]` prompt tokens — and returns each
+step's duration. It starts a layout switch in the background (returning when it will be ready) and
+commits it at a batch boundary (returning the stall). `executor.sim` prices steps from the
+compiled tables; a GPU executor runs them.
+
+Does not: choose anything — admission, ordering and layout are the loop's and the policy's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from runtime_policy.transitions import TransitionPlan
+
+
+@dataclass(frozen=True)
+class StepBatch:
+    """The decoding requests of a run of steps (constant membership over the run)."""
+
+    layout: int  # index into runtime_policy.tables.LAYOUTS
+    context_tokens: np.ndarray  # [B] context length of each decoding request at the first step
+    owners: np.ndarray  # [B] owner rank of each request (used by owner layouts)
+    request_ids: np.ndarray  # [B]
+
+
+class Executor(Protocol):
+    def run_steps(self, batch: StepBatch, prefill_tokens: np.ndarray) -> np.ndarray:
+        """Run len(prefill_tokens) steps; return their durations in seconds [k]."""
+        ...
+
+    def start_switch(self, plan: TransitionPlan) -> float:
+        """Begin moving state in the background; seconds until the move is complete."""
+        ...
+
+    def commit_switch(self, plan: TransitionPlan) -> float:
+        """Hand off at a batch boundary; the stall in seconds."""
+        ...

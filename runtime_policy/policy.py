@@ -1,0 +1,328 @@
+"""The layout policy: compiled once, asked "stay or switch?" every step.
+
+`LayoutPolicy.compile(dep, ...)` validates its knobs and builds the step-time tables (slow, once).
+`decide(state)` reads the batch state — per-request context lengths, per-rank KV tokens, free KV
+per rank, the waiting queue, the current layout, a switch in flight — and answers with a small
+frozen `Decision` carrying an enum `Reason`. It never raises (anything unexpected is a
+`CANT_DECIDE` stay), logs nothing, and reuses preallocated buffers; stay decisions are built at
+compile time, so the common answer allocates nothing.
+
+Rules, in order:
+1. capacity — the waiting queue's head can't be admitted (KV) or the running set no longer fits,
+   and another layout has room for it, with a transition whose memory fits: switch (the fastest
+   such layout);
+2. throughput — the fastest layout whose KV fits with headroom and which admits at least what the
+   current one admits; switch only if (a) it is faster by `min_gain_fraction`, (b) the last switch
+   is `cooldown_steps` old, (c) the move's memory fits, and (d) the time saved over the expected
+   dwell, less the steps spent in the old layout while the move runs, exceeds
+   `(1 + margin) × (interference + commit stall)`.
+The expected dwell is prediction-free: `dwell_fraction` × a running mean of completed requests'
+output lengths (the batch turns over on that scale), clamped to [min, max] steps.
+
+Does not: order requests, move state or run steps (ordering.py, the executor, loop.py).
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from planner.deployment import Deployment
+from planner.errors import SpecError
+from runtime_policy.tables import LAYOUTS, NET_BYTES, StepTimeModel, StepTimeTable, compile_tables
+from runtime_policy.transitions import TransitionPlan, plan_transition
+
+
+class Reason(enum.IntEnum):
+    STAY_BEST = 0
+    STAY_SMALL_GAIN = 1
+    STAY_NOT_WORTH = 2
+    STAY_COOLDOWN = 3
+    STAY_IN_FLIGHT = 4
+    STAY_NO_MEMORY = 5
+    STAY_IDLE = 6
+    STAY_FIXED = 7
+    SWITCH_THROUGHPUT = 8
+    SWITCH_CAPACITY = 9
+    CANT_DECIDE = 10
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    layout: int  # index into LAYOUTS: the layout to run (== current unless switching)
+    switch: bool
+    reason: Reason
+    gain_s: float = 0.0  # predicted serving time saved over the dwell
+    cost_s: float = 0.0  # predicted transition cost
+    plan: TransitionPlan | None = None
+
+    @property
+    def layout_name(self) -> str:
+        return LAYOUTS[self.layout]
+
+
+@dataclass(slots=True)
+class PolicyState:
+    """The batch state the serving loop keeps up to date in place (arrays are reused)."""
+
+    context_tokens: np.ndarray  # [B] decoding requests' context lengths
+    owner_kv_tokens: np.ndarray  # [T] KV tokens each rank owns (one page of slack per request)
+    free_kv_bytes: np.ndarray  # [T] free KV bytes per rank in the current layout
+    waiting_tokens: np.ndarray  # [W] tokens each waiting request needs, in admission order
+    layout: int = 0
+    switch_in_flight: bool = False
+    steps_since_switch: int = 1 << 30
+    running: int = 0  # requests holding KV (decoding + prefilling)
+
+
+@dataclass(frozen=True)
+class PolicyKnobs:
+    """The policy's knobs (validated at compile)."""
+
+    margin: float = 0.5  # the dwell gain must exceed (1 + margin) × switch cost
+    min_gain_fraction: float = 0.05  # hysteresis: ignore layouts less than 5 % faster
+    cooldown_steps: int = 256  # no throughput switch sooner than this after the last one
+    kv_headroom_fraction: float = 0.1  # a throughput target must leave this share of its KV pool free
+    dwell_fraction: float = 0.5  # expected dwell = this × mean completed output length (steps)
+    min_dwell_steps: float = 64.0
+    max_dwell_steps: float = 8192.0
+    initial_dwell_steps: float = 256.0
+    max_batch: int = 4096
+    allowed: tuple[str, ...] = LAYOUTS
+
+
+@dataclass
+class LayoutPolicy:
+    tables: StepTimeTable
+    knobs: PolicyKnobs = field(default_factory=PolicyKnobs)
+
+    # ---- compile (slow, validated) ------------------------------------------------------------
+    @classmethod
+    def compile(cls, dep: Deployment, model: StepTimeModel | None = None, knobs: PolicyKnobs | None = None,
+                max_prefill_tokens: int = 8192) -> "LayoutPolicy":
+        knobs = knobs or PolicyKnobs()
+        for name in ("margin", "min_gain_fraction", "kv_headroom_fraction", "dwell_fraction"):
+            v = getattr(knobs, name)
+            if not math.isfinite(v) or v < 0:
+                raise SpecError(f"{name}={v} must be a finite number ≥ 0")
+        if knobs.kv_headroom_fraction >= 1:
+            raise SpecError(f"kv_headroom_fraction={knobs.kv_headroom_fraction} must be < 1")
+        if not (0 < knobs.min_dwell_steps <= knobs.max_dwell_steps):
+            raise SpecError(f"min_dwell_steps={knobs.min_dwell_steps} must be in (0, max_dwell_steps]")
+        bad = [a for a in knobs.allowed if a not in LAYOUTS]
+        if bad or not knobs.allowed:
+            raise SpecError(f"allowed layouts {knobs.allowed} must be a non-empty subset of {', '.join(LAYOUTS)}")
+        tables = compile_tables(dep, model, max_batch=knobs.max_batch, max_prefill_tokens=max_prefill_tokens)
+        return cls(tables, knobs)
+
+    def __post_init__(self) -> None:
+        t, k = self.tables, self.knobs
+        n = len(LAYOUTS)
+        self._ok = [LAYOUTS[i] in k.allowed and t.info.kv_pool_bytes[i] > 0 for i in range(n)]
+        self._pool = [float(x) for x in t.info.kv_pool_bytes]
+        self._share = [float(x) for x in t.info.kv_total_share]
+        self._owner = [bool(x) for x in t.info.is_owner]
+        self._bpt = t.kv_bytes_per_token
+        self._topk = t.topk
+        self._stay = [[Decision(i, False, r) for r in Reason] for i in range(n)]
+        self._buf = np.empty(k.max_batch + 1)
+        self._f1 = np.zeros((n, 1))
+        self._f2 = np.zeros((n, 1))
+        self._terms = np.zeros((n, len(t.c1_s[0])))
+        self._tmp = np.zeros_like(self._terms)
+        self._mx = np.zeros(n)
+        self._sm = np.zeros(n)
+        self._owner_mask = np.asarray(self._owner, dtype=np.float64)
+        self._dwell_steps = k.initial_dwell_steps
+        self._mean_output = 0.0
+        self._completed = 0
+
+    # ---- running statistics (prediction-free dwell) ------------------------------------------
+    def observe_completion(self, output_tokens: float) -> None:
+        """Feed one finished request's output length (updates the expected dwell)."""
+        self._completed += 1
+        self._mean_output += (float(output_tokens) - self._mean_output) / self._completed
+        k = self.knobs
+        self._dwell_steps = min(max(k.dwell_fraction * self._mean_output, k.min_dwell_steps), k.max_dwell_steps)
+
+    # ---- the hot path -------------------------------------------------------------------------
+    def step_times_s(self, state: PolicyState) -> np.ndarray:
+        """[4] predicted step seconds of the current batch in each layout (a view into a buffer)."""
+        t = self.tables
+        ctx = state.context_tokens
+        b = ctx.shape[0]
+        if b:
+            s2 = float(ctx.sum())
+            if self._topk < 1e17:
+                buf = self._buf[:b] if b <= self._buf.shape[0] else np.empty(b)
+                s1 = float(np.minimum(ctx, self._topk, out=buf).sum())
+            else:
+                s1 = s2
+            own = float(state.owner_kv_tokens.max())
+            frac = min(own / s2, 1.0) if s2 > 0 else 0.0
+        else:
+            s1 = s2 = own = frac = 0.0
+        f1, f2 = self._f1, self._f2
+        for i in range(len(LAYOUTS)):
+            if self._owner[i]:
+                f1[i, 0] = s1 * frac
+                f2[i, 0] = s2 * frac
+            else:
+                f1[i, 0] = s1
+                f2[i, 0] = s2
+        terms, tmp = self._terms, self._tmp
+        np.multiply(t.c1_s, f1, out=terms)
+        np.multiply(t.c2_s, f2, out=tmp)
+        np.add(terms, tmp, out=terms)
+        np.add(terms, t.base_s[min(b, t.max_tokens)], out=terms)
+        np.max(terms, axis=1, out=self._mx)
+        np.sum(terms, axis=1, out=self._sm)
+        np.subtract(self._sm, self._mx, out=self._sm)
+        np.multiply(self._sm, t.alpha, out=self._sm)
+        np.add(self._sm, self._mx, out=self._sm)
+        np.add(self._sm, t.overhead_s, out=self._sm)
+        return self._sm
+
+    def decide(self, state: PolicyState) -> Decision:
+        """Stay or switch; never raises (an unexpected state is a CANT_DECIDE stay)."""
+        try:
+            return self._decide(state)
+        except Exception:  # NOTE: a policy bug must not take the server down; stay put instead.
+            cur = state.layout if isinstance(state.layout, int) and 0 <= state.layout < len(LAYOUTS) else 0
+            return self._stay[cur][Reason.CANT_DECIDE]
+
+    def _kv_bytes(self, i: int, total_tokens: float, own_tokens: float) -> float:
+        return (own_tokens if self._owner[i] else total_tokens * self._share[i]) * self._bpt
+
+    def _decide(self, state: PolicyState) -> Decision:
+        cur = int(state.layout)
+        stay = self._stay[cur]
+        if state.switch_in_flight:
+            return stay[Reason.STAY_IN_FLIGHT]
+        b = state.context_tokens.shape[0]
+        w = state.waiting_tokens.shape[0]
+        if b == 0 and w == 0:
+            return stay[Reason.STAY_IDLE]
+        steps = self.step_times_s(state)
+        okv = state.owner_kv_tokens
+        total = float(okv.sum())
+        own = float(okv.max())
+        own_min = float(okv.min())
+        n = len(LAYOUTS)
+        bpt = self._bpt
+        # admission of the queue's head, per layout
+        blocked = False
+        head = 0.0
+        if w and state.running < self.knobs.max_batch:
+            head = float(state.waiting_tokens[0]) + self.tables.page_tokens
+            fr = state.free_kv_bytes
+            need = head * bpt
+            blocked = (float(fr.max()) < need) if self._owner[cur] else (float(fr.min()) < need * self._share[cur])
+        fits_now = self._kv_bytes(cur, total, own) <= self._pool[cur]
+        if blocked or not fits_now:
+            best, best_t = -1, math.inf
+            for i in range(n):
+                if i == cur or not self._ok[i]:
+                    continue
+                if blocked:
+                    room = (self._kv_bytes(i, total + head, own_min + head) <= self._pool[i]
+                            and self._kv_bytes(i, total, own) <= self._pool[i])
+                else:
+                    room = self._kv_bytes(i, total, own) <= self._pool[i] * (1.0 - self.knobs.kv_headroom_fraction)
+                if room and steps[i] < best_t:
+                    plan = plan_transition(self.tables, cur, i, total * bpt, own * bpt)
+                    if plan.feasible:
+                        best, best_t = i, float(steps[i])
+            if best >= 0:
+                plan = plan_transition(self.tables, cur, best, total * bpt, own * bpt, b, float(steps[cur]),
+                                       self._net_share(cur, float(steps[cur])))
+                return Decision(best, True, Reason.SWITCH_CAPACITY, 0.0, plan.cost_s, plan)
+        if b == 0:
+            return stay[Reason.STAY_IDLE]
+        # throughput
+        head_admits_cur = w > 0 and not blocked
+        best, best_t = cur, float(steps[cur])
+        for i in range(n):
+            if i == cur or not self._ok[i] or float(steps[i]) >= best_t:
+                continue
+            if self._kv_bytes(i, total, own) > self._pool[i] * (1.0 - self.knobs.kv_headroom_fraction):
+                continue
+            if head_admits_cur and self._kv_bytes(i, total + head, own_min + head) > self._pool[i]:
+                continue  # would stop admitting what the current layout admits
+            best, best_t = i, float(steps[i])
+        if best == cur:
+            return stay[Reason.STAY_BEST]
+        t_cur = float(steps[cur])
+        gain = t_cur - best_t
+        if gain < self.knobs.min_gain_fraction * t_cur:
+            return stay[Reason.STAY_SMALL_GAIN]
+        if state.steps_since_switch < self.knobs.cooldown_steps:
+            return stay[Reason.STAY_COOLDOWN]
+        plan = plan_transition(self.tables, cur, best, total * bpt, own * bpt, b, t_cur, self._net_share(cur, t_cur))
+        if not plan.feasible:
+            return stay[Reason.STAY_NO_MEMORY]
+        useful_steps = self._dwell_steps - plan.link_s / t_cur
+        gain_s = gain * useful_steps
+        if gain_s <= (1.0 + self.knobs.margin) * plan.cost_s:
+            return stay[Reason.STAY_NOT_WORTH]
+        return Decision(best, True, Reason.SWITCH_THROUGHPUT, gain_s, plan.cost_s, plan)
+
+    def _net_share(self, layout: int, step_s: float) -> float:
+        return float(self._terms[layout, NET_BYTES]) / step_s if step_s > 0 else 0.0
+
+    def usable_layouts(self) -> list[int]:
+        return [i for i in range(len(LAYOUTS)) if self._ok[i]]
+
+    # ---- start-up -----------------------------------------------------------------------------
+    def initial_layout(self, waiting_tokens: np.ndarray) -> int:
+        """The layout to start in (no switch cost yet): the best predicted throughput for the
+        first batch each layout could admit from the queue."""
+        t = self.tables
+        best, best_rate = -1, -1.0
+        lens = np.asarray(waiting_tokens, dtype=np.float64)[: self.knobs.max_batch]
+        need = np.cumsum(lens + t.page_tokens)
+        for i in range(len(LAYOUTS)):
+            if not self._ok[i]:
+                continue
+            if self._owner[i]:
+                cap_tokens = self._pool[i] / self._bpt * t.ranks
+            else:
+                cap_tokens = self._pool[i] / (self._bpt * self._share[i])
+            bsz = int(np.searchsorted(need, cap_tokens, side="right"))
+            if bsz == 0:
+                continue
+            ctx = lens[:bsz]
+            s2 = float(ctx.sum())
+            s1 = float(np.minimum(ctx, t.topk).sum())
+            if self._owner[i]:
+                s1, s2 = s1 / t.ranks, s2 / t.ranks
+            step = float(t.step_s(i, bsz, np.zeros(1), np.array([s1]), np.array([s2]))[0])
+            rate = bsz / step
+            if rate > best_rate:
+                best, best_rate = i, rate
+        return best if best >= 0 else next(i for i in range(len(LAYOUTS)) if self._ok[i]) if any(self._ok) else 0
+
+
+@dataclass
+class FixedPolicy:
+    """Always the same layout (the baselines)."""
+
+    layout: int
+
+    def __post_init__(self) -> None:
+        self._stay = Decision(self.layout, False, Reason.STAY_FIXED)
+
+    def decide(self, state: PolicyState) -> Decision:
+        return self._stay
+
+    def usable_layouts(self) -> list[int]:
+        return [self.layout]
+
+    def observe_completion(self, output_tokens: float) -> None:
+        return None
+
+    def initial_layout(self, waiting_tokens: np.ndarray) -> int:
+        return self.layout

@@ -1,0 +1,228 @@
+"""Compiled step-time tables: one deployment group's step time under each attention layout as a
+cheap function of (decode requests, prefill tokens, KV tokens on the busiest rank).
+
+Built once by probing `planner.step_cost` (so the floors stay the single source of truth), then
+queried by table lookup and a few multiply-adds — the policy's `decide` and the simulator price
+a step without calling the planner. What is tabulated, per layout and per timed resource r:
+
+  t_r(B, P, S1, S2) = base_r[B + P] + prefill_r[P] + c1_r·S1 + c2_r·S2
+
+- base_r[n]: a step of n decode tokens at 1-token context (weights, MoE expert coverage, projections,
+  collectives, KV writes) — exact per integer n;
+- prefill_r[P]: what a P-token prefill chunk costs beyond P decode tokens (its causal attention core);
+- S1 = Σ min(L, top-k), S2 = Σ L over the requests whose KV the busiest rank reads (all requests for
+  TP and CP, whose per-token coefficient already holds the 1/kv-split or 1/T share; the busiest
+  owner's requests for DP-attention and DOP). Without sparse attention top-k = ∞ and c2 = 0.
+
+The KV-dependent terms are linear in L in every cost declaration, so the decomposition is exact up
+to the 1-token probe context and the additivity of prefill and decode (NOTE: the MoE expert
+coverage is evaluated at B + P jointly, which is what the planner does).
+
+The step time from the per-resource times is `overhead_s + max + α·(sum − max)`: α and overhead
+come from a calibration artifact when one is given, else the datasheet floors with α = 0.5 (the
+midpoint of the optimistic and pessimistic floors, `DATASHEET_MODEL`).
+
+Does not: decide anything, or know about requests (see policy.py, loop.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+import planner
+from planner.deployment import Deployment
+from planner.errors import SpecError
+from planner.resources.vector import TIMED_RESOURCES
+
+LAYOUTS: tuple[str, ...] = planner.ATTN_LAYOUTS  # index order used by every table here
+OWNER_LAYOUTS = frozenset({"dp", "dop"})
+NO_TOPK = 1e18
+DATASHEET_ALPHA = 0.5
+DATASHEET_MODEL = "datasheet_floor_midpoint: max + 0.5*(sum - max) of the datasheet floors, no overhead"
+NET_BYTES = TIMED_RESOURCES.index("network_bytes")
+
+
+@dataclass(frozen=True)
+class StepTimeModel:
+    """How per-resource times combine into a step time, and where the times come from."""
+
+    label: str
+    alpha: float
+    overhead_s: float
+    calibration: object | None = None  # calibration.artifact.Calibration, imported lazily
+
+    def terms_s(self, cost) -> np.ndarray:
+        """[4, P] per-resource seconds of a planner.StepCost."""
+        if self.calibration is None:
+            return cost.times.stacked()
+        t = self.calibration.predict_terms_s(cost)
+        return np.stack([np.asarray(t[r], dtype=np.float64) for r in TIMED_RESOURCES])
+
+
+def datasheet_model() -> StepTimeModel:
+    return StepTimeModel(DATASHEET_MODEL, DATASHEET_ALPHA, 0.0)
+
+
+def calibrated_model(path: str) -> StepTimeModel:
+    """The calibration artifact's model; SpecError (one line) if it can't be read."""
+    from calibration.artifact import load_calibration  # lazy: optional package
+
+    cal = load_calibration(path)
+    p = cal.params
+    label = f"calibrated: {path} (overhead {p.overhead_s:g} s + max + {p.overlap_alpha:g}*(sum - max))"
+    return StepTimeModel(label, float(p.overlap_alpha), float(p.overhead_s), cal)
+
+
+@dataclass(frozen=True)
+class LayoutInfo:
+    """Per-layout numbers the policy and the transition model need, arrays [4] in LAYOUTS order."""
+
+    kv_pool_bytes: np.ndarray  # per GPU
+    weights_bytes: np.ndarray  # resident per rank
+    attn_weights_bytes: np.ndarray  # attention + LM head part of weights_bytes
+    kv_total_share: np.ndarray  # fraction of all KV one rank stores (TP: 1/kv_split, CP: 1/T); 0 for owner layouts
+    is_owner: np.ndarray  # bool
+
+
+@dataclass(frozen=True)
+class StepTimeTable:
+    """The compiled tables of one deployment group (T ranks). Arrays are read-only views."""
+
+    ranks: int
+    num_layers: int
+    max_tokens: int  # largest B + P the base table covers
+    max_prefill_tokens: int
+    topk: float
+    kv_bytes_per_token: float  # all layers, one copy
+    page_tokens: int
+    memory_budget_bytes: float  # mem_fraction × HBM − reserve, per GPU
+    base_s: np.ndarray  # [max_tokens+1, 4 layouts, 4 resources]
+    prefill_s: np.ndarray  # [max_prefill+1, 4, 4]
+    c1_s: np.ndarray  # [4, 4] seconds per token of Σ min(L, top-k)
+    c2_s: np.ndarray  # [4, 4] seconds per token of Σ L
+    alpha: float
+    overhead_s: float
+    model_label: str
+    info: LayoutInfo
+    hbm_bytes_per_s: float
+    link_bytes_per_s: float
+    message_latency_s: float
+
+    def combine(self, terms: np.ndarray) -> np.ndarray:
+        """Step seconds from per-resource seconds on the last axis."""
+        mx = terms.max(axis=-1)
+        return self.overhead_s + mx + self.alpha * (terms.sum(axis=-1) - mx)
+
+    def step_s(self, layout: int, batch: int, prefill_tokens: np.ndarray, s1: np.ndarray, s2: np.ndarray,
+               with_terms: bool = False):
+        """Step seconds [k] of k consecutive steps in one layout (vectorized over the steps).
+
+        `batch` decode requests in every step; `prefill_tokens`, `s1`, `s2` are [k] (S on the rank
+        the layout makes busiest, see the module docstring)."""
+        p = np.minimum(prefill_tokens.astype(np.int64), self.max_prefill_tokens)
+        n = np.minimum(batch + p, self.max_tokens)
+        terms = (self.base_s[n, layout] + self.prefill_s[p, layout]
+                 + s1[:, None] * self.c1_s[layout] + s2[:, None] * self.c2_s[layout])
+        t = self.combine(terms)
+        return (t, terms) if with_terms else t
+
+
+def _group_deployment(dep: Deployment) -> Deployment:
+    return dep if dep.replicas == 1 else planner.make_deployment(
+        dep.model, dep.hardware, attn=dep.attn, moe=dep.moe, gpus=dep.ranks, replicas=1,
+        weight_dtype=dep.weight_dtype, kv_dtype=dep.kv_dtype, mem_fraction=dep.mem_fraction,
+        page_tokens=dep.page_tokens, reserve_bytes=dep.reserve_bytes)
+
+
+def layout_deployments(dep: Deployment) -> list[Deployment | None]:
+    """The group deployment under each layout; None where the model can't run that layout."""
+    g = _group_deployment(dep)
+    out: list[Deployment | None] = []
+    for name in LAYOUTS:
+        try:
+            out.append(planner.make_deployment(g.model, g.hardware, attn=name, moe=g.moe, gpus=g.ranks, replicas=1,
+                                               weight_dtype=g.weight_dtype, kv_dtype=g.kv_dtype,
+                                               mem_fraction=g.mem_fraction, page_tokens=g.page_tokens,
+                                               reserve_bytes=g.reserve_bytes))
+        except SpecError:
+            out.append(None)
+    return out
+
+
+def _terms(model: StepTimeModel, d: Deployment, load, prefill=0.0, pricing=None) -> np.ndarray:
+    return model.terms_s(planner.step_cost(d, load, prefill, pricing)).T  # [P, 4]
+
+
+def compile_tables(dep: Deployment, model: StepTimeModel | None = None, max_batch: int = 4096,
+                   max_prefill_tokens: int = 8192) -> StepTimeTable:
+    """Probe the planner once per layout and freeze the tables (a few ms per layout)."""
+    model = model or datasheet_model()
+    if max_batch < 1 or max_prefill_tokens < 1:
+        raise SpecError(f"max_batch={max_batch} and max_prefill_tokens={max_prefill_tokens} must be ≥ 1")
+    deps = layout_deployments(dep)
+    if deps[LAYOUTS.index(dep.attn)] is None:
+        raise SpecError(f"{dep.model.name} cannot run attn={dep.attn} on {dep.ranks} ranks")
+    att = dep.model.attention
+    topk = float(getattr(att, "index_topk", 0) or 0) or NO_TOPK
+    n_max = max_batch + max_prefill_tokens
+    nl, nr = len(LAYOUTS), len(TIMED_RESOURCES)
+    base = np.full((n_max + 1, nl, nr), np.inf)
+    pre = np.zeros((max_prefill_tokens + 1, nl, nr))
+    c1 = np.zeros((nl, nr))
+    c2 = np.zeros((nl, nr))
+    pools, weights, attn_w, share = (np.zeros(nl) for _ in range(4))
+    for i, d in enumerate(deps):
+        if d is None:
+            pools[i] = -1.0  # never fits: the policy refuses layouts the model can't run
+            continue
+        n = np.arange(n_max + 1, dtype=np.float64)
+        base[:, i] = _terms(model, d, planner.DecodeLoad.equal(n, 1.0))
+        p = np.arange(max_prefill_tokens + 1, dtype=np.float64)
+        pre[:, i] = _terms(model, d, planner.DecodeLoad.equal(np.zeros_like(p), 1.0), p) - base[: p.size, i]
+        pre[0, i] = 0.0
+        if topk < NO_TOPK:
+            lens = np.array([topk / 2, topk, 2 * topk])
+            t = _terms(model, d, planner.DecodeLoad.equal(1.0, lens))
+            low = (t[1] - t[0]) / (lens[1] - lens[0])
+            c2[i] = (t[2] - t[1]) / (lens[2] - lens[1])
+            c1[i] = low - c2[i]
+        else:
+            lens = np.array([1024.0, 2048.0])
+            t = _terms(model, d, planner.DecodeLoad.equal(1.0, lens))
+            c1[i] = (t[1] - t[0]) / (lens[1] - lens[0])
+        w = planner.step.weights_resident_bytes(d)
+        pools[i] = planner.step.kv_pool_bytes(d)
+        weights[i] = sum(w.values())
+        attn_w[i] = sum(v for k, v in w.items() if k.startswith(("attention", "indexer", "embedding")))
+        if d.attn in OWNER_LAYOUTS:
+            share[i] = 0.0
+        elif d.attn == "tp":
+            share[i] = 1.0 / _tp_kv_split(d)
+        else:
+            share[i] = 1.0 / d.ranks
+    np.maximum(c1, 0.0, out=c1)  # numerical noise of the finite differences
+    np.maximum(c2, 0.0, out=c2)
+    hw = dep.hardware
+    pricing = planner.Pricing.datasheet(hw)
+    owner = np.array([n in OWNER_LAYOUTS for n in LAYOUTS])
+    info = LayoutInfo(pools, weights, attn_w, share, owner)
+    for a in (base, pre, c1, c2, pools, weights, attn_w, share, owner):
+        a.setflags(write=False)
+    return StepTimeTable(
+        ranks=dep.ranks, num_layers=dep.model.num_layers, max_tokens=n_max, max_prefill_tokens=max_prefill_tokens, topk=topk,
+        kv_bytes_per_token=att.kv_bytes_per_token(dep.kv_dtype) * dep.model.num_layers,
+        page_tokens=dep.page_tokens,
+        memory_budget_bytes=dep.mem_fraction * hw.peak.hbm_bytes - dep.reserve_bytes,
+        base_s=base, prefill_s=pre, c1_s=c1, c2_s=c2, alpha=model.alpha, overhead_s=model.overhead_s,
+        model_label=model.label, info=info, hbm_bytes_per_s=pricing.hbm_bytes_per_s,
+        link_bytes_per_s=pricing.link_bytes_per_s, message_latency_s=pricing.message_latency_s)
+
+
+def _tp_kv_split(d: Deployment) -> float:
+    from planner.layouts.base import ShareInputs
+    from planner.layouts.tp import kv_split
+
+    inp = ShareInputs(d.model, d.ranks, planner.DecodeLoad.equal(1.0, 1.0), np.zeros(1), d.kv_dtype, d.page_tokens)
+    return kv_split(inp)

@@ -1,0 +1,146 @@
+"""Transition plans and their costs for the 12 ordered switches between attention layouts.
+
+A layout decides who holds what (DESIGN.md §1): TP and DOP shard attention weights, CP and
+DP-attention replicate them; TP keeps every request's KV on every rank (MLA; with ≥ T KV heads a
+1/T head slice of every request), CP a 1/T token slice of every request, DP-attention and DOP each
+request whole on one owner. A switch moves only the difference:
+
+| to \\ held     | TP (all)        | CP (1/T of all)        | owner (own requests)  |
+|---------------|-----------------|------------------------|-----------------------|
+| TP (all)      | —               | all − all/T            | all − own             |
+| CP            | nothing (drop)  | —                      | (all − own)/T         |
+| owner         | nothing (drop)  | own − own/T            | nothing (same owners) |
+
+(received bytes per rank; "own" = the rank's owned KV). Weights: → CP/DP from TP/DOP all-gather
+the (T−1)/T attention and LM-head shards each rank lacks; the other way drops them. Old state is
+kept until the commit (the server keeps stepping in the old layout while the move runs in the
+background), so the memory needed before the move is: the larger weight footprint + the union
+of old and new KV on the fullest rank. Moving to TP needs room for every request's KV on every
+rank; replicating weights takes room the KV pool must give up.
+
+Cost of a switch, in seconds of lost serving time:
+- link_s: background transfer, max(send, recv) / link bandwidth + one message per layer and kind
+  (not lost time: steps continue in the old layout, but the gain starts only after it);
+- interference_s: what the overlapped steps lose — the move's HBM traffic (read at the sender,
+  written at the receiver) at HBM bandwidth, plus link contention, `link_s × network share of the
+  step` (the step's collectives wait while the move holds the link);
+- commit_stall_s: the hand-off at a batch boundary — a few collective latencies (barrier,
+  ownership table) plus the KV written during the move, moved at the commit.
+Priced with the datasheet rates in the tables (NOTE: the executor benchmark's measured stall will
+replace `COMMIT_COLLECTIVES` when its results exist; none were in benchmarks/results/ when this
+was written).
+
+Does not: choose whether to switch (policy.py) or move anything (the executor does).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from runtime_policy.tables import LAYOUTS, StepTimeTable
+
+COMMIT_COLLECTIVES = 4.0  # barrier + ownership-table broadcast + 2 slack; × the hardware's collective latency
+MESSAGE_KINDS = 2.0  # KV and weights: one message per layer each
+
+
+@dataclass(frozen=True)
+class TransitionPlan:
+    """What one switch moves, needs and costs (per rank figures are the busiest rank's)."""
+
+    src: str
+    dst: str
+    send_bytes_per_rank: float
+    recv_bytes_per_rank: float
+    kv_recv_bytes_per_rank: float
+    weight_recv_bytes_per_rank: float
+    memory_needed_bytes: float  # per rank, before the move starts (weights + KV held during it)
+    memory_budget_bytes: float  # per rank (mem_fraction × HBM − reserve)
+    post_kv_bytes_per_rank: float  # after the commit, vs the destination's KV pool
+    post_kv_pool_bytes: float
+    link_s: float
+    interference_s: float
+    commit_stall_s: float
+
+    @property
+    def feasible(self) -> bool:
+        return (self.memory_needed_bytes <= self.memory_budget_bytes
+                and self.post_kv_bytes_per_rank <= self.post_kv_pool_bytes)
+
+    @property
+    def cost_s(self) -> float:
+        """Serving time lost to the switch (interference + commit stall)."""
+        return self.interference_s + self.commit_stall_s
+
+    def as_dict(self) -> dict:
+        d = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        d.update(feasible=self.feasible, cost_s=self.cost_s)
+        return d
+
+
+def kv_held_bytes(tables: StepTimeTable, layout: int, kv_total_bytes: float, kv_busiest_owner_bytes: float) -> float:
+    """KV bytes the fullest rank holds under `layout` (one copy of all KV = `kv_total_bytes`)."""
+    info = tables.info
+    if info.is_owner[layout]:
+        return kv_busiest_owner_bytes
+    return kv_total_bytes * info.kv_total_share[layout]
+
+
+def _kv_recv(tables: StepTimeTable, src: int, dst: int, total: float, own: float) -> float:
+    """Busiest rank's received KV bytes (see the table in the module docstring)."""
+    info, t = tables.info, float(tables.ranks)
+    s_src, s_dst = info.kv_total_share[src], info.kv_total_share[dst]
+    if info.is_owner[dst]:
+        if info.is_owner[src]:
+            return 0.0
+        # held: share s_src of every request (TP all, GQA-TP head slice, CP token slice)
+        return own * (1.0 - s_src)
+    if info.is_owner[src]:
+        # needs share s_dst of every request; holds its own requests whole. NOTE: the rank that
+        # receives most is the least-loaded owner; balanced ownership puts it near total/T.
+        return max(total - total / t, 0.0) * s_dst if s_dst < 1.0 else total - total / t
+    if s_src >= 1.0:
+        return 0.0  # TP with replicated KV holds everything
+    if s_dst >= 1.0:
+        return total - total * s_src
+    # GQA-TP head slice <-> CP token slice: they overlap in 1/T of 1/T
+    return total * s_dst - total * s_dst * s_src
+
+
+def plan_transition(tables: StepTimeTable, src: int, dst: int, kv_total_bytes: float, kv_busiest_owner_bytes: float,
+                    batch: float = 0.0, step_s: float = 0.0, network_share: float = 0.0) -> TransitionPlan:
+    """Plan switching layout `src` → `dst` (indices into LAYOUTS) at the given KV state.
+
+    `batch` and `step_s` size the KV written while the move runs (moved at the commit);
+    `network_share` is the fraction of the current step spent on the link (contention)."""
+    info = tables.info
+    t = float(tables.ranks)
+    total, own = float(kv_total_bytes), float(kv_busiest_owner_bytes)
+    w_src, w_dst = float(info.weights_bytes[src]), float(info.weights_bytes[dst])
+    w_recv = max(w_dst - w_src, 0.0)
+    kv_recv = _kv_recv(tables, src, dst, total, own)
+    held_src = kv_held_bytes(tables, src, total, own)
+    held_dst = kv_held_bytes(tables, dst, total, own)
+    union = min(held_src + kv_recv, max(total, held_src))
+    recv = kv_recv + w_recv
+    send = recv  # NOTE: ring all-gathers and balanced all-to-alls send what they receive
+    moving = recv > 0.0
+    link_s = (recv / tables.link_bytes_per_s + MESSAGE_KINDS * tables.message_latency_s * tables.num_layers
+              if moving else 0.0)
+    interference_s = (send + recv) / tables.hbm_bytes_per_s + link_s * max(min(network_share, 1.0), 0.0)
+    # KV written during the move must follow at the commit, in proportion to what moved.
+    tokens_total = total / tables.kv_bytes_per_token if tables.kv_bytes_per_token > 0 else 0.0
+    steps_during = link_s / step_s if step_s > 0 else 0.0
+    delta = kv_recv * min(batch * steps_during / tokens_total, 1.0) if tokens_total > 0 else 0.0
+    stall_s = COMMIT_COLLECTIVES * tables.message_latency_s + delta / tables.link_bytes_per_s
+    return TransitionPlan(
+        src=LAYOUTS[src], dst=LAYOUTS[dst], send_bytes_per_rank=send, recv_bytes_per_rank=recv,
+        kv_recv_bytes_per_rank=kv_recv, weight_recv_bytes_per_rank=w_recv,
+        memory_needed_bytes=max(w_src, w_dst) + union, memory_budget_bytes=tables.memory_budget_bytes,
+        post_kv_bytes_per_rank=held_dst, post_kv_pool_bytes=float(info.kv_pool_bytes[dst]),
+        link_s=link_s, interference_s=interference_s, commit_stall_s=stall_s)
+
+
+def all_plans(tables: StepTimeTable, kv_total_bytes: float, kv_busiest_owner_bytes: float) -> list[TransitionPlan]:
+    """The 12 ordered switches at one KV state (layouts the model can't run are left out)."""
+    ok = [i for i in range(len(LAYOUTS)) if tables.info.kv_pool_bytes[i] >= 0]
+    return [plan_transition(tables, a, b, kv_total_bytes, kv_busiest_owner_bytes) for a in ok for b in ok if a != b]

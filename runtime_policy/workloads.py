@@ -1,0 +1,138 @@
+"""Seeded, reproducible workloads: request arrival times and input/output lengths.
+
+- `chat`: Poisson arrivals at `rate_per_s`; prompt and output lengths log-normal (medians 1024 and
+  256 tokens, σ = 1), a stationary mix of short and long conversations.
+- `shrinking`: every request arrives at t = 0 (a reasoning or RL-rollout batch); short prompts
+  (median 512) and heavy-tailed outputs (log-normal, median 1500, σ = 1.2, up to 64K): the batch
+  starts as many short requests and ends as a few very long ones.
+- `bursty`: the chat length mix with gamma inter-arrival times of coefficient of variation 4
+  (same mean rate as chat): quiet spells and bursts.
+- trace CSV: columns `arrival_s,input_tokens,output_tokens` (header required); a bad row is one
+  SpecError naming its line.
+
+Parameters are fixed a priori (NOTE: chosen to be typical of each shape, not tuned to any
+result); lengths are clipped to [1, 65536] prompt and [1, 65536] output tokens.
+
+Does not: serve anything (loop.py).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from planner.errors import SpecError
+
+BUILTIN_WORKLOADS: tuple[str, ...] = ("chat", "shrinking", "bursty")
+MAX_TOKENS = 65536
+CHAT_RATE_PER_S = 20.0
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    arrival_s: np.ndarray  # [N] sorted
+    input_tokens: np.ndarray  # [N] int64
+    output_tokens: np.ndarray  # [N] int64, ≥ 1
+    params: dict = field(default_factory=dict)
+
+    @property
+    def requests(self) -> int:
+        return int(self.arrival_s.size)
+
+    def subset(self, idx: np.ndarray) -> "Workload":
+        return Workload(self.name, self.arrival_s[idx], self.input_tokens[idx], self.output_tokens[idx], self.params)
+
+
+def _lognormal(rng, median: float, sigma: float, n: int, lo: int = 1, hi: int = MAX_TOKENS) -> np.ndarray:
+    return np.clip(np.rint(median * np.exp(sigma * rng.standard_normal(n))), lo, hi).astype(np.int64)
+
+
+def _check_n(n: int) -> None:
+    if isinstance(n, bool) or int(n) != n or n < 1 or n > 10_000_000:
+        raise SpecError(f"requests={n} must be a whole number in [1, 10,000,000]")
+
+
+def chat(n: int, seed: int = 0, rate_per_s: float = CHAT_RATE_PER_S) -> Workload:
+    _check_n(n)
+    if not math.isfinite(rate_per_s) or rate_per_s <= 0:
+        raise SpecError(f"rate={rate_per_s} must be a positive number of requests per second")
+    rng = np.random.default_rng(seed)
+    arrival = np.cumsum(rng.exponential(1.0 / rate_per_s, n))
+    return Workload("chat", arrival - arrival[0], _lognormal(rng, 1024, 1.0, n), _lognormal(rng, 256, 1.0, n),
+                    {"rate_per_s": rate_per_s, "input_median_tokens": 1024, "output_median_tokens": 256, "sigma": 1.0})
+
+
+def shrinking(n: int, seed: int = 0) -> Workload:
+    _check_n(n)
+    rng = np.random.default_rng(seed)
+    return Workload("shrinking", np.zeros(n), _lognormal(rng, 512, 0.5, n), _lognormal(rng, 1500, 1.2, n),
+                    {"input_median_tokens": 512, "output_median_tokens": 1500, "output_sigma": 1.2})
+
+
+def bursty(n: int, seed: int = 0, rate_per_s: float = CHAT_RATE_PER_S, cv: float = 4.0) -> Workload:
+    _check_n(n)
+    if not math.isfinite(rate_per_s) or rate_per_s <= 0:
+        raise SpecError(f"rate={rate_per_s} must be a positive number of requests per second")
+    rng = np.random.default_rng(seed)
+    shape = 1.0 / (cv * cv)
+    gaps = rng.gamma(shape, 1.0 / (rate_per_s * shape), n)
+    arrival = np.cumsum(gaps)
+    return Workload("bursty", arrival - arrival[0], _lognormal(rng, 1024, 1.0, n), _lognormal(rng, 256, 1.0, n),
+                    {"rate_per_s": rate_per_s, "interarrival_cv": cv})
+
+
+def from_csv(path: str | Path) -> Workload:
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except FileNotFoundError:
+        raise SpecError(f"workload file not found: {path}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(f"cannot read workload {path}: {exc}") from None
+    rows = list(csv.reader(text.splitlines()))
+    want = ["arrival_s", "input_tokens", "output_tokens"]
+    if not rows or [c.strip() for c in rows[0]] != want:
+        raise SpecError(f"{path}: line 1 must be the header {','.join(want)}")
+    arr, inp, out = [], [], []
+    for line, row in enumerate(rows[1:], start=2):
+        if not row or all(not c.strip() for c in row):
+            continue
+        if len(row) != 3:
+            raise SpecError(f"{path}: line {line}: expected 3 columns, got {len(row)}")
+        try:
+            a, i, o = float(row[0]), float(row[1]), float(row[2])
+        except ValueError:
+            raise SpecError(f"{path}: line {line}: not a number in {','.join(row)!r}") from None
+        if not math.isfinite(a) or a < 0:
+            raise SpecError(f"{path}: line {line}: arrival_s={row[0].strip()} must be ≥ 0")
+        for name, v in (("input_tokens", i), ("output_tokens", o)):
+            if not math.isfinite(v) or v != int(v) or v < 1 or v > MAX_TOKENS * 16:
+                raise SpecError(f"{path}: line {line}: {name}={v:g} must be a whole number in [1, {MAX_TOKENS * 16}]")
+        arr.append(a)
+        inp.append(int(i))
+        out.append(int(o))
+    if not arr:
+        raise SpecError(f"{path}: no requests")
+    a = np.asarray(arr)
+    order = np.argsort(a, kind="stable")
+    return Workload(p.name, a[order], np.asarray(inp, dtype=np.int64)[order], np.asarray(out, dtype=np.int64)[order],
+                    {"path": str(p)})
+
+
+def make_workload(name: str, n: int, seed: int = 0, rate_per_s: float | None = None) -> Workload:
+    """A built-in workload by name, or a trace CSV by path."""
+    if name == "chat":
+        return chat(n, seed, rate_per_s or CHAT_RATE_PER_S)
+    if name == "bursty":
+        return bursty(n, seed, rate_per_s or CHAT_RATE_PER_S)
+    if name == "shrinking":
+        return shrinking(n, seed)
+    if name.endswith(".csv") or Path(name).exists():
+        w = from_csv(name)
+        return w.subset(np.arange(min(n, w.requests))) if n else w
+    raise SpecError(f"workload={name!r} is not one of {', '.join(BUILTIN_WORKLOADS)} or a .csv trace")
