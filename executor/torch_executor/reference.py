@@ -19,17 +19,25 @@ class ReferenceDecoder:
     """Whole model on one device in fp32 (or a chosen dtype)."""
 
     def __init__(self, dims: MLADims, seed: int = 0, device: str | torch.device = "cpu",
-                 dtype: torch.dtype = torch.float32):
+                 dtype: torch.dtype = torch.float32, stored_dtype: torch.dtype | None = None):
+        """stored_dtype: the ranks' weight/KV dtype; values are rounded to it, then computed in dtype."""
         self.dims, self.seed, self.device, self.dtype = dims, seed, torch.device(device), dtype
-        self.layers = [make_layer_weights(dims, layer, seed, 0, dims.num_heads, 0, 1, self.device, dtype)
+        self.stored_dtype = stored_dtype or dtype
+        self.layers = [make_layer_weights(dims, layer, seed, 0, dims.num_heads, 0, 1, self.device, self.stored_dtype)
                        for layer in range(dims.num_layers)]
+        for lw in self.layers:
+            for part in (lw.attn, lw.heads, lw.ffn):
+                for name, value in vars(part).items():
+                    if isinstance(value, torch.Tensor):
+                        setattr(part, name, value.to(dtype))
         self.kv: dict[int, list[torch.Tensor]] = {}  # req -> per layer [n, C+R]
         self.order: list[int] = []
 
     def add_requests(self, lengths: dict[int, int]) -> None:
         for req, n in lengths.items():
             pos = torch.arange(n, device=self.device)
-            self.kv[req] = [history_rows(req, pos, layer, self.dims.latent_dim, self.seed).to(self.dtype)
+            self.kv[req] = [history_rows(req, pos, layer, self.dims.latent_dim, self.seed)
+                            .to(self.stored_dtype).to(self.dtype)
                             for layer in range(self.dims.num_layers)]
             self.order.append(req)
 
@@ -49,7 +57,8 @@ class ReferenceDecoder:
             q = absorbed_queries(q_latent(h, lw.attn, dims), lw.heads, positions, dims)  # [B, H, C+R]
             outs = []
             for i, req in enumerate(self.order):
-                self.kv[req][layer] = torch.cat((self.kv[req][layer], latent[i:i + 1]), dim=0)
+                row = latent[i:i + 1].to(self.stored_dtype).to(self.dtype)  # as the ranks store it
+                self.kv[req][layer] = torch.cat((self.kv[req][layer], row), dim=0)
                 kv = self.kv[req][layer].float()  # [n, C+R]
                 p = torch.softmax((q[i].float() @ kv.t()) * dims.softmax_scale, dim=-1)  # [H, n]
                 outs.append(p @ kv[:, :dims.kv_lora_rank])  # [H, C]

@@ -26,6 +26,14 @@ from .layers import ffn_partial, kv_latent, make_layer_weights, rms_norm, token_
 from .layouts import ATTENTION, LayoutState, StepBatch, heads_sharded, weight_slots_needed
 
 
+def to_device(values, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """Host list/array -> device tensor without a stream sync (pinned staging on CUDA)."""
+    t = torch.as_tensor(np.asarray(values), dtype=dtype)
+    if device.type == "cuda":
+        return t.pin_memory().to(device, non_blocking=True)
+    return t
+
+
 class RankRunner:
     """One rank of a T-rank MLA decode stack."""
 
@@ -131,8 +139,7 @@ class RankRunner:
                 rows.append(i)
                 toks.append(tok)
         dev = self.g.device
-        return (torch.tensor(rows, dtype=torch.int64).to(dev, non_blocking=True),
-                torch.tensor(toks, dtype=torch.int64).to(dev, non_blocking=True))
+        return to_device(rows, torch.int64, dev), to_device(toks, torch.int64, dev)
 
     def _step_batch(self, positions: torch.Tensor) -> StepBatch:
         """Kernel inputs for the active layout."""
@@ -145,7 +152,7 @@ class RankRunner:
         elif kind == "dp":
             idx = [i for i, q in enumerate(self.order) if table.owners[q] == r]
             att = [self.order[i] for i in idx]
-            own_rows = torch.tensor(idx, dtype=torch.int64).to(self.g.device, non_blocking=True)
+            own_rows = to_device(idx, torch.int64, self.g.device)
         else:
             order_idx = sorted(range(len(self.order)), key=lambda i: (table.owners[self.order[i]], i))
             counts = [0] * t
@@ -153,17 +160,17 @@ class RankRunner:
                 counts[table.owners[q]] += 1
             start = sum(counts[:r])
             att = [self.order[i] for i in order_idx[start:start + counts[r]]]
-            perm = torch.tensor(order_idx, dtype=torch.int64).to(self.g.device, non_blocking=True)
+            perm = to_device(order_idx, torch.int64, self.g.device)
         key = (id(table), tuple(att))
         cached = self._bt_cache.get(key)
         if cached is None or cached[0] != table.version:
             bt_np, maxp = table.block_table(att, page)
-            bt = torch.from_numpy(bt_np).to(self.g.device, non_blocking=True)
+            bt = to_device(bt_np, torch.int32, self.g.device)
             self._bt_cache = {key: (table.version, bt, maxp)}
         else:
             _, bt, maxp = cached
         lens = np.array([table.local_len(q, seq_after[q], page) for q in att], dtype=np.int32)
-        lens_t = torch.from_numpy(lens).to(self.g.device, non_blocking=True)
+        lens_t = to_device(lens, torch.int32, self.g.device)
         return StepBatch(positions, bt, lens_t, maxp, own_rows, perm, counts)
 
     # ---- the step ----------------------------------------------------------------------------
@@ -172,12 +179,11 @@ class RankRunner:
         if self.switch is not None:
             self.switch.before_step(self)
         dims, dev = self.dims, self.g.device
-        req_t = torch.tensor(self.order, dtype=torch.int64)
-        pos_t = torch.tensor([self.seq_lens[q] for q in self.order], dtype=torch.int64)
+        req_t = to_device(self.order, torch.int64, dev)
+        positions = to_device([self.seq_lens[q] for q in self.order], torch.int64, dev)  # [B]
         rows, toks = self._prepare_writes()
-        positions = pos_t.to(dev, non_blocking=True)
         sb = self._step_batch(positions)
-        x = token_embeddings(req_t, pos_t, dims.hidden_size, self.seed).to(dev, self.dtype)  # [B, D]
+        x = token_embeddings(req_t, positions, dims.hidden_size, self.seed).to(self.dtype)  # [B, D]
         attention = ATTENTION[self.state.kind]
         flat = self.pool.view(dims.num_layers, -1, dims.latent_dim)  # [L, P*page, C+R]
         for layer in range(dims.num_layers):

@@ -180,7 +180,8 @@ def _index(slots: list[int], counts: list[int], page: int, device) -> torch.Tens
     if not slots:
         return torch.zeros(0, dtype=torch.int64, device=device)
     idx = np.concatenate([np.arange(s * page, s * page + c, dtype=np.int64) for s, c in zip(slots, counts)])
-    return torch.from_numpy(idx).to(device, non_blocking=True)
+    t = torch.from_numpy(idx)
+    return t.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else t
 
 
 @dataclass

@@ -1,0 +1,387 @@
+"""GPU benchmark of the torch executor on one host (written for 2 x H200, generic in T).
+
+Parts (--parts, comma separated):
+- kernel: device-to-device copy ceiling, then the Triton paged split-KV MLA decode kernel over
+  batch x context at 128 heads (DP/CP rank) and 128/T heads (TP/DOP rank): time, KV bytes read,
+  `bandwidth_fraction_of_copy`, error vs an fp32 torch reference; a few launch configs tried.
+- layouts: bf16 outputs of each layout vs an fp32 single-device reference (DeepSeek dims, 2 layers).
+- steps: step time of each layout over a batch x context grid plus mixed workloads (many short,
+  few very long), each with the attention kernel's own bandwidth on that step's inputs;
+  written also as step-profile rows (CSV) for calibration.
+- switch: all 12 transitions, >= 30 switches each (an Eulerian circuit of the 12 ordered pairs,
+  repeated): commit stall as % of the step, background slowdown per step, total cost.
+Everything goes to --out (JSON per part + step_profile.csv); a table is printed, and one JSON
+summary is the last line. Eager PyTorch (no CUDA graphs): small points are launch-bound.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from executor.torch_executor import KernelConfig, RankRunner, deepseek_v32  # noqa: E402
+from executor.torch_executor.dist import spawn_ranks  # noqa: E402
+from executor.torch_executor.kernels import mla_decode_torch, mla_decode_triton  # noqa: E402
+
+LAYOUTS = ("tp", "cp", "dp", "dop")
+CIRCUIT = ("tp", "cp", "tp", "dp", "tp", "dop", "cp", "dp", "cp", "dop", "dp", "dop", "tp")  # 12 distinct pairs
+
+
+def conditions() -> dict:
+    import triton
+    props = torch.cuda.get_device_properties(0)
+    return {"gpu": props.name, "gpus": torch.cuda.device_count(), "sms": props.multi_processor_count,
+            "torch": torch.__version__, "cuda": torch.version.cuda, "triton": triton.__version__,
+            "nccl": ".".join(map(str, torch.cuda.nccl.version())), "python": platform.python_version(),
+            "env": {k: os.environ.get(k) for k in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST")}}
+
+
+def copy_bandwidth() -> float:
+    """Bytes/s of a large device-to-device copy, read + write counted (median of 20)."""
+    n = 1 << 30
+    a = torch.randn(n // 4, device="cuda")
+    b = torch.empty_like(a)
+    ts = []
+    for i in range(25):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record(); b.copy_(a); e.record(); e.synchronize()
+        if i >= 5:
+            ts.append(s.elapsed_time(e) / 1e3)
+    return 2 * n / statistics.median(ts)
+
+
+def time_fn(fn, reps=20, warm=3) -> float:
+    for _ in range(warm):
+        fn()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(reps):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record(); fn(); e.record(); e.synchronize()
+        ts.append(s.elapsed_time(e) / 1e3)
+    return statistics.median(ts)
+
+
+def kernel_point(b, h, ctx, cfg, copy_bw, check=False):
+    page, width, c = 64, 576, 512
+    maxp = -(-ctx // page)
+    slots = b * maxp
+    pool = torch.randn(slots, page, width, device="cuda", dtype=torch.bfloat16)
+    q = torch.randn(b, h, width, device="cuda", dtype=torch.bfloat16)
+    bt = torch.randperm(slots, device="cuda").view(b, maxp).int()
+    lens = torch.full((b,), ctx, dtype=torch.int32, device="cuda")
+    scale = 192 ** -0.5
+    t = time_fn(lambda: mla_decode_triton(q, pool, bt, lens, scale, c, maxp, cfg))
+    kv_bytes = b * ctx * width * 2
+    row = {"batch": b, "heads": h, "context": ctx, "block_h": cfg.block_h, "num_warps": cfg.num_warps,
+           "num_stages": cfg.num_stages, "time_us": t * 1e6, "kv_bytes": kv_bytes,
+           "bandwidth_bytes_per_s": kv_bytes / t, "bandwidth_fraction_of_copy": kv_bytes / t / copy_bw,
+           "tflops": 2 * b * ctx * h * (576 + 512) / t / 1e12}
+    if check:
+        sub = min(b, 4)
+        o, lse = mla_decode_triton(q[:sub], pool, bt[:sub], lens[:sub], scale, c, maxp, cfg)
+        ro, rl = mla_decode_torch(q[:sub].float(), pool.float(), bt[:sub], lens[:sub], scale, c)
+        row["rel_err_vs_fp32"] = float((o.float() - ro).norm() / ro.norm())
+        row["lse_max_abs_err"] = float((lse - rl).abs().max())
+    del pool
+    return row
+
+
+def part_kernel(out_dir, world) -> dict:
+    copy_bw = copy_bandwidth()
+    configs = [KernelConfig(64, 8, 2), KernelConfig(64, 4, 2), KernelConfig(32, 4, 2), KernelConfig(64, 8, 1),
+               KernelConfig(16, 4, 2)]
+    tune = []
+    for h in (128, 128 // world):
+        for cfg in configs:
+            try:
+                tune.append(kernel_point(32, h, 16384, cfg, copy_bw, check=True))
+            except Exception as e:  # a config that fails to compile is reported, not fatal
+                tune.append({"heads": h, "block_h": cfg.block_h, "num_warps": cfg.num_warps,
+                             "num_stages": cfg.num_stages, "error": repr(e)[:300]})
+    best = {}
+    for h in (128, 128 // world):
+        ok = [r for r in tune if r.get("heads") == h and "error" not in r and r["rel_err_vs_fp32"] < 1e-2]
+        r = min(ok, key=lambda r: r["time_us"])
+        best[h] = KernelConfig(r["block_h"], r["num_warps"], r["num_stages"])
+    grid = []
+    for h in (128, 128 // world):
+        for b in (1, 4, 16, 32, 64):
+            for ctx in (1024, 4096, 16384, 32768, 65536):
+                grid.append(kernel_point(b, h, ctx, best[h], copy_bw, check=(b == 16)))
+    res = {"copy_bandwidth_bytes_per_s": copy_bw, "tuning": tune,
+           "best_config": {str(h): vars(c) for h, c in best.items()}, "grid": grid}
+    json.dump(res, open(os.path.join(out_dir, "kernel.json"), "w"), indent=1)
+    return res
+
+
+# ---------------------------------------------------------------- distributed parts
+def _layouts_check(g, kcfg):
+    from executor.torch_executor.reference import ReferenceDecoder
+    dims = deepseek_v32(2)
+    lengths = {0: 70, 1: 300, 2: 1, 3: 129, 4: 1000}
+    out = {}
+    ref_outs = None
+    if g.rank == 0:
+        ref = ReferenceDecoder(dims, seed=3, device=g.device, dtype=torch.float32, stored_dtype=torch.bfloat16)
+        ref.add_requests(dict(lengths))
+        ref_outs = [ref.step() for _ in range(3)]
+        del ref
+    for kind in LAYOUTS:
+        r = RankRunner(dims, g, kind, num_slots=256, dtype=torch.bfloat16, seed=3, kernel_config=kcfg)
+        r.add_requests(dict(lengths))
+        outs = [r.step() for _ in range(3)]
+        if g.rank == 0:
+            out[kind] = max(float((o.float() - rf).norm() / rf.norm()) for o, rf in zip(outs, ref_outs))
+        del r
+        torch.cuda.empty_cache()
+    return out
+
+
+def _kernel_on_step(runner) -> tuple[float, int]:
+    """Time the attention kernel alone on this rank's inputs of the current step (layer 0)."""
+    dims = runner.dims
+    positions = torch.tensor([runner.seq_lens[q] for q in runner.order], device=runner.g.device)
+    sb = runner._step_batch(positions)
+    n = sb.block_table.shape[0]
+    h = dims.num_heads if runner.layout in ("cp", "dp", "dop") else dims.num_heads // runner.g.world_size
+    if n == 0:
+        return 0.0, 0
+    q = torch.randn(n, h, dims.latent_dim, device=runner.g.device, dtype=runner.dtype)
+    t = time_fn(lambda: mla_decode_triton(q, runner.pool[0], sb.block_table, sb.local_lens, dims.softmax_scale,
+                                          dims.kv_lora_rank, sb.max_pages, runner.kernel_config), reps=10)
+    kv_bytes = int(sb.local_lens.sum().item()) * dims.latent_dim * runner.pool.element_size()
+    return t, kv_bytes
+
+
+def _time_steps(runner, n) -> list[float]:
+    evs = [torch.cuda.Event(enable_timing=True) for _ in range(n + 1)]
+    evs[0].record()
+    for i in range(n):
+        runner.step()
+        evs[i + 1].record()
+    torch.cuda.synchronize()
+    return [evs[i].elapsed_time(evs[i + 1]) for i in range(n)]
+
+
+def _steps(g, layers, kcfg, copy_bw, points):
+    dims = deepseek_v32(layers)
+    rows = []
+    max_tokens = max(sum(p["lengths"]) for p in points)
+    for kind in LAYOUTS:
+        share = 1.0 if kind == "tp" else 0.75  # DP/DOP/CP: ~1/T of the KV, with imbalance headroom
+        slots = int(share * max_tokens / dims.page_size) + 2 * max(len(p["lengths"]) for p in points) + 64
+        r = RankRunner(dims, g, kind, num_slots=slots + r_weight_slots(dims, g, kind), dtype=torch.bfloat16,
+                       seed=1, kernel_config=kcfg)
+        for p in points:
+            lengths = {i: n for i, n in enumerate(p["lengths"])}
+            r.add_requests(lengths)
+            _time_steps(r, 3)
+            ts = _time_steps(r, 8)
+            kt, kv_bytes = _kernel_on_step(r)
+            kt_all = [None] * g.world_size
+            torch.distributed.all_gather_object(kt_all, (kt, kv_bytes), group=g.ctrl)
+            busiest = max(kt_all, key=lambda x: x[0])
+            rows.append({"attn": kind, "batch": len(lengths), "context": int(sum(p["lengths"]) / len(lengths)),
+                         "context_max": max(p["lengths"]), "workload": p["name"],
+                         "step_ms": statistics.median(ts), "step_ms_min": min(ts),
+                         "kernel_us_busiest_rank": busiest[0] * 1e6,
+                         "kernel_bandwidth_fraction": (busiest[1] / busiest[0] / copy_bw) if busiest[0] else None})
+            for q in list(r.order):
+                r.finish_request(q)
+        del r
+        torch.cuda.empty_cache()
+    return rows
+
+
+def r_weight_slots(dims, g, kind):
+    from executor.torch_executor.layouts import weight_slots_needed
+    head_bytes = dims.num_layers * dims.num_heads * 2 * (
+        (dims.qk_nope_head_dim + dims.qk_rope_head_dim) * dims.q_lora_rank
+        + dims.qk_nope_head_dim * dims.kv_lora_rank + dims.kv_lora_rank * dims.v_head_dim
+        + dims.v_head_dim * dims.hidden_size)
+    return weight_slots_needed(kind, head_bytes, g.world_size, dims.kv_bytes_per_page(2)) + 8
+
+
+def _switch(g, layers, kcfg, batch, ctx, rounds, bytes_per_step):
+    dims = deepseek_v32(layers)
+    pages = batch * (-(-(ctx + 4096) // dims.page_size))
+    r = RankRunner(dims, g, CIRCUIT[0], num_slots=2 * pages + 2 * r_weight_slots(dims, g, "cp"),
+                   dtype=torch.bfloat16, seed=2, kernel_config=kcfg)
+    r.add_requests({i: ctx for i in range(batch)})
+    _time_steps(r, 3)
+    records = []
+    for _ in range(rounds):
+        for src, dst in zip(CIRCUIT[:-1], CIRCUIT[1:]):
+            if r.seq_lens[0] > ctx + 2048:  # keep the context near ctx: restart the requests
+                for q in list(r.order):
+                    r.finish_request(q)
+                r.add_requests({i: ctx for i in range(batch)})
+            before = _time_steps(r, 3)
+            sw = r.switch_to(dst, bytes_per_step)
+            plan = sw.plan
+            n = plan.commit_step - r.step_index + 3
+            evs = [torch.cuda.Event(enable_timing=True) for _ in range(n + 1)]
+            host_commit = None
+            evs[0].record()
+            for i in range(n):
+                if r.step_index == plan.commit_step and sw.state.value == "copying":
+                    t0 = time.perf_counter()
+                    sw.before_step(r)
+                    host_commit = time.perf_counter() - t0
+                r.step()
+                evs[i + 1].record()
+            torch.cuda.synchronize()
+            ts = [evs[i].elapsed_time(evs[i + 1]) for i in range(n)]
+            k_commit = n - 3
+            after = ts[k_commit + 1:]
+            base_new = statistics.median(after)
+            copying = ts[:k_commit]
+            records.append({
+                "src": src, "dst": dst, "state": sw.state.value, "reason": sw.reason,
+                "num_chunks": plan.num_chunks, "recv_bytes_rank": plan.recv_bytes[g.rank],
+                "step_before_ms": statistics.median(before), "step_after_ms": base_new,
+                "commit_step_ms": ts[k_commit],
+                "stall_pct": 100.0 * (ts[k_commit] - base_new) / base_new,
+                "copy_steps_ms": copying,
+                "background_slowdown_pct": 100.0 * (statistics.median(copying) / statistics.median(before) - 1)
+                if copying else 0.0,
+                "extra_ms_total": sum(copying) - len(copying) * statistics.median(before) + ts[k_commit] - base_new,
+                "host_commit_us": host_commit * 1e6 if host_commit is not None else None,
+            })
+    return records
+
+
+def dist_main(g, parts, layers, kcfgs, copy_bw, step_points, switch_cfg):
+    torch.cuda.set_device(g.device)
+    kcfg_by_heads = {int(h): KernelConfig(**c) for h, c in kcfgs.items()}
+    # NOTE: one config for the runner; heads differ per layout, take the 128-head one (the busiest).
+    kcfg = kcfg_by_heads.get(128, KernelConfig())
+    out = {}
+    if "layouts" in parts:
+        out["layouts_rel_err_bf16_vs_fp32"] = _layouts_check(g, kcfg)
+    if "steps" in parts:
+        out["steps"] = _steps(g, layers, kcfg, copy_bw, step_points)
+    if "switch" in parts:
+        out["switches"] = _switch(g, layers, kcfg, **switch_cfg)
+    return out if g.rank == 0 else None
+
+
+def summarize_switches(records):
+    by = {}
+    for rec in records:
+        by.setdefault(f"{rec['src']}->{rec['dst']}", []).append(rec)
+    out = {}
+    for key, recs in by.items():
+        ok = [x for x in recs if x["state"] == "committed"]
+        st = sorted(x["stall_pct"] for x in ok)
+        out[key] = {
+            "switches": len(recs), "committed": len(ok),
+            "stall_pct_median": statistics.median(st) if st else None,
+            "stall_pct_p99": st[min(len(st) - 1, int(round(0.99 * (len(st) - 1))))] if st else None,
+            "background_slowdown_pct_median": statistics.median(x["background_slowdown_pct"] for x in ok),
+            "total_extra_ms_median": statistics.median(x["extra_ms_total"] for x in ok),
+            "copy_steps": ok[0]["num_chunks"] if ok else None,
+            "recv_bytes_rank0": ok[0]["recv_bytes_rank"] if ok else None,
+            "step_ms_median": statistics.median(x["step_after_ms"] for x in ok),
+            "host_commit_us_median": statistics.median(x["host_commit_us"] for x in ok if x["host_commit_us"]),
+            "meets_0p5pct_target": (statistics.median(st) <= 0.5) if st else False,
+        }
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--parts", default="kernel,layouts,steps,switch")
+    ap.add_argument("--out", default=os.environ.get("OUT", "benchmarks/results"))
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--kernel-json", default=None, help="reuse best configs from an earlier kernel part")
+    ap.add_argument("--switch-rounds", type=int, default=30)
+    ap.add_argument("--switch-batch", type=int, default=32)
+    ap.add_argument("--switch-context", type=int, default=8192)
+    ap.add_argument("--bytes-per-step", type=int, default=128 << 20)
+    ap.add_argument("--quick", action="store_true")
+    a = ap.parse_args()
+    parts = a.parts.split(",")
+    os.makedirs(a.out, exist_ok=True)
+    world = torch.cuda.device_count()
+    cond = conditions()
+    summary = {"conditions": cond, "layers": a.layers}
+    t_start = time.time()
+    if "kernel" in parts:
+        kres = part_kernel(a.out, world)
+    else:
+        kres = json.load(open(a.kernel_json)) if a.kernel_json else {
+            "copy_bandwidth_bytes_per_s": copy_bandwidth(), "best_config": {}}
+    copy_bw = kres["copy_bandwidth_bytes_per_s"]
+    summary["copy_bandwidth_TBps"] = copy_bw / 1e12
+    if "grid" in kres:
+        fr = [r["bandwidth_fraction_of_copy"] for r in kres["grid"] if r["batch"] >= 16 and r["context"] >= 4096]
+        summary["kernel_bw_fraction_b16_64_ctx4k_64k"] = {"min": min(fr), "max": max(fr),
+                                                          "median": statistics.median(fr)}
+        summary["kernel_best_config"] = kres["best_config"]
+        summary["kernel_max_rel_err"] = max(r.get("rel_err_vs_fp32", 0) for r in kres["grid"] + kres["tuning"]
+                                            if "error" not in r)
+    print(f"[{time.time() - t_start:.0f}s] kernel done", flush=True)
+    dparts = [p for p in parts if p in ("layouts", "steps", "switch")]
+    if dparts:
+        bs = (1, 16, 64) if a.quick else (1, 4, 8, 16, 32, 64)
+        cs = (4096, 65536) if a.quick else (1024, 4096, 8192, 16384, 32768, 65536)
+        points = [{"name": "uniform", "lengths": [c] * b} for b in bs for c in cs]
+        points += [{"name": "60x1K+4x64K", "lengths": [1024] * 60 + [65536] * 4},
+                   {"name": "28x2K+4x32K", "lengths": [2048] * 28 + [32768] * 4},
+                   {"name": "120x512+8x16K", "lengths": [512] * 120 + [16384] * 8}]
+        sw = {"batch": a.switch_batch, "ctx": a.switch_context, "rounds": 2 if a.quick else a.switch_rounds,
+              "bytes_per_step": a.bytes_per_step}
+        res = spawn_ranks(dist_main, world, dparts, a.layers, kres.get("best_config", {}), copy_bw, points, sw,
+                          use_cuda=True)[0]
+        if "layouts_rel_err_bf16_vs_fp32" in res:
+            summary["layouts_rel_err_bf16_vs_fp32"] = res["layouts_rel_err_bf16_vs_fp32"]
+        if "steps" in res:
+            rows = res["steps"]
+            json.dump({"conditions": cond, "layers": a.layers, "rows": rows},
+                      open(os.path.join(a.out, "steps.json"), "w"), indent=1)
+            with open(os.path.join(a.out, "step_profile.csv"), "w", newline="") as f:
+                w = csv.writer(f)
+                cols = ["model", "hardware", "gpus", "attn", "moe", "batch", "context", "prefill_tokens",
+                        "weight_dtype", "kv_dtype", "step_ms", "num_layers", "context_max", "workload",
+                        "kernel_bandwidth_fraction", "kernel_us_busiest_rank", "ffn"]
+                w.writerow(cols)
+                for rw in rows:
+                    w.writerow(["deepseek-v3.2", "h200", world, rw["attn"], "tp", rw["batch"], rw["context"], 0,
+                                "bf16", "bf16", f"{rw['step_ms']:.4f}", a.layers, rw["context_max"], rw["workload"],
+                                f"{rw['kernel_bandwidth_fraction']:.4f}" if rw["kernel_bandwidth_fraction"] else "",
+                                f"{rw['kernel_us_busiest_rank']:.1f}", "dense"])
+            summary["step_rows"] = len(rows)
+        if "switches" in res:
+            s = summarize_switches(res["switches"])
+            json.dump({"conditions": cond, "layers": a.layers, "config": sw, "per_transition": s,
+                       "records": res["switches"]}, open(os.path.join(a.out, "switches.json"), "w"), indent=1)
+            summary["switches"] = s
+    summary["wall_s"] = time.time() - t_start
+    json.dump(summary, open(os.path.join(a.out, "summary.json"), "w"), indent=1)
+    # table last, then the JSON line
+    if "grid" in kres:
+        print("kernel  heads batch context  us  bw_frac")
+        for r in kres["grid"]:
+            if r["batch"] in (16, 64) and r["context"] in (4096, 65536):
+                print(f"        {r['heads']:5d} {r['batch']:5d} {r['context']:7d} {r['time_us']:7.1f} "
+                      f"{r['bandwidth_fraction_of_copy']:.3f}")
+    for key, v in summary.get("switches", {}).items():
+        print(f"switch {key:8s} stall med {v['stall_pct_median']:.3f}% p99 {v['stall_pct_p99']:.3f}% "
+              f"bg {v['background_slowdown_pct_median']:.2f}% step {v['step_ms_median']:.2f}ms")
+    print(json.dumps(summary, default=str))
+
+
+if __name__ == "__main__":
+    main()
