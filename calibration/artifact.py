@@ -104,6 +104,7 @@ class Calibration(_Frozen):
     fitted: tuple[str, ...] = Field(description="Parameters the data determined.")
     fixed: dict[str, str] = Field(default_factory=dict, description="Parameters held fixed -> where their value came from.")
     param_std: dict[str, float] = Field(default_factory=dict, description="Approximate 1σ of fitted parameters (Jacobian).")
+    priors: dict[str, float] = Field(default_factory=dict, description="Starting values of the fit (cross-validation restarts from these).")
     sources: tuple[DataSource, ...]
     microbench: DataSource | None = None
     fit: FitSummary

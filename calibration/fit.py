@@ -1,0 +1,176 @@
+"""Fit the calibrated step model (calibration.artifact) to measured steps by robust least squares.
+
+Residuals are log(predicted / measured): relative errors, so a 1 ms step and a 30 ms step weigh
+the same, and a robust loss (soft_l1 by default, f_scale 0.05 ≈ 5 %) keeps outlier rows from
+pulling the fit. Every parameter is bounded — efficiencies in (0, 1] so a prediction can never
+beat a datasheet floor, α in [0, 1], overhead between 0 and the fastest measured step.
+
+Parameters the data can't determine are held at a prior and named as fixed with where the
+value came from: a resource with no signal in the profile (no network bytes on one GPU, say), or
+whose column of the Jacobian at the solution is ~0 (never binding and α ≈ 0). Priors come from a
+microbench result when given, else from the hardware file's efficiency defaults.
+
+Refuses (SpecError) too little data: fewer than max(MIN_ROWS, ROWS_PER_PARAM × free parameters)
+usable rows, or rows from more than one hardware kind.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import numpy as np
+
+import planner
+from calibration.artifact import (PARAM_NAMES, Calibration, DataSource, FitSummary, FittedParams, StepFeatures,
+                                  predict_from_features)
+from calibration.costs import ProfileCosts
+from planner.errors import SpecError
+
+MIN_ROWS = 8
+ROWS_PER_PARAM = 3
+DEFAULT_LOSS = "soft_l1"
+DEFAULT_F_SCALE = 0.05
+EFF_MIN = 1e-3
+MAX_LATENCY_S = 1e-2
+# Internal scaling so every free variable is O(1) for the optimizer: latency in µs, overhead in ms.
+_SCALE = np.array([1, 1, 1, 1, 1, 1e-6, 1, 1e-3], dtype=np.float64)
+_SIGNAL = {  # which feature carries each parameter's signal
+    "hbm_weight_efficiency": "weight_hbm_s", "hbm_kv_efficiency": "other_hbm_s",
+    "compute_linear_efficiency": "linear_compute_s", "compute_attention_efficiency": "attention_compute_s",
+    "network_efficiency": "network_bytes_s", "message_latency_s": "network_messages",
+}
+
+
+def priors_from(hw_name: str, microbench: dict | None) -> tuple[dict[str, float], dict[str, str]]:
+    """Starting/fixed values and where each came from."""
+    hw = planner.load_hardware(hw_name)
+    p, e = hw.peak, hw.efficiency
+    vals = {"hbm_weight_efficiency": e.hbm, "hbm_kv_efficiency": e.hbm, "compute_linear_efficiency": e.flops,
+            "compute_attention_efficiency": e.flops, "network_efficiency": e.network,
+            "message_latency_s": p.collective_latency_s, "overlap_alpha": 0.5, "overhead_s": 0.0}
+    src = {k: f"hardware spec {hw.name} defaults" for k in vals}
+    src["overlap_alpha"] = src["overhead_s"] = "neutral start (α = 0.5, overhead 0)"
+    s = (microbench or {}).get("summary", {})
+    tag = "microbench"
+    from_mb = {
+        "hbm_weight_efficiency": s.get("weight_stream_bytes_per_s", 0) / p.hbm_bandwidth_bytes_per_s,
+        "hbm_kv_efficiency": s.get("mla_attention_kv_bytes_per_s", 0) / p.hbm_bandwidth_bytes_per_s,
+        "compute_linear_efficiency": s.get("bf16_flops_per_s", 0) / p.bf16_flops_per_s,
+        "compute_attention_efficiency": s.get("mla_attention_flops_per_s", 0) / p.bf16_flops_per_s,
+        "network_efficiency": s.get("link_bytes_per_s", 0) / p.scaleup_bandwidth_bytes_per_s_per_direction,
+        "message_latency_s": s.get("all_reduce_small_cuda_graph_latency_s") or s.get("all_reduce_small_latency_s") or 0,
+    }
+    for k, v in from_mb.items():
+        if v and v > 0:
+            vals[k] = float(min(v, 1.0)) if k != "message_latency_s" else float(v)
+            src[k] = f"{tag} {microbench.get('device', '')} ({microbench.get('created_utc', '')})".strip()
+    return vals, src
+
+
+def _residuals(z, free_idx, x_full, f: StepFeatures, measured):
+    x = x_full.copy()
+    x[free_idx] = z * _SCALE[free_idx]
+    return np.log(predict_from_features(f, x) / measured)
+
+
+def _bounds(measured):
+    lo = np.array([EFF_MIN] * 5 + [0.0, 0.0, 0.0])
+    hi = np.array([1.0] * 5 + [MAX_LATENCY_S, 1.0, float(np.min(measured)) * 0.999])
+    return lo, hi
+
+
+def fit_params(f: StepFeatures, measured: np.ndarray, priors: dict[str, float], loss: str = DEFAULT_LOSS,
+               f_scale: float = DEFAULT_F_SCALE, fixed: set[str] | None = None) -> tuple[np.ndarray, list[str], dict[str, float], dict[str, str]]:
+    """(x [8], free names, 1σ of free params, reasons for names held fixed). Raises SpecError on too little data."""
+    from scipy.optimize import least_squares
+
+    reasons: dict[str, str] = {}
+    for name, feat in _SIGNAL.items():
+        if not np.any(getattr(f, feat) > 0):
+            reasons[name] = "no signal in the data"
+    for name in fixed or ():
+        reasons.setdefault(name, "held fixed by the caller")
+    free = [n for n in PARAM_NAMES if n not in reasons]
+    need = max(MIN_ROWS, ROWS_PER_PARAM * len(free))
+    if measured.size < need:
+        raise SpecError(f"calibration needs at least {need} measured steps to fit {len(free)} parameters "
+                        f"({ROWS_PER_PARAM} per parameter, {MIN_ROWS} minimum); got {measured.size}")
+    x0 = np.array([priors[n] for n in PARAM_NAMES], dtype=np.float64)
+    lo, hi = _bounds(measured)
+    x0 = np.clip(x0, lo, hi)
+    best = None
+    for _ in range(2):  # a second pass drops parameters the first found to have no influence
+        idx = np.array([PARAM_NAMES.index(n) for n in free])
+        lo_z, hi_z = lo[idx] / _SCALE[idx], hi[idx] / _SCALE[idx]
+        best = None
+        for alpha0 in (x0[6], 0.1, 0.9):  # the max() kink makes the surface piecewise: try a few starts
+            z0 = np.clip(x0[idx] / _SCALE[idx], lo_z, hi_z)
+            if "overlap_alpha" in free:
+                z0[free.index("overlap_alpha")] = alpha0
+            res = least_squares(_residuals, z0, bounds=(lo_z, hi_z), loss=loss, f_scale=f_scale,
+                                args=(idx, x0, f, measured), method="trf", max_nfev=2000)
+            if best is None or res.cost < best.cost:
+                best = res
+        col = np.linalg.norm(best.jac, axis=0)
+        dead = [n for n, c in zip(free, col) if c < 1e-6 * max(col.max(), 1e-30)]
+        if not dead:
+            break
+        for n in dead:
+            reasons[n] = "no influence on any row at the fit (never binding)"
+        free = [n for n in free if n not in dead]
+    x = x0.copy()
+    x[idx] = best.x * _SCALE[idx]
+    jac = best.jac / _SCALE[idx]  # d r / d x = (d r / d z) / scale
+    dof = max(measured.size - len(free), 1)
+    s2 = float(np.sum(best.fun ** 2) / dof)
+    cov = np.linalg.pinv(jac.T @ jac) * s2
+    std = {n: float(np.sqrt(max(cov[i, i], 0.0))) for i, n in enumerate(free)}
+    return x, free, std, reasons
+
+
+def abs_pct_errors(pred: np.ndarray, measured: np.ndarray) -> np.ndarray:
+    return np.abs(pred - measured) / measured * 100.0
+
+
+def _no_rows(costs: ProfileCosts, what: str) -> SpecError:
+    first = f" (first rejection: {costs.issues[0]})" if costs.issues else ""
+    return SpecError(f"no usable rows in the profile: nothing to {what}{first}")
+
+
+def fit_calibration(costs: ProfileCosts, sources: list[dict], microbench: dict | None = None,
+                    microbench_source: DataSource | None = None, loss: str = DEFAULT_LOSS,
+                    f_scale: float = DEFAULT_F_SCALE, priors: dict[str, float] | None = None,
+                    prior_sources: dict[str, str] | None = None) -> Calibration:
+    """Fit one hardware's calibration from priced profile rows."""
+    if costs.size == 0:
+        raise _no_rows(costs, "calibrate")
+    kinds = sorted(set(costs.hardware.tolist()))
+    if len(kinds) > 1:
+        raise SpecError(f"the profile mixes hardware {', '.join(kinds)}: calibrate one hardware at a time")
+    hw = kinds[0]
+    base, base_src = priors_from(hw, microbench)
+    if priors:
+        base.update(priors)
+        base_src.update(prior_sources or {k: "given" for k in priors})
+    x, free, std, reasons = fit_params(costs.features, costs.measured_s, base, loss, f_scale)
+    pred = predict_from_features(costs.features, x)
+    err = abs_pct_errors(pred, costs.measured_s)
+    below = int(np.sum(costs.measured_s < costs.floor_max_s))
+    notes = []
+    if below:
+        notes.append(f"{below} rows measured below their datasheet floor_max: a spec or the cost model is wrong for them")
+    return Calibration(
+        created_utc=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        rates=costs.rates[hw],
+        params=FittedParams.from_vector(x),
+        fitted=tuple(free),
+        fixed={n: f"{reasons[n]}; value from {base_src[n]}" for n in PARAM_NAMES if n in reasons},
+        param_std=std,
+        priors={n: float(base[n]) for n in PARAM_NAMES},
+        sources=tuple(DataSource(**s) for s in sources),
+        microbench=microbench_source,
+        fit=FitSummary(rows=int(costs.size), loss=loss, f_scale=f_scale,
+                       median_abs_pct_error=float(np.median(err)), p90_abs_pct_error=float(np.percentile(err, 90)),
+                       rows_below_floor=below),
+        notes=tuple(notes),
+    )

@@ -1,0 +1,153 @@
+"""One schema for measured operating points, and the steady-state step a serving benchmark implies.
+
+A step row: `model, hardware, gpus, attn, moe, batch, context` (mean decode context), optional
+`prefill_tokens` (per group and step), `replicas`, `weight_dtype`, `kv_dtype`, and `step_ms`.
+A serving row: the same deployment fields with `isl, osl, concurrency` (total over the
+deployment), `tpot_ms` and optional `ttft_ms` in place of `batch, context, step_ms`.
+
+Serving → step (in-flight batching, steady state): `concurrency` requests are always decoding,
+so batch = concurrency. A request lives `osl` decode steps, so each step retires and admits
+concurrency/osl requests on average, and their prefills ride in the same steps:
+prefill_tokens ≈ concurrency·isl/osl per step (divided among replica groups). A request's context
+grows from isl to isl+osl while it decodes: mean context ≈ isl + osl/2. The step time is the
+TPOT (TTFT is kept for reference; it mixes queueing into the figure and is not fitted).
+
+Does not: read files (calibration.loaders) or price anything (calibration.costs).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+STEP_FIELDS = ("model", "hardware", "gpus", "attn", "moe", "batch", "context", "step_ms")
+SERVING_FIELDS = ("model", "hardware", "gpus", "attn", "moe", "isl", "osl", "concurrency", "tpot_ms")
+OPTIONAL_FIELDS = ("prefill_tokens", "replicas", "weight_dtype", "kv_dtype", "ttft_ms")
+
+
+class _Row(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model: str = Field(min_length=1, description="Built-in model name or a config.json path.")
+    hardware: str = Field(min_length=1, description="Built-in hardware name or a YAML path.")
+    gpus: int = Field(ge=1)
+    attn: str = Field(description="Attention layout: tp, cp, dp, dop.")
+    moe: str = Field(description="MoE split: ep or tp.")
+    replicas: int = Field(default=1, ge=1)
+    weight_dtype: str | None = None
+    kv_dtype: str | None = None
+
+
+class StepRow(_Row):
+    """One measured step."""
+
+    batch: int = Field(ge=0, description="Decode requests in the step, whole deployment.")
+    context: float = Field(gt=0, description="Mean decode context, tokens.")
+    prefill_tokens: float = Field(default=0.0, ge=0, description="Prefill tokens per group in the same step.")
+    step_ms: float = Field(gt=0, description="Measured step time, ms.")
+
+    def deployment_key(self) -> tuple:
+        return (self.model, self.hardware, self.gpus, self.attn, self.moe, self.replicas, self.weight_dtype,
+                self.kv_dtype)
+
+
+class ServingRow(_Row):
+    """One serving-benchmark result (one concurrency level)."""
+
+    isl: float = Field(gt=0, description="Mean input tokens per request.")
+    osl: float = Field(gt=0, description="Mean output tokens per request.")
+    concurrency: int = Field(ge=1, description="Requests in flight, whole deployment.")
+    tpot_ms: float = Field(gt=0, description="Time per output token after the first, ms.")
+    ttft_ms: float | None = Field(default=None, gt=0)
+
+    def to_step(self) -> StepRow:
+        return StepRow(model=self.model, hardware=self.hardware, gpus=self.gpus, attn=self.attn, moe=self.moe,
+                       replicas=self.replicas, weight_dtype=self.weight_dtype, kv_dtype=self.kv_dtype,
+                       batch=self.concurrency, context=self.isl + self.osl / 2.0,
+                       prefill_tokens=self.concurrency * self.isl / self.osl / self.replicas, step_ms=self.tpot_ms)
+
+
+@dataclass(frozen=True)
+class RowIssue:
+    """A row that could not be used: where it is and why."""
+
+    source: str
+    line: int
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.source}:{self.line}: {self.message}"
+
+
+@dataclass(frozen=True)
+class LoadedRow:
+    row: StepRow
+    source: str
+    line: int
+    serving: ServingRow | None = None
+
+
+@dataclass
+class Profile:
+    """Rows from one or more files, the rows rejected (with line numbers) and notes."""
+
+    rows: list[LoadedRow] = field(default_factory=list)
+    issues: list[RowIssue] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    sources: list[dict] = field(default_factory=list)  # path, sha256, kind, rows, rows_rejected
+
+    def extend(self, other: "Profile") -> None:
+        self.rows += other.rows
+        self.issues += other.issues
+        self.notes += other.notes
+        self.sources += other.sources
+
+
+def _clean(raw: dict) -> dict:
+    """Blank CSV cells mean 'not given'; numeric strings become numbers; floats that are whole
+    numbers become ints (so 'batch=8.0' validates as an int field)."""
+    out = {}
+    for k, v in raw.items():
+        if k is None:
+            continue
+        k = k.strip()
+        if isinstance(v, str):
+            v = v.strip()
+            if v == "":
+                continue
+            try:
+                v = float(v)
+            except ValueError:
+                pass
+        if isinstance(v, float) and math.isfinite(v) and v == int(v) and k not in ("context", "prefill_tokens", "isl", "osl"):
+            v = int(v)
+        out[k] = v
+    return out
+
+
+def parse_row(raw: dict, source: str, line: int, defaults: dict | None = None) -> tuple[LoadedRow | None, RowIssue | None, set[str]]:
+    """A dict (from a CSV line or a JSON object) → a step row, or the issue that rejects it.
+    Returns also the keys it ignored (metadata columns outside the schema)."""
+    d = {**(defaults or {}), **_clean(raw)}
+    serving = "tpot_ms" in d or "isl" in d
+    known = set(ServingRow.model_fields if serving else StepRow.model_fields)
+    ignored = set(d) - known
+    d = {k: v for k, v in d.items() if k in known}
+    need = SERVING_FIELDS if serving else STEP_FIELDS
+    missing = [f for f in need if f not in d]
+    if missing:
+        return None, RowIssue(source, line, f"missing field{'s' if len(missing) > 1 else ''} {', '.join(missing)}"), ignored
+    for k, v in d.items():
+        if isinstance(v, float) and not math.isfinite(v):
+            return None, RowIssue(source, line, f"field '{k}' is {v}"), ignored
+    try:
+        if serving:
+            s = ServingRow.model_validate(d)
+            return LoadedRow(s.to_step(), source, line, s), None, ignored
+        return LoadedRow(StepRow.model_validate(d), source, line), None, ignored
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(x) for x in err["loc"])
+        return None, RowIssue(source, line, f"field '{loc}'={err.get('input')!r}: {err['msg']}"), ignored

@@ -1,0 +1,119 @@
+"""Validate a calibration: per-row residuals of a given calibration on a profile, and k-fold
+cross-validation (refit on k−1 folds, predict the held-out fold) so the error quoted is the error
+on rows the fit did not see.
+
+Figures: median and p90 absolute % error, the fraction of rows inside their datasheet
+[floor_max, floor_sum], and every row *below* the uncalibrated floor_max listed with the
+resources whose time alone exceeds the measurement — a floor can't be beaten, so such a row means
+a spec or the cost model is wrong.
+
+Does not: change the calibration it is given; the cross-validation refits copies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from calibration.artifact import PARAM_NAMES, Calibration, predict_from_features
+from calibration.costs import ProfileCosts
+from calibration.fit import DEFAULT_F_SCALE, DEFAULT_LOSS, abs_pct_errors, fit_params
+from planner.errors import SpecError
+from planner.resources.vector import TIMED_RESOURCES
+
+DEFAULT_FOLDS = 5
+
+
+@dataclass(frozen=True)
+class FloorViolation:
+    source: str
+    line: int
+    measured_s: float
+    floor_max_s: float
+    resources: list[str]
+
+
+@dataclass(frozen=True)
+class ValidationReport:
+    rows: int
+    folds: int
+    cv_median_abs_pct_error: float
+    cv_p90_abs_pct_error: float
+    median_abs_pct_error: float  # the given calibration, in-sample on this profile
+    p90_abs_pct_error: float
+    fraction_inside_floors: float
+    rows_below_floor: list[FloorViolation]
+    residuals: list[dict] = field(default_factory=list)  # per row
+
+    def to_json(self) -> dict:
+        return {
+            "rows": self.rows, "folds": self.folds,
+            "cv_median_abs_pct_error": self.cv_median_abs_pct_error, "cv_p90_abs_pct_error": self.cv_p90_abs_pct_error,
+            "median_abs_pct_error": self.median_abs_pct_error, "p90_abs_pct_error": self.p90_abs_pct_error,
+            "fraction_inside_floors": self.fraction_inside_floors,
+            "rows_below_floor": [v.__dict__ for v in self.rows_below_floor],
+            "residuals": self.residuals,
+        }
+
+
+def floor_violations(costs: ProfileCosts) -> list[FloorViolation]:
+    out = []
+    for i in np.flatnonzero(costs.measured_s < costs.floor_max_s):
+        lr = costs.rows[i]
+        res = [TIMED_RESOURCES[r] for r in range(4) if costs.datasheet_times_s[r, i] > costs.measured_s[i]]
+        out.append(FloorViolation(lr.source, lr.line, float(costs.measured_s[i]), float(costs.floor_max_s[i]), res))
+    return out
+
+
+def kfold_predictions(costs: ProfileCosts, priors: dict[str, float], folds: int = DEFAULT_FOLDS, seed: int = 0,
+                      loss: str = DEFAULT_LOSS, f_scale: float = DEFAULT_F_SCALE, fixed: set[str] | None = None,
+                      progress=None) -> np.ndarray:
+    """Out-of-fold predicted seconds [P]. Folds are a seeded shuffle (reproducible)."""
+    n = costs.size
+    if folds < 2:
+        raise SpecError(f"folds={folds} must be ≥ 2")
+    if n < 2 * folds:
+        raise SpecError(f"{n} rows are too few for {folds}-fold cross-validation")
+    order = np.random.default_rng(seed).permutation(n)
+    pred = np.empty(n)
+    for k, test in enumerate(np.array_split(order, folds)):
+        if progress:
+            progress(k)
+        train = np.setdiff1d(order, test)
+        x, *_ = fit_params(costs.features.take(train), costs.measured_s[train], priors, loss, f_scale, fixed)
+        pred[test] = predict_from_features(costs.features.take(test), x)
+    return pred
+
+
+def validate(cal: Calibration, costs: ProfileCosts, folds: int = DEFAULT_FOLDS, seed: int = 0,
+             progress=None) -> ValidationReport:
+    """Residuals of `cal` on the profile, plus k-fold CV refitting with `cal`'s fixed values as priors."""
+    if costs.size == 0:
+        from calibration.fit import _no_rows
+
+        raise _no_rows(costs, "validate")
+    hws = set(costs.hardware.tolist())
+    if hws != {cal.rates.hardware}:
+        raise SpecError(f"calibration is for {cal.rates.hardware}; the profile has {', '.join(sorted(hws))}")
+    x = cal.params.vector()
+    pred = predict_from_features(costs.features, x)
+    # NOTE: folds restart from the fit's own priors, not from its answer, so no fold starts from a
+    # solution that saw its held-out rows.
+    priors = {**dict(zip(PARAM_NAMES, x)), **{k: v for k, v in cal.priors.items() if k not in cal.fixed}}
+    cv = kfold_predictions(costs, priors, folds, seed, cal.fit.loss, cal.fit.f_scale, set(cal.fixed), progress)
+    err, cv_err = abs_pct_errors(pred, costs.measured_s), abs_pct_errors(cv, costs.measured_s)
+    inside = (costs.measured_s >= costs.floor_max_s) & (costs.measured_s <= costs.floor_sum_s)
+    residuals = [
+        {"source": lr.source, "line": lr.line, "gpus": lr.row.gpus, "attn": lr.row.attn, "moe": lr.row.moe,
+         "batch": lr.row.batch, "context_tokens": lr.row.context, "prefill_tokens": lr.row.prefill_tokens,
+         "measured_s": float(m), "predicted_s": float(p), "cv_predicted_s": float(c),
+         "floor_max_s": float(lo), "floor_sum_s": float(hi), "error_pct": float((p - m) / m * 100),
+         "cv_error_pct": float((c - m) / m * 100)}
+        for lr, m, p, c, lo, hi in zip(costs.rows, costs.measured_s, pred, cv, costs.floor_max_s, costs.floor_sum_s)
+    ]
+    return ValidationReport(
+        rows=costs.size, folds=folds,
+        cv_median_abs_pct_error=float(np.median(cv_err)), cv_p90_abs_pct_error=float(np.percentile(cv_err, 90)),
+        median_abs_pct_error=float(np.median(err)), p90_abs_pct_error=float(np.percentile(err, 90)),
+        fraction_inside_floors=float(np.mean(inside)), rows_below_floor=floor_violations(costs), residuals=residuals)

@@ -1,0 +1,205 @@
+"""`floorfirst calibrate`, `validate` and `microbench`: fit a calibration artifact from measured
+steps, check it by cross-validation, and measure a GPU's achieved rates.
+
+Bulk triage of a profile is `floorfirst triage --profile FILE` (cli/commands/triage.py, which
+calls calibration.triage). Thin: parse, call calibration, render; progress on stderr.
+"""
+
+from __future__ import annotations
+
+import json
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from cli.common import JsonOpt, console, emit_json
+from planner.errors import SpecError
+
+ProfileOpt = Annotated[list[str], typer.Option("--profile", "-p", help="Profile file (CSV, JSONL, vLLM/SGLang result); repeatable.")]
+SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="key=value filling a field the rows lack (e.g. hardware=h200, gpus=8, attn=dp, moe=ep); repeatable.")]
+
+
+@contextmanager
+def _progress(label: str, total: int):
+    """A rich progress bar on stderr; yields advance(description)."""
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                  TimeElapsedColumn(), console=Console(stderr=True), transient=True) as prog:
+        task = prog.add_task(label, total=total)
+
+        def advance(desc: str | None = None):
+            prog.update(task, advance=1, description=f"{label}: {desc}" if desc else label)
+
+        yield advance
+
+
+def _load(profiles, sets):
+    from calibration.costs import price_profile
+    from calibration.loaders import load_profiles, parse_defaults
+
+    if not profiles:
+        raise SpecError("give at least one --profile FILE")
+    prof = load_profiles(profiles, parse_defaults(sets))
+    costs = price_profile(prof)
+    return prof, costs
+
+
+def _report_issues(con, issues, notes) -> None:
+    for i in issues:
+        con.print(f"[yellow]rejected[/] {i}")
+    for n in notes:
+        con.print(f"[dim]{n}[/]")
+
+
+def _read_microbench(path: str | None):
+    if path is None:
+        return None, None
+    from calibration.artifact import DataSource
+    from calibration.loaders import file_sha256
+
+    p = Path(path)
+    try:
+        doc = json.loads(p.read_text())
+    except FileNotFoundError:
+        raise SpecError(f"microbench file not found: {path}") from None
+    except json.JSONDecodeError as exc:
+        raise SpecError(f"microbench {path}: malformed JSON at line {exc.lineno}: {exc.msg}") from None
+    if not isinstance(doc, dict) or doc.get("kind") != "floorfirst.microbench" or "summary" not in doc:
+        raise SpecError(f"microbench {path}: not a floorfirst microbench result")
+    return doc, DataSource(path=str(path), sha256=file_sha256(p), kind="microbench", rows=len(doc.get("rows", [])),
+                           rows_rejected=0)
+
+
+def calibrate(
+    profile: ProfileOpt = None,
+    out: Annotated[str, typer.Option("--out", "-o", help="Where to write the calibration artifact (JSON).")] = "calibration.json",
+    microbench: Annotated[Optional[str], typer.Option("--microbench", help="A microbench result: priors for the fit and values for parameters the profile can't determine.")] = None,
+    sets: SetOpt = None,
+    loss: Annotated[str, typer.Option("--loss", help="Robust loss: soft_l1, huber, cauchy, arctan or linear.")] = "soft_l1",
+    json_out: JsonOpt = False,
+) -> None:
+    """Fit achieved efficiencies, message latency, overlap α and per-step overhead to measured steps."""
+    from calibration.artifact import save_calibration
+    from calibration.fit import fit_calibration
+
+    if loss not in ("soft_l1", "huber", "cauchy", "arctan", "linear"):
+        raise SpecError(f"loss={loss!r} is not one of soft_l1, huber, cauchy, arctan, linear")
+    prof, costs = _load(profile, sets)
+    mb, mb_src = _read_microbench(microbench)
+    with _progress("fitting", 1) as advance:
+        cal = fit_calibration(costs, prof.sources, mb, mb_src, loss=loss)
+        advance()
+    save_calibration(cal, out)
+    issues = [str(i) for i in prof.issues + costs.issues]
+    if json_out:
+        emit_json("calibrate", {"out": out, **cal.summary(), "param_std": cal.param_std, "rows_rejected": issues,
+                                "notes": list(prof.notes) + list(cal.notes)})
+        return
+    con = console()
+    from rich.table import Table
+
+    tab = Table(title=f"calibration of {cal.rates.hardware} from {cal.fit.rows} measured steps → {out}")
+    for c in ("parameter", "value", "±1σ", "source"):
+        tab.add_column(c)
+    for k, v in cal.params.model_dump().items():
+        shown = f"{v * 1e6:.2f} µs" if k == "message_latency_s" else f"{v * 1e3:.3f} ms" if k == "overhead_s" else f"{v:.3f}"
+        sd = cal.param_std.get(k)
+        sd_s = "" if sd is None else f"{sd * 1e6:.2f} µs" if k == "message_latency_s" else f"{sd * 1e3:.3f} ms" if k == "overhead_s" else f"{sd:.3f}"
+        tab.add_row(k, shown, sd_s, "fitted" if k in cal.fitted else cal.fixed.get(k, ""))
+    con.print(tab)
+    con.print(f"in-sample: median |error| {cal.fit.median_abs_pct_error:.2f} %, p90 {cal.fit.p90_abs_pct_error:.2f} %; "
+              f"{cal.fit.rows_below_floor} rows below the datasheet floor. Cross-validate with `floorfirst validate`.")
+    _report_issues(con, issues, list(prof.notes) + list(cal.notes))
+
+
+def validate(
+    calibration: Annotated[str, typer.Option("--calibration", help="A calibration artifact (floorfirst calibrate).")],
+    profile: ProfileOpt = None,
+    sets: SetOpt = None,
+    folds: Annotated[int, typer.Option("--folds", help="k of k-fold cross-validation.")] = 5,
+    seed: Annotated[int, typer.Option("--seed", help="Fold shuffle seed.")] = 0,
+    json_out: JsonOpt = False,
+) -> None:
+    """Per-row residuals of a calibration on a profile, k-fold cross-validated error, floor violations."""
+    from calibration.artifact import load_calibration
+    from calibration.validate import validate as run_validate
+
+    cal = load_calibration(calibration)
+    prof, costs = _load(profile, sets)
+    with _progress("cross-validating", folds) as advance:
+        rep = run_validate(cal, costs, folds, seed, progress=lambda k: advance(f"fold {k + 1}"))
+    issues = [str(i) for i in prof.issues + costs.issues]
+    if json_out:
+        emit_json("validate", {"calibration": calibration, **rep.to_json(), "rows_rejected": issues})
+        return
+    con = console()
+    con.print(f"{rep.rows} rows; {rep.folds}-fold cross-validated |error|: median {rep.cv_median_abs_pct_error:.2f} %, "
+              f"p90 {rep.cv_p90_abs_pct_error:.2f} %")
+    con.print(f"this calibration on these rows: median {rep.median_abs_pct_error:.2f} %, p90 {rep.p90_abs_pct_error:.2f} %")
+    con.print(f"inside the datasheet \\[max, sum]: {rep.fraction_inside_floors:.0%}; below floor_max: {len(rep.rows_below_floor)}")
+    for v in rep.rows_below_floor:
+        con.print(f"[red]below floor[/] {v.source}:{v.line}: measured {v.measured_s * 1e3:.3f} ms < floor_max "
+                  f"{v.floor_max_s * 1e3:.3f} ms ({', '.join(v.resources)} alone take longer): a spec or the model is wrong")
+    worst = sorted(rep.residuals, key=lambda r: -abs(r["cv_error_pct"]))[:5]
+    for r in worst:
+        con.print(f"[dim]worst: {r['source']}:{r['line']} gpus={r['gpus']} {r['attn']} B={r['batch']} ctx={r['context_tokens']:.0f}: "
+                  f"measured {r['measured_s'] * 1e3:.3f} ms, cross-validated {r['cv_predicted_s'] * 1e3:.3f} ms ({r['cv_error_pct']:+.1f} %)[/]")
+    _report_issues(con, issues, prof.notes)
+
+
+def microbench(
+    out: Annotated[str, typer.Option("--out", "-o", help="Where to write the result JSON.")] = "microbench.json",
+    quick: Annotated[bool, typer.Option("--quick", help="Tiny sizes (a smoke test, not a measurement).")] = False,
+    gpus: Annotated[Optional[int], typer.Option("--gpus", help="GPUs for the collectives (default: all visible).")] = None,
+    from_file: Annotated[Optional[str], typer.Option("--from", help="Use an existing result instead of running (e.g. to write --yaml-out).")] = None,
+    hardware: Annotated[str, typer.Option("--hardware", help="Datasheet spec the calibrated YAML copies peaks from.")] = "h200",
+    yaml_out: Annotated[Optional[str], typer.Option("--yaml-out", help="Also write a calibrated hardware YAML (datasheet peaks, measured efficiencies).")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Measure achieved HBM, GEMM, weight-streaming, attention, host-link and NCCL rates on this machine."""
+    import planner
+    from calibration.microbench.results import calibrated_hardware_yaml
+
+    if from_file:
+        doc, _ = _read_microbench(from_file)
+        out = from_file
+    else:
+        try:
+            import torch
+        except ImportError:
+            raise SpecError("microbench needs torch (pip install floorfirst[torch]) and a CUDA GPU") from None
+        if not torch.cuda.is_available():
+            raise SpecError("microbench needs a CUDA GPU; torch.cuda.is_available() is False here")
+        from calibration.microbench.runner import plan, run_microbench
+
+        world = torch.cuda.device_count() if gpus is None else gpus
+        with _progress("microbench", len(plan(quick, world))) as advance:
+            doc = run_microbench(quick=quick, gpus=world, progress=advance)
+        Path(out).write_text(json.dumps(doc, indent=1) + "\n")
+    if yaml_out:
+        try:
+            text = calibrated_hardware_yaml(doc["summary"], planner.load_hardware(hardware), out)
+        except ValueError as exc:
+            raise SpecError(str(exc)) from None
+        Path(yaml_out).write_text(text)
+    if json_out:
+        emit_json("microbench", {"out": out, "yaml_out": yaml_out, "device": doc.get("device"), "gpus": doc.get("gpus"),
+                                 "summary": doc["summary"]})
+        return
+    from calibration.microbench.runner import table
+
+    con = console()
+    con.print(f"{doc.get('device')} × {doc.get('gpus')}, torch {doc.get('torch')}, NCCL {doc.get('nccl')} → {out}")
+    con.print(table(doc))
+    if yaml_out:
+        con.print(f"calibrated hardware spec → {yaml_out} (use with --hardware {yaml_out})")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("calibrate")(calibrate)
+    app.command("validate")(validate)
+    app.command("microbench")(microbench)
