@@ -13,8 +13,6 @@ S the full gathered tensor, all-to-all (T−1)/T·S with S what one rank holds f
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
@@ -22,6 +20,7 @@ import numpy as np
 
 from planner.load import DecodeLoad
 from planner.models.spec import ModelSpec
+from planner.registry import Registry
 
 CollectiveKind = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all"]
 
@@ -116,35 +115,26 @@ class MoESplit:
         raise NotImplementedError
 
 
-_ATTN: dict[str, AttentionLayout] = {}
-_MOE: dict[str, MoESplit] = {}
+_ATTN: Registry = Registry(__package__, "attention layout", key=lambda obj: obj.name)
+_MOE: Registry = Registry(__package__, "MoE split", key=lambda obj: obj.name)
 
 
 def register_attention_layout(cls):
-    _ATTN[cls.name] = cls()
+    _ATTN.register(cls())
     return cls
 
 
 def register_moe_split(cls):
-    _MOE[cls.name] = cls()
+    _MOE.register(cls())
     return cls
 
 
-def _discover() -> None:
-    pkg = importlib.import_module(__package__)
-    for info in pkgutil.iter_modules(pkg.__path__):
-        if info.name != "base":
-            importlib.import_module(f"{__package__}.{info.name}")
-
-
 def attention_layouts() -> dict[str, AttentionLayout]:
-    _discover()
-    return dict(_ATTN)
+    return _ATTN.discover()
 
 
 def moe_splits() -> dict[str, MoESplit]:
-    _discover()
-    return dict(_MOE)
+    return _MOE.discover()
 
 
 def tokens_hidden_bytes(inp: ShareInputs, tokens: np.ndarray) -> np.ndarray:

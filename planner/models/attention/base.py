@@ -16,42 +16,22 @@ Not here: how layouts split these loads across ranks (planner.layouts), pricing 
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar
 
 import numpy as np
 
 from planner.errors import SpecError
+from planner.registry import Registry
 
-_REGISTRY: dict[str, type["AttentionVariant"]] = {}
-
-
-def register_attention(cls: type["AttentionVariant"]) -> type["AttentionVariant"]:
-    """Class decorator: make a variant findable by name and by the config loader."""
-    if cls.kind in _REGISTRY and _REGISTRY[cls.kind] is not cls:
-        raise RuntimeError(f"attention variant '{cls.kind}' registered twice")
-    _REGISTRY[cls.kind] = cls
-    return cls
-
-
-def discover() -> dict[str, type["AttentionVariant"]]:
-    """Import every module of this package once (so decorators run) and return the registry."""
-    pkg = importlib.import_module(__package__)
-    for info in pkgutil.iter_modules(pkg.__path__):
-        if info.name != "base":
-            importlib.import_module(f"{__package__}.{info.name}")
-    return dict(_REGISTRY)
+_REGISTRY: Registry = Registry(__package__, "attention variant", key=lambda cls: cls.kind)
+register_attention = _REGISTRY.register  # class decorator: findable by name and by the config loader
+discover = _REGISTRY.discover
 
 
 def variant_from_hf_config(cfg: dict[str, Any]) -> "AttentionVariant | None":
     """The most specific registered variant that claims this config, or None."""
-    for cls in sorted(discover().values(), key=lambda c: -c.priority):
-        v = cls.from_hf_config(cfg)
-        if v is not None:
-            return v
-    return None
+    return _REGISTRY.claim(cfg)
 
 
 KV_DTYPE_BYTES = {"bf16": 2.0, "fp8": 1.0}

@@ -10,37 +10,20 @@ Parameters only; bytes and pricing live in planner.resources.
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 
-_REGISTRY: dict[str, type["MLPVariant"]] = {}
+from planner.registry import Registry
 
-
-def register_mlp(cls: type["MLPVariant"]) -> type["MLPVariant"]:
-    if cls.kind in _REGISTRY and _REGISTRY[cls.kind] is not cls:
-        raise RuntimeError(f"mlp variant '{cls.kind}' registered twice")
-    _REGISTRY[cls.kind] = cls
-    return cls
-
-
-def discover() -> dict[str, type["MLPVariant"]]:
-    pkg = importlib.import_module(__package__)
-    for info in pkgutil.iter_modules(pkg.__path__):
-        if info.name != "base":
-            importlib.import_module(f"{__package__}.{info.name}")
-    return dict(_REGISTRY)
+_REGISTRY: Registry = Registry(__package__, "mlp variant", key=lambda cls: cls.kind)
+register_mlp = _REGISTRY.register
+discover = _REGISTRY.discover
 
 
 def mlp_from_hf_config(cfg: dict[str, Any], num_layers: int) -> "MLPVariant | None":
-    for cls in sorted(discover().values(), key=lambda c: -c.priority):
-        v = cls.from_hf_config(cfg, num_layers)
-        if v is not None:
-            return v
-    return None
+    return _REGISTRY.claim(cfg, num_layers)
 
 
 @dataclass(frozen=True)
