@@ -223,7 +223,9 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
         # ---- policy -------------------------------------------------------------------------
         dec = np.asarray(decoding, dtype=np.int64)
         ctx = (inp[dec] + gen[dec]).astype(np.float64)
-        state.context_tokens = ctx
+        # NOTE: prefilling requests count as the batch they are about to join
+        state.context_tokens = (np.concatenate([ctx, (inp[prefill_q] + gen[prefill_q]).astype(np.float64)])
+                                if prefill_q else ctx)
         state.waiting_tokens = waiting.needs[waiting.pos:]
         state.layout = layout
         state.switch_in_flight = inflight is not None
@@ -241,6 +243,8 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
             if inflight is not None:
                 t = max(t, ready_s)
                 continue
+            if waiting.pos >= waiting.ids.size:
+                continue  # the queue emptied by aborts; the top of the loop idles or ends
             # the policy chose not to move to a layout with room: the head can't be served here
             i = int(waiting.ids[waiting.pos])
             waiting.pos += 1

@@ -1,0 +1,155 @@
+"""`floorfirst simulate`: serve a workload on a deployment with the simulated executor under a
+fixed layout or the dynamic layout policy, and one request ordering; report throughput, TTFT /
+TPOT / time-to-last-token percentiles and the switches made (table, `--json`, `--plot`)."""
+
+from __future__ import annotations
+
+import math
+import sys
+from enum import Enum
+from typing import Annotated, Optional
+
+import typer
+from rich.table import Table
+
+from cli.common import (DEFAULTS, CalibrationOpt, GpusOpt, HardwareOpt, JsonOpt, KvDtypeOpt, MemFractionOpt, ModelOpt,
+                        MoeOpt, PlotOpt, ReplicasOpt, console, deployment, emit_json, load_specs)
+from planner.errors import SpecError
+
+
+class PolicyChoice(str, Enum):
+    tp = "tp"
+    cp = "cp"
+    dp = "dp"
+    dop = "dop"
+    dynamic = "dynamic"
+
+
+class OrderChoice(str, Enum):
+    fcfs = "fcfs"
+    srpt_oracle = "srpt-oracle"
+    boost = "boost"
+
+
+def _plot(doc: dict, path: str) -> None:
+    """Timeline: layout over time, batch size and KV use (matplotlib imported here only)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from runtime_policy.tables import LAYOUTS
+
+    tl = doc["timeline"]
+    fig, ax = plt.subplots(3, 1, figsize=(9, 6.5), sharex=True)
+    ax[0].step(tl["t_s"], tl["layout"], where="pre")
+    ax[0].set_yticks(range(len(LAYOUTS)), LAYOUTS)
+    ax[0].set_ylabel("layout")
+    ax[1].step(tl["t_s"], tl["batch"], where="pre")
+    ax[1].set_ylabel("decode batch")
+    ax[2].plot(tl["t_s"], [100 * x for x in tl["kv_used_fraction"]])
+    ax[2].set_ylabel("KV used (%)")
+    ax[2].set_xlabel("time (s)")
+    for s in doc["switches"]:
+        for a in ax:
+            a.axvline(s["at_s"], color="grey", lw=0.5, ls=":")
+    fig.suptitle(f"{doc['model']} on {doc['gpus']} × {doc['hardware']}: {doc['workload']}, policy {doc['policy']}, "
+                 f"order {doc['order']}")
+    fig.tight_layout()
+    try:
+        fig.savefig(path, dpi=110)
+    except OSError as exc:
+        raise SpecError(f"cannot write plot {path}: {exc.strerror}") from None
+    finally:
+        plt.close(fig)
+
+
+def simulate_cmd(
+    model: ModelOpt = DEFAULTS["model"], hardware: HardwareOpt = DEFAULTS["hardware"], gpus: GpusOpt = DEFAULTS["gpus"],
+    workload: Annotated[str, typer.Option("--workload", "-w", help="chat, shrinking, bursty, or a trace CSV (arrival_s,input_tokens,output_tokens).")] = "chat",
+    requests: Annotated[int, typer.Option("--requests", "-n", help="Requests to generate (or to take from a trace).")] = 1000,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the workload and of the step-time noise.")] = 0,
+    policy: Annotated[PolicyChoice, typer.Option("--policy", help="A fixed attention layout, or dynamic switching.")] = PolicyChoice.dynamic,
+    order: Annotated[OrderChoice, typer.Option("--order", help="Request ordering.")] = OrderChoice.fcfs,
+    calibration: CalibrationOpt = None, json_out: JsonOpt = False, plot: PlotOpt = None,
+    moe: MoeOpt = None, replicas: ReplicasOpt = 1, kv_dtype: KvDtypeOpt = None,
+    mem_fraction: MemFractionOpt = DEFAULTS["mem_fraction"],
+    rate: Annotated[Optional[float], typer.Option("--rate", help="Mean arrival rate of chat/bursty, requests/s.")] = None,
+    noise: Annotated[float, typer.Option("--noise", help="Relative σ of seeded step-time noise.")] = 0.0,
+    boost: Annotated[Optional[float], typer.Option("--boost", help="The boost ordering's knob β: 0 = FCFS, large = shortest expected first.")] = None,
+    max_batch: Annotated[int, typer.Option("--max-batch", help="Most requests holding KV at once.")] = 4096,
+) -> None:
+    """Serve a workload with the simulated executor: dynamic or fixed layout, and an ordering."""
+    from executor.sim import simulate
+    from runtime_policy.loop import LoopConfig
+    from runtime_policy.tables import LAYOUTS, calibrated_model, datasheet_model
+    from runtime_policy.workloads import make_workload
+
+    if rate is not None and (not math.isfinite(rate) or rate <= 0):
+        raise SpecError(f"rate={rate} must be a positive number of requests per second")
+    m, hw = load_specs(model, hardware)
+    attn = policy.value if policy != PolicyChoice.dynamic else None
+    dep, first_err = None, None
+    for a in ([attn] if attn else list(LAYOUTS)):
+        try:
+            dep = deployment(m, hw, a, moe.value if moe else None, gpus, replicas, None, kv_dtype, mem_fraction, 64, 0.0)
+            break
+        except SpecError as exc:
+            first_err = first_err or exc
+    if dep is None:
+        raise first_err
+    step_model = calibrated_model(calibration) if calibration else datasheet_model()
+    w = make_workload(workload, requests, seed, rate)
+    if max_batch < 1 or max_batch > 65536:
+        raise SpecError(f"max_batch={max_batch} must be in [1, 65536]")
+    bar = None
+    if not json_out and sys.stderr.isatty():
+        from rich.progress import Progress
+
+        bar = Progress(transient=True, console=None)
+        task = bar.add_task("simulating", total=w.requests)
+        bar.start()
+    last = [0]
+
+    def progress(group, groups, done, total):
+        if bar is not None and done != last[0]:
+            bar.update(task, completed=done * groups if groups == 1 else None, advance=None)
+            last[0] = done
+
+    try:
+        doc = simulate(dep, w, policy.value, order.value, step_model, noise, seed, config=LoopConfig(max_batch=max_batch),
+                       boost=boost, progress=progress if bar else None)
+    finally:
+        if bar is not None:
+            bar.stop()
+    doc = {"model": m.name, "hardware": hw.name, "gpus": gpus, "replicas": replicas, "moe": dep.moe,
+           "kv_dtype": dep.kv_dtype, "workload": w.name, "workload_params": w.params, "seed": seed,
+           "policy": policy.value, "order": order.value, **doc}
+    if plot:
+        _plot(doc, plot)
+    if json_out:
+        doc.pop("timeline")
+        emit_json("simulate", doc)
+        return
+    con = console()
+    t = Table(title=f"{m.name} on {gpus} × {hw.name}: {w.name} ({w.requests} requests), policy {policy.value}, "
+                    f"order {order.value}")
+    t.add_column("metric")
+    for p in ("p50", "p90", "p99"):
+        t.add_column(p, justify="right")
+    for name in ("ttft", "tpot", "ttlt"):
+        vals = [doc[f"{name}_{p}_s"] for p in ("p50", "p90", "p99")]
+        t.add_row(f"{name} (s)", *("—" if v is None else f"{v:.3f}" for v in vals))
+    con.print(t)
+    con.print(f"throughput {doc['throughput_tokens_per_s']:.0f} tokens/s over {doc['makespan_s']:.1f} s; "
+              f"{doc['completed']} completed, {doc['aborted']} aborted, {doc['preemptions']} preemptions")
+    shares = {k: v for k, v in doc["layout_time_s"].items() if v > 0}
+    con.print("time per layout: " + ", ".join(f"{k} {v:.1f} s" for k, v in shares.items()))
+    con.print(f"{len(doc['switches'])} switches, total cost {doc['switch_cost_total_s'] * 1e3:.2f} ms")
+    for s in doc["switches"][:20]:
+        con.print(f"  {s['at_s']:9.2f} s  {s['from']} → {s['to']}  cost {s['cost_s'] * 1e3:.2f} ms  ({s['reason']})")
+    con.print(f"step time model: {doc['step_time_model']}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("simulate")(simulate_cmd)

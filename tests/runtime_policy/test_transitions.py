@@ -1,0 +1,49 @@
+"""Transition plans: what moves, what memory it needs, and refusals when it doesn't fit."""
+
+import pytest
+
+from runtime_policy.tables import LAYOUTS
+from runtime_policy.transitions import all_plans, plan_transition
+
+TP, CP, DP, DOP = (LAYOUTS.index(x) for x in ("tp", "cp", "dp", "dop"))
+GB = 1e9
+
+
+def test_twelve_ordered_switches(dsv32):
+    _, pol = dsv32
+    plans = all_plans(pol.tables, 8 * GB, 1 * GB)
+    assert len(plans) == 12
+    assert len({(p.src, p.dst) for p in plans}) == 12
+    for p in plans:
+        assert p.cost_s >= 0 and p.link_s >= 0 and p.recv_bytes_per_rank >= 0
+
+
+def test_tp_to_owner_moves_no_kv_and_owner_to_tp_gathers_everything(dsv32):
+    _, pol = dsv32
+    t = pol.tables
+    drop = plan_transition(t, TP, DOP, 8 * GB, 1 * GB)
+    assert drop.kv_recv_bytes_per_rank == 0 and drop.weight_recv_bytes_per_rank == 0 and drop.link_s == 0
+    gather = plan_transition(t, DOP, TP, 8 * GB, 1 * GB)
+    # each rank receives the other 7/8 of the KV (MLA: TP keeps all of it on every rank)
+    assert gather.kv_recv_bytes_per_rank == pytest.approx(8 * GB * 7 / 8)
+    assert gather.memory_needed_bytes == pytest.approx(t.info.weights_bytes[DOP] + 8 * GB)
+
+
+def test_weight_replication_takes_room_from_kv(dsv32):
+    _, pol = dsv32
+    t = pol.tables
+    p = plan_transition(t, DOP, DP, 8 * GB, 1 * GB)
+    assert p.kv_recv_bytes_per_rank == 0
+    assert p.weight_recv_bytes_per_rank == pytest.approx(t.info.weights_bytes[DP] - t.info.weights_bytes[DOP])
+    assert plan_transition(t, DP, DOP, 8 * GB, 1 * GB).recv_bytes_per_rank == 0
+
+
+def test_refused_when_memory_lacks(dsv32):
+    _, pol = dsv32
+    t = pol.tables
+    # 30 GB on the busiest owner fits DOP's 36.6 GB pool but not DP's 22.6 GB (weights replicated)
+    assert not plan_transition(t, DOP, DP, 8 * 30 * GB, 30 * GB).feasible
+    assert plan_transition(t, DOP, DP, 8 * 10 * GB, 10 * GB).feasible
+    # moving to TP needs every request's KV on every rank
+    assert not plan_transition(t, DOP, TP, 40 * GB, 5 * GB).feasible
+    assert plan_transition(t, DOP, TP, 20 * GB, 2.5 * GB).feasible
