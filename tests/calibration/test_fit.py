@@ -1,0 +1,83 @@
+"""The fit recovers known parameters from synthetic profiles, survives noise and outliers, and
+refuses too little or mixed data."""
+
+import numpy as np
+import pytest
+
+import planner
+from calibration.artifact import PARAM_NAMES, predict_from_features
+from calibration.costs import price_profile
+from calibration.fit import fit_calibration
+from calibration.loaders import load_profile
+from calibration.validate import validate
+from tests.calibration.conftest import TRUE, synthetic_rows, write_jsonl
+
+
+def _fit(tmp_path, rows, **kw):
+    prof = load_profile(write_jsonl(tmp_path / "p.jsonl", rows))
+    costs = price_profile(prof)
+    return fit_calibration(costs, prof.sources, **kw), costs
+
+
+def test_recovers_known_parameters(tmp_path):
+    cal, costs = _fit(tmp_path, synthetic_rows())
+    got = cal.params.model_dump()
+    for name in PARAM_NAMES:
+        assert got[name] == pytest.approx(TRUE[name], rel=0.03), name
+    assert cal.fit.median_abs_pct_error < 0.1
+    assert set(cal.fitted) == set(PARAM_NAMES)
+
+
+def test_noise_and_outliers_dont_break_it(tmp_path):
+    rows = synthetic_rows(noise=0.02, outliers=0.08, seed=1)
+    cal, costs = _fit(tmp_path, rows)
+    clean = synthetic_rows()
+    truth = np.array([r["step_ms"] for r in clean]) / 1e3
+    pred = predict_from_features(costs.features, cal.params.vector())
+    err = np.abs(pred - truth) / truth
+    assert np.median(err) < 0.02 and np.percentile(err, 90) < 0.05
+    for name in ("hbm_weight_efficiency", "hbm_kv_efficiency", "overlap_alpha"):
+        assert cal.params.model_dump()[name] == pytest.approx(TRUE[name], rel=0.15), name
+
+
+def test_linear_loss_is_pulled_by_outliers_more_than_robust(tmp_path):
+    rows = synthetic_rows(outliers=0.1, seed=2)
+    robust, costs = _fit(tmp_path, rows)
+    plain, _ = _fit(tmp_path, rows, loss="linear")
+    truth = np.array([r["step_ms"] for r in synthetic_rows()]) / 1e3
+    e = lambda c: np.median(np.abs(predict_from_features(costs.features, c.params.vector()) - truth) / truth)  # noqa: E731
+    assert e(robust) < e(plain)
+
+
+def test_too_little_data_is_refused(tmp_path):
+    rows = synthetic_rows(batches=(8, 64), contexts=(4096,), prefills=(0,))
+    with pytest.raises(planner.SpecError, match="needs at least .* measured steps"):
+        _fit(tmp_path, rows)
+
+
+def test_mixed_hardware_is_refused(tmp_path):
+    rows = synthetic_rows() + synthetic_rows(layouts=[("deepseek-v3", "b200", 8, "tp", "ep")])
+    with pytest.raises(planner.SpecError, match="mixes hardware"):
+        _fit(tmp_path, rows)
+
+
+def test_one_gpu_holds_network_parameters_fixed(tmp_path):
+    rows = synthetic_rows(layouts=[("llama-3.1-70b", "h200", 1, "tp", "tp")], batches=(1, 4, 16, 64, 256),
+                          contexts=(512, 2048, 8192, 32768), prefills=(0, 2048, 8192))
+    cal, _ = _fit(tmp_path, rows)
+    assert "network_efficiency" in cal.fixed and "message_latency_s" in cal.fixed
+    assert "no signal" in cal.fixed["network_efficiency"]
+    assert cal.params.hbm_weight_efficiency == pytest.approx(TRUE["hbm_weight_efficiency"], rel=0.05)
+
+
+def test_validate_cross_validates_and_lists_floor_violations(tmp_path):
+    rows = synthetic_rows(noise=0.01)
+    cal, _ = _fit(tmp_path, rows)
+    rows[3]["step_ms"] = 1e-4  # impossible: below any floor
+    costs = price_profile(load_profile(write_jsonl(tmp_path / "v.jsonl", rows)))
+    rep = validate(cal, costs, folds=4)
+    assert rep.rows == len(rows) and rep.folds == 4
+    assert rep.cv_median_abs_pct_error < 3.0
+    assert [v.line for v in rep.rows_below_floor] == [4]
+    assert rep.rows_below_floor[0].resources  # names the resource(s) the row beats
+    assert len(rep.residuals) == len(rows)
