@@ -90,6 +90,11 @@ def price_profile(profile: Profile) -> ProfileCosts:
         try:
             model = planner.load_model(_resolve(r.model, first.source))
             hw = planner.load_hardware(_resolve(r.hardware, first.source))
+            if r.num_layers is not None and r.num_layers != model.num_layers:
+                # NOTE: pricing a reduced stack as the full model would put every row far below its
+                # floor; refuse it with the fix instead.
+                raise SpecError(f"the row ran num_layers={r.num_layers} but model {r.model} has {model.num_layers}: "
+                                "name a config.json of the stack that ran")
             dep = planner.make_deployment(model, hw, attn=r.attn, moe=r.moe, gpus=r.gpus, replicas=r.replicas,
                                           weight_dtype=r.weight_dtype, kv_dtype=r.kv_dtype)
             rows = [profile.rows[i].row for i in idx]

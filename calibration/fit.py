@@ -157,6 +157,13 @@ def fit_calibration(costs: ProfileCosts, sources: list[dict], microbench: dict |
     err = abs_pct_errors(pred, costs.measured_s)
     below = int(np.sum(costs.measured_s < costs.floor_max_s))
     notes = []
+    lo, hi = _bounds(costs.measured_s)
+    for i, n in enumerate(PARAM_NAMES):
+        if n in free and n != "overhead_s" and (x[i] >= hi[i] * 0.995 or x[i] <= lo[i] * 1.005 + 1e-12):
+            edge = "upper" if x[i] >= hi[i] * 0.995 else "lower"
+            notes.append(f"{n} = {x[i]:.4g} sits at its {edge} bound: the data push past the physical range, so it "
+                         "trades against the parameters it is confounded with (see param_std); read it as a bound, "
+                         "not a measured rate")
     if below:
         notes.append(f"{below} rows measured below their datasheet floor_max: a spec or the cost model is wrong for them")
     return Calibration(

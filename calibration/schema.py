@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 STEP_FIELDS = ("model", "hardware", "gpus", "attn", "moe", "batch", "context", "step_ms")
 SERVING_FIELDS = ("model", "hardware", "gpus", "attn", "moe", "isl", "osl", "concurrency", "tpot_ms")
-OPTIONAL_FIELDS = ("prefill_tokens", "replicas", "weight_dtype", "kv_dtype", "ttft_ms")
+OPTIONAL_FIELDS = ("prefill_tokens", "replicas", "weight_dtype", "kv_dtype", "num_layers", "ttft_ms")
 
 
 class _Row(BaseModel):
@@ -38,6 +38,7 @@ class _Row(BaseModel):
     replicas: int = Field(default=1, ge=1)
     weight_dtype: str | None = None
     kv_dtype: str | None = None
+    num_layers: int | None = Field(default=None, ge=1, description="Decoder layers the measured stack ran; must equal the model's (a reduced stack needs its own config.json).")
 
 
 class StepRow(_Row):
@@ -50,7 +51,7 @@ class StepRow(_Row):
 
     def deployment_key(self) -> tuple:
         return (self.model, self.hardware, self.gpus, self.attn, self.moe, self.replicas, self.weight_dtype,
-                self.kv_dtype)
+                self.kv_dtype, self.num_layers)
 
 
 class ServingRow(_Row):
@@ -65,6 +66,7 @@ class ServingRow(_Row):
     def to_step(self) -> StepRow:
         return StepRow(model=self.model, hardware=self.hardware, gpus=self.gpus, attn=self.attn, moe=self.moe,
                        replicas=self.replicas, weight_dtype=self.weight_dtype, kv_dtype=self.kv_dtype,
+                       num_layers=self.num_layers,
                        batch=self.concurrency, context=self.isl + self.osl / 2.0,
                        prefill_tokens=self.concurrency * self.isl / self.osl / self.replicas, step_ms=self.tpot_ms)
 

@@ -105,3 +105,12 @@ def test_committed_h200_profile_loads_clean():
     costs = price_profile(prof)
     assert costs.size >= 100 and not prof.issues and not costs.issues
     assert {(r.row.gpus, r.row.attn) for r in prof.rows} == {(1, "tp"), (2, "tp"), (2, "dp")}
+
+
+def test_reduced_stack_rows_must_name_their_own_config(tmp_path):
+    p = tmp_path / "p.csv"
+    p.write_text("model,hardware,gpus,attn,moe,batch,context,step_ms,num_layers\n"
+                 "deepseek-v3,h200,2,tp,tp,8,4096,3.0,4\n"
+                 "calibration/data/probe-mla-dense-4l.json,h200,2,tp,tp,8,4096,3.0,4\n")
+    costs = price_profile(load_profile(p))
+    assert costs.size == 1 and costs.issues[0].line == 2 and "num_layers=4" in costs.issues[0].message
