@@ -1,0 +1,83 @@
+"""decide() latency: the policy's per-step cost on states recorded from simulated serving
+(DeepSeek-V3.2 on 8 × H200; the shrinking batch and chat, batches from 1 to ~1,000 requests).
+Each recorded state is replayed through `LayoutPolicy.decide` and timed one call at a time with
+perf_counter_ns (the timer's own ~0.1 µs is included). Prints a short table and one JSON
+document as its last line (`decide_p50_us`, `decide_p99_us`). Target: p99 ≤ 20 µs on this CPU.
+
+Run: python benchmarks/decide_latency.py
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import platform
+import time
+from collections import Counter
+
+import numpy as np
+
+import planner
+from executor.sim import SimExecutor
+from runtime_policy.loop import LoopConfig, serve
+from runtime_policy.ordering import Ordering
+from runtime_policy.policy import LayoutPolicy, PolicyState
+from runtime_policy.workloads import make_workload
+
+
+def record_states(pol: LayoutPolicy, workload) -> list[PolicyState]:
+    states = []
+    inner = pol.decide
+
+    def spy(s):
+        states.append(PolicyState(s.context_tokens.copy(), s.owner_kv_tokens.copy(), s.free_kv_bytes.copy(),
+                                  s.waiting_tokens.copy(), s.layout, s.switch_in_flight, s.steps_since_switch,
+                                  s.running))
+        return inner(s)
+
+    pol.decide = spy
+    try:
+        serve(workload.arrival_s, workload.input_tokens, workload.output_tokens, pol.tables, pol, Ordering("fcfs"),
+              SimExecutor(pol.tables), LoopConfig())
+    finally:
+        del pol.decide
+    return states
+
+
+def main() -> None:
+    m, hw = planner.load_model("deepseek-v3.2"), planner.load_hardware("h200")
+    dep = planner.make_deployment(m, hw, attn="tp", gpus=8)
+    pol = LayoutPolicy.compile(dep)
+    states = record_states(pol, make_workload("shrinking", 1000, 0)) + record_states(pol, make_workload("chat", 1000, 0))
+    for s in states[:2000]:  # warm-up
+        pol.decide(s)
+    lat = np.empty(len(states) * 3)
+    reasons = Counter()
+    clock = time.perf_counter_ns
+    decide = pol.decide
+    gc.disable()
+    i = 0
+    for _ in range(3):
+        for s in states:
+            t0 = clock()
+            d = decide(s)
+            lat[i] = clock() - t0
+            i += 1
+            reasons[d.reason.name] += 1
+    gc.enable()
+    us = lat / 1e3
+    batch = np.array([s.context_tokens.size for s in states])
+    p50, p90, p99, mx = (float(np.percentile(us, q)) for q in (50, 90, 99, 100))
+    print(f"{len(us)} decide() calls on {len(states)} recorded states (batch 0–{batch.max()}, median {np.median(batch):.0f})")
+    print(f"p50 {p50:.2f} µs   p90 {p90:.2f} µs   p99 {p99:.2f} µs   max {mx:.1f} µs")
+    print("reasons:", dict(reasons))
+    print(json.dumps({"benchmark": "decide_latency", "decide_p50_us": p50, "decide_p90_us": p90, "decide_p99_us": p99,
+                      "decide_max_us": mx, "target_p99_us": 20.0, "calls": int(us.size), "states": len(states),
+                      "batch_max": int(batch.max()), "batch_median": float(np.median(batch)), "reasons": dict(reasons),
+                      "deployment": "deepseek-v3.2 on 8 x h200 (datasheet floor midpoint tables)",
+                      "cpu": platform.processor() or platform.machine(), "python": platform.python_version(),
+                      "numpy": np.__version__}))
+
+
+if __name__ == "__main__":
+    main()
