@@ -1,0 +1,149 @@
+"""Every `--json` command's output validates against its schemas/<command>.schema.json, the
+schemas are valid draft 2020-12 and not permissive, and every `--json` command has one."""
+
+from __future__ import annotations
+
+import inspect
+import json
+
+import jsonschema
+import pytest
+
+from tests.agent.contracts import MICROBENCH, PROFILE, SCHEMAS, closed, load_schema, run_cli, validate
+
+# One or more invocations per contract; several where an option changes the document's shape.
+CASES = {
+    "models": [["models"], ["models", "--model", "llama-3.1-70b"]],
+    "hardware": [["hardware"], ["hardware", "--hardware", "h20"]],
+    "floor": [["floor"], ["floor", "--attn", "dp", "--context", "4k*60,64k*4", "--prefill-tokens", "2048"],
+              ["floor", "--model", "llama-3.1-70b", "--attn", "tp", "--pricing", "achieved"]],
+    "compare": [["compare", "--batch", "64", "--context", "32k"],
+                ["compare", "--model", "llama-3.1-70b", "--batch", "8", "--context", "8k"],
+                ["compare", "--batch", "4096", "--context", "128k"]],  # nothing fits: best_by_* null
+    "capacity": [["capacity", "--context", "32k"], ["capacity", "--model", "qwen3-235b-a22b", "--context", "8k"]],
+    "walls": [["walls", "--context", "32k"], ["walls", "--along", "context", "--batch", "16", "--layouts", "tp/ep,dop/ep"]],
+    "regimes": [["regimes", "--batch-range", "1:1024:4", "--context-range", "1k:256k:4"],
+                ["regimes", "--floor", "sum", "--batch-range", "1:64:3", "--context-range", "4k:64k:3", "--layouts", "dp/ep,dop/ep"]],
+    "triage": [["triage", "--measured-ms", "30", "--attn", "dp", "--batch", "32", "--context", "8k"],    # above_sum
+               ["triage", "--measured-ms", "16", "--attn", "dp", "--batch", "32", "--context", "8k"],    # inside
+               ["triage", "--measured-ms", "1", "--attn", "dp", "--batch", "32", "--context", "8k"]],    # below_floor
+    "triage_profile": [["triage", "--profile", str(PROFILE)]],
+    "microbench": [["microbench", "--from", str(MICROBENCH)]],
+    "simulate": [["simulate", "--requests", "40"], ["simulate", "--requests", "60", "--workload", "shrinking", "--policy", "tp"]],
+}
+
+
+@pytest.fixture(scope="module")
+def calibration_file(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("cal") / "cal.json")
+
+
+def _cases():
+    for name, runs in CASES.items():
+        for i, argv in enumerate(runs):
+            yield pytest.param(name, argv, id=f"{name}-{i}")
+
+
+@pytest.mark.parametrize("name,argv", list(_cases()))
+def test_json_output_meets_its_schema(capsys, name, argv):
+    doc = run_cli(capsys, [*argv, "--json"])
+    assert doc["schema"] == f"floorfirst.{name}/1"
+    validate(doc, name)
+
+
+def test_calibrate_then_validate_meet_their_schemas(capsys, calibration_file):
+    cal = run_cli(capsys, ["calibrate", "--profile", str(PROFILE), "--out", calibration_file, "--json"])
+    validate(cal, "calibrate")
+    rep = run_cli(capsys, ["validate", "--calibration", calibration_file, "--profile", str(PROFILE), "--folds", "3",
+                           "--json"])
+    validate(rep, "validate")
+    # the calibrated model adds optional keys; they are part of the contract too
+    validate(run_cli(capsys, ["floor", "--calibration", calibration_file, "--json"]), "floor")
+    validate(run_cli(capsys, ["walls", "--calibration", calibration_file, "--layouts", "dp/ep", "--json"]), "walls")
+
+
+def test_plot_paths_are_reported(capsys, tmp_path):
+    w = run_cli(capsys, ["walls", "--layouts", "dp/ep", "--plot", str(tmp_path / "w.png"), "--json"])
+    validate(w, "walls")
+    assert w["plot"] == str(tmp_path / "w.png")
+
+
+def _json_commands() -> set[str]:
+    """Commands registered on the CLI that take --json, by the name their document carries."""
+    import typer
+
+    from cli.main import _register_all, app
+
+    _register_all()
+    names = set()
+    for info in app.registered_commands:
+        if "json_out" in inspect.signature(info.callback).parameters:
+            names.add((info.name or info.callback.__name__).replace("-", "_"))
+    return names
+
+
+def test_every_json_command_has_a_schema_and_a_case():
+    schemas = {p.name.removesuffix(".schema.json") for p in SCHEMAS.glob("*.schema.json")}
+    commands = _json_commands()
+    # triage --profile is a second document of the triage command
+    assert commands | {"triage_profile"} <= schemas | {"mcp"}, f"no schema for {commands - schemas}"
+    assert schemas <= set(CASES) | {"calibrate", "validate"}, "a schema no test exercises"
+
+
+@pytest.mark.parametrize("path", sorted(SCHEMAS.glob("*.schema.json")), ids=lambda p: p.name)
+def test_schema_is_valid_2020_12_and_describes_every_key(path):
+    schema = json.loads(path.read_text())
+    assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+    jsonschema.Draft202012Validator.check_schema(schema)
+    name = path.name.removesuffix(".schema.json")
+    assert schema["properties"]["schema"] == {"const": f"floorfirst.{name}/1", "description": schema["properties"]["schema"]["description"]}
+    assert "schema" in schema["required"]
+
+    def walk(node, where):
+        if isinstance(node, dict):
+            for key, sub in node.get("properties", {}).items():
+                if key != "schema":
+                    assert sub.get("description") or "$ref" in sub, f"{path.name}: {where}.{key} has no description"
+            for k, v in node.items():
+                if k != "if":  # a condition on a documented key, not a new key
+                    walk(v, f"{where}.{k}" if k not in ("properties", "items") else where)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v, where)
+
+    walk(schema, name)
+
+
+def test_floor_and_compare_share_one_point_contract():
+    floor, compare = load_schema("floor"), load_schema("compare")
+    point = compare["$defs"]["point"]
+    own = {k: v for k, v in floor["properties"].items() if k not in ("schema", "model", "hardware")}
+    assert own == point["properties"]
+    assert set(floor["required"]) - {"schema", "model", "hardware"} == set(point["required"])
+
+
+def test_schemas_reject_a_broken_document(capsys):
+    """The contracts bite: a missing key, a renamed key, a wrong type and a wrong version fail."""
+    doc = run_cli(capsys, ["floor", "--json"])
+    validate(doc, "floor")
+    broken = [
+        {k: v for k, v in doc.items() if k != "floor_max_s"},                               # removed
+        {**{k: v for k, v in doc.items() if k != "floor_sum_s"}, "floor_sum_ms": 1.0},      # renamed
+        {**doc, "binding": "disk"},                                                          # not a resource
+        {**doc, "resources": {**doc["resources"], "hbm": {"bytes": "a lot", "time_s": 0.1}}},  # wrong type
+        {**doc, "schema": "floorfirst.floor/2"},                                             # other version
+    ]
+    for b in broken:
+        with pytest.raises(jsonschema.ValidationError):
+            validate(b, "floor")
+    # open schemas let a consumer accept additive changes; closed ones catch undocumented keys
+    extra = {**doc, "new_key_s": 1.0}
+    validate(extra, "floor", strict=False)
+    with pytest.raises(jsonschema.ValidationError):
+        validate(extra, "floor")
+
+
+def test_closing_a_schema_only_closes_declared_objects():
+    s = {"type": "object", "properties": {"a": {"type": "object", "additionalProperties": {"type": "number"}}}}
+    c = closed(s)
+    assert c["additionalProperties"] is False and c["properties"]["a"]["additionalProperties"] == {"type": "number"}
