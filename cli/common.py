@@ -50,7 +50,8 @@ ContextOpt = Annotated[str, typer.Option(
     "--context", "-c",
     help="Context per request: one length (32768 or 32k), a comma list of per-request lengths (4k,4k,64k), "
          "or a histogram of LEN*COUNT items (4k*60,64k*4).")]
-PrefillOpt = Annotated[float, typer.Option("--prefill-tokens", help="Prefill tokens each group runs in the same step.")]
+PrefillOpt = Annotated[float, typer.Option("--prefill-tokens", help="Prefill chunk (one request's tokens) each group runs in the same step.")]
+PrefillContextOpt = Annotated[str, typer.Option("--prefill-context", help="Tokens the prefilling request already has cached (its prefix), e.g. 32k.")]
 KvDtypeOpt = Annotated[Optional[str], typer.Option("--kv-dtype", help="bf16, fp8, or fp8_dsa (DeepSeek sparse attention's fp8 record). Default: the engine convention.")]
 WeightDtypeOpt = Annotated[Optional[str], typer.Option("--weight-dtype", help="bf16, fp8 or fp4. Default: the checkpoint's.")]
 MemFractionOpt = Annotated[float, typer.Option("--mem-fraction", help="Share of HBM for weights + KV pool (SGLang mem_fraction_static).")]

@@ -26,12 +26,17 @@ from planner.step import kv_pool_bytes, step_cost, weights_resident_bytes
 MAX_REQUESTS = float(1 << 26)
 
 
+def kv_split_ways(dep: Deployment) -> float:
+    """How many ways TP splits each token's KV by heads (s = min(T, KV heads); 1 for MLA)."""
+    inp = ShareInputs(dep.model, dep.ranks, DecodeLoad.equal(1, 1), np.zeros(1), dep.kv_dtype, dep.page_tokens)
+    return kv_split(inp)
+
+
 def kv_replication(dep: Deployment) -> float:
     """Copies of each token's KV across the group (T/s under TP, 1 otherwise)."""
     if dep.attn != "tp":
         return 1.0
-    inp = ShareInputs(dep.model, dep.ranks, DecodeLoad.equal(1, 1), np.zeros(1), dep.kv_dtype, dep.page_tokens)
-    return dep.ranks / kv_split(inp)
+    return dep.ranks / kv_split_ways(dep)
 
 
 def kv_bytes_per_token(dep: Deployment) -> float:

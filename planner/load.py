@@ -87,16 +87,7 @@ class DecodeLoad:
         return cls.from_lengths(np.repeat(l, n.astype(np.int64)))
 
 
-def busiest_owner_counts(load: DecodeLoad, weights: np.ndarray, ranks: int) -> np.ndarray:
-    """[P, R] how many requests of each class sit on the most loaded of `ranks` owners.
-
-    `weights` [P, R] is each request's KV bytes. Equal-length classes (R = 1) take the closed
-    form ⌈B/T⌉; lists use longest-processing-time-first greedy (within 4/3 of optimal) per point.
-    """
-    if ranks == 1:
-        return load.counts
-    if load.counts.shape[1] == 1:
-        return np.ceil(load.counts / ranks)
+def _lpt_counts(load: DecodeLoad, weights: np.ndarray, ranks: int, busiest: bool) -> np.ndarray:
     out = np.zeros_like(load.counts)
     for p in range(load.points):
         w = np.repeat(weights[p], load.counts[p].astype(np.int64))
@@ -108,6 +99,28 @@ def busiest_owner_counts(load: DecodeLoad, weights: np.ndarray, ranks: int) -> n
             r = int(np.argmin(rank_load))
             owner[i] = r
             rank_load[r] += w[i]
-        busiest = int(np.argmax(rank_load))
-        np.add.at(out[p], cls_of[owner == busiest], 1.0)
+        chosen = int(np.argmax(rank_load)) if busiest else int(np.argmin(rank_load))
+        np.add.at(out[p], cls_of[owner == chosen], 1.0)
     return out
+
+
+def lightest_owner_counts(load: DecodeLoad, weights: np.ndarray, ranks: int) -> np.ndarray:
+    """[P, R] requests on the least loaded owner (⌊B/T⌋ for equal lengths), same balancing."""
+    if ranks == 1:
+        return load.counts
+    if load.counts.shape[1] == 1:
+        return np.floor(load.counts / ranks)
+    return _lpt_counts(load, weights, ranks, busiest=False)
+
+
+def busiest_owner_counts(load: DecodeLoad, weights: np.ndarray, ranks: int) -> np.ndarray:
+    """[P, R] how many requests of each class sit on the most loaded of `ranks` owners.
+
+    `weights` [P, R] is each request's KV bytes. Equal-length classes (R = 1) take the closed
+    form ⌈B/T⌉; lists use longest-processing-time-first greedy (within 4/3 of optimal) per point.
+    """
+    if ranks == 1:
+        return load.counts
+    if load.counts.shape[1] == 1:
+        return np.ceil(load.counts / ranks)
+    return _lpt_counts(load, weights, ranks, busiest=True)

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from planner.deployment import Deployment
-from planner.layouts.base import Collective, ShareInputs, link_bytes_factor
+from planner.errors import SpecError
+from planner.layouts.base import AttentionShare, Collective, ShareInputs, link_bytes_factor
 from planner.load import DecodeLoad, busiest_owner_counts
 from planner.resources.vector import TIMED_RESOURCES, Pricing, ResourceTimes, price
 
@@ -80,12 +81,23 @@ def group_load(load: DecodeLoad, replicas: int) -> DecodeLoad:
     return DecodeLoad(lengths=load.lengths, counts=counts)
 
 
+def _attention_weight_params(m, in_frac: float, out_frac: float) -> dict[str, float]:
+    """Attention parameters one rank holds/reads, by component: input side × in_frac, the
+    per-head output path (W_UV, o-proj) × out_frac."""
+    out_p = m.attention.output_params() * m.num_layers
+    params = {}
+    for k, v in m.attention_params().items():
+        params[k] = (v - out_p) * in_frac + out_p * out_frac if k == "attention" else v * in_frac
+    return params
+
+
 def weights_resident_bytes(dep: Deployment) -> dict[str, float]:
     """Weight bytes resident on one rank, by component."""
     m, t, wb = dep.model, dep.ranks, dep.weight_bytes_per_param
     lay = dep.attention_layout
-    frac = 1.0 / t if lay.weights_sharded else 1.0
-    out = {f"{k}_weights": v * frac * wb for k, v in m.attention_params().items()}
+    in_frac = 1.0 / t if lay.weights_sharded else 1.0
+    out_frac = 1.0 / t if lay.output_sharded else 1.0
+    out = {f"{k}_weights": v * wb for k, v in _attention_weight_params(m, in_frac, out_frac).items()}
     out.update({f"{k}_weights": v * wb for k, v in m.mlp.rank_resident_params(t, dep.moe).items()})
     emb = m.embedding_params / t if lay.head_sharded else m.embedding_params
     out["embedding_weights"] = emb * HEAD_BYTES_PER_PARAM
@@ -100,71 +112,103 @@ def kv_pool_bytes(dep: Deployment) -> float:
             - dep.reserve_bytes - page)
 
 
-def step_cost(dep: Deployment, load: DecodeLoad, prefill_tokens=0.0, pricing: Pricing | None = None) -> StepCost:
-    """Price one step. `load` is the deployment's decode requests; `prefill_tokens` [P] or scalar
-    is the prefill chunk each group runs in the same step."""
-    pricing = pricing or Pricing.datasheet(dep.hardware)
-    m, t = dep.model, dep.ranks
-    g = group_load(load, dep.replicas)
-    pre = np.broadcast_to(np.asarray(prefill_tokens, dtype=np.float64), (load.points,)).copy()
-    inp = ShareInputs(m, t, g, pre, dep.kv_dtype, dep.page_tokens)
-    lay, split = dep.attention_layout, dep.moe_split
-    share = lay.share(inp)
+def _rank_work(dep: Deployment, g: DecodeLoad, share: AttentionShare, group_tokens: np.ndarray, points: int):
+    """HBM bytes and FLOPs (by component) of one candidate rank."""
+    m, t, lay = dep.model, dep.ranks, dep.attention_layout
     L = float(m.num_layers)
     wb = dep.weight_bytes_per_param
-    group_tokens = g.batch + pre
-
-    # ---- HBM bytes -------------------------------------------------------------------------
+    att_params = _attention_weight_params(m, share.weight_fraction, share.output_weight_fraction)
     hbm: dict[str, np.ndarray] = {}
-    for k, v in m.attention_params().items():
-        hbm[f"{k}_weights"] = np.full(load.points, v * share.weight_fraction * wb)
+    for k, v in att_params.items():
+        hbm[f"{k}_weights"] = np.full(points, v * wb)
     for k, v in m.mlp.rank_read_params(group_tokens, t, dep.moe).items():
         hbm[f"{k}_weights"] = v * wb
     head_frac = 1.0 / t if lay.head_sharded else 1.0
-    hbm["lm_head_weights"] = np.full(load.points, m.head_params * head_frac * HEAD_BYTES_PER_PARAM)
+    hbm["lm_head_weights"] = np.full(points, m.head_params * head_frac * HEAD_BYTES_PER_PARAM)
     for k, v in share.kv_read_bytes.items():
         hbm[f"{k}_read"] = v * L
     hbm["kv_write"] = share.kv_write_bytes * L
 
-    # ---- FLOPs by dtype -------------------------------------------------------------------
-    lin_dtype = dep.weight_dtype
     flops: dict[str, np.ndarray] = {}
-    for k, v in m.attention_params().items():
-        flops[f"{k}_proj"] = 2.0 * share.projected_tokens * v * share.weight_fraction
+    in_params = _attention_weight_params(m, share.weight_fraction, 0.0)
+    out_params = {k: v - in_params[k] for k, v in att_params.items()}
+    out_tokens = share.projected_tokens if share.output_projected_tokens is None else share.output_projected_tokens
+    for k in att_params:
+        flops[f"{k}_proj"] = 2.0 * (share.projected_tokens * in_params[k] + out_tokens * out_params[k])
     for k, v in m.mlp.rank_flops(group_tokens, t, dep.moe).items():
         flops[k] = v
     decode_on_rank = g.batch if lay.head_sharded or lay.activations_replicated else share.projected_tokens
     flops["lm_head"] = 2.0 * decode_on_rank * m.head_params * head_frac
     flops["attention_core"] = share.attention_flops * L
     bf16_names = {"lm_head", "attention_core"}
-    by_dtype = {lin_dtype: sum(v for k, v in flops.items() if k not in bf16_names)}
+    by_dtype = {dep.weight_dtype: sum(v for k, v in flops.items() if k not in bf16_names)}
     by_dtype["bf16"] = by_dtype.get("bf16", 0.0) + flops["lm_head"] + flops["attention_core"]
+    return hbm, flops, by_dtype, share.kv_stored_bytes * L
 
-    # ---- network ---------------------------------------------------------------------------
-    net_b: dict[str, np.ndarray] = {}
-    net_m: dict[str, np.ndarray] = {}
+
+def _network(dep: Deployment, inp: ShareInputs, g: DecodeLoad, points: int):
+    """Link bytes and collective launches (by collective) of a step; the same on every rank."""
+    m, t, lay, split = dep.model, dep.ranks, dep.attention_layout, dep.moe_split
     moe_layers = float(getattr(m.mlp, "moe_layers", 0))
     dense_layers = float(m.mlp.dense_layers)
-    groups = [(lay.collectives(inp), L)]
+    groups = [(lay.collectives(inp), float(m.num_layers))]
     if moe_layers:
         groups.append((split.collectives(inp, lay.activations_replicated, True), moe_layers))
     if dense_layers:
         groups.append((split.collectives(inp, lay.activations_replicated, False), dense_layers))
     if lay.head_sharded:
         groups.append(([Collective("lm_head_gather", "all_gather", g.batch * m.vocab_size * LOGIT_BYTES, 1.0)], 1.0))
+    net_b: dict[str, np.ndarray] = {}
+    net_m: dict[str, np.ndarray] = {}
     for colls, layers in groups:
         for c in colls:
             b = c.payload_bytes * link_bytes_factor(c.kind, t) * c.per_step * layers
             net_b[c.name] = net_b.get(c.name, 0.0) + b
-            msgs = np.full(load.points, c.per_step * layers if t > 1 else 0.0)
+            msgs = np.full(points, c.per_step * layers if t > 1 else 0.0)
             net_m[c.name] = net_m.get(c.name, 0.0) + msgs
+    return net_b, net_m
 
-    zeros = np.zeros(load.points)
-    hbm_total = sum(hbm.values())
+
+def _select(keep_a: np.ndarray, a: dict, b: dict) -> dict:
+    zero = np.zeros_like(keep_a, dtype=np.float64)
+    return {k: np.where(keep_a, a.get(k, zero), b.get(k, zero)) for k in dict.fromkeys([*a, *b])}
+
+
+def step_cost(dep: Deployment, load: DecodeLoad, prefill_tokens=0.0, pricing: Pricing | None = None,
+              prefill_context=0.0) -> StepCost:
+    """Price one step. `load` is the deployment's decode requests; `prefill_tokens` [P] or scalar
+    is the prefill chunk (one request's) each group runs in the same step, and `prefill_context`
+    the tokens that request already has cached. For owner layouts the busiest rank is either the
+    decode-busiest owner or the owner running the chunk, whichever has the larger floor_max."""
+    pricing = pricing or Pricing.datasheet(dep.hardware)
+    m = dep.model
+    g = group_load(load, dep.replicas)
+    pts = load.points
+    pre = np.broadcast_to(np.asarray(prefill_tokens, dtype=np.float64), (pts,)).copy()
+    pre_ctx = np.broadcast_to(np.asarray(prefill_context, dtype=np.float64), (pts,)).copy()
+    if not (np.all(np.isfinite(pre)) and np.all(pre >= 0) and np.all(np.isfinite(pre_ctx)) and np.all(pre_ctx >= 0)):
+        raise SpecError("prefill tokens and prefill context must be finite and ≥ 0")
+    inp = ShareInputs(m, dep.ranks, g, pre, dep.kv_dtype, dep.page_tokens, pre_ctx)
+    group_tokens = g.batch + pre
+    net_b, net_m = _network(dep, inp, g, pts)
+    zeros = np.zeros(pts)
     net_total = sum(net_b.values()) if net_b else zeros
     msg_total = sum(net_m.values()) if net_m else zeros
+
+    best = None
+    for share in dep.attention_layout.candidate_shares(inp):
+        hbm, flops, by_dtype, kv_res = _rank_work(dep, g, share, group_tokens, pts)
+        times = price(sum(hbm.values()), by_dtype, net_total, msg_total, pricing)
+        cand = (times.floor_max_s, hbm, flops, by_dtype, kv_res)
+        if best is None:
+            best = cand
+            continue
+        keep = best[0] >= cand[0]
+        best = (np.maximum(best[0], cand[0]), _select(keep, best[1], cand[1]), _select(keep, best[2], cand[2]),
+                _select(keep, best[3], cand[3]), np.where(keep, best[4], cand[4]))
+    _, hbm, flops, by_dtype, kv_res = best
+    hbm_total = sum(hbm.values())
     times = price(hbm_total, by_dtype, net_total, msg_total, pricing)
-    kv_res = share.kv_stored_bytes * L
     return StepCost(
         batch=load.batch,
         mean_context=load.mean_context,

@@ -11,9 +11,9 @@ from rich.table import Table
 
 import planner
 from cli.common import (console, DEFAULTS, AttnOpt, BatchOpt, CalibrationOpt, ContextOpt, GpusOpt, HardwareOpt, JsonOpt,
-                        KvDtypeOpt, MemFractionOpt, ModelOpt, MoeOpt, PageOpt, PrefillOpt, PricingChoice, PricingOpt,
+                        KvDtypeOpt, MemFractionOpt, ModelOpt, MoeOpt, PageOpt, PrefillContextOpt, PrefillOpt, PricingChoice, PricingOpt,
                         ReplicasOpt, ReserveOpt, WeightDtypeOpt, build_load, deployment, emit_json, fmt_bytes,
-                        fmt_flops, fmt_ms, fmt_tokens, load_calibration, load_specs, pricing_for, scalar)
+                        fmt_flops, fmt_ms, fmt_tokens, load_calibration, load_specs, parse_tokens, pricing_for, scalar)
 from planner.capacity import capacity as kv_capacity
 from planner.errors import SpecError
 from planner.units import GiB
@@ -58,28 +58,37 @@ def cost_document(dep: planner.Deployment, cost: planner.StepCost, calibration=N
     return doc
 
 
-def _point(model, hardware, attn, moe, gpus, replicas, batch, context, prefill_tokens, kv_dtype, weight_dtype,
-           mem_fraction, page_tokens, reserve_gib, pricing):
-    m, hw = load_specs(model, hardware)
+def prefill_args(prefill_tokens: float, prefill_context: str) -> tuple[float, float]:
     if not np.isfinite(prefill_tokens) or prefill_tokens < 0:
         raise SpecError(f"prefill_tokens={prefill_tokens} must be ≥ 0")
+    ctx = 0.0 if prefill_context.strip() in ("", "0") else parse_tokens(prefill_context, "prefill_context")
+    if ctx > 0 and prefill_tokens == 0:
+        raise SpecError("--prefill-context needs --prefill-tokens (the chunk that attends to it)")
+    return float(prefill_tokens), ctx
+
+
+def _point(model, hardware, attn, moe, gpus, replicas, batch, context, prefill_tokens, kv_dtype, weight_dtype,
+           mem_fraction, page_tokens, reserve_gib, pricing, prefill_context="0"):
+    m, hw = load_specs(model, hardware)
+    pre, pre_ctx = prefill_args(prefill_tokens, prefill_context)
     dep = deployment(m, hw, attn, moe, gpus, replicas, weight_dtype, kv_dtype, mem_fraction, page_tokens, reserve_gib)
     load = build_load(batch, context)
-    return dep, planner.step_cost(dep, load, prefill_tokens, pricing_for(hw, pricing))
+    return dep, planner.step_cost(dep, load, pre, pricing_for(hw, pricing), prefill_context=pre_ctx)
 
 
 def floor(
     model: ModelOpt = DEFAULTS["model"], hardware: HardwareOpt = DEFAULTS["hardware"], gpus: GpusOpt = DEFAULTS["gpus"],
     attn: AttnOpt = "tp", moe: MoeOpt = None, replicas: ReplicasOpt = 1, batch: BatchOpt = None,
-    context: ContextOpt = DEFAULTS["context"], prefill_tokens: PrefillOpt = 0.0, kv_dtype: KvDtypeOpt = None,
-    weight_dtype: WeightDtypeOpt = None, mem_fraction: MemFractionOpt = DEFAULTS["mem_fraction"],
+    context: ContextOpt = DEFAULTS["context"], prefill_tokens: PrefillOpt = 0.0, prefill_context: PrefillContextOpt = "0",
+    kv_dtype: KvDtypeOpt = None, weight_dtype: WeightDtypeOpt = None, mem_fraction: MemFractionOpt = DEFAULTS["mem_fraction"],
     page_tokens: PageOpt = 64, reserve_gib: ReserveOpt = 0.0, pricing: PricingOpt = PricingChoice.datasheet,
     calibration: CalibrationOpt = None, json_out: JsonOpt = False,
 ) -> None:
     """The five-resource vector of one step on the busiest rank, its floors and what binds."""
     cal = load_calibration(calibration)
-    dep, cost = _point(model, hardware, attn.value, moe.value if moe else None, gpus, replicas, batch, context, prefill_tokens, kv_dtype,
-                       weight_dtype, mem_fraction, page_tokens, reserve_gib, pricing)
+    dep, cost = _point(model, hardware, attn.value, moe.value if moe else None, gpus, replicas, batch, context,
+                       prefill_tokens, kv_dtype, weight_dtype, mem_fraction, page_tokens, reserve_gib, pricing,
+                       prefill_context)
     doc = {"model": dep.model.name, "hardware": dep.hardware.name, **cost_document(dep, cost, cal)}
     if json_out:
         emit_json("floor", doc)
@@ -139,25 +148,25 @@ def valid_deployments(m, hw, gpus, replicas, weight_dtype, kv_dtype, mem_fractio
 def compare(
     model: ModelOpt = DEFAULTS["model"], hardware: HardwareOpt = DEFAULTS["hardware"], gpus: GpusOpt = DEFAULTS["gpus"],
     replicas: ReplicasOpt = 1, batch: BatchOpt = None, context: ContextOpt = DEFAULTS["context"],
-    prefill_tokens: PrefillOpt = 0.0, kv_dtype: KvDtypeOpt = None, weight_dtype: WeightDtypeOpt = None,
+    prefill_tokens: PrefillOpt = 0.0, prefill_context: PrefillContextOpt = "0", kv_dtype: KvDtypeOpt = None,
+    weight_dtype: WeightDtypeOpt = None,
     mem_fraction: MemFractionOpt = DEFAULTS["mem_fraction"], page_tokens: PageOpt = 64, reserve_gib: ReserveOpt = 0.0,
     pricing: PricingOpt = PricingChoice.datasheet, calibration: CalibrationOpt = None, json_out: JsonOpt = False,
 ) -> None:
     """Every layout side by side at one operating point."""
     cal = load_calibration(calibration)
     m, hw = load_specs(model, hardware)
-    if not np.isfinite(prefill_tokens) or prefill_tokens < 0:
-        raise SpecError(f"prefill_tokens={prefill_tokens} must be ≥ 0")
+    pre, pre_ctx = prefill_args(prefill_tokens, prefill_context)
     deps, skipped = valid_deployments(m, hw, gpus, replicas, weight_dtype, kv_dtype, mem_fraction, page_tokens, reserve_gib)
     load = build_load(batch, context)
     pr = pricing_for(hw, pricing)
-    docs = [cost_document(d, planner.step_cost(d, load, prefill_tokens, pr), cal) for d in deps]
+    docs = [cost_document(d, planner.step_cost(d, load, pre, pr, prefill_context=pre_ctx), cal) for d in deps]
     feasible = [d for d in docs if d["resources"]["kv_capacity"]["fits"]]
     best_max = min(feasible, key=lambda d: d["floor_max_s"]) if feasible else None
     best_sum = min(feasible, key=lambda d: d["floor_sum_s"]) if feasible else None
     out = {
         "model": m.name, "hardware": hw.name, "gpus": gpus, "batch": docs[0]["batch"],
-        "context_mean_tokens": docs[0]["context_mean_tokens"], "prefill_tokens": prefill_tokens,
+        "context_mean_tokens": docs[0]["context_mean_tokens"], "prefill_tokens": pre, "prefill_context_tokens": pre_ctx,
         "layouts": docs, "skipped": skipped,
         "best_by_max": {"attn": best_max["attn"], "moe": best_max["moe"]} if best_max else None,
         "best_by_sum": {"attn": best_sum["attn"], "moe": best_sum["moe"]} if best_sum else None,
@@ -198,8 +207,6 @@ def capacity(
     page_tokens: PageOpt = 64, reserve_gib: ReserveOpt = 0.0, json_out: JsonOpt = False,
 ) -> None:
     """KV pool per GPU, distinct tokens and max concurrency at a context length, every layout."""
-    from cli.common import parse_tokens
-
     m, hw = load_specs(model, hardware)
     ctx = parse_tokens(context)
     deps, skipped = valid_deployments(m, hw, gpus, replicas, weight_dtype, kv_dtype, mem_fraction, page_tokens, reserve_gib)

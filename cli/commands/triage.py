@@ -12,7 +12,7 @@ from rich.table import Table
 
 from cli.commands.floor import _point
 from cli.common import (DEFAULTS, AttnOpt, BatchOpt, ContextOpt, GpusOpt, HardwareOpt, JsonOpt, KvDtypeOpt,
-                        MemFractionOpt, ModelOpt, MoeOpt, PageOpt, PrefillOpt, PricingChoice, PricingOpt, ReplicasOpt,
+                        MemFractionOpt, ModelOpt, MoeOpt, PageOpt, PrefillContextOpt, PrefillOpt, PricingChoice, PricingOpt, ReplicasOpt,
                         ReserveOpt, WeightDtypeOpt, console, emit_json, fmt_ms, scalar)
 from planner.errors import SpecError
 from planner.triage import DEFAULT_THRESHOLD, triage_step
@@ -33,7 +33,8 @@ def triage(
     threshold: Annotated[float, typer.Option("--threshold", help="Residual over floor_sum that calls for a profiler.")] = DEFAULT_THRESHOLD,
     model: ModelOpt = DEFAULTS["model"], hardware: HardwareOpt = DEFAULTS["hardware"], gpus: GpusOpt = DEFAULTS["gpus"],
     attn: AttnOpt = "tp", moe: MoeOpt = None, replicas: ReplicasOpt = 1, batch: BatchOpt = None,
-    context: ContextOpt = DEFAULTS["context"], prefill_tokens: PrefillOpt = 0.0, kv_dtype: KvDtypeOpt = None,
+    context: ContextOpt = DEFAULTS["context"], prefill_tokens: PrefillOpt = 0.0, prefill_context: PrefillContextOpt = "0",
+    kv_dtype: KvDtypeOpt = None,
     weight_dtype: WeightDtypeOpt = None, mem_fraction: MemFractionOpt = DEFAULTS["mem_fraction"],
     page_tokens: PageOpt = 64, reserve_gib: ReserveOpt = 0.0, pricing: PricingOpt = PricingChoice.datasheet,
     json_out: JsonOpt = False,
@@ -49,7 +50,7 @@ def triage(
     if not np.isfinite(measured_ms) or measured_ms <= 0:
         raise SpecError(f"measured_ms={measured_ms} must be a positive number")
     dep, cost = _point(model, hardware, attn.value, moe.value if moe else None, gpus, replicas, batch, context, prefill_tokens, kv_dtype,
-                       weight_dtype, mem_fraction, page_tokens, reserve_gib, pricing)
+                       weight_dtype, mem_fraction, page_tokens, reserve_gib, pricing, prefill_context)
     tr = triage_step(cost, measured_ms / 1e3, threshold)
     t = cost.times
     doc = {

@@ -51,11 +51,13 @@ class AttentionShare:
     """The busiest rank's attention work, per layer, arrays [P]."""
 
     kv_stored_bytes: np.ndarray  # resident KV bytes (page-rounded), one layer
-    kv_read_bytes: dict[str, np.ndarray]  # by component ('kv', 'indexer'), one layer
+    kv_read_bytes: dict[str, np.ndarray]  # by component ('kv', 'indexer', 'prefill_prefix'), one layer
     kv_write_bytes: np.ndarray  # new tokens' KV written this step, one layer
     attention_flops: np.ndarray  # attention-core FLOPs incl. prefill, one layer
     projected_tokens: np.ndarray  # tokens whose projections this rank computes
-    weight_fraction: float  # share of attention weights resident and read
+    weight_fraction: float  # share of the input-side attention weights resident and read
+    output_weight_fraction: float  # share of the per-head output path (W_UV, o-proj)
+    output_projected_tokens: np.ndarray | None = None  # tokens through the output path (None: projected_tokens)
 
 
 @dataclass(frozen=True)
@@ -65,9 +67,14 @@ class ShareInputs:
     model: ModelSpec
     ranks: int
     load: DecodeLoad
-    prefill_tokens: np.ndarray  # [P]
+    prefill_tokens: np.ndarray  # [P] prefill chunk run in the step (one request's)
     kv_dtype: str
     page_tokens: int
+    prefill_context: np.ndarray | None = None  # [P] tokens that request already has cached (None: 0)
+
+    def __post_init__(self) -> None:
+        if self.prefill_context is None:
+            object.__setattr__(self, "prefill_context", np.zeros_like(self.prefill_tokens))
 
 
 def pages_rounded(tokens: np.ndarray, page_tokens: int) -> np.ndarray:
@@ -83,6 +90,21 @@ def read_bytes(inp: ShareInputs, tokens: np.ndarray) -> dict[str, np.ndarray]:
     return inp.model.attention.kv_read_bytes(tokens, inp.kv_dtype)
 
 
+def prefill_work(inp: ShareInputs) -> tuple[np.ndarray, np.ndarray]:
+    """(attention-core FLOPs, prefix KV bytes read) of the step's prefill chunk, one layer, whole.
+    The chunk's queries read the request's cached prefix once (tiled, flash-style)."""
+    att = inp.model.attention
+    flops = att.prefill_flops(inp.prefill_tokens, inp.prefill_context)
+    prefix = np.where(inp.prefill_tokens > 0, stored_bytes(inp, inp.prefill_context), 0.0)
+    return flops, prefix
+
+
+def prefill_resident(inp: ShareInputs) -> np.ndarray:
+    """KV bytes (page-rounded) of the prefilling request once the chunk is written, one layer."""
+    total = pages_rounded(inp.prefill_context + inp.prefill_tokens, inp.page_tokens)
+    return np.where(inp.prefill_tokens > 0, stored_bytes(inp, total), 0.0)
+
+
 def new_token_bytes(inp: ShareInputs) -> float:
     """KV bytes written for one new token, one layer."""
     return inp.model.attention.kv_bytes_per_token(inp.kv_dtype)
@@ -91,12 +113,18 @@ def new_token_bytes(inp: ShareInputs) -> float:
 class AttentionLayout:
     name: ClassVar[str]
     description: ClassVar[str]
-    weights_sharded: ClassVar[bool]  # attention weights split over ranks (True) or replicated
+    weights_sharded: ClassVar[bool]  # input-side attention weights split over ranks (True) or replicated
+    output_sharded: ClassVar[bool]  # per-head output path (W_UV, o-proj) split over ranks
     activations_replicated: ClassVar[bool]  # after attention every rank holds every token's hidden state
     head_sharded: ClassVar[bool]  # LM head vocab-parallel over ranks
 
     def share(self, inp: ShareInputs) -> AttentionShare:
         raise NotImplementedError
+
+    def candidate_shares(self, inp: ShareInputs) -> list[AttentionShare]:
+        """Ranks that may be the busiest. One for layouts that spread every request over all
+        ranks; owner layouts add the rank that runs the step's prefill chunk."""
+        return [self.share(inp)]
 
     def collectives(self, inp: ShareInputs) -> list[Collective]:
         """Per-layer collectives of the attention block."""

@@ -3,13 +3,14 @@ one owner like DP-attention, so neither weights nor KV are replicated. Each rank
 queries for its T-th of the heads for every token; an all-to-all routes them to the owners
 (absorbed MLA queries are kv_lora+rope wide), the owner attends over its cache, a second
 all-to-all returns the outputs (kv_lora wide) to the head owners, and the output projection's
-all-reduce finishes the block."""
+all-reduce finishes the block. A prefill chunk's attention runs on its request's owner, as in
+DP-attention (see planner.layouts.dp)."""
 
 from __future__ import annotations
 
 from planner.layouts.base import (ACTIVATION_BYTES, AttentionLayout, AttentionShare, Collective, ShareInputs,
                                   register_attention_layout, tokens_hidden_bytes)
-from planner.layouts.dp import owner_attention
+from planner.layouts.dp import owner_attention, owner_candidates
 
 
 def _query_width(inp: ShareInputs) -> tuple[int, int]:
@@ -24,13 +25,20 @@ class DecoupledOwnership(AttentionLayout):
     name = "dop"
     description = "heads sharded like TP, each request's KV on one owner, queries routed by all-to-all"
     weights_sharded = True
+    output_sharded = True
     activations_replicated = True
     head_sharded = True
 
-    def share(self, inp: ShareInputs) -> AttentionShare:
-        stored, read, write, flops, _ = owner_attention(inp)
+    def owner_share(self, inp: ShareInputs, with_prefill: bool) -> AttentionShare:
+        stored, read, write, flops, _ = owner_attention(inp, with_prefill)
         tokens = inp.load.batch + inp.prefill_tokens
-        return AttentionShare(stored, read, write, flops, tokens, 1.0 / inp.ranks)
+        return AttentionShare(stored, read, write, flops, tokens, 1.0 / inp.ranks, 1.0 / inp.ranks)
+
+    def share(self, inp: ShareInputs) -> AttentionShare:
+        return self.owner_share(inp, with_prefill=False)
+
+    def candidate_shares(self, inp: ShareInputs) -> list[AttentionShare]:
+        return owner_candidates(self, inp)
 
     def collectives(self, inp: ShareInputs) -> list[Collective]:
         tokens = inp.load.batch + inp.prefill_tokens

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from planner.layouts.base import (AttentionLayout, AttentionShare, Collective, ShareInputs, new_token_bytes,
-                                  pages_rounded, read_bytes, register_attention_layout, stored_bytes,
+                                  pages_rounded, prefill_resident, prefill_work, read_bytes, register_attention_layout, stored_bytes,
                                   tokens_hidden_bytes)
 
 
@@ -25,6 +25,7 @@ class TensorParallel(AttentionLayout):
     name = "tp"
     description = "heads sharded, KV split by heads (replicated for MLA), all-reduce"
     weights_sharded = True
+    output_sharded = True
     activations_replicated = True
     head_sharded = True
 
@@ -33,9 +34,12 @@ class TensorParallel(AttentionLayout):
         stored = (stored_bytes(inp, pages_rounded(load.lengths, inp.page_tokens)) * load.counts).sum(-1) / s
         read = {k: (v * load.counts).sum(-1) / s for k, v in read_bytes(inp, load.lengths).items()}
         att = inp.model.attention
-        flops = (att.decode_flops(load.lengths) * load.counts).sum(-1) / t + att.prefill_flops(inp.prefill_tokens) / t
+        pre_flops, prefix = prefill_work(inp)
+        read["prefill_prefix"] = prefix / s
+        stored = stored + prefill_resident(inp) / s
+        flops = ((att.decode_flops(load.lengths) * load.counts).sum(-1) + pre_flops) / t
         write = (load.batch + inp.prefill_tokens) * new_token_bytes(inp) / s
-        return AttentionShare(stored, read, write, flops, load.batch + inp.prefill_tokens, 1.0 / t)
+        return AttentionShare(stored, read, write, flops, load.batch + inp.prefill_tokens, 1.0 / t, 1.0 / t)
 
     def collectives(self, inp: ShareInputs) -> list[Collective]:
         tokens = inp.load.batch + inp.prefill_tokens

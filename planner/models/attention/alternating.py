@@ -11,9 +11,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from planner.errors import SpecError
-from planner.models.attention.base import as_tokens, register_attention
+from planner.models.attention.base import as_tokens, causal_pairs, register_attention
 from planner.models.attention.gqa import GQA
-from planner.models.attention.sliding import SlidingWindow
 
 
 @register_attention
@@ -52,7 +51,7 @@ class AlternatingWindow(GQA):
         l = as_tokens(context_tokens)
         return self._mix(l, np.minimum(l, float(self.window)))
 
-    def prefill_flops(self, chunk_tokens):
-        sliding = SlidingWindow(num_heads=self.num_heads, num_kv_heads=self.num_kv_heads,
-                                head_dim=self.head_dim, hidden_size=self.hidden_size, window=self.window)
-        return self._mix(GQA.prefill_flops(self, chunk_tokens), sliding.prefill_flops(chunk_tokens))
+    def prefill_flops(self, chunk_tokens, prefix_tokens):
+        per_pair = 4.0 * self.num_heads * self.head_dim
+        return per_pair * self._mix(causal_pairs(chunk_tokens, prefix_tokens),
+                                    causal_pairs(chunk_tokens, prefix_tokens, self.window))

@@ -71,8 +71,14 @@ class AttentionVariant:
         """Attention-core FLOPs (not projections) of one decode query, all heads, one layer."""
         raise NotImplementedError
 
-    def prefill_flops(self, chunk_tokens: np.ndarray) -> np.ndarray:
-        """Attention-core FLOPs of a causal prefill chunk of fresh tokens (no prefix), one layer."""
+    def prefill_flops(self, chunk_tokens: np.ndarray, prefix_tokens: np.ndarray) -> np.ndarray:
+        """Attention-core FLOPs of a causal prefill chunk of `chunk_tokens` queries whose request
+        already has `prefix_tokens` cached, one layer."""
+        raise NotImplementedError
+
+    def output_params(self) -> float:
+        """Parameters of the per-head output path (applied after attention, shardable by heads
+        once partial outputs are merged): part of `weight_params()['attention']`, one layer."""
         raise NotImplementedError
 
     def weight_params(self) -> dict[str, float]:
@@ -95,6 +101,22 @@ class AttentionVariant:
                 f"kv_dtype={kv_dtype} is not supported by {self.kind} attention "
                 f"(supported: {', '.join(self.supported_kv_dtypes())})"
             )
+
+
+def causal_pairs(chunk_tokens: Any, prefix_tokens: Any, cap: float = np.inf) -> np.ndarray:
+    """Σ over a chunk's P queries of the keys each attends to, min(C + i, cap) for i = 1…P
+    (causal, C cached prefix tokens, at most `cap` keys per query)."""
+    p = np.asarray(chunk_tokens, dtype=np.float64)
+    a = np.asarray(prefix_tokens, dtype=np.float64) + 1.0  # keys seen by the first query
+    last = a + p - 1.0
+    uncapped = p * (a + last) / 2.0
+    if not np.isfinite(cap):
+        return np.where(p > 0, uncapped, 0.0)
+    w = float(cap)
+    # queries whose key count stays under the cap, then the rest at the cap
+    n_under = np.clip(w - a + 1.0, 0.0, p)
+    under = n_under * (a + (a + n_under - 1.0)) / 2.0
+    return np.where(p > 0, np.where(last <= w, uncapped, under + (p - n_under) * w), 0.0)
 
 
 def as_tokens(x: Any) -> np.ndarray:

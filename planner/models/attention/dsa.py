@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from planner.models.attention.base import as_tokens, need, register_attention
+from planner.models.attention.base import as_tokens, causal_pairs, need, register_attention
 from planner.models.attention.mla import MLA
 
 INDEXER_KEY_BYTES = 128 + 4  # fp8 key + one fp32 scale
@@ -76,14 +76,11 @@ class DSA(MLA):
         indexer = 2.0 * self.index_n_heads * self.index_head_dim * l
         return super().decode_flops(l) + indexer
 
-    def prefill_flops(self, chunk_tokens):
-        p = as_tokens(chunk_tokens)
-        k = float(self.index_topk)
-        pairs_full = p * (p + 1.0) / 2.0
-        # query i attends to min(i+1, k) keys
-        pairs_sparse = np.where(p <= k, pairs_full, k * p - k * (k - 1.0) / 2.0)
-        per_pair = 2.0 * (self.qk_nope_head_dim + self.qk_rope_head_dim) + 2.0 * self.v_head_dim
-        return self.num_heads * per_pair * pairs_sparse + 2.0 * self.index_n_heads * self.index_head_dim * pairs_full
+    def prefill_flops(self, chunk_tokens, prefix_tokens):
+        # the indexer scores every causal pair; latent attention covers at most top-k keys per query
+        sparse = causal_pairs(chunk_tokens, prefix_tokens, self.index_topk)
+        full = causal_pairs(chunk_tokens, prefix_tokens)
+        return self.num_heads * self._prefill_per_pair() * sparse + 2.0 * self.index_n_heads * self.index_head_dim * full
 
     def weight_params(self):
         params = super().weight_params()

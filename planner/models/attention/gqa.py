@@ -10,7 +10,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from planner.models.attention.base import KV_DTYPE_BYTES, AttentionVariant, as_tokens, need, register_attention
+from planner.models.attention.base import (KV_DTYPE_BYTES, AttentionVariant, as_tokens, causal_pairs, need,
+                                           register_attention)
 
 
 @register_attention
@@ -54,9 +55,11 @@ class GQA(AttentionVariant):
     def decode_flops(self, context_tokens):
         return 4.0 * self.num_heads * self.head_dim * self.attended_tokens(context_tokens)
 
-    def prefill_flops(self, chunk_tokens):
-        p = as_tokens(chunk_tokens)
-        return 4.0 * self.num_heads * self.head_dim * p * (p + 1.0) / 2.0
+    def prefill_flops(self, chunk_tokens, prefix_tokens):
+        return 4.0 * self.num_heads * self.head_dim * causal_pairs(chunk_tokens, prefix_tokens)
+
+    def output_params(self):
+        return float(self.num_heads * self.head_dim * self.hidden_size)
 
     def weight_params(self):
         h, d = self.hidden_size, self.head_dim

@@ -15,7 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from planner.models.attention.base import KV_DTYPE_BYTES, AttentionVariant, as_tokens, need, register_attention
+from planner.models.attention.base import (KV_DTYPE_BYTES, AttentionVariant, as_tokens, causal_pairs, need,
+                                           register_attention)
 
 
 @register_attention
@@ -75,10 +76,15 @@ class MLA(AttentionVariant):
     def decode_flops(self, context_tokens):
         return self.num_heads * self._decode_flops_per_token_head() * self.attended_tokens(context_tokens)
 
-    def prefill_flops(self, chunk_tokens):
-        p = as_tokens(chunk_tokens)
-        per_pair = 2.0 * (self.qk_nope_head_dim + self.qk_rope_head_dim) + 2.0 * self.v_head_dim
-        return self.num_heads * per_pair * p * (p + 1.0) / 2.0
+    def _prefill_per_pair(self) -> float:
+        return 2.0 * (self.qk_nope_head_dim + self.qk_rope_head_dim) + 2.0 * self.v_head_dim
+
+    def prefill_flops(self, chunk_tokens, prefix_tokens):
+        return self.num_heads * self._prefill_per_pair() * causal_pairs(chunk_tokens, prefix_tokens)
+
+    def output_params(self):
+        # kv_b's value half (W_UV) and the output projection act per head after attention
+        return float(self.kv_lora_rank * self.num_heads * self.v_head_dim + self.num_heads * self.v_head_dim * self.hidden_size)
 
     def weight_params(self):
         h, n = self.hidden_size, self.num_heads

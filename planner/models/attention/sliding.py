@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from planner.models.attention.base import as_tokens, register_attention
+from planner.models.attention.base import as_tokens, causal_pairs, register_attention
 from planner.models.attention.gqa import GQA
 
 
@@ -35,10 +35,6 @@ class SlidingWindow(GQA):
     def attended_tokens(self, context_tokens: np.ndarray) -> np.ndarray:
         return np.minimum(as_tokens(context_tokens), float(self.window))
 
-    def prefill_flops(self, chunk_tokens):
-        # Query i attends to min(i+1, W) keys: sum = W·P − W(W−1)/2 once P ≥ W.
-        p = as_tokens(chunk_tokens)
-        w = float(self.window)
-        full = p * (p + 1.0) / 2.0
-        capped = w * p - w * (w - 1.0) / 2.0
-        return 4.0 * self.num_heads * self.head_dim * np.where(p <= w, full, capped)
+    def prefill_flops(self, chunk_tokens, prefix_tokens):
+        # query i of the chunk attends to min(C + i, W) keys
+        return 4.0 * self.num_heads * self.head_dim * causal_pairs(chunk_tokens, prefix_tokens, self.window)
