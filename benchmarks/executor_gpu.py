@@ -99,7 +99,7 @@ def kernel_point(b, h, ctx, cfg, copy_bw, check=False):
 
 def part_kernel(out_dir, world) -> dict:
     copy_bw = copy_bandwidth()
-    configs = [KernelConfig(64, 8, 2), KernelConfig(64, 4, 2), KernelConfig(32, 4, 2), KernelConfig(64, 8, 1),
+    configs = [KernelConfig(64, 8, 2), KernelConfig(64, 8, 3), KernelConfig(64, 4, 2), KernelConfig(32, 4, 3),
                KernelConfig(16, 4, 2)]
     tune = []
     for h in (128, 128 // world):
@@ -138,7 +138,8 @@ def _layouts_check(g, kcfg):
         ref_outs = [ref.step() for _ in range(3)]
         del ref
     for kind in LAYOUTS:
-        r = RankRunner(dims, g, kind, num_slots=256, dtype=torch.bfloat16, seed=3, kernel_config=kcfg)
+        r = RankRunner(dims, g, kind, num_slots=256 + r_weight_slots(dims, g, kind), dtype=torch.bfloat16, seed=3,
+                       kernel_config=kcfg)
         r.add_requests(dict(lengths))
         outs = [r.step() for _ in range(3)]
         if g.rank == 0:
@@ -174,9 +175,10 @@ def _time_steps(runner, n) -> list[float]:
     return [evs[i].elapsed_time(evs[i + 1]) for i in range(n)]
 
 
-def _steps(g, layers, kcfg, copy_bw, points):
+def _steps(g, layers, kcfg, copy_bw, points, budget_s=170.0):
     dims = deepseek_v32(layers)
     rows = []
+    t0 = time.time()
     max_tokens = max(sum(p["lengths"]) for p in points)
     for kind in LAYOUTS:
         share = 1.0 if kind == "tp" else 0.75  # DP/DOP/CP: ~1/T of the KV, with imbalance headroom
@@ -184,6 +186,10 @@ def _steps(g, layers, kcfg, copy_bw, points):
         r = RankRunner(dims, g, kind, num_slots=slots + r_weight_slots(dims, g, kind), dtype=torch.bfloat16,
                        seed=1, kernel_config=kcfg)
         for p in points:
+            over = torch.tensor([1 if time.time() - t0 > budget_s * (LAYOUTS.index(kind) + 1) / 4 else 0])
+            torch.distributed.all_reduce(over, group=g.ctrl)
+            if over.item():
+                break
             lengths = {i: n for i, n in enumerate(p["lengths"])}
             r.add_requests(lengths)
             _time_steps(r, 3)
@@ -213,7 +219,7 @@ def r_weight_slots(dims, g, kind):
     return weight_slots_needed(kind, head_bytes, g.world_size, dims.kv_bytes_per_page(2)) + 8
 
 
-def _switch(g, layers, kcfg, batch, ctx, rounds, bytes_per_step):
+def _switch(g, layers, kcfg, batch, ctx, rounds, bytes_per_step, budget_s=150.0):
     dims = deepseek_v32(layers)
     pages = batch * (-(-(ctx + 4096) // dims.page_size))
     r = RankRunner(dims, g, CIRCUIT[0], num_slots=2 * pages + 2 * r_weight_slots(dims, g, "cp"),
@@ -221,14 +227,21 @@ def _switch(g, layers, kcfg, batch, ctx, rounds, bytes_per_step):
     r.add_requests({i: ctx for i in range(batch)})
     _time_steps(r, 3)
     records = []
+    t0 = time.time()
     for _ in range(rounds):
+        over = torch.tensor([1 if time.time() - t0 > budget_s else 0])
+        torch.distributed.all_reduce(over, group=g.ctrl)
+        if over.item():
+            break
         for src, dst in zip(CIRCUIT[:-1], CIRCUIT[1:]):
             if r.seq_lens[0] > ctx + 2048:  # keep the context near ctx: restart the requests
                 for q in list(r.order):
                     r.finish_request(q)
                 r.add_requests({i: ctx for i in range(batch)})
             before = _time_steps(r, 3)
+            t_plan = time.perf_counter()
             sw = r.switch_to(dst, bytes_per_step)
+            t_plan = time.perf_counter() - t_plan
             plan = sw.plan
             n = plan.commit_step - r.step_index + 3
             evs = [torch.cuda.Event(enable_timing=True) for _ in range(n + 1)]
@@ -258,22 +271,34 @@ def _switch(g, layers, kcfg, batch, ctx, rounds, bytes_per_step):
                 if copying else 0.0,
                 "extra_ms_total": sum(copying) - len(copying) * statistics.median(before) + ts[k_commit] - base_new,
                 "host_commit_us": host_commit * 1e6 if host_commit is not None else None,
+                "host_plan_begin_ms": t_plan * 1e3, "wall_s": time.time() - t0,
             })
+            if g.rank == 0 and (len(records) <= 13 or len(records) % 60 == 0):
+                print(f"switch {src}->{dst} plan+begin {t_plan * 1e3:.1f} ms, t={time.time() - t0:.1f}s", flush=True)
     return records
 
 
-def dist_main(g, parts, layers, kcfgs, copy_bw, step_points, switch_cfg):
+def dist_main(g, parts, layers, kcfgs, copy_bw, step_points, switch_cfg, out_dir):
     torch.cuda.set_device(g.device)
     kcfg_by_heads = {int(h): KernelConfig(**c) for h, c in kcfgs.items()}
     # NOTE: one config for the runner; heads differ per layout, take the 128-head one (the busiest).
     kcfg = kcfg_by_heads.get(128, KernelConfig())
     out = {}
-    if "layouts" in parts:
-        out["layouts_rel_err_bf16_vs_fp32"] = _layouts_check(g, kcfg)
-    if "steps" in parts:
-        out["steps"] = _steps(g, layers, kcfg, copy_bw, step_points)
-    if "switch" in parts:
-        out["switches"] = _switch(g, layers, kcfg, **switch_cfg)
+    jobs = {"layouts": ("layouts_rel_err_bf16_vs_fp32", lambda: _layouts_check(g, kcfg)),
+            "switch": ("switches", lambda: _switch(g, layers, kcfg, **switch_cfg)),
+            "steps": ("steps", lambda: _steps(g, layers, kcfg, copy_bw, step_points))}
+    for part in ("layouts", "switch", "steps"):
+        if part in parts:
+            key, job = jobs[part]
+            try:
+                out[key] = job()
+            except Exception as e:  # report and go on: the other parts still measure
+                import traceback
+                out[f"{part}_error"] = traceback.format_exc()[-2000:]
+                print(f"rank {g.rank} part {part} failed: {e!r}", flush=True)
+            if g.rank == 0:
+                json.dump(out, open(os.path.join(out_dir, "dist_partial.json"), "w"), default=str)
+                print(f"part {part} done", flush=True)
     return out if g.rank == 0 else None
 
 
@@ -289,12 +314,12 @@ def summarize_switches(records):
             "switches": len(recs), "committed": len(ok),
             "stall_pct_median": statistics.median(st) if st else None,
             "stall_pct_p99": st[min(len(st) - 1, int(round(0.99 * (len(st) - 1))))] if st else None,
-            "background_slowdown_pct_median": statistics.median(x["background_slowdown_pct"] for x in ok),
-            "total_extra_ms_median": statistics.median(x["extra_ms_total"] for x in ok),
+            "background_slowdown_pct_median": statistics.median([x["background_slowdown_pct"] for x in ok] or [0]),
+            "total_extra_ms_median": statistics.median([x["extra_ms_total"] for x in ok] or [0]),
             "copy_steps": ok[0]["num_chunks"] if ok else None,
             "recv_bytes_rank0": ok[0]["recv_bytes_rank"] if ok else None,
-            "step_ms_median": statistics.median(x["step_after_ms"] for x in ok),
-            "host_commit_us_median": statistics.median(x["host_commit_us"] for x in ok if x["host_commit_us"]),
+            "step_ms_median": statistics.median([x["step_after_ms"] for x in ok] or [0]),
+            "host_commit_us_median": statistics.median([x["host_commit_us"] for x in ok if x["host_commit_us"]] or [0]),
             "meets_0p5pct_target": (statistics.median(st) <= 0.5) if st else False,
         }
     return out
@@ -335,8 +360,8 @@ def main():
     print(f"[{time.time() - t_start:.0f}s] kernel done", flush=True)
     dparts = [p for p in parts if p in ("layouts", "steps", "switch")]
     if dparts:
-        bs = (1, 16, 64) if a.quick else (1, 4, 8, 16, 32, 64)
-        cs = (4096, 65536) if a.quick else (1024, 4096, 8192, 16384, 32768, 65536)
+        bs = (1, 16, 64) if a.quick else (1, 4, 16, 32, 64)
+        cs = (4096, 65536) if a.quick else (1024, 4096, 16384, 32768, 65536)
         points = [{"name": "uniform", "lengths": [c] * b} for b in bs for c in cs]
         points += [{"name": "60x1K+4x64K", "lengths": [1024] * 60 + [65536] * 4},
                    {"name": "28x2K+4x32K", "lengths": [2048] * 28 + [32768] * 4},
@@ -344,7 +369,10 @@ def main():
         sw = {"batch": a.switch_batch, "ctx": a.switch_context, "rounds": 2 if a.quick else a.switch_rounds,
               "bytes_per_step": a.bytes_per_step}
         res = spawn_ranks(dist_main, world, dparts, a.layers, kres.get("best_config", {}), copy_bw, points, sw,
-                          use_cuda=True)[0]
+                          a.out, use_cuda=True)[0]
+        for k in ("layouts_error", "switch_error", "steps_error"):
+            if k in res:
+                summary[k] = res[k]
         if "layouts_rel_err_bf16_vs_fp32" in res:
             summary["layouts_rel_err_bf16_vs_fp32"] = res["layouts_rel_err_bf16_vs_fp32"]
         if "steps" in res:
@@ -378,7 +406,7 @@ def main():
                 print(f"        {r['heads']:5d} {r['batch']:5d} {r['context']:7d} {r['time_us']:7.1f} "
                       f"{r['bandwidth_fraction_of_copy']:.3f}")
     for key, v in summary.get("switches", {}).items():
-        print(f"switch {key:8s} stall med {v['stall_pct_median']:.3f}% p99 {v['stall_pct_p99']:.3f}% "
+        print(f"switch {key:8s} n {v['committed']:3d} stall med {v['stall_pct_median']}% p99 {v['stall_pct_p99']}% "
               f"bg {v['background_slowdown_pct_median']:.2f}% step {v['step_ms_median']:.2f}ms")
     print(json.dumps(summary, default=str))
 

@@ -179,7 +179,7 @@ def absorbed_queries(q_lat: torch.Tensor, heads: HeadWeights, positions: torch.T
     latent equal q·k of the unabsorbed form.
     """
     b, hs, n = q_lat.shape[0], heads.num_heads, dims.qk_nope_head_dim
-    q = (q_lat @ heads.w_qb.reshape(hs * (n + dims.qk_rope_head_dim), -1).t()).view(b, hs, -1)  # [B, Hs, N+R]
+    q = (q_lat @ heads.w_qb.reshape(hs * (n + dims.qk_rope_head_dim), -1).t()).view(b, hs, n + dims.qk_rope_head_dim)  # [B, Hs, N+R]
     q_nope, q_pe = q[..., :n], q[..., n:]
     q_abs = torch.bmm(q_nope.transpose(0, 1), heads.w_uk).transpose(0, 1)  # [B, Hs, C]
     q_pe = rope_rotate(q_pe, positions, dims.rope_theta)  # [B, Hs, R]
@@ -190,7 +190,7 @@ def attention_output(o_lat: torch.Tensor, heads: HeadWeights) -> torch.Tensor:
     """Un-absorb values and project out, partial over held heads. o_lat [B, Hs, C] -> [B, D]."""
     b, hs = o_lat.shape[0], heads.num_heads
     o = torch.bmm(o_lat.to(heads.w_uv.dtype).transpose(0, 1), heads.w_uv).transpose(0, 1)  # [B, Hs, V]
-    return o.reshape(b, -1) @ heads.w_o.reshape(-1, heads.w_o.shape[-1])  # [B, D]
+    return o.reshape(b, hs * heads.w_o.shape[1]) @ heads.w_o.reshape(-1, heads.w_o.shape[-1])  # [B, D]
 
 
 def ffn_partial(x: torch.Tensor, ffn: FFNShard, dims: MLADims) -> torch.Tensor:
