@@ -175,7 +175,7 @@ def _time_steps(runner, n) -> list[float]:
     return [evs[i].elapsed_time(evs[i + 1]) for i in range(n)]
 
 
-def _steps(g, layers, kcfg, copy_bw, points, budget_s=170.0):
+def _steps(g, layers, kcfg, copy_bw, points, budget_s=150.0):
     dims = deepseek_v32(layers)
     rows = []
     t0 = time.time()
@@ -219,7 +219,7 @@ def r_weight_slots(dims, g, kind):
     return weight_slots_needed(kind, head_bytes, g.world_size, dims.kv_bytes_per_page(2)) + 8
 
 
-def _switch(g, layers, kcfg, batch, ctx, rounds, bytes_per_step, budget_s=150.0):
+def _switch(g, layers, kcfg, batch, ctx, rounds, bytes_per_step, budget_s=110.0):
     dims = deepseek_v32(layers)
     pages = batch * (-(-(ctx + 4096) // dims.page_size))
     r = RankRunner(dims, g, CIRCUIT[0], num_slots=2 * pages + 2 * r_weight_slots(dims, g, "cp"),
