@@ -249,9 +249,9 @@ def _switch(g, layers, kcfg, batch, ctx, rounds, bytes_per_step, budget_s=110.0)
             evs[0].record()
             for i in range(n):
                 if r.step_index == plan.commit_step and sw.state.value == "copying":
-                    t0 = time.perf_counter()
+                    t_commit = time.perf_counter()
                     sw.before_step(r)
-                    host_commit = time.perf_counter() - t0
+                    host_commit = time.perf_counter() - t_commit
                 r.step()
                 evs[i + 1].record()
             torch.cuda.synchronize()
