@@ -7,7 +7,9 @@ the tests close them, so a key the CLI emits but the contract doesn't document f
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import io
 import json
 from pathlib import Path
 
@@ -21,13 +23,13 @@ PROFILE = ROOT / "calibration" / "data" / "h200x2_step_profile.jsonl"
 MICROBENCH = ROOT / "calibration" / "data" / "h200_microbench.json"
 
 
-def run_cli(capsys, argv: list[str]) -> dict:
+def run_cli(argv: list[str]) -> dict:
     """`floorfirst <argv>` in-process; the one JSON document it printed."""
-    with pytest.raises(SystemExit) as exc:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), pytest.raises(SystemExit) as exc:
         main(list(argv))
-    out = capsys.readouterr()
-    assert exc.value.code == 0, f"floorfirst {' '.join(argv)} exited {exc.value.code}: {out.err}"
-    return json.loads(out.out)
+    assert exc.value.code == 0, f"floorfirst {' '.join(argv)} exited {exc.value.code}: {err.getvalue()}"
+    return json.loads(out.getvalue())
 
 
 def schema_name(doc: dict) -> str:

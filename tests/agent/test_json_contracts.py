@@ -45,25 +45,25 @@ def _cases():
 
 
 @pytest.mark.parametrize("name,argv", list(_cases()))
-def test_json_output_meets_its_schema(capsys, name, argv):
-    doc = run_cli(capsys, [*argv, "--json"])
+def test_json_output_meets_its_schema(name, argv):
+    doc = run_cli([*argv, "--json"])
     assert doc["schema"] == f"floorfirst.{name}/1"
     validate(doc, name)
 
 
-def test_calibrate_then_validate_meet_their_schemas(capsys, calibration_file):
-    cal = run_cli(capsys, ["calibrate", "--profile", str(PROFILE), "--out", calibration_file, "--json"])
+def test_calibrate_then_validate_meet_their_schemas(calibration_file):
+    cal = run_cli(["calibrate", "--profile", str(PROFILE), "--out", calibration_file, "--json"])
     validate(cal, "calibrate")
-    rep = run_cli(capsys, ["validate", "--calibration", calibration_file, "--profile", str(PROFILE), "--folds", "3",
+    rep = run_cli(["validate", "--calibration", calibration_file, "--profile", str(PROFILE), "--folds", "3",
                            "--json"])
     validate(rep, "validate")
     # the calibrated model adds optional keys; they are part of the contract too
-    validate(run_cli(capsys, ["floor", "--calibration", calibration_file, "--json"]), "floor")
-    validate(run_cli(capsys, ["walls", "--calibration", calibration_file, "--layouts", "dp/ep", "--json"]), "walls")
+    validate(run_cli(["floor", "--calibration", calibration_file, "--json"]), "floor")
+    validate(run_cli(["walls", "--calibration", calibration_file, "--layouts", "dp/ep", "--json"]), "walls")
 
 
-def test_plot_paths_are_reported(capsys, tmp_path):
-    w = run_cli(capsys, ["walls", "--layouts", "dp/ep", "--plot", str(tmp_path / "w.png"), "--json"])
+def test_plot_paths_are_reported(tmp_path):
+    w = run_cli(["walls", "--layouts", "dp/ep", "--plot", str(tmp_path / "w.png"), "--json"])
     validate(w, "walls")
     assert w["plot"] == str(tmp_path / "w.png")
 
@@ -122,9 +122,9 @@ def test_floor_and_compare_share_one_point_contract():
     assert set(floor["required"]) - {"schema", "model", "hardware"} == set(point["required"])
 
 
-def test_schemas_reject_a_broken_document(capsys):
+def test_schemas_reject_a_broken_document():
     """The contracts bite: a missing key, a renamed key, a wrong type and a wrong version fail."""
-    doc = run_cli(capsys, ["floor", "--json"])
+    doc = run_cli(["floor", "--json"])
     validate(doc, "floor")
     broken = [
         {k: v for k, v in doc.items() if k != "floor_max_s"},                               # removed

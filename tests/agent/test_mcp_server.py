@@ -82,12 +82,12 @@ def test_every_tool_answers_with_its_contract(tmp_path):
     assert by["validate"]["folds"] == 3 and (tmp_path / "cal.json").exists()
 
 
-def test_a_tool_answers_what_the_cli_prints(capsys):
+def test_a_tool_answers_what_the_cli_prints():
     async def body(c):
         return await c.call_tool("compare", {"model": "glm-5", "hardware": "b200", "batch": 32, "context": "64k"})
 
     r = session(build_server(), body)
-    assert r.structured_content == run_cli(capsys, ["compare", "--model", "glm-5", "--hardware", "b200", "--batch", "32",
+    assert r.structured_content == run_cli(["compare", "--model", "glm-5", "--hardware", "b200", "--batch", "32",
                                                     "--context", "64k", "--json"])
 
 

@@ -4,6 +4,7 @@ still hold."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 import shlex
 
@@ -60,50 +61,63 @@ def test_examples_cover_the_worked_questions():
     assert {"compare", "triage", "capacity", "walls"} <= commands
 
 
+@pytest.fixture(scope="module")
+def example_doc():
+    """The JSON of an example command (run once per module; examples name repository files by
+    relative path, so they run from the repository root)."""
+    done: dict[str, dict] = {}
+
+    def doc(line: str) -> dict:
+        if line not in done:
+            with contextlib.chdir(ROOT):
+                done[line] = run_cli(argv_of(line))
+        return done[line]
+
+    return doc
+
+
 @pytest.mark.parametrize("line", example_commands())
-def test_example_runs_and_meets_its_contract(capsys, monkeypatch, line):
-    monkeypatch.chdir(ROOT)  # examples name repository files by relative path
-    validate(run_cli(capsys, argv_of(line)))
+def test_example_runs_and_meets_its_contract(example_doc, line):
+    validate(example_doc(line))
 
 
 def _by_layout(doc):
     return {f"{x['attn']}/{x['moe']}": x for x in doc["layouts"]}
 
 
-def _run(capsys, monkeypatch, prefix: str) -> dict:
-    """The example command that starts with `prefix` (it must be in the skill)."""
+def _example(example_doc, prefix: str) -> dict:
+    """The JSON of the one example command that starts with `prefix`."""
     matches = [line for line in example_commands() if line.startswith(prefix)]
     assert len(matches) == 1, f"no single example starts with {prefix!r}"
-    monkeypatch.chdir(ROOT)
-    return run_cli(capsys, argv_of(matches[0]))
+    return example_doc(matches[0])
 
 
-def test_claims_of_example_1_tp_or_dp(capsys, monkeypatch):
+def test_claims_of_example_1_tp_or_dp(example_doc):
     base = "floorfirst compare --model deepseek-v3.2 --hardware h200 --gpus 8"
-    small = _by_layout(_run(capsys, monkeypatch, f"{base} --batch 8 "))
+    small = _by_layout(_example(example_doc, f"{base} --batch 8 "))
     assert small["tp/ep"]["resources"]["kv_capacity"]["fits"] and small["dp/ep"]["resources"]["kv_capacity"]["fits"]
     assert small["tp/ep"]["floor_max_s"] < small["dp/ep"]["floor_max_s"] and small["dp/ep"]["binding"] == "hbm"
-    big = _run(capsys, monkeypatch, f"{base} --batch 64 ")
+    big = _example(example_doc, f"{base} --batch 64 ")
     assert not _by_layout(big)["tp/ep"]["resources"]["kv_capacity"]["fits"]
     assert _by_layout(big)["tp/ep"]["resources"]["kv_capacity"]["used_fraction"] > 1
     assert big["best_by_max"]["attn"] == "dop"
-    walls = _by_layout(_run(capsys, monkeypatch, "floorfirst walls --model deepseek-v3.2 --hardware h200 --gpus 8 --context 32k --layouts"))
+    walls = _by_layout(_example(example_doc, "floorfirst walls --model deepseek-v3.2 --hardware h200 --gpus 8 --context 32k --layouts"))
     assert walls["tp/ep"]["kv_wall"] == 15 and walls["dp/ep"]["kv_wall"] == 65
 
 
-def test_claims_of_example_2_what_to_profile(capsys, monkeypatch):
+def test_claims_of_example_2_what_to_profile(example_doc):
     head = "floorfirst triage --model deepseek-v3.2 --hardware h200 --gpus 8 --attn dp --batch 32 --context 8k"
-    slow = _run(capsys, monkeypatch, f"{head} --measured-ms 30 ")
+    slow = _example(example_doc, f"{head} --measured-ms 30 ")
     assert (slow["verdict"], slow["profile"], slow["profile_resource"]) == ("above_sum", True, "hbm")
     assert round(slow["residual_fraction"], 2) == 0.81
-    fine = _run(capsys, monkeypatch, f"{head} --measured-ms 17 ")
+    fine = _example(example_doc, f"{head} --measured-ms 17 ")
     assert (fine["verdict"], fine["profile"]) == ("above_sum", False) and round(fine["residual_fraction"], 2) == 0.03
-    step = _run(capsys, monkeypatch, "floorfirst floor --model deepseek-v3.2 --hardware h200 --gpus 8 --attn dp")
+    step = _example(example_doc, "floorfirst floor --model deepseek-v3.2 --hardware h200 --gpus 8 --attn dp")
     top = sorted(step["components"]["hbm_bytes"].items(), key=lambda kv: -kv[1])
     assert [k for k, _ in top[:2]] == ["experts_weights", "attention_weights"]
 
 
-def test_claims_of_example_3_capacity(capsys, monkeypatch):
-    cap = _by_layout(_run(capsys, monkeypatch, "floorfirst capacity --model deepseek-v3.2"))
+def test_claims_of_example_3_capacity(example_doc):
+    cap = _by_layout(_example(example_doc, "floorfirst capacity --model deepseek-v3.2"))
     assert cap["tp/ep"]["kv_replication"] == 8 and cap["dp/ep"]["kv_replication"] == 1
     assert cap["tp/ep"]["max_concurrency"] < cap["dp/ep"]["max_concurrency"]
