@@ -58,6 +58,15 @@ def scenario_all(g) -> dict:
         torch.distributed.all_gather(gathered, outs[-1].contiguous(), group=g.ctrl)
         out[f"ranks_agree/{kind}"] = all(torch.equal(x, gathered[0]) for x in gathered)
 
+    # 1b. fewer requests than ranks: some owners attend nobody
+    ref1 = ReferenceDecoder(dims, seed=SEED)
+    ref1.add_requests({0: 9})
+    ref1_out = [ref1.step() for _ in range(2)]
+    for kind in LAYOUTS:
+        runner = RankRunner(dims, g, kind, num_slots=256, dtype=torch.float32, seed=SEED)
+        runner.add_requests({0: 9})
+        out[f"single_request_err/{kind}"] = max(rel_err(runner.step(), rf) for rf in ref1_out[:1])
+
     # 2. each of the 12 switches mid-decode
     for src, dst in PAIRS:
         runner = _runner(g, src)

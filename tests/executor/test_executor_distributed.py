@@ -28,6 +28,7 @@ def results(request):
 def test_layout_matches_single_device_reference(results, kind):
     assert results[f"layout_err/{kind}"] <= FP32_TOL
     assert results[f"ranks_agree/{kind}"]
+    assert results[f"single_request_err/{kind}"] <= FP32_TOL  # ranks that own no request
 
 
 @pytest.mark.parametrize("pair", sc.PAIRS, ids=lambda p: f"{p[0]}-{p[1]}")
