@@ -108,8 +108,7 @@ def _build_triton_kernels():
         m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
         l_i = tl.zeros([BLOCK_H], tl.float32)
         acc = tl.zeros([BLOCK_H, C], tl.float32)
-        p = p_lo
-        while p < p_hi:
+        for p in range(p_lo, p_hi):
             slot = tl.load(bt_ptr + b * stride_bt_b + p).to(tl.int64)
             tok = p * PAGE + offs_t
             tmask = tok < seq_len
@@ -124,7 +123,6 @@ def _build_triton_kernels():
             l_i = l_i * alpha + tl.sum(pr, axis=1)
             acc = acc * alpha[:, None] + tl.dot(pr.to(kv.dtype), kv)
             m_i = m_new
-            p += 1
         has = l_i > 0
         out = acc / tl.where(has, l_i, 1.0)[:, None]
         lse2 = tl.where(has, m_i + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))
