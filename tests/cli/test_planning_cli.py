@@ -105,3 +105,23 @@ def test_import_planner_pulls_no_heavy_modules():
             "print(','.join(heavy))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == ""
+
+
+CAL = "calibration/data/h200-probe-calibration.json"
+
+
+def test_calibration_adds_predicted_s(capsys):
+    f = run_json(capsys, "floor", "--calibration", CAL, "--batch", "8", "--context", "4k")
+    # the fitted model adds overhead and imperfect overlap: it never predicts below the max floor
+    assert f["predicted_s"] >= f["floor_max_s"]
+    c = run_json(capsys, "compare", "--calibration", CAL, "--batch", "8", "--context", "4k")
+    assert all("predicted_s" in x for x in c["layouts"])
+    w = run_json(capsys, "walls", "--calibration", CAL, "--layouts", "tp/ep")
+    assert len(w["layouts"][0]["predicted_s"]) == len(w["layouts"][0]["loads"])
+    r = run_json(capsys, "regimes", "--calibration", CAL, "--batch-range", "1:64:3", "--context-range", "1k:8k:2")
+    assert set(r["predicted_s"]) == set(r["layouts"])
+
+
+def test_calibration_for_other_hardware_is_refused(capsys):
+    code, _, err = run(capsys, "floor", "--calibration", CAL, "--hardware", "b200")
+    assert code == 2 and "h200" in err
