@@ -32,7 +32,7 @@ from planner.errors import SpecError
 from runtime_policy.executor import Executor, StepBatch
 from runtime_policy.ordering import Ordering
 from runtime_policy.policy import Decision, PolicyState
-from runtime_policy.tables import LAYOUTS, StepTimeTable
+from runtime_policy.tables import LAYOUTS, NO_TOPK, StepTimeTable
 
 PENDING, WAITING, PREFILL, DECODE, DONE, ABORTED = range(6)
 
@@ -98,16 +98,31 @@ class _Waiting:
         self.dirty = True
 
     def resort(self, keyfn, needfn) -> None:
-        ids = np.concatenate([self.ids[self.pos:], np.asarray(self.new, dtype=np.int64)])
-        self.ids = ids[np.argsort(keyfn(ids), kind="stable")]
+        if self.pos >= self.ids.size and len(self.new) == 1:
+            self.ids = np.array(self.new, dtype=np.int64)  # one request: nothing to sort (the common case)
+        else:
+            ids = np.concatenate([self.ids[self.pos:], np.asarray(self.new, dtype=np.int64)])
+            self.ids = ids[np.argsort(keyfn(ids), kind="stable")]
         self.needs = needfn(self.ids)
         self.pos, self.new, self.dirty = 0, [], False
+
+
+_add = np.add.reduce  # NOTE: ndarray.sum() goes through a Python wrapper (~1 µs more per call)
 
 
 def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.ndarray, tables: StepTimeTable,
           policy, ordering: Ordering, executor: Executor, config: LoopConfig = LoopConfig(),
           progress: Callable[[int, int], None] | None = None) -> ServeResult:
-    """Serve the requests (sorted by arrival) to completion; see the module docstring."""
+    """Serve the requests (sorted by arrival) to completion; see the module docstring.
+
+    NOTE: written for speed, because the simulator's runs are often 2–4 steps long (cut by
+    arrivals), so per-run overhead bounds simulated steps per second. The decoding set lives in
+    arrays in admission order (ids, contexts, the context at which each finishes, owners; per-owner
+    counts) that are filtered on completion and appended on joining, not rebuilt; a request's
+    context `ctxf` is the single per-request counter (generated = ctxf − input; KV held = ctxf + one
+    page), written back from the decoding arrays when it leaves them; per-request scalars are read
+    from Python lists; and KV and context sums are whole token counts (exact in any order), so
+    results equal the straightforward version's (tests/runtime_policy/test_loop_golden.py)."""
     config.check(tables)
     n = arrival_s.size
     arr = np.asarray(arrival_s, dtype=np.float64)
@@ -118,29 +133,48 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
     if np.any(np.diff(arr) < 0):
         raise SpecError("requests must be sorted by arrival_s")
     T, page, bpt = tables.ranks, float(tables.page_tokens), tables.kv_bytes_per_token
-    pools, share, is_owner = tables.info.kv_pool_bytes, tables.info.kv_total_share, tables.info.is_owner
-    gen = np.zeros(n, dtype=np.int64)
+    topk = tables.topk
+    capped = topk < NO_TOPK
+    pools_l = tables.info.kv_pool_bytes.tolist()
+    share_l = tables.info.kv_total_share.tolist()
+    is_owner_l = [bool(x) for x in tables.info.is_owner]
+    arr_l, inp_l, out_l = arr.tolist(), inp.tolist(), out.tolist()
+    ctxf = inp.astype(np.float64)  # [n] context = input + generated (stale for decoders: see dec_ctx)
+    endf = (inp + out).astype(np.float64)  # [n] the context at which a request is done
     status = np.full(n, PENDING, dtype=np.int8)
     first = np.full(n, np.nan)
     finish = np.full(n, np.nan)
     owner = np.zeros(n, dtype=np.int64)
-    kvtok = np.zeros(n)
-    pre_left = np.zeros(n, dtype=np.int64)
+    owner_l = [0] * n
+    pre_left = [0] * n
     preempt = np.zeros(n, dtype=np.int64)
-    owner_kv = np.zeros(T)
+    okv = [0.0] * T  # KV tokens each rank owns (whole numbers, so sums are exact in any order)
     waiting = _Waiting()
     prefill_q: list[int] = []
-    decoding: list[int] = []
+    # the decoding set, in the order requests joined it
+    dec = np.zeros(0, dtype=np.int64)  # [B] ids
+    dec_ctx = np.zeros(0)  # [B] current contexts
+    dec_fin = np.zeros(0)  # [B] the decode step (of `dsteps`) at which each is done
+    fin_min = 0.0  # dec_fin.min(), kept while membership holds
+    dsteps = 0  # decode steps run so far
+    dec_own = np.zeros(0, dtype=np.int64)  # [B] owner ranks
+    dec_cnt = [0] * T  # decoders per owner
+    s2_dec = 0.0  # Σ dec_ctx, kept incrementally (exact: whole numbers)
     res = ServeResult(arr, inp, out, first, finish, status, preempt,
                       layout_time_s={name: 0.0 for name in LAYOUTS},
                       timeline={"t_s": [], "layout": [], "batch": [], "kv_used_fraction": []})
+    tl_t, tl_layout, tl_batch, tl_kv = (res.timeline[k] for k in ("t_s", "layout", "batch", "kv_used_fraction"))
     ordering.prefill_s_per_token = float(tables.step_s(0, 0, np.array([config.prefill_chunk_tokens]), np.zeros(1),
                                                        np.zeros(1))[0]) / config.prefill_chunk_tokens
-    keyfn = lambda ids: ordering.keys(arr[ids], inp[ids] + gen[ids], gen[ids], out[ids])  # noqa: E731
-    needfn = lambda ids: (inp[ids] + gen[ids]).astype(np.float64)  # noqa: E731
+
+    def keyfn(ids):
+        tok = ctxf[ids].astype(np.int64)
+        return ordering.keys(arr[ids], tok, tok - inp[ids], out[ids])
+
+    needfn = ctxf.__getitem__
     layout = int(policy.initial_layout(inp[arr <= arr[0]].astype(np.float64)))
-    state = PolicyState(np.zeros(0), owner_kv, np.zeros(T), np.zeros(0), layout)
-    t = float(arr[0])
+    state = PolicyState(np.zeros(0), np.zeros(T), np.zeros(T), np.zeros(0), layout)
+    t = arr_l[0]
     nxt = 0
     ended = 0
     est_step_s = 0.0
@@ -149,16 +183,12 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
     ready_s = started_s = 0.0
     wm = 1.0 - config.admit_watermark_fraction
     skip_admit = False
+    max_batch, max_run, chunk = config.max_batch, config.max_run_steps, config.prefill_chunk_tokens
+    zeros_run = np.zeros(max_run)
+    zeros_run.setflags(write=False)
 
-    def free_tokens(lay: int, total: float) -> np.ndarray:
-        cap = pools[lay] / bpt
-        if is_owner[lay]:
-            return cap - owner_kv
-        return np.full(T, cap / share[lay] - total)
-
-    def release(i: int) -> None:
-        owner_kv[owner[i]] -= kvtok[i]
-        kvtok[i] = 0.0
+    def release(i: int, ctx: float) -> None:
+        okv[owner_l[i]] -= ctx + page
 
     def end(i: int, how: int) -> None:
         nonlocal ended
@@ -166,11 +196,11 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
         finish[i] = t
         ended += 1
         if how == DONE:
-            policy.observe_completion(float(out[i]))
-            ordering.stats.add(float(out[i]))
+            policy.observe_completion(float(out_l[i]))
+            ordering.stats.add(float(out_l[i]))
 
     while ended < n:
-        while nxt < n and arr[nxt] <= t:
+        while nxt < n and arr_l[nxt] <= t:
             status[nxt] = WAITING
             waiting.push(nxt)
             nxt += 1
@@ -182,11 +212,12 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
             layout = inflight.layout
             inflight = None
             state.steps_since_switch = 0
-        if not decoding and not prefill_q and not len(waiting):
+        b = dec.size
+        if not b and not prefill_q and not len(waiting):
             if inflight is not None:
                 t = max(t, ready_s)
             elif nxt < n:
-                t = max(t, float(arr[nxt]))
+                t = max(t, arr_l[nxt])
             continue
         if ordering.dynamic_keys and ordering.stats.version != stats_version:
             stats_version = ordering.stats.version
@@ -194,51 +225,66 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
         if waiting.dirty:
             waiting.resort(keyfn, needfn)
         # ---- admission (in priority order, head-of-line) ------------------------------------
-        total = float(owner_kv.sum())
+        total = sum(okv)
+        lay_owner, lay_share, lay_pool = is_owner_l[layout], share_l[layout], pools_l[layout] * wm
         while (not skip_admit and waiting.pos < waiting.ids.size
-               and len(decoding) + len(prefill_q) < config.max_batch):
+               and b + len(prefill_q) < max_batch):
             i = int(waiting.ids[waiting.pos])
-            need = float(inp[i] + gen[i]) + page
-            r = int(np.argmin(owner_kv))
-            if is_owner[layout]:
-                fits = (owner_kv[r] + need) * bpt <= pools[layout] * wm
+            c = float(ctxf[i])
+            need = c + page
+            r = okv.index(min(okv))
+            if lay_owner:
+                fits = (okv[r] + need) * bpt <= lay_pool
             else:
-                fits = (total + need) * share[layout] * bpt <= pools[layout] * wm
+                fits = (total + need) * lay_share * bpt <= lay_pool
             if not fits:
-                if not decoding and not prefill_q and inflight is None and not _fits_somewhere(need * bpt, policy,
-                                                                                              tables, wm):
+                if not b and not prefill_q and inflight is None and not _fits_somewhere(need * bpt, policy, tables,
+                                                                                        wm):
                     waiting.pos += 1
                     end(i, ABORTED)
                     continue
                 break
             waiting.pos += 1
             owner[i] = r
-            kvtok[i] = need
-            owner_kv[r] += need
+            owner_l[i] = r
+            okv[r] += need
             total += need
-            pre_left[i] = inp[i] + gen[i]
+            pre_left[i] = int(c)
             status[i] = PREFILL
             prefill_q.append(i)
         skip_admit = False
         # ---- policy -------------------------------------------------------------------------
-        dec = np.asarray(decoding, dtype=np.int64)
-        ctx = (inp[dec] + gen[dec]).astype(np.float64)
-        # NOTE: prefilling requests count as the batch they are about to join
-        state.context_tokens = (np.concatenate([ctx, (inp[prefill_q] + gen[prefill_q]).astype(np.float64)])
-                                if prefill_q else ctx)
+        s2 = s2_dec
+        s1 = (float(_add(np.minimum(dec_ctx, topk))) if capped else s2) if b else 0.0
+        if prefill_q:
+            # NOTE: prefilling requests count as the batch they are about to join
+            pc = ctxf[prefill_q]
+            state.context_tokens = np.concatenate([dec_ctx, pc])
+            pcl = pc.tolist()
+            state.context_sum_tokens = s2 + sum(pcl)
+            state.context_capped_sum_tokens = s1 + sum([min(x, topk) for x in pcl]) if capped else \
+                state.context_sum_tokens
+        else:
+            state.context_tokens = dec_ctx
+            state.context_sum_tokens = s2
+            state.context_capped_sum_tokens = s1
         state.waiting_tokens = waiting.needs[waiting.pos:]
         state.layout = layout
         state.switch_in_flight = inflight is not None
-        state.running = len(decoding) + len(prefill_q)
-        ft = free_tokens(layout, total)
-        np.multiply(ft, bpt * (share[layout] if not is_owner[layout] else 1.0), out=state.free_kv_bytes)
+        state.running = b + len(prefill_q)
+        state.owner_kv_tokens = np.array(okv)
+        cap = pools_l[layout] / bpt
+        if lay_owner:
+            state.free_kv_bytes = np.array([(cap - x) * bpt for x in okv])
+        else:
+            state.free_kv_bytes = np.full(T, (cap / lay_share - total) * (bpt * lay_share))
         d = policy.decide(state)
         if d.switch and inflight is None and d.layout != layout and d.plan is not None:
             inflight, started_s = d, t
             ready_s = t + executor.start_switch(d.plan)
             if ready_s <= t:
                 continue
-        if not decoding and not prefill_q:
+        if not b and not prefill_q:
             # nothing admitted: wait for the switch, or (fixed layouts) the queue is stuck on KV
             if inflight is not None:
                 t = max(t, ready_s)
@@ -251,52 +297,70 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
             end(i, ABORTED)
             continue
         # ---- KV wall: preempt until the decoders can take one more step ---------------------
-        b = dec.size
         if b:
-            k_kv = _kv_steps(layout, dec, owner, owner_kv, total, tables, T)
-            while b and k_kv < 1:
-                cand = decoding + prefill_q
-                cids = np.asarray(cand, dtype=np.int64)
-                if len(cand) == 1:
-                    v = cand[0]
-                    decoding.remove(v)
-                    release(v)
-                    end(v, ABORTED)
-                else:
-                    v = cand[ordering.victim(arr[cids], (inp[cids] + gen[cids]).astype(np.float64), gen[cids],
-                                             out[cids])]
-                    (decoding if status[v] == DECODE else prefill_q).remove(v)
-                    release(v)
-                    status[v] = WAITING
-                    preempt[v] += 1
-                    waiting.push(v)
-                dec = np.asarray(decoding, dtype=np.int64)
-                b = dec.size
-                total = float(owner_kv.sum())
-                k_kv = _kv_steps(layout, dec, owner, owner_kv, total, tables, T) if b else 1 << 30
-            if waiting.dirty:
-                skip_admit = True  # NOTE: re-admitting the victim at once would undo the preemption
-                continue  # re-sort and re-decide with the new membership
-            ctx = (inp[dec] + gen[dec]).astype(np.float64)
+            k_kv = _kv_steps(layout, dec_cnt, okv, total, tables)
+            if k_kv < 1:
+                ctxf[dec] = dec_ctx  # write back: the victims' contexts are read below
+                decoding = dec.tolist()
+                while b and k_kv < 1:
+                    cand = decoding + prefill_q
+                    cids = np.asarray(cand, dtype=np.int64)
+                    if len(cand) == 1:
+                        v = cand[0]
+                        decoding.remove(v)
+                        release(v, float(ctxf[v]))
+                        end(v, ABORTED)
+                    else:
+                        tok = ctxf[cids]
+                        v = cand[ordering.victim(arr[cids], tok, tok.astype(np.int64) - inp[cids], out[cids])]
+                        (decoding if status[v] == DECODE else prefill_q).remove(v)
+                        release(v, float(ctxf[v]))
+                        status[v] = WAITING
+                        preempt[v] += 1
+                        waiting.push(v)
+                    b = len(decoding)
+                    dec_cnt = np.bincount(owner[decoding], minlength=T).tolist() if b else dec_cnt
+                    total = sum(okv)
+                    k_kv = _kv_steps(layout, dec_cnt, okv, total, tables) if b else 1 << 30
+                dec = np.array(decoding, dtype=np.int64)
+                dec_ctx, dec_own = ctxf[dec], owner[dec]
+                dec_fin = endf[dec] - dec_ctx + dsteps
+                fin_min = float(dec_fin.min()) if b else 0.0
+                dec_cnt = np.bincount(dec_own, minlength=T).tolist()
+                s2_dec = float(_add(dec_ctx)) if b else 0.0
+                if waiting.dirty:
+                    skip_admit = True  # NOTE: re-admitting the victim at once would undo the preemption
+                    continue  # re-sort and re-decide with the new membership
+                if b:
+                    s2 = s2_dec
+                    s1 = float(_add(np.minimum(dec_ctx, topk))) if capped else s2
         else:
             k_kv = 1 << 30
         # ---- the run --------------------------------------------------------------------------
-        k = config.max_run_steps
+        k = max_run
         if b:
-            k = min(k, int((out[dec] - gen[dec]).min()), k_kv)
-        pre_total = int(pre_left[prefill_q].sum()) if prefill_q else 0
-        chunk = config.prefill_chunk_tokens
+            left = int(fin_min) - dsteps  # steps until the first decoder is done
+            k = min(k, left, k_kv)
         if prefill_q:
-            k = min(k, math.ceil(int(pre_left[prefill_q[0]]) / chunk))
+            pre_total = sum([pre_left[i] for i in prefill_q])
+            k = min(k, math.ceil(pre_left[prefill_q[0]] / chunk))
+        else:
+            pre_total = 0
         if est_step_s > 0:
             if nxt < n:
-                k = min(k, max(1, math.ceil((arr[nxt] - t) / est_step_s)))
+                k = min(k, max(1, math.ceil((arr_l[nxt] - t) / est_step_s)))
             if inflight is not None:
                 k = min(k, max(1, math.ceil((ready_s - t) / est_step_s)))
         k = max(int(k), 1)
-        pref = np.clip(pre_total - chunk * np.arange(k), 0, chunk).astype(np.float64)
-        dur = executor.run_steps(StepBatch(layout, ctx, owner[dec], dec), pref)
-        run_s = float(dur.sum())
+        if pre_total:
+            pref_l = [float(min(max(pre_total - chunk * j, 0), chunk)) for j in range(k)]
+            pref = np.array(pref_l)
+            done_tokens = int(sum(pref_l))
+        else:
+            pref = zeros_run[:k] if k <= max_run else np.zeros(k)
+            done_tokens = 0
+        dur = executor.run_steps(StepBatch(layout, dec_ctx, dec_own, dec, s2, s1), pref)
+        run_s = float(_add(dur))
         t += run_s
         est_step_s = float(dur[-1])
         ordering.tpot_s = est_step_s
@@ -305,39 +369,59 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
         res.layout_time_s[LAYOUTS[layout]] += run_s
         state.steps_since_switch += k
         if b:
-            gen[dec] += k
-            kvtok[dec] += k
-            owner_kv += np.bincount(owner[dec], minlength=T) * float(k)
-            for i in dec[gen[dec] >= out[dec]]:
-                decoding.remove(int(i))
-                release(int(i))
-                end(int(i), DONE)
-        done_tokens = int(pref.sum())
+            fk = float(k)
+            for r in range(T):
+                okv[r] += dec_cnt[r] * fk
+            s2_dec += b * fk
+            dec_ctx = dec_ctx + k  # NOTE: a new array: the executor may keep the one it was handed
+            dsteps += k
+            if left <= k:
+                done = dec_fin <= dsteps
+                for i, c in zip(dec[done].tolist(), dec_ctx[done].tolist()):
+                    release(i, c)
+                    end(i, DONE)
+                    dec_cnt[owner_l[i]] -= 1
+                    s2_dec -= c
+                keep = ~done
+                dec, dec_ctx, dec_fin, dec_own = dec[keep], dec_ctx[keep], dec_fin[keep], dec_own[keep]
+                fin_min = float(dec_fin.min()) if dec.size else 0.0
+        joined = []
         while prefill_q and done_tokens > 0:
             i = prefill_q[0]
-            take = min(int(pre_left[i]), done_tokens)
+            take = min(pre_left[i], done_tokens)
             pre_left[i] -= take
             done_tokens -= take
             if pre_left[i] > 0:
                 break
             prefill_q.pop(0)
-            if gen[i] == 0:
-                gen[i] = 1
-                kvtok[i] += 1.0
-                owner_kv[owner[i]] += 1.0
+            c = float(ctxf[i])
+            if c == inp_l[i]:  # the first token
+                c += 1.0
+                ctxf[i] = c
+                okv[owner_l[i]] += 1.0
                 first[i] = t
-            if gen[i] >= out[i]:
-                release(i)
+            if c - inp_l[i] >= out_l[i]:
+                release(i, c)
                 end(i, DONE)
             else:
                 status[i] = DECODE
-                decoding.append(i)
-        tl = res.timeline
-        tl["t_s"].append(t)
-        tl["layout"].append(layout)
-        tl["batch"].append(len(decoding))
-        used = owner_kv.max() * bpt if is_owner[layout] else owner_kv.sum() * share[layout] * bpt
-        tl["kv_used_fraction"].append(float(used / pools[layout]) if pools[layout] > 0 else 1.0)
+                joined.append(i)
+                dec_cnt[owner_l[i]] += 1
+        if joined:
+            jd = np.array(joined, dtype=np.int64)
+            jc = ctxf[jd]
+            s2_dec += sum(jc.tolist())
+            jf = endf[jd] - jc + dsteps
+            fin_min = min(fin_min, float(jf.min())) if dec.size else float(jf.min())
+            dec = np.concatenate([dec, jd])
+            dec_ctx = np.concatenate([dec_ctx, jc])
+            dec_fin = np.concatenate([dec_fin, jf])
+            dec_own = np.concatenate([dec_own, owner[jd]])
+        tl_t.append(t)
+        tl_layout.append(layout)
+        tl_batch.append(dec.size)
+        used = max(okv) * bpt if is_owner_l[layout] else sum(okv) * share_l[layout] * bpt
+        tl_kv.append(float(used / pools_l[layout]) if pools_l[layout] > 0 else 1.0)
         if progress is not None:
             progress(ended, n)
     return res
@@ -353,15 +437,15 @@ def _fits_somewhere(need_bytes: float, policy, tables: StepTimeTable, watermark:
     return False
 
 
-def _kv_steps(layout: int, dec: np.ndarray, owner: np.ndarray, owner_kv: np.ndarray, total: float,
-              tables: StepTimeTable, ranks: int) -> int:
-    """Decode steps the current decoders can take before the KV pool is full."""
+def _kv_steps(layout: int, owner_count: list[int], owner_kv: list[float], total: float,
+              tables: StepTimeTable) -> int:
+    """Decode steps the current decoders (`owner_count[r]` of them owned by rank r, which owns
+    `owner_kv[r]` KV tokens) can take before the KV pool is full."""
     info, bpt = tables.info, tables.kv_bytes_per_token
     pool = float(info.kv_pool_bytes[layout])
     if info.is_owner[layout]:
-        cnt = np.bincount(owner[dec], minlength=ranks)
-        free = pool / bpt - owner_kv
-        m = cnt > 0
-        return int(np.floor(free[m] / cnt[m]).min()) if m.any() else 1 << 30
+        cap = pool / bpt
+        steps = [math.floor((cap - kv) / c) for kv, c in zip(owner_kv, owner_count) if c > 0]
+        return int(min(steps)) if steps else 1 << 30
     free = pool / (bpt * float(info.kv_total_share[layout])) - total
-    return int(math.floor(free / dec.size))
+    return int(math.floor(free / sum(owner_count)))

@@ -35,6 +35,8 @@ from planner.errors import SpecError
 from runtime_policy.tables import LAYOUTS, StepTimeModel, StepTimeTable, compile_tables
 from runtime_policy.transitions import TransitionPlan, plan_transition
 
+_add = np.add.reduce  # NOTE: ndarray.sum() adds a Python wrapper (~1 µs) per call
+
 
 class Reason(enum.IntEnum):
     STAY_BEST = 0
@@ -76,6 +78,10 @@ class PolicyState:
     switch_in_flight: bool = False
     steps_since_switch: int = 1 << 30
     running: int = 0  # requests holding KV (decoding + prefilling)
+    # Σ L and Σ min(L, top-k) over context_tokens when the caller keeps them (negative: decide sums
+    # context_tokens itself); a server that tracks its batch incrementally saves two passes over B.
+    context_sum_tokens: float = -1.0
+    context_capped_sum_tokens: float = -1.0
 
 
 @dataclass(frozen=True)
@@ -159,12 +165,15 @@ class LayoutPolicy:
         ctx = state.context_tokens
         b = ctx.shape[0]
         if b:
-            s2 = float(ctx.sum())
-            if self._topk < 1e17:
-                buf = self._buf[:b] if b <= self._buf.shape[0] else np.empty(b)
-                s1 = float(np.minimum(ctx, self._topk, out=buf).sum())
+            if state.context_sum_tokens >= 0 and state.context_capped_sum_tokens >= 0:
+                s2, s1 = float(state.context_sum_tokens), float(state.context_capped_sum_tokens)
             else:
-                s1 = s2
+                s2 = float(_add(ctx))
+                if self._topk < 1e17:
+                    buf = self._buf[:b] if b <= self._buf.shape[0] else np.empty(b)
+                    s1 = float(_add(np.minimum(ctx, self._topk, out=buf)))
+                else:
+                    s1 = s2
             own = max(state.owner_kv_tokens.tolist())
             frac = min(own / s2, 1.0) if s2 > 0 else 0.0
         else:

@@ -47,3 +47,23 @@ def test_switch_charges_interference_and_stall(tables):
     again = ex.run_steps(b, np.zeros(3))
     assert again[0] - base[0] == pytest.approx(plan.interference_s)
     assert ex.commit_switch(plan) == pytest.approx(plan.commit_stall_s)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("k", [1, 2, 3, 8])
+def test_short_runs_priced_in_python_equal_the_vectorized_path(tables, layout, k):
+    """Runs of ≤ SCALAR_RUN_STEPS steps are priced in plain floats: bit-identical to step_s."""
+    from executor.sim import SCALAR_RUN_STEPS
+
+    assert k <= SCALAR_RUN_STEPS
+    rng = np.random.default_rng(k)
+    lay = LAYOUTS.index(layout)
+    for b in (0, 1, 37):
+        ctx = rng.integers(1, 6000, b).astype(np.float64)
+        own = rng.integers(0, 8, b)
+        pre = np.array([float(x) for x in rng.choice([0, 0, 17, 1024], k)])
+        fast = SimExecutor(tables).run_steps(StepBatch(lay, ctx, own, np.arange(b)), pre)
+        vec = SimExecutor(tables)
+        vec.scalar_run_steps = 0  # every run through the vectorized path
+        ref = vec.run_steps(StepBatch(lay, ctx, own, np.arange(b)), pre)
+        np.testing.assert_array_equal(fast, ref)
