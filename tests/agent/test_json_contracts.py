@@ -85,8 +85,8 @@ def _json_commands() -> set[str]:
 def test_every_json_command_has_a_schema_and_a_case():
     schemas = {p.name.removesuffix(".schema.json") for p in SCHEMAS.glob("*.schema.json")}
     commands = _json_commands()
-    # triage --profile is a second document of the triage command
-    assert commands | {"triage_profile"} <= schemas | {"mcp"}, f"no schema for {commands - schemas}"
+    assert commands <= schemas, f"no schema for {commands - schemas}"
+    assert "triage_profile" in schemas  # triage --profile prints a second document
     assert schemas <= set(CASES) | {"calibrate", "validate"}, "a schema no test exercises"
 
 
