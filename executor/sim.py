@@ -20,7 +20,6 @@ from runtime_policy.tables import NO_TOPK, StepTimeTable
 from runtime_policy.transitions import TransitionPlan
 
 SCALAR_RUN_STEPS = 8  # runs this short are priced in plain Python floats (faster than numpy below ~10 steps)
-_ZEROS4 = [0.0, 0.0, 0.0, 0.0]
 _add = np.add.reduce
 
 
@@ -43,12 +42,14 @@ class SimExecutor:
         self.scalar_run_steps = SCALAR_RUN_STEPS
         self._rows: dict[tuple[int, int], list[float]] = {}  # base_s rows as Python floats, filled on use
 
-    def run_steps(self, batch: StepBatch, prefill_tokens: np.ndarray) -> np.ndarray:
+    def run_steps(self, batch: StepBatch, prefill_tokens: np.ndarray,
+                  prefill_context_tokens: np.ndarray | None = None) -> np.ndarray:
         t = self.tables
         k = prefill_tokens.shape[0]
         ctx = batch.context_tokens
         b = ctx.shape[0]
         owner_layout = self._is_owner[batch.layout]
+        own_ctx = own_cnt = None
         if b:
             # NOTE: contexts are whole token counts, so these float sums are exact in any order
             s2_0 = batch.context_sum_tokens if batch.context_sum_tokens >= 0 else float(_add(ctx))
@@ -61,24 +62,35 @@ class SimExecutor:
             if owner_layout:
                 own_ctx = np.bincount(batch.owners, weights=ctx, minlength=t.ranks)
                 own_cnt = np.bincount(batch.owners, minlength=t.ranks)
+        else:
+            s1_0 = s1_end = s2_0 = 0.0
+        # the rank running the chunk, for owner layouts (-1: price it on the decode-busiest owner)
+        chunk_rank = batch.prefill_owner if owner_layout and 0 <= batch.prefill_owner < t.ranks else -1
         if k <= self.scalar_run_steps and not self.noise:
+            pc = prefill_context_tokens.tolist() if prefill_context_tokens is not None else None
             dur = self._run_scalar(batch.layout, b, prefill_tokens, k, s1_0, s1_end, s2_0,
-                                   own_ctx.tolist() if b and owner_layout else None,
-                                   own_cnt.tolist() if b and owner_layout else None) if b else \
-                self._run_scalar(batch.layout, 0, prefill_tokens, k, 0.0, 0.0, 0.0, None, None)
+                                   own_ctx.tolist() if own_ctx is not None else None,
+                                   own_cnt.tolist() if own_cnt is not None else None, pc, chunk_rank)
         else:
             j = np.arange(k, dtype=np.float64)
+            s1c = s2c = None
             if b:
                 s1 = s1_0 + (s1_end - s1_0) * (j / (k - 1) if k > 1 else j)
                 s2 = s2_0 + b * j
                 if owner_layout:
                     per_rank = own_ctx[:, None] + own_cnt.astype(np.float64)[:, None] * j[None, :]  # [T, k]
+                    if chunk_rank >= 0:
+                        s2c = per_rank[chunk_rank]
+                        s1c = s1 * np.divide(s2c, s2, out=np.zeros(k), where=s2 > 0)
                     s2_own = per_rank.max(axis=0)
                     frac = np.divide(s2_own, s2, out=np.zeros(k), where=s2 > 0)
                     s1, s2 = s1 * frac, s2_own
             else:
                 s1 = s2 = np.zeros(k)
-            dur = t.step_s(batch.layout, b, prefill_tokens, s1, s2)
+                if chunk_rank >= 0:
+                    s1c = s2c = s1
+            dur = t.step_s(batch.layout, b, prefill_tokens, s1, s2, prefill_context=prefill_context_tokens,
+                           s1_chunk=s1c, s2_chunk=s2c)
             if self.noise > 0:
                 dur = dur * np.maximum(1.0 + self.noise * self._rng.standard_normal(k), 0.05)
         if self._pending_interference_s and k:
@@ -88,7 +100,8 @@ class SimExecutor:
         return dur
 
     def _run_scalar(self, layout: int, b: int, prefill_tokens: np.ndarray, k: int, s1_0: float, s1_end: float,
-                    s2_0: float, own_ctx: list | None, own_cnt: list | None) -> np.ndarray:
+                    s2_0: float, own_ctx: list | None, own_cnt: list | None, prefix: list | None,
+                    chunk_rank: int) -> np.ndarray:
         """`run_steps` for a short run in plain Python floats: the same operations in the same order
         as `StepTimeTable.step_s` (so bit-identical), without the ~20 numpy dispatches of the
         vectorized path, which dominate when arrivals cut runs to a few steps."""
@@ -97,6 +110,7 @@ class SimExecutor:
         c20, c21, c22, c23 = self._c2[layout]
         alpha, over = self._alpha, self._over
         max_p, max_n = t.max_prefill_tokens, t.max_tokens
+        knee = t.prefix_knee_tokens
         rows = self._rows
         out = [0.0] * k
         ds1 = s1_end - s1_0
@@ -114,27 +128,54 @@ class SimExecutor:
             if r is None:
                 r = rows[(n, layout)] = t.base_s[n, layout].tolist()
             r0, r1, r2, r3 = r
-            if p:  # NOTE: (base + prefill) first, as step_s adds them (base + 0.0 is base)
-                q = t.prefill_s[p, layout].tolist()
-                r0, r1, r2, r3 = r0 + q[0], r1 + q[1], r2 + q[2], r3 + q[3]
-            if b:
-                s1 = s1_0 + ds1 * (j / km1) if km1 else s1_0
-                s2 = s2_0 + b * float(j)
-                if own_ctx is not None:
-                    fj = float(j)
-                    if lead_ctx >= 0:
-                        s2_own = lead_ctx + lead_cnt * fj
-                    else:
-                        s2_own = max([oc + cnt * fj for oc, cnt in cands])
-                    frac = s2_own / s2 if s2 > 0 else 0.0
-                    s1, s2 = s1 * frac, s2_own
+            fj = float(j)
+            s1 = s1_0 + ds1 * (j / km1) if km1 else s1_0
+            s2 = s2_0 + b * fj
+            s2_all = s2
+            if b and own_ctx is not None:
+                if lead_ctx >= 0:
+                    s2_own = lead_ctx + lead_cnt * fj
+                else:
+                    s2_own = max([oc + cnt * fj for oc, cnt in cands])
+                frac = s2_own / s2 if s2 > 0 else 0.0
+                s1_all = s1
+                s1, s2 = s1 * frac, s2_own
+            if not p:  # NOTE: base + 0.0 is base: no chunk terms to add
                 t0 = r0 + s1 * c10 + s2 * c20
                 t1 = r1 + s1 * c11 + s2 * c21
                 t2 = r2 + s1 * c12 + s2 * c22
                 t3 = r3 + s1 * c13 + s2 * c23
             else:
-                t0, t1, t2, t3 = r0 + 0.0 * c10 + 0.0 * c20, r1 + 0.0 * c11 + 0.0 * c21, \
-                    r2 + 0.0 * c12 + 0.0 * c22, r3 + 0.0 * c13 + 0.0 * c23
+                q0, q1, q2, q3 = t.prefill_s[p, layout].tolist()
+                if prefix is not None:
+                    c = float(prefix[j])
+                    lo = min(c, knee)
+                    hi = c - lo
+                    a0, a1, a2, a3 = t.prefix_lo_s[p, layout].tolist()
+                    h0, h1, h2, h3 = t.prefix_hi_s[p, layout].tolist()
+                    q0, q1, q2, q3 = q0 + (lo * a0 + hi * h0), q1 + (lo * a1 + hi * h1), \
+                        q2 + (lo * a2 + hi * h2), q3 + (lo * a3 + hi * h3)
+                if chunk_rank < 0:
+                    t0 = r0 + q0 + s1 * c10 + s2 * c20
+                    t1 = r1 + q1 + s1 * c11 + s2 * c21
+                    t2 = r2 + q2 + s1 * c12 + s2 * c22
+                    t3 = r3 + q3 + s1 * c13 + s2 * c23
+                else:  # owner layouts: the slower of the decode-busiest owner and the chunk's owner
+                    if b:
+                        s2c = own_ctx[chunk_rank] + own_cnt[chunk_rank] * fj
+                        s1c = s1_all * (s2c / s2_all if s2_all > 0 else 0.0)
+                    else:
+                        s1c = s2c = 0.0
+                    t0 = r0 + s1 * c10 + s2 * c20
+                    t1 = r1 + s1 * c11 + s2 * c21
+                    t2 = r2 + s1 * c12 + s2 * c22
+                    t3 = r3 + s1 * c13 + s2 * c23
+                    u0 = r0 + q0 + s1c * c10 + s2c * c20
+                    u1 = r1 + q1 + s1c * c11 + s2c * c21
+                    u2 = r2 + q2 + s1c * c12 + s2c * c22
+                    u3 = r3 + q3 + s1c * c13 + s2c * c23
+                    if max(u0, u1, u2, u3) >= max(t0, t1, t2, t3):
+                        t0, t1, t2, t3 = u0, u1, u2, u3
             mx = max(t0, t1, t2, t3)
             out[j] = over + mx + alpha * (t0 + t1 + t2 + t3 - mx)
         return np.array(out)

@@ -33,11 +33,14 @@ class StepBatch:
     # (negative: the executor sums context_tokens itself)
     context_sum_tokens: float = -1.0
     context_capped_sum_tokens: float = -1.0
+    prefill_owner: int = -1  # owner rank of the request whose chunk the run prefills (-1: none or unknown)
 
 
 class Executor(Protocol):
-    def run_steps(self, batch: StepBatch, prefill_tokens: np.ndarray) -> np.ndarray:
-        """Run len(prefill_tokens) steps; return their durations in seconds [k]."""
+    def run_steps(self, batch: StepBatch, prefill_tokens: np.ndarray,
+                  prefill_context_tokens: np.ndarray | None = None) -> np.ndarray:
+        """Run len(prefill_tokens) steps; return their durations in seconds [k].
+        `prefill_context_tokens` [k]: the cached prefix step j's chunk attends to (None: 0)."""
         ...
 
     def start_switch(self, plan: TransitionPlan) -> float:

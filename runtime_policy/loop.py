@@ -356,10 +356,13 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
             pref_l = [float(min(max(pre_total - chunk * j, 0), chunk)) for j in range(k)]
             pref = np.array(pref_l)
             done_tokens = int(sum(pref_l))
+            pfx = np.array(_chunk_prefixes(pref_l, prefill_q, pre_left, ctxf))
+            batch = StepBatch(layout, dec_ctx, dec_own, dec, s2, s1, owner_l[prefill_q[0]])
+            dur = executor.run_steps(batch, pref, pfx)
         else:
             pref = zeros_run[:k] if k <= max_run else np.zeros(k)
             done_tokens = 0
-        dur = executor.run_steps(StepBatch(layout, dec_ctx, dec_own, dec, s2, s1), pref)
+            dur = executor.run_steps(StepBatch(layout, dec_ctx, dec_own, dec, s2, s1), pref)
         run_s = float(_add(dur))
         t += run_s
         est_step_s = float(dur[-1])
@@ -425,6 +428,33 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
         if progress is not None:
             progress(ended, n)
     return res
+
+
+def _chunk_prefixes(chunk_tokens: list[float], prefill_q: list[int], pre_left: list[int], ctxf: np.ndarray) -> list[float]:
+    """The cached prefix each step's chunk attends to. A step's tokens come from the queue's
+    requests in order; when they come from several, the step is priced as one chunk at their
+    token-weighted mean prefix (NOTE: exact for the prefix × chunk attention, which is linear in
+    both; it over-reads the prefix KV of a request that only contributes a few tokens)."""
+    out = []
+    qi = 0
+    left = pre_left[prefill_q[0]]
+    done = float(ctxf[prefill_q[0]]) - left
+    for need in chunk_tokens:
+        acc = 0.0
+        got = need
+        while need > 0 and qi < len(prefill_q):
+            take = min(need, left)
+            acc += take * done
+            need -= take
+            left -= take
+            done += take
+            if left <= 0:
+                qi += 1
+                if qi < len(prefill_q):
+                    left = pre_left[prefill_q[qi]]
+                    done = float(ctxf[prefill_q[qi]]) - left
+        out.append(acc / got if got > 0 else 0.0)
+    return out
 
 
 def _fits_somewhere(need_bytes: float, policy, tables: StepTimeTable, watermark: float) -> bool:

@@ -5,11 +5,15 @@ Built once by probing `planner.step_cost` (so the floors stay the single source 
 queried by table lookup and a few multiply-adds — the policy's `decide` and the simulator price
 a step without calling the planner. What is tabulated, per layout and per timed resource r:
 
-  t_r(B, P, S1, S2) = base_r[B + P] + prefill_r[P] + c1_r·S1 + c2_r·S2
+  t_r(B, P, C, S1, S2) = base_r[B + P] + prefill_r[P] + prefix_r(P, C) + c1_r·S1 + c2_r·S2
 
 - base_r[n]: a step of n decode tokens at 1-token context (weights, MoE expert coverage, projections,
   collectives, KV writes) — exact per integer n;
 - prefill_r[P]: what a P-token prefill chunk costs beyond P decode tokens (its causal attention core);
+- prefix_r(P, C): what attending to C tokens of the request's cached prefix adds to a P-token chunk
+  (prefix KV read, the chunk × prefix attention): piecewise linear in C, exact at C = 0, C = knee
+  (top-k for sparse attention, where the sparse core saturates; else 16K) and C = 64K, and linear
+  beyond the knee (exact there: only the dense indexer and the prefix read still grow);
 - S1 = Σ min(L, top-k), S2 = Σ L over the requests whose KV the busiest rank reads (all requests for
   TP and CP, whose per-token coefficient already holds the 1/kv-split or 1/T share; the busiest
   owner's requests for DP-attention and DOP). Without sparse attention top-k = ∞ and c2 = 0.
@@ -17,6 +21,13 @@ a step without calling the planner. What is tabulated, per layout and per timed 
 The KV-dependent terms are linear in L in every cost declaration, so the decomposition is exact up
 to the 1-token probe context and the additivity of prefill and decode (NOTE: the MoE expert
 coverage is evaluated at B + P jointly, which is what the planner does).
+
+Owner layouts (DP-attention, DOP) run a chunk on one owner, so, as in the planner, a step with a
+chunk is the slower (larger max term) of two ranks: the decode-busiest owner without the chunk
+(base[B + P] + c·S_busiest) and the owner running it (base[B + P] + prefill + prefix +
+c·S_chunk owner) — `step_s` does this when given the chunk owner's S. (NOTE: base[B + P] spreads the
+chunk's P tokens over the owners like decodes, so each candidate carries P/T tokens of projection
+work it doesn't do; the planner's candidates don't.)
 
 The step time from the per-resource times is `overhead_s + max + α·(sum − max)`: α and overhead
 come from a calibration artifact when one is given, else the datasheet floors with α = 0.5 (the
@@ -42,6 +53,8 @@ NO_TOPK = 1e18
 DATASHEET_ALPHA = 0.5
 DATASHEET_MODEL = "datasheet_floor_midpoint: max + 0.5*(sum - max) of the datasheet floors, no overhead"
 NET_BYTES = TIMED_RESOURCES.index("network_bytes")
+PREFIX_KNEE_DENSE_TOKENS = 16384.0  # knee of the prefix probes without sparse attention (linear anyway)
+PREFIX_FAR_TOKENS = 65536.0  # the far prefix probe: prompts up to 64K
 
 
 @dataclass(frozen=True)
@@ -100,6 +113,9 @@ class StepTimeTable:
     memory_budget_bytes: float  # mem_fraction × HBM − reserve, per GPU
     base_s: np.ndarray  # [max_tokens+1, 4 layouts, 4 resources]
     prefill_s: np.ndarray  # [max_prefill+1, 4, 4]
+    prefix_lo_s: np.ndarray  # [max_prefill+1, 4, 4] seconds per cached-prefix token up to the knee
+    prefix_hi_s: np.ndarray  # [max_prefill+1, 4, 4] seconds per cached-prefix token beyond the knee
+    prefix_knee_tokens: float
     c1_s: np.ndarray  # [4, 4] seconds per token of Σ min(L, top-k)
     c2_s: np.ndarray  # [4, 4] seconds per token of Σ L
     alpha: float
@@ -116,15 +132,30 @@ class StepTimeTable:
         return self.overhead_s + mx + self.alpha * (terms.sum(axis=-1) - mx)
 
     def step_s(self, layout: int, batch: int, prefill_tokens: np.ndarray, s1: np.ndarray, s2: np.ndarray,
-               with_terms: bool = False):
+               with_terms: bool = False, prefill_context: np.ndarray | None = None,
+               s1_chunk: np.ndarray | None = None, s2_chunk: np.ndarray | None = None):
         """Step seconds [k] of k consecutive steps in one layout (vectorized over the steps).
 
         `batch` decode requests in every step; `prefill_tokens`, `s1`, `s2` are [k] (S on the rank
-        the layout makes busiest, see the module docstring)."""
+        the layout makes busiest, see the module docstring); `prefill_context` [k] the cached prefix
+        the chunk attends to (None: 0). For owner layouts, `s1_chunk`/`s2_chunk` [k] are S of the
+        owner running the chunk: a step with a chunk is then the slower of that owner and the
+        decode-busiest one (None: the chunk is priced on the decode-busiest owner)."""
         p = np.minimum(prefill_tokens.astype(np.int64), self.max_prefill_tokens)
         n = np.minimum(batch + p, self.max_tokens)
-        terms = (self.base_s[n, layout] + self.prefill_s[p, layout]
-                 + s1[:, None] * self.c1_s[layout] + s2[:, None] * self.c2_s[layout])
+        base = self.base_s[n, layout]
+        chunk = self.prefill_s[p, layout]
+        if prefill_context is not None:
+            c = np.asarray(prefill_context, dtype=np.float64)
+            lo = np.minimum(c, self.prefix_knee_tokens)
+            chunk = chunk + (lo[:, None] * self.prefix_lo_s[p, layout] + (c - lo)[:, None] * self.prefix_hi_s[p, layout])
+        if s2_chunk is not None and self.info.is_owner[layout]:
+            busy = base + s1[:, None] * self.c1_s[layout] + s2[:, None] * self.c2_s[layout]
+            own = base + chunk + s1_chunk[:, None] * self.c1_s[layout] + s2_chunk[:, None] * self.c2_s[layout]
+            use_own = (p > 0) & (own.max(axis=-1) >= busy.max(axis=-1))
+            terms = np.where(use_own[:, None], own, busy)
+        else:
+            terms = base + chunk + s1[:, None] * self.c1_s[layout] + s2[:, None] * self.c2_s[layout]
         t = self.combine(terms)
         return (t, terms) if with_terms else t
 
@@ -151,8 +182,8 @@ def layout_deployments(dep: Deployment) -> list[Deployment | None]:
     return out
 
 
-def _terms(model: StepTimeModel, d: Deployment, load, prefill=0.0, pricing=None) -> np.ndarray:
-    return model.terms_s(planner.step_cost(d, load, prefill, pricing)).T  # [P, 4]
+def _terms(model: StepTimeModel, d: Deployment, load, prefill=0.0, pricing=None, prefill_context=0.0) -> np.ndarray:
+    return model.terms_s(planner.step_cost(d, load, prefill, pricing, prefill_context=prefill_context)).T  # [P, 4]
 
 
 def compile_tables(dep: Deployment, model: StepTimeModel | None = None, max_batch: int = 4096,
@@ -170,6 +201,9 @@ def compile_tables(dep: Deployment, model: StepTimeModel | None = None, max_batc
     nl, nr = len(LAYOUTS), len(TIMED_RESOURCES)
     base = np.full((n_max + 1, nl, nr), np.inf)
     pre = np.zeros((max_prefill_tokens + 1, nl, nr))
+    pfx_lo = np.zeros((max_prefill_tokens + 1, nl, nr))
+    pfx_hi = np.zeros((max_prefill_tokens + 1, nl, nr))
+    knee = topk if topk < NO_TOPK else PREFIX_KNEE_DENSE_TOKENS
     c1 = np.zeros((nl, nr))
     c2 = np.zeros((nl, nr))
     pools, weights, attn_w, share = (np.zeros(nl) for _ in range(4))
@@ -180,8 +214,15 @@ def compile_tables(dep: Deployment, model: StepTimeModel | None = None, max_batc
         n = np.arange(n_max + 1, dtype=np.float64)
         base[:, i] = _terms(model, d, planner.DecodeLoad.equal(n, 1.0))
         p = np.arange(max_prefill_tokens + 1, dtype=np.float64)
-        pre[:, i] = _terms(model, d, planner.DecodeLoad.equal(np.zeros_like(p), 1.0), p) - base[: p.size, i]
+        no_decode = planner.DecodeLoad.equal(np.zeros_like(p), 1.0)
+        t0 = _terms(model, d, no_decode, p)
+        pre[:, i] = t0 - base[: p.size, i]
         pre[0, i] = 0.0
+        t_knee = _terms(model, d, no_decode, p, prefill_context=knee)
+        t_far = _terms(model, d, no_decode, p, prefill_context=PREFIX_FAR_TOKENS)
+        pfx_lo[:, i] = (t_knee - t0) / knee
+        pfx_hi[:, i] = (t_far - t_knee) / (PREFIX_FAR_TOKENS - knee)
+        pfx_lo[0, i] = pfx_hi[0, i] = 0.0
         if topk < NO_TOPK:
             lens = np.array([topk / 2, topk, 2 * topk])
             t = _terms(model, d, planner.DecodeLoad.equal(1.0, lens))
@@ -203,19 +244,21 @@ def compile_tables(dep: Deployment, model: StepTimeModel | None = None, max_batc
         else:
             share[i] = 1.0 / d.ranks
     np.maximum(c1, 0.0, out=c1)  # numerical noise of the finite differences
+    np.maximum(pfx_lo, 0.0, out=pfx_lo)
+    np.maximum(pfx_hi, 0.0, out=pfx_hi)
     np.maximum(c2, 0.0, out=c2)
     hw = dep.hardware
     pricing = planner.Pricing.datasheet(hw)
     owner = np.array([n in OWNER_LAYOUTS for n in LAYOUTS])
     info = LayoutInfo(pools, weights, attn_w, share, owner)
-    for a in (base, pre, c1, c2, pools, weights, attn_w, share, owner):
+    for a in (base, pre, pfx_lo, pfx_hi, c1, c2, pools, weights, attn_w, share, owner):
         a.setflags(write=False)
     return StepTimeTable(
         ranks=dep.ranks, num_layers=dep.model.num_layers, max_tokens=n_max, max_prefill_tokens=max_prefill_tokens, topk=topk,
         kv_bytes_per_token=att.kv_bytes_per_token(dep.kv_dtype) * dep.model.num_layers,
         page_tokens=dep.page_tokens,
         memory_budget_bytes=dep.mem_fraction * hw.peak.hbm_bytes - dep.reserve_bytes,
-        base_s=base, prefill_s=pre, c1_s=c1, c2_s=c2, alpha=model.alpha, overhead_s=model.overhead_s,
+        base_s=base, prefill_s=pre, prefix_lo_s=pfx_lo, prefix_hi_s=pfx_hi, prefix_knee_tokens=float(knee), c1_s=c1, c2_s=c2, alpha=model.alpha, overhead_s=model.overhead_s,
         model_label=model.label, info=info, hbm_bytes_per_s=pricing.hbm_bytes_per_s,
         link_bytes_per_s=pricing.link_bytes_per_s, message_latency_s=pricing.message_latency_s)
 

@@ -62,8 +62,26 @@ def test_short_runs_priced_in_python_equal_the_vectorized_path(tables, layout, k
         ctx = rng.integers(1, 6000, b).astype(np.float64)
         own = rng.integers(0, 8, b)
         pre = np.array([float(x) for x in rng.choice([0, 0, 17, 1024], k)])
-        fast = SimExecutor(tables).run_steps(StepBatch(lay, ctx, own, np.arange(b)), pre)
-        vec = SimExecutor(tables)
-        vec.scalar_run_steps = 0  # every run through the vectorized path
-        ref = vec.run_steps(StepBatch(lay, ctx, own, np.arange(b)), pre)
-        np.testing.assert_array_equal(fast, ref)
+        for prefix, chunk_owner in ((None, -1), (rng.integers(0, 70000, k).astype(np.float64), 3)):
+            fast = SimExecutor(tables).run_steps(StepBatch(lay, ctx, own, np.arange(b), prefill_owner=chunk_owner),
+                                                 pre, prefix)
+            vec = SimExecutor(tables)
+            vec.scalar_run_steps = 0  # every run through the vectorized path
+            ref = vec.run_steps(StepBatch(lay, ctx, own, np.arange(b), prefill_owner=chunk_owner), pre, prefix)
+            np.testing.assert_array_equal(fast, ref)
+
+
+def test_chunk_prefix_and_owner_follow_the_planner(tables):
+    """An 8K chunk after a 56K prefix next to 16 decodes: TP/CP split it, DP/DOP run it on one owner
+    (the planner's regime: owner layouts several times slower), within 2 % of planner.step_cost."""
+    m, hw = planner.load_model("deepseek-v3.2"), planner.load_hardware("h200")
+    ctx = np.full(16, 8192.0)
+    got = {}
+    for layout in LAYOUTS:
+        dep = planner.make_deployment(m, hw, attn=layout, gpus=8)
+        ref = planner.step_cost(dep, planner.DecodeLoad.equal(16.0, 8192.0), 1024.0, prefill_context=57344.0)
+        want = float((ref.floor_max_s + 0.5 * (ref.floor_sum_s - ref.floor_max_s))[0])
+        b = StepBatch(LAYOUTS.index(layout), ctx, np.arange(16) % 8, np.arange(16), prefill_owner=5)
+        got[layout] = float(SimExecutor(tables).run_steps(b, np.array([1024.0]), np.array([57344.0]))[0])
+        assert got[layout] == pytest.approx(want, rel=0.02), layout
+    assert got["dp"] > 2 * got["tp"] and got["dop"] > 2 * got["cp"]

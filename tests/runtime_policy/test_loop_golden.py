@@ -1,6 +1,10 @@
 """The optimized serving loop gives exactly the results of the straightforward one it replaced
 (reference_loop.py), request by request, on fixed seeds: arrivals cutting runs short (chat,
-bursty), the shrinking batch, KV pressure with preemption, a max-batch cap, and each ordering."""
+bursty), the shrinking batch, KV pressure with preemption, a max-batch cap, and each ordering.
+
+The reference predates prefix-aware chunk pricing, so both run on an executor that prices every
+chunk without its cached prefix and on the decode-busiest owner (what the reference could say).
+"""
 
 import numpy as np
 import pytest
@@ -13,6 +17,16 @@ from runtime_policy.tables import LAYOUTS
 from runtime_policy.workloads import bursty, chat, shrinking
 from tests.runtime_policy import reference_loop
 from tests.runtime_policy.conftest import make_policy
+
+
+
+class ChunkAsBefore(SimExecutor):
+    """Prices chunks as the reference loop's executor did: no prefix, on the decode-busiest owner."""
+
+    def run_steps(self, batch, prefill_tokens, prefill_context_tokens=None):
+        batch.prefill_owner = -1
+        return super().run_steps(batch, prefill_tokens)
+
 
 CFG = LoopConfig(max_batch=1024, prefill_chunk_tokens=2048, max_run_steps=32)
 CASES = [  # (workload, mem_fraction, policy, order, max_batch)
@@ -36,7 +50,7 @@ def test_optimized_loop_matches_reference(case):
     for fn in (serve, reference_loop.serve):
         pol = LayoutPolicy(lp.tables, lp.knobs) if policy == "dynamic" else FixedPolicy(LAYOUTS.index(policy))
         runs.append(fn(w.arrival_s, w.input_tokens, w.output_tokens, lp.tables, pol, Ordering(order),
-                       SimExecutor(lp.tables), cfg))
+                       ChunkAsBefore(lp.tables), cfg))
     new, ref = runs
     for name in ("first_token_s", "finish_s", "status", "preemptions"):
         np.testing.assert_array_equal(getattr(new, name), getattr(ref, name), err_msg=name)
