@@ -35,7 +35,7 @@ class CommandRunner:
     """
 
     def __init__(self, modules: Iterable[str]):
-        from cli.main import _click_exceptions
+        from cli.main import click_exceptions
 
         app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
         for name in modules:
@@ -43,7 +43,7 @@ class CommandRunner:
                 continue
             importlib.import_module(f"cli.commands.{name}").register(app)
         self._group = typer.main.get_command(app)
-        self._usage_error = _click_exceptions()[0]
+        self._usage_error = click_exceptions()[0]
         # NOTE: commands print their document on sys.stdout; capturing it means redirecting a
         # process-wide stream, so one command runs at a time.
         self._lock = threading.Lock()

@@ -30,7 +30,7 @@ def _register_all() -> None:
             reg(app)
 
 
-def _click_exceptions() -> tuple[type, type, type]:
+def click_exceptions() -> tuple[type, type, type]:
     """Usage-error classes of whichever click typer runs on (typer ≥ 0.2x vendors its own)."""
     try:
         from typer._click import exceptions as ce  # type: ignore[attr-defined]
@@ -41,7 +41,7 @@ def _click_exceptions() -> tuple[type, type, type]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    usage_error, no_args, abort = _click_exceptions()
+    usage_error, no_args, abort = click_exceptions()
     _register_all()
     args = sys.argv[1:] if argv is None else argv
     try:

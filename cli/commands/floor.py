@@ -19,7 +19,8 @@ from planner.errors import SpecError
 from planner.units import GiB
 
 
-def cost_document(dep: planner.Deployment, cost: planner.StepCost, calibration=None) -> dict[str, Any]:
+def cost_document(dep: planner.Deployment, cost: planner.StepCost, calibration=None,
+                  prefill_context: float = 0.0) -> dict[str, Any]:
     """The JSON view of one priced point (index 0)."""
     t = cost.times
     doc: dict[str, Any] = {
@@ -34,6 +35,7 @@ def cost_document(dep: planner.Deployment, cost: planner.StepCost, calibration=N
         "batch": scalar(cost.batch),
         "context_mean_tokens": scalar(cost.mean_context),
         "prefill_tokens": scalar(cost.prefill_tokens),
+        "prefill_context_tokens": prefill_context,
         "resources": {
             "hbm": {"bytes": scalar(cost.hbm_bytes), "time_s": scalar(t.hbm_s)},
             "compute": {"flops": scalar(cost.flops), "flops_by_dtype": {k: scalar(v) for k, v in cost.flops_by_dtype.items()},
@@ -45,6 +47,7 @@ def cost_document(dep: planner.Deployment, cost: planner.StepCost, calibration=N
                             "used_fraction": scalar(cost.kv_resident_bytes) / cost.kv_pool_bytes if cost.kv_pool_bytes > 0 else None},
         },
         "weights_resident_bytes_per_gpu": cost.weights_resident_bytes,
+        "weights_fit": cost.kv_pool_bytes > 0,
         "kv_pool_gib_per_gpu": cost.kv_pool_bytes / GiB,
         "floor_max_s": scalar(cost.floor_max_s),
         "floor_sum_s": scalar(cost.floor_sum_s),
@@ -89,7 +92,8 @@ def floor(
     dep, cost = _point(model, hardware, attn.value, moe.value if moe else None, gpus, replicas, batch, context,
                        prefill_tokens, kv_dtype, weight_dtype, mem_fraction, page_tokens, reserve_gib, pricing,
                        prefill_context)
-    doc = {"model": dep.model.name, "hardware": dep.hardware.name, **cost_document(dep, cost, cal)}
+    doc = {"model": dep.model.name, "hardware": dep.hardware.name,
+           **cost_document(dep, cost, cal, prefill_args(prefill_tokens, prefill_context)[1])}
     if json_out:
         emit_json("floor", doc)
         return
@@ -160,7 +164,7 @@ def compare(
     deps, skipped = valid_deployments(m, hw, gpus, replicas, weight_dtype, kv_dtype, mem_fraction, page_tokens, reserve_gib)
     load = build_load(batch, context)
     pr = pricing_for(hw, pricing)
-    docs = [cost_document(d, planner.step_cost(d, load, pre, pr, prefill_context=pre_ctx), cal) for d in deps]
+    docs = [cost_document(d, planner.step_cost(d, load, pre, pr, prefill_context=pre_ctx), cal, pre_ctx) for d in deps]
     feasible = [d for d in docs if d["resources"]["kv_capacity"]["fits"]]
     best_max = min(feasible, key=lambda d: d["floor_max_s"]) if feasible else None
     best_sum = min(feasible, key=lambda d: d["floor_sum_s"]) if feasible else None
@@ -217,6 +221,7 @@ def capacity(
             "attn": d.attn, "moe": d.moe, "gpus": d.gpus, "replicas": d.replicas, "kv_dtype": d.kv_dtype,
             "weight_dtype": d.weight_dtype,
             "weights_gib_per_gpu": c.weights_resident_bytes_per_gpu / GiB,
+            "weights_fit": c.kv_pool_bytes_per_gpu > 0,
             "kv_pool_gib_per_gpu": c.kv_pool_bytes_per_gpu / GiB,
             "kv_bytes_per_token": c.kv_bytes_per_token,
             "kv_replication": c.kv_replication,
@@ -234,7 +239,8 @@ def capacity(
     for col in ("attn/moe", "weights GiB/GPU", "KV pool GiB/GPU", "KV copies", "distinct tokens", "max concurrency"):
         t.add_column(col, justify="left" if col == "attn/moe" else "right")
     for d in docs:
-        t.add_row(f"{d['attn']}/{d['moe']}", f"{d['weights_gib_per_gpu']:.1f}", f"{d['kv_pool_gib_per_gpu']:.1f}",
+        pool = f"{d['kv_pool_gib_per_gpu']:.1f}" if d["weights_fit"] else "weights don't fit"
+        t.add_row(f"{d['attn']}/{d['moe']}", f"{d['weights_gib_per_gpu']:.1f}", pool,
                   f"{d['kv_replication']:.0f}", fmt_tokens(d["distinct_tokens"]), f"{d['max_concurrency']:.0f}")
     console().print(t)
     for s in skipped:

@@ -10,7 +10,7 @@ import numpy as np
 import typer
 from rich.table import Table
 
-from cli.commands.floor import _point
+from cli.commands.floor import _point, prefill_args
 from cli.common import (DEFAULTS, AttnOpt, BatchOpt, ContextOpt, GpusOpt, HardwareOpt, JsonOpt, KvDtypeOpt,
                         MemFractionOpt, ModelOpt, MoeOpt, PageOpt, PrefillContextOpt, PrefillOpt, PricingChoice, PricingOpt, ReplicasOpt,
                         ReserveOpt, WeightDtypeOpt, console, emit_json, fmt_ms, scalar)
@@ -56,6 +56,8 @@ def triage(
     doc = {
         "model": dep.model.name, "hardware": dep.hardware.name, "gpus": dep.gpus, "attn": dep.attn, "moe": dep.moe,
         "batch": scalar(cost.batch), "context_mean_tokens": scalar(cost.mean_context), "pricing": cost.pricing,
+        "prefill_tokens": scalar(cost.prefill_tokens),
+        "prefill_context_tokens": prefill_args(prefill_tokens, prefill_context)[1],
         "measured_s": measured_ms / 1e3, "floor_max_s": scalar(cost.floor_max_s), "floor_sum_s": scalar(cost.floor_sum_s),
         "times_s": {"hbm": scalar(t.hbm_s), "compute": scalar(t.compute_s), "network_bytes": scalar(t.network_bytes_s),
                     "network_messages": scalar(t.network_messages_s)},
