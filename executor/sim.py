@@ -43,7 +43,8 @@ class SimExecutor:
         self._rows: dict[tuple[int, int], list[float]] = {}  # base_s rows as Python floats, filled on use
 
     def run_steps(self, batch: StepBatch, prefill_tokens: np.ndarray,
-                  prefill_context_tokens: np.ndarray | None = None) -> np.ndarray:
+                  prefill_context_tokens: np.ndarray | None = None,
+                  chunk_owner: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> np.ndarray:
         t = self.tables
         k = prefill_tokens.shape[0]
         ctx = batch.context_tokens
@@ -64,33 +65,35 @@ class SimExecutor:
                 own_cnt = np.bincount(batch.owners, minlength=t.ranks)
         else:
             s1_0 = s1_end = s2_0 = 0.0
-        # the rank running the chunk, for owner layouts (-1: price it on the decode-busiest owner)
-        chunk_rank = batch.prefill_owner if owner_layout and 0 <= batch.prefill_owner < t.ranks else -1
+        chunk_owner = chunk_owner if owner_layout else None  # TP and CP spread every chunk
         if k <= self.scalar_run_steps and not self.noise:
-            pc = prefill_context_tokens.tolist() if prefill_context_tokens is not None else None
             dur = self._run_scalar(batch.layout, b, prefill_tokens, k, s1_0, s1_end, s2_0,
                                    own_ctx.tolist() if own_ctx is not None else None,
-                                   own_cnt.tolist() if own_cnt is not None else None, pc, chunk_rank)
+                                   own_cnt.tolist() if own_cnt is not None else None,
+                                   prefill_context_tokens.tolist() if prefill_context_tokens is not None else None,
+                                   None if chunk_owner is None else [x.tolist() for x in chunk_owner])
         else:
             j = np.arange(k, dtype=np.float64)
-            s1c = s2c = None
+            co = None
             if b:
                 s1 = s1_0 + (s1_end - s1_0) * (j / (k - 1) if k > 1 else j)
                 s2 = s2_0 + b * j
                 if owner_layout:
                     per_rank = own_ctx[:, None] + own_cnt.astype(np.float64)[:, None] * j[None, :]  # [T, k]
-                    if chunk_rank >= 0:
-                        s2c = per_rank[chunk_rank]
+                    if chunk_owner is not None:
+                        rank, tok, pfx = chunk_owner
+                        s2c = per_rank[np.asarray(rank, dtype=np.int64), np.arange(k)]
                         s1c = s1 * np.divide(s2c, s2, out=np.zeros(k), where=s2 > 0)
+                        co = (tok, pfx, s1c, s2c)
                     s2_own = per_rank.max(axis=0)
                     frac = np.divide(s2_own, s2, out=np.zeros(k), where=s2 > 0)
                     s1, s2 = s1 * frac, s2_own
             else:
                 s1 = s2 = np.zeros(k)
-                if chunk_rank >= 0:
-                    s1c = s2c = s1
+                if chunk_owner is not None:
+                    co = (chunk_owner[1], chunk_owner[2], s1, s2)
             dur = t.step_s(batch.layout, b, prefill_tokens, s1, s2, prefill_context=prefill_context_tokens,
-                           s1_chunk=s1c, s2_chunk=s2c)
+                           chunk_owner=co)
             if self.noise > 0:
                 dur = dur * np.maximum(1.0 + self.noise * self._rng.standard_normal(k), 0.05)
         if self._pending_interference_s and k:
@@ -99,9 +102,21 @@ class SimExecutor:
         self.steps_run += k
         return dur
 
+    def _chunk_row(self, layout: int, p: int, c: float | None) -> tuple[float, float, float, float]:
+        """`StepTimeTable.chunk_terms` for one step, in the same operation order."""
+        t = self.tables
+        q0, q1, q2, q3 = t.prefill_s[p, layout].tolist()
+        if c is None:
+            return q0, q1, q2, q3
+        lo = min(c, t.prefix_knee_tokens)
+        hi = c - lo
+        a0, a1, a2, a3 = t.prefix_lo_s[p, layout].tolist()
+        h0, h1, h2, h3 = t.prefix_hi_s[p, layout].tolist()
+        return q0 + (lo * a0 + hi * h0), q1 + (lo * a1 + hi * h1), q2 + (lo * a2 + hi * h2), q3 + (lo * a3 + hi * h3)
+
     def _run_scalar(self, layout: int, b: int, prefill_tokens: np.ndarray, k: int, s1_0: float, s1_end: float,
                     s2_0: float, own_ctx: list | None, own_cnt: list | None, prefix: list | None,
-                    chunk_rank: int) -> np.ndarray:
+                    chunk_owner: list | None) -> np.ndarray:
         """`run_steps` for a short run in plain Python floats: the same operations in the same order
         as `StepTimeTable.step_s` (so bit-identical), without the ~20 numpy dispatches of the
         vectorized path, which dominate when arrivals cut runs to a few steps."""
@@ -110,7 +125,6 @@ class SimExecutor:
         c20, c21, c22, c23 = self._c2[layout]
         alpha, over = self._alpha, self._over
         max_p, max_n = t.max_prefill_tokens, t.max_tokens
-        knee = t.prefix_knee_tokens
         rows = self._rows
         out = [0.0] * k
         ds1 = s1_end - s1_0
@@ -131,51 +145,39 @@ class SimExecutor:
             fj = float(j)
             s1 = s1_0 + ds1 * (j / km1) if km1 else s1_0
             s2 = s2_0 + b * fj
-            s2_all = s2
+            s1_all, s2_all = s1, s2
             if b and own_ctx is not None:
                 if lead_ctx >= 0:
                     s2_own = lead_ctx + lead_cnt * fj
                 else:
                     s2_own = max([oc + cnt * fj for oc, cnt in cands])
                 frac = s2_own / s2 if s2 > 0 else 0.0
-                s1_all = s1
                 s1, s2 = s1 * frac, s2_own
-            if not p:  # NOTE: base + 0.0 is base: no chunk terms to add
-                t0 = r0 + s1 * c10 + s2 * c20
-                t1 = r1 + s1 * c11 + s2 * c21
-                t2 = r2 + s1 * c12 + s2 * c22
-                t3 = r3 + s1 * c13 + s2 * c23
-            else:
-                q0, q1, q2, q3 = t.prefill_s[p, layout].tolist()
-                if prefix is not None:
-                    c = float(prefix[j])
-                    lo = min(c, knee)
-                    hi = c - lo
-                    a0, a1, a2, a3 = t.prefix_lo_s[p, layout].tolist()
-                    h0, h1, h2, h3 = t.prefix_hi_s[p, layout].tolist()
-                    q0, q1, q2, q3 = q0 + (lo * a0 + hi * h0), q1 + (lo * a1 + hi * h1), \
-                        q2 + (lo * a2 + hi * h2), q3 + (lo * a3 + hi * h3)
-                if chunk_rank < 0:
-                    t0 = r0 + q0 + s1 * c10 + s2 * c20
-                    t1 = r1 + q1 + s1 * c11 + s2 * c21
-                    t2 = r2 + q2 + s1 * c12 + s2 * c22
-                    t3 = r3 + q3 + s1 * c13 + s2 * c23
-                else:  # owner layouts: the slower of the decode-busiest owner and the chunk's owner
-                    if b:
-                        s2c = own_ctx[chunk_rank] + own_cnt[chunk_rank] * fj
-                        s1c = s1_all * (s2c / s2_all if s2_all > 0 else 0.0)
-                    else:
-                        s1c = s2c = 0.0
-                    t0 = r0 + s1 * c10 + s2 * c20
-                    t1 = r1 + s1 * c11 + s2 * c21
-                    t2 = r2 + s1 * c12 + s2 * c22
-                    t3 = r3 + s1 * c13 + s2 * c23
-                    u0 = r0 + q0 + s1c * c10 + s2c * c20
-                    u1 = r1 + q1 + s1c * c11 + s2c * c21
-                    u2 = r2 + q2 + s1c * c12 + s2c * c22
-                    u3 = r3 + q3 + s1c * c13 + s2c * c23
-                    if max(u0, u1, u2, u3) >= max(t0, t1, t2, t3):
-                        t0, t1, t2, t3 = u0, u1, u2, u3
+            t0 = r0 + s1 * c10 + s2 * c20  # NOTE: base + 0.0 is base, so steps without a chunk skip it
+            t1 = r1 + s1 * c11 + s2 * c21
+            t2 = r2 + s1 * c12 + s2 * c22
+            t3 = r3 + s1 * c13 + s2 * c23
+            if p and chunk_owner is None:
+                q0, q1, q2, q3 = self._chunk_row(layout, p, None if prefix is None else float(prefix[j]))
+                t0 = r0 + q0 + s1 * c10 + s2 * c20
+                t1 = r1 + q1 + s1 * c11 + s2 * c21
+                t2 = r2 + q2 + s1 * c12 + s2 * c22
+                t3 = r3 + q3 + s1 * c13 + s2 * c23
+            elif p:  # owner layouts: the slower of the decode-busiest owner and the chunk's owner
+                rank = chunk_owner[0][j]
+                pc = min(int(chunk_owner[1][j]), max_p)
+                q0, q1, q2, q3 = self._chunk_row(layout, pc, float(chunk_owner[2][j]))
+                if b:
+                    s2c = own_ctx[rank] + own_cnt[rank] * fj
+                    s1c = s1_all * (s2c / s2_all if s2_all > 0 else 0.0)
+                else:
+                    s1c = s2c = 0.0
+                u0 = r0 + q0 + s1c * c10 + s2c * c20
+                u1 = r1 + q1 + s1c * c11 + s2c * c21
+                u2 = r2 + q2 + s1c * c12 + s2c * c22
+                u3 = r3 + q3 + s1c * c13 + s2c * c23
+                if max(u0, u1, u2, u3) >= max(t0, t1, t2, t3):
+                    t0, t1, t2, t3 = u0, u1, u2, u3
             mx = max(t0, t1, t2, t3)
             out[j] = over + mx + alpha * (t0 + t1 + t2 + t3 - mx)
         return np.array(out)

@@ -33,14 +33,17 @@ class StepBatch:
     # (negative: the executor sums context_tokens itself)
     context_sum_tokens: float = -1.0
     context_capped_sum_tokens: float = -1.0
-    prefill_owner: int = -1  # owner rank of the request whose chunk the run prefills (-1: none or unknown)
 
 
 class Executor(Protocol):
     def run_steps(self, batch: StepBatch, prefill_tokens: np.ndarray,
-                  prefill_context_tokens: np.ndarray | None = None) -> np.ndarray:
+                  prefill_context_tokens: np.ndarray | None = None,
+                  chunk_owner: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> np.ndarray:
         """Run len(prefill_tokens) steps; return their durations in seconds [k].
-        `prefill_context_tokens` [k]: the cached prefix step j's chunk attends to (None: 0)."""
+        `prefill_context_tokens` [k]: the cached prefix step j's chunk attends to (token-weighted
+        over its requests; None: 0). `chunk_owner` = (rank, tokens, prefix), arrays [k]: the owner
+        rank that runs the most of step j's chunk, those tokens and their prefix (owner layouts
+        place each request's chunk on its owner; None: unknown)."""
         ...
 
     def start_switch(self, plan: TransitionPlan) -> float:

@@ -35,6 +35,7 @@ from runtime_policy.policy import Decision, PolicyState
 from runtime_policy.tables import LAYOUTS, NO_TOPK, StepTimeTable
 
 PENDING, WAITING, PREFILL, DECODE, DONE, ABORTED = range(6)
+PREFILL_STATS_HALF_LIFE_STEPS = 256.0  # NOTE: the policy's cooldown scale; the prefill rate it sees forgets over it
 
 
 @dataclass(frozen=True)
@@ -184,6 +185,8 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
     wm = 1.0 - config.admit_watermark_fraction
     skip_admit = False
     max_batch, max_run, chunk = config.max_batch, config.max_run_steps, config.prefill_chunk_tokens
+    # running prefill statistics for the policy (exponentially weighted over steps)
+    ema_steps = ema_tok = ema_tok_pfx = ema_own = 0.0
     zeros_run = np.zeros(max_run)
     zeros_run.setflags(write=False)
 
@@ -269,6 +272,10 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
             state.context_sum_tokens = s2
             state.context_capped_sum_tokens = s1
         state.waiting_tokens = waiting.needs[waiting.pos:]
+        state.prefill_step_fraction = ema_steps
+        state.prefill_tokens_per_step = ema_tok
+        state.prefill_context_tokens = ema_tok_pfx / ema_tok if ema_tok > 0 else 0.0
+        state.prefill_owner_share = ema_own / ema_tok if ema_tok > 0 else 1.0
         state.layout = layout
         state.switch_in_flight = inflight is not None
         state.running = b + len(prefill_q)
@@ -356,13 +363,24 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
             pref_l = [float(min(max(pre_total - chunk * j, 0), chunk)) for j in range(k)]
             pref = np.array(pref_l)
             done_tokens = int(sum(pref_l))
-            pfx = np.array(_chunk_prefixes(pref_l, prefill_q, pre_left, ctxf))
-            batch = StepBatch(layout, dec_ctx, dec_own, dec, s2, s1, owner_l[prefill_q[0]])
-            dur = executor.run_steps(batch, pref, pfx)
+            pfx, own_rank, own_tok, own_pfx = _chunk_plan(pref_l, prefill_q, pre_left, ctxf, owner_l)
+            dur = executor.run_steps(StepBatch(layout, dec_ctx, dec_own, dec, s2, s1), pref, np.array(pfx),
+                                     (np.array(own_rank), np.array(own_tok), np.array(own_pfx)))
+            run_tok, run_tok_pfx, run_own = sum(pref_l), sum([a * c for a, c in zip(pref_l, pfx)]), sum(own_tok)
+            run_chunks = float(sum([1 for x in pref_l if x > 0]))
         else:
             pref = zeros_run[:k] if k <= max_run else np.zeros(k)
             done_tokens = 0
             dur = executor.run_steps(StepBatch(layout, dec_ctx, dec_own, dec, s2, s1), pref)
+            run_tok = run_tok_pfx = run_own = run_chunks = 0.0
+        if run_tok or ema_tok:
+            w = 1.0 - 0.5 ** (k / PREFILL_STATS_HALF_LIFE_STEPS)
+            ema_steps += w * (run_chunks / k - ema_steps)
+            ema_tok += w * (run_tok / k - ema_tok)
+            ema_tok_pfx += w * (run_tok_pfx / k - ema_tok_pfx)
+            ema_own += w * (run_own / k - ema_own)
+            if ema_tok < 1e-3:
+                ema_steps = ema_tok = ema_tok_pfx = ema_own = 0.0
         run_s = float(_add(dur))
         t += run_s
         est_step_s = float(dur[-1])
@@ -430,21 +448,27 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
     return res
 
 
-def _chunk_prefixes(chunk_tokens: list[float], prefill_q: list[int], pre_left: list[int], ctxf: np.ndarray) -> list[float]:
-    """The cached prefix each step's chunk attends to. A step's tokens come from the queue's
-    requests in order; when they come from several, the step is priced as one chunk at their
-    token-weighted mean prefix (NOTE: exact for the prefix × chunk attention, which is linear in
-    both; it over-reads the prefix KV of a request that only contributes a few tokens)."""
-    out = []
+def _chunk_plan(chunk_tokens: list[float], prefill_q: list[int], pre_left: list[int], ctxf: np.ndarray,
+                owner: list[int]) -> tuple[list[float], list[int], list[float], list[float]]:
+    """Per step of a run: the cached prefix its chunk attends to, and the owner rank running the
+    most of the chunk with its tokens and their prefix. A step's tokens come from the queue's
+    requests in order; from several requests, the prefix is their token-weighted mean (NOTE: exact
+    for the chunk × prefix attention, linear in both; it over-reads the prefix KV of a request
+    that only adds a few tokens)."""
+    prefix, own_rank, own_tokens, own_prefix = [], [], [], []
     qi = 0
     left = pre_left[prefill_q[0]]
     done = float(ctxf[prefill_q[0]]) - left
     for need in chunk_tokens:
         acc = 0.0
         got = need
+        by_rank: dict[int, list[float]] = {}
         while need > 0 and qi < len(prefill_q):
             take = min(need, left)
             acc += take * done
+            r = by_rank.setdefault(owner[prefill_q[qi]], [0.0, 0.0])
+            r[0] += take
+            r[1] += take * done
             need -= take
             left -= take
             done += take
@@ -453,8 +477,17 @@ def _chunk_prefixes(chunk_tokens: list[float], prefill_q: list[int], pre_left: l
                 if qi < len(prefill_q):
                     left = pre_left[prefill_q[qi]]
                     done = float(ctxf[prefill_q[qi]]) - left
-        out.append(acc / got if got > 0 else 0.0)
-    return out
+        prefix.append(acc / got if got > 0 else 0.0)
+        if by_rank:
+            rank, (tok, wpfx) = max(by_rank.items(), key=lambda kv: kv[1][0])
+            own_rank.append(rank)
+            own_tokens.append(tok)
+            own_prefix.append(wpfx / tok if tok > 0 else 0.0)
+        else:
+            own_rank.append(0)
+            own_tokens.append(0.0)
+            own_prefix.append(0.0)
+    return prefix, own_rank, own_tokens, own_prefix
 
 
 def _fits_somewhere(need_bytes: float, policy, tables: StepTimeTable, watermark: float) -> bool:

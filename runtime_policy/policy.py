@@ -10,12 +10,18 @@ compile time, so the common answer allocates nothing.
 Rules, in order:
 1. capacity — the waiting queue's head can't be admitted (KV) or the running set no longer fits,
    and another layout has room for it, with a transition whose memory fits: switch (the fastest
-   such layout);
+   such layout) — unless only admission is blocked, the head would fit the current layout once
+   requests finish, and the move would lower the token rate ((B + what the new layout admits +
+   prefill tokens per step) over its step time, vs (B + prefill per step) over the current one;
+   step times with the prefill mix): then wait for KV;
 2. throughput — the fastest layout whose KV fits with headroom and which admits at least what the
    current one admits; switch only if (a) it is faster by `min_gain_fraction`, (b) the last switch
    is `cooldown_steps` old, (c) the move's memory fits, and (d) the time saved over the expected
    dwell, less the steps spent in the old layout while the move runs, exceeds
    `(1 + margin) × (interference + commit stall)`.
+Step times per layout are those of the current decode batch, blended with a prefill chunk of the
+observed mean size and prefix (on one owner for DP/DOP) in the observed share of steps that run one — without it a prefill-heavy (long-prompt) load looks like its decode batch alone, where
+owner layouts win, while its chunks run several times slower on one owner.
 The expected dwell is prediction-free: `dwell_fraction` × a running mean of completed requests'
 output lengths (the batch turns over on that scale), clamped to [min, max] steps.
 
@@ -50,6 +56,7 @@ class Reason(enum.IntEnum):
     SWITCH_THROUGHPUT = 8
     SWITCH_CAPACITY = 9
     CANT_DECIDE = 10
+    STAY_KV_WAIT = 11  # admission is blocked, but the layouts with room would serve fewer requests per second
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +89,13 @@ class PolicyState:
     # context_tokens itself); a server that tracks its batch incrementally saves two passes over B.
     context_sum_tokens: float = -1.0
     context_capped_sum_tokens: float = -1.0
+    # running statistics of the prefill the server does (0: none): the share of steps that run a
+    # chunk, prompt tokens per step, the token-weighted cached prefix they attend to, and the share
+    # of a chunk on the owner running most of it (1: one request per chunk; 1/T: spread)
+    prefill_step_fraction: float = 0.0
+    prefill_tokens_per_step: float = 0.0
+    prefill_context_tokens: float = 0.0
+    prefill_owner_share: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -135,7 +149,7 @@ class LayoutPolicy:
         self._topk = t.topk
         self._stay = [[Decision(i, False, r) for r in Reason] for i in range(n)]
         self._buf = np.empty(k.max_batch + 1)
-        # decode-only rows of the base table as nested Python lists (prefill isn't in the state)
+        # decode rows of the base table as nested Python lists
         self._n_base = k.max_batch + 1
         self._base_py = t.base_s[: self._n_base].tolist()
         self._c1_py = t.c1_s.tolist()
@@ -144,6 +158,9 @@ class LayoutPolicy:
         self._steps = [0.0] * n
         self._net = [0.0] * n
         assert n == 4 and t.c1_s.shape[1] == 4, "step_times_s unrolls 4 layouts × 4 resources"
+        self._chunk = t.max_prefill_tokens
+        self._knee = float(t.prefix_knee_tokens)
+        self._n_max = t.max_tokens
         self._dwell_steps = k.initial_dwell_steps
         self._mean_output = 0.0
         self._completed = 0
@@ -174,10 +191,12 @@ class LayoutPolicy:
                     s1 = float(_add(np.minimum(ctx, self._topk, out=buf)))
                 else:
                     s1 = s2
-            own = max(state.owner_kv_tokens.tolist())
+            okv = state.owner_kv_tokens.tolist()
+            own = max(okv)
             frac = min(own / s2, 1.0) if s2 > 0 else 0.0
+            frac_min = min(min(okv) / s2, 1.0) if s2 > 0 else 0.0
         else:
-            s1 = s2 = frac = 0.0
+            s1 = s2 = frac = frac_min = 0.0
         rows = self._base_py[b if b < self._n_base else self._n_base - 1]
         out = self._steps
         net = self._net
@@ -193,7 +212,44 @@ class LayoutPolicy:
             mx = max(t0, t1, t2, t3)
             out[i] = over + mx + alpha * (t0 + t1 + t2 + t3 - mx)
             net[i] = t2
+        f = state.prefill_step_fraction
+        if f > 0 and state.prefill_tokens_per_step > 0:
+            self._mix_chunk_steps(state, b, s1, s2, frac, frac_min, min(f, 1.0))
         return out
+
+    def _mix_chunk_steps(self, state: PolicyState, b: int, s1: float, s2: float, frac: float, frac_min: float,
+                         f: float) -> None:
+        """Blend the observed chunk into the step times: a fraction f of steps carry one, of the
+        observed mean size and prefix. TP and CP spread a chunk over the ranks; the owner layouts
+        run `prefill_owner_share` of it on one owner, so, as in the step model, their chunk step is
+        the slower of the decode-busiest owner and that owner (taken as the lightest, where
+        admission puts new requests)."""
+        t = self.tables
+        c = max(float(state.prefill_context_tokens), 0.0)
+        lo = min(c, self._knee)
+        hi = c - lo
+        chunk = min(max(int(state.prefill_tokens_per_step / f), 1), self._chunk)
+        own_p = min(max(int(chunk * min(max(state.prefill_owner_share, 0.0), 1.0)), 1), chunk)
+        rows = t.base_s[min(b + chunk, self._n_max)].tolist()
+        spread = (t.prefill_s[chunk].tolist(), t.prefix_lo_s[chunk].tolist(), t.prefix_hi_s[chunk].tolist())
+        owned = (t.prefill_s[own_p].tolist(), t.prefix_lo_s[own_p].tolist(), t.prefix_hi_s[own_p].tolist())
+        out = self._steps
+        alpha, over = self._alpha, self._over
+        for i in range(4):
+            pre, plo, phi = (owned if self._owner[i] else spread)
+            pre, plo, phi = pre[i], plo[i], phi[i]
+            r, k1, k2 = rows[i], self._c1_py[i], self._c2_py[i]
+            if self._owner[i]:
+                a, cc = s1 * frac_min, s2 * frac_min  # the chunk's owner
+                u = [r[x] + pre[x] + lo * plo[x] + hi * phi[x] + k1[x] * a + k2[x] * cc for x in range(4)]
+                a, cc = s1 * frac, s2 * frac  # the decode-busiest owner, without the chunk
+                v = [r[x] + k1[x] * a + k2[x] * cc for x in range(4)]
+                if max(v) > max(u):
+                    u = v
+            else:
+                u = [r[x] + pre[x] + lo * plo[x] + hi * phi[x] + k1[x] * s1 + k2[x] * s2 for x in range(4)]
+            mx = max(u)
+            out[i] = (1.0 - f) * out[i] + f * (over + mx + alpha * (sum(u) - mx))
 
     def decide(self, state: PolicyState) -> Decision:
         """Stay or switch; never raises (an unexpected state is a CANT_DECIDE stay)."""
@@ -245,6 +301,10 @@ class LayoutPolicy:
                     plan = plan_transition(self.tables, cur, i, total * bpt, own * bpt)
                     if plan.feasible:
                         best, best_t = i, steps[i]
+            if best >= 0 and fits_now and b and not self._outgrows(cur, head) \
+                    and not self._raises_rate(best, b, steps[cur], best_t, state.waiting_tokens, total, okv,
+                                              state.running, max(float(state.prefill_tokens_per_step), 0.0)):
+                return stay[Reason.STAY_KV_WAIT]
             if best >= 0:
                 plan = plan_transition(self.tables, cur, best, total * bpt, own * bpt, b, steps[cur],
                                        self._net_share(cur, steps[cur]))
@@ -278,6 +338,33 @@ class LayoutPolicy:
         if gain_s <= (1.0 + self.knobs.margin) * plan.cost_s:
             return stay[Reason.STAY_NOT_WORTH]
         return Decision(best, True, Reason.SWITCH_THROUGHPUT, gain_s, plan.cost_s, plan)
+
+    def _outgrows(self, layout: int, head_tokens: float) -> bool:
+        """Whether one request of `head_tokens` can't fit `layout` even with its pool empty."""
+        return self._kv_bytes(layout, head_tokens, head_tokens) > self._pool[layout]
+
+    def _raises_rate(self, dst: int, b: int, t_cur: float, t_dst: float, waiting_tokens: np.ndarray, total: float,
+                     okv: list, running: int, prefill_per_step: float) -> bool:
+        """Whether moving to `dst` for capacity processes more tokens per second than waiting for
+        KV in the current layout: (B + the waiting requests `dst` can admit + the observed prefill
+        tokens per step) / its step time vs (B + prefill per step) / the current step time, both
+        step times including the observed prefill mix.
+        NOTE: a capacity move is meant to raise throughput; into a layout several times slower for
+        this load (owner layouts under long prompts, whose chunks run on one owner) it lowers it,
+        while the wall in the current layout clears as its requests finish. Prefill tokens count as
+        work done: counting decodes alone, the extra decodes a bigger pool admits outweigh chunks
+        running 4× slower, and the move strands the backlog in the slow layout (tried: DS-V3.2
+        long prompts 0.89× of fixed TP, vs 1.00× this way). The step times are those of the current
+        batch (a larger batch is slower), which leans towards moving."""
+        h = 1.0 - self.knobs.kv_headroom_fraction
+        page = self.tables.page_tokens
+        if self._owner[dst]:
+            room = sum(max(self._pool[dst] * h / self._bpt - x, 0.0) for x in okv)
+        else:
+            room = self._pool[dst] * h / (self._bpt * self._share[dst]) - total
+        need = np.cumsum(waiting_tokens[: max(self.knobs.max_batch - running, 0)] + page)
+        admit = int(np.searchsorted(need, room, side="right"))
+        return (b + admit + prefill_per_step) * t_cur > (b + prefill_per_step) * t_dst
 
     def _net_share(self, layout: int, step_s: float) -> float:
         return self._net[layout] / step_s if step_s > 0 else 0.0

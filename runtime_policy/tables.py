@@ -22,12 +22,13 @@ The KV-dependent terms are linear in L in every cost declaration, so the decompo
 to the 1-token probe context and the additivity of prefill and decode (NOTE: the MoE expert
 coverage is evaluated at B + P jointly, which is what the planner does).
 
-Owner layouts (DP-attention, DOP) run a chunk on one owner, so, as in the planner, a step with a
-chunk is the slower (larger max term) of two ranks: the decode-busiest owner without the chunk
-(base[B + P] + c·S_busiest) and the owner running it (base[B + P] + prefill + prefix +
-c·S_chunk owner) — `step_s` does this when given the chunk owner's S. (NOTE: base[B + P] spreads the
-chunk's P tokens over the owners like decodes, so each candidate carries P/T tokens of projection
-work it doesn't do; the planner's candidates don't.)
+Owner layouts (DP-attention, DOP) run a request's chunk on its owner, so, as in the planner, a
+step with a chunk is the slower (larger max term) of two ranks: the decode-busiest owner without
+the chunk (base[B + P] + c·S_busiest) and the owner running the most of the step's chunk tokens
+(base[B + P] + prefill + prefix of *its* tokens + c·S_that owner); a step's chunk may hold several
+short prompts owned by different ranks. (NOTE: base[B + P] spreads the chunk's P tokens over the
+owners like decodes, so each candidate carries P/T tokens of projection work it doesn't do; the
+planner's candidates don't.)
 
 The step time from the per-resource times is `overhead_s + max + α·(sum − max)`: α and overhead
 come from a calibration artifact when one is given, else the datasheet floors with α = 0.5 (the
@@ -131,31 +132,39 @@ class StepTimeTable:
         mx = terms.max(axis=-1)
         return self.overhead_s + mx + self.alpha * (terms.sum(axis=-1) - mx)
 
-    def step_s(self, layout: int, batch: int, prefill_tokens: np.ndarray, s1: np.ndarray, s2: np.ndarray,
-               with_terms: bool = False, prefill_context: np.ndarray | None = None,
-               s1_chunk: np.ndarray | None = None, s2_chunk: np.ndarray | None = None):
-        """Step seconds [k] of k consecutive steps in one layout (vectorized over the steps).
-
-        `batch` decode requests in every step; `prefill_tokens`, `s1`, `s2` are [k] (S on the rank
-        the layout makes busiest, see the module docstring); `prefill_context` [k] the cached prefix
-        the chunk attends to (None: 0). For owner layouts, `s1_chunk`/`s2_chunk` [k] are S of the
-        owner running the chunk: a step with a chunk is then the slower of that owner and the
-        decode-busiest one (None: the chunk is priced on the decode-busiest owner)."""
+    def chunk_terms(self, layout: int, prefill_tokens: np.ndarray, prefill_context: np.ndarray | None) -> np.ndarray:
+        """[k, 4] what each step's chunk adds (prefill_r[P] + prefix_r(P, C)); C None: 0."""
         p = np.minimum(prefill_tokens.astype(np.int64), self.max_prefill_tokens)
-        n = np.minimum(batch + p, self.max_tokens)
-        base = self.base_s[n, layout]
         chunk = self.prefill_s[p, layout]
         if prefill_context is not None:
             c = np.asarray(prefill_context, dtype=np.float64)
             lo = np.minimum(c, self.prefix_knee_tokens)
             chunk = chunk + (lo[:, None] * self.prefix_lo_s[p, layout] + (c - lo)[:, None] * self.prefix_hi_s[p, layout])
-        if s2_chunk is not None and self.info.is_owner[layout]:
+        return chunk
+
+    def step_s(self, layout: int, batch: int, prefill_tokens: np.ndarray, s1: np.ndarray, s2: np.ndarray,
+               with_terms: bool = False, prefill_context: np.ndarray | None = None, chunk_owner=None):
+        """Step seconds [k] of k consecutive steps in one layout (vectorized over the steps).
+
+        `batch` decode requests in every step; `prefill_tokens`, `s1`, `s2` are [k] (S on the rank
+        the layout makes busiest, see the module docstring); `prefill_context` [k] the cached prefix
+        the chunk attends to (None: 0). For owner layouts, `chunk_owner` = (tokens, context, s1, s2),
+        arrays [k], describes the owner running the most of each step's chunk (its chunk tokens,
+        their prefix, its decodes' S): a step with a chunk is then the slower of that owner and
+        the decode-busiest one (None: the whole chunk is priced on the decode-busiest owner)."""
+        p = np.minimum(prefill_tokens.astype(np.int64), self.max_prefill_tokens)
+        n = np.minimum(batch + p, self.max_tokens)
+        base = self.base_s[n, layout]
+        if chunk_owner is not None and self.info.is_owner[layout]:
+            own_p, own_c, s1c, s2c = chunk_owner
             busy = base + s1[:, None] * self.c1_s[layout] + s2[:, None] * self.c2_s[layout]
-            own = base + chunk + s1_chunk[:, None] * self.c1_s[layout] + s2_chunk[:, None] * self.c2_s[layout]
+            own = (base + self.chunk_terms(layout, own_p, own_c)
+                   + s1c[:, None] * self.c1_s[layout] + s2c[:, None] * self.c2_s[layout])
             use_own = (p > 0) & (own.max(axis=-1) >= busy.max(axis=-1))
             terms = np.where(use_own[:, None], own, busy)
         else:
-            terms = base + chunk + s1[:, None] * self.c1_s[layout] + s2[:, None] * self.c2_s[layout]
+            terms = (base + self.chunk_terms(layout, prefill_tokens, prefill_context)
+                     + s1[:, None] * self.c1_s[layout] + s2[:, None] * self.c2_s[layout])
         t = self.combine(terms)
         return (t, terms) if with_terms else t
 

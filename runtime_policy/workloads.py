@@ -7,6 +7,9 @@
   starts as many short requests and ends as a few very long ones.
 - `bursty`: the chat length mix with gamma inter-arrival times of coefficient of variation 4
   (same mean rate as chat): quiet spells and bursts.
+- `longprompt` (agentic / RAG): Poisson arrivals at 1 request/s; prompts log-uniform over
+  16K–64K tokens (retrieved documents, tool transcripts); outputs log-normal (median 512, σ 0.8):
+  prefill-heavy, the regime where published work finds context parallelism wins.
 - trace CSV: columns `arrival_s,input_tokens,output_tokens` (header required); a bad row is one
   SpecError naming its line.
 
@@ -27,9 +30,10 @@ import numpy as np
 
 from planner.errors import SpecError
 
-BUILTIN_WORKLOADS: tuple[str, ...] = ("chat", "shrinking", "bursty")
+BUILTIN_WORKLOADS: tuple[str, ...] = ("chat", "shrinking", "bursty", "longprompt")
 MAX_TOKENS = 65536
 CHAT_RATE_PER_S = 20.0
+LONGPROMPT_RATE_PER_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -86,6 +90,18 @@ def bursty(n: int, seed: int = 0, rate_per_s: float = CHAT_RATE_PER_S, cv: float
                     {"rate_per_s": rate_per_s, "interarrival_cv": cv})
 
 
+def longprompt(n: int, seed: int = 0, rate_per_s: float = LONGPROMPT_RATE_PER_S) -> Workload:
+    _check_n(n)
+    if not math.isfinite(rate_per_s) or rate_per_s <= 0:
+        raise SpecError(f"rate={rate_per_s} must be a positive number of requests per second")
+    rng = np.random.default_rng(seed)
+    arrival = np.cumsum(rng.exponential(1.0 / rate_per_s, n))
+    prompts = np.rint(np.exp(rng.uniform(np.log(16384), np.log(65536), n))).astype(np.int64)
+    return Workload("longprompt", arrival - arrival[0], prompts, _lognormal(rng, 512, 0.8, n),
+                    {"rate_per_s": rate_per_s, "input_tokens": "log-uniform 16384-65536", "output_median_tokens": 512,
+                     "output_sigma": 0.8})
+
+
 def from_csv(path: str | Path) -> Workload:
     p = Path(path)
     try:
@@ -132,6 +148,8 @@ def make_workload(name: str, n: int, seed: int = 0, rate_per_s: float | None = N
         return bursty(n, seed, rate_per_s or CHAT_RATE_PER_S)
     if name == "shrinking":
         return shrinking(n, seed)
+    if name == "longprompt":
+        return longprompt(n, seed, rate_per_s or LONGPROMPT_RATE_PER_S)
     if name.endswith(".csv") or Path(name).exists():
         w = from_csv(name)
         return w.subset(np.arange(min(n, w.requests))) if n else w

@@ -66,7 +66,7 @@ def _plot(doc: dict, path: str) -> None:
 
 def simulate_cmd(
     model: ModelOpt = DEFAULTS["model"], hardware: HardwareOpt = DEFAULTS["hardware"], gpus: GpusOpt = DEFAULTS["gpus"],
-    workload: Annotated[str, typer.Option("--workload", "-w", help="chat, shrinking, bursty, or a trace CSV (arrival_s,input_tokens,output_tokens).")] = "chat",
+    workload: Annotated[str, typer.Option("--workload", "-w", help="chat, shrinking, bursty, longprompt, or a trace CSV (arrival_s,input_tokens,output_tokens).")] = "chat",
     requests: Annotated[int, typer.Option("--requests", "-n", help="Requests to generate (or to take from a trace).")] = 1000,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the workload and of the step-time noise.")] = 0,
     policy: Annotated[PolicyChoice, typer.Option("--policy", help="A fixed attention layout, or dynamic switching.")] = PolicyChoice.dynamic,
@@ -74,7 +74,7 @@ def simulate_cmd(
     calibration: CalibrationOpt = None, json_out: JsonOpt = False, plot: PlotOpt = None,
     moe: MoeOpt = None, replicas: ReplicasOpt = 1, kv_dtype: KvDtypeOpt = None,
     mem_fraction: MemFractionOpt = DEFAULTS["mem_fraction"],
-    rate: Annotated[Optional[float], typer.Option("--rate", help="Mean arrival rate of chat/bursty, requests/s.")] = None,
+    rate: Annotated[Optional[float], typer.Option("--rate", help="Mean arrival rate of chat/bursty/longprompt, requests/s.")] = None,
     noise: Annotated[float, typer.Option("--noise", help="Relative σ of seeded step-time noise.")] = 0.0,
     boost: Annotated[Optional[float], typer.Option("--boost", help="The boost ordering's knob β: 0 = FCFS, large = shortest expected first.")] = None,
     max_batch: Annotated[int, typer.Option("--max-batch", help="Most requests holding KV at once.")] = 4096,

@@ -62,12 +62,14 @@ def test_short_runs_priced_in_python_equal_the_vectorized_path(tables, layout, k
         ctx = rng.integers(1, 6000, b).astype(np.float64)
         own = rng.integers(0, 8, b)
         pre = np.array([float(x) for x in rng.choice([0, 0, 17, 1024], k)])
-        for prefix, chunk_owner in ((None, -1), (rng.integers(0, 70000, k).astype(np.float64), 3)):
-            fast = SimExecutor(tables).run_steps(StepBatch(lay, ctx, own, np.arange(b), prefill_owner=chunk_owner),
-                                                 pre, prefix)
+        prefix = rng.integers(0, 70000, k).astype(np.float64)
+        chunk_owner = (rng.integers(0, 8, k), np.minimum(pre, rng.integers(1, 1025, k)).astype(np.float64),
+                       rng.integers(0, 70000, k).astype(np.float64))
+        for args in ((), (prefix,), (prefix, chunk_owner)):
+            fast = SimExecutor(tables).run_steps(StepBatch(lay, ctx, own, np.arange(b)), pre, *args)
             vec = SimExecutor(tables)
             vec.scalar_run_steps = 0  # every run through the vectorized path
-            ref = vec.run_steps(StepBatch(lay, ctx, own, np.arange(b), prefill_owner=chunk_owner), pre, prefix)
+            ref = vec.run_steps(StepBatch(lay, ctx, own, np.arange(b)), pre, *args)
             np.testing.assert_array_equal(fast, ref)
 
 
@@ -81,7 +83,8 @@ def test_chunk_prefix_and_owner_follow_the_planner(tables):
         dep = planner.make_deployment(m, hw, attn=layout, gpus=8)
         ref = planner.step_cost(dep, planner.DecodeLoad.equal(16.0, 8192.0), 1024.0, prefill_context=57344.0)
         want = float((ref.floor_max_s + 0.5 * (ref.floor_sum_s - ref.floor_max_s))[0])
-        b = StepBatch(LAYOUTS.index(layout), ctx, np.arange(16) % 8, np.arange(16), prefill_owner=5)
-        got[layout] = float(SimExecutor(tables).run_steps(b, np.array([1024.0]), np.array([57344.0]))[0])
+        b = StepBatch(LAYOUTS.index(layout), ctx, np.arange(16) % 8, np.arange(16))
+        got[layout] = float(SimExecutor(tables).run_steps(b, np.array([1024.0]), np.array([57344.0]),
+                                                          (np.array([5]), np.array([1024.0]), np.array([57344.0])))[0])
         assert got[layout] == pytest.approx(want, rel=0.02), layout
     assert got["dp"] > 2 * got["tp"] and got["dop"] > 2 * got["cp"]

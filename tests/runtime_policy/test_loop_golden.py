@@ -2,8 +2,9 @@
 (reference_loop.py), request by request, on fixed seeds: arrivals cutting runs short (chat,
 bursty), the shrinking batch, KV pressure with preemption, a max-batch cap, and each ordering.
 
-The reference predates prefix-aware chunk pricing, so both run on an executor that prices every
-chunk without its cached prefix and on the decode-busiest owner (what the reference could say).
+The reference predates prefix-aware chunk pricing and the policy's prefill statistics, so both run
+on an executor that prices every chunk without its cached prefix on the decode-busiest owner, and
+a policy that ignores prefill statistics (what the reference could say).
 """
 
 import numpy as np
@@ -23,9 +24,16 @@ from tests.runtime_policy.conftest import make_policy
 class ChunkAsBefore(SimExecutor):
     """Prices chunks as the reference loop's executor did: no prefix, on the decode-busiest owner."""
 
-    def run_steps(self, batch, prefill_tokens, prefill_context_tokens=None):
-        batch.prefill_owner = -1
+    def run_steps(self, batch, prefill_tokens, prefill_context_tokens=None, chunk_owner=None):
         return super().run_steps(batch, prefill_tokens)
+
+
+class DecodeOnlyPolicy(LayoutPolicy):
+    """Decides as the reference's policy did: without the prefill statistics it never passed."""
+
+    def decide(self, state):
+        state.prefill_step_fraction = 0.0
+        return super().decide(state)
 
 
 CFG = LoopConfig(max_batch=1024, prefill_chunk_tokens=2048, max_run_steps=32)
@@ -48,7 +56,7 @@ def test_optimized_loop_matches_reference(case):
     cfg = LoopConfig(max_batch=max_batch, prefill_chunk_tokens=2048, max_run_steps=32)
     runs = []
     for fn in (serve, reference_loop.serve):
-        pol = LayoutPolicy(lp.tables, lp.knobs) if policy == "dynamic" else FixedPolicy(LAYOUTS.index(policy))
+        pol = DecodeOnlyPolicy(lp.tables, lp.knobs) if policy == "dynamic" else FixedPolicy(LAYOUTS.index(policy))
         runs.append(fn(w.arrival_s, w.input_tokens, w.output_tokens, lp.tables, pol, Ordering(order),
                        ChunkAsBefore(lp.tables), cfg))
     new, ref = runs

@@ -100,3 +100,36 @@ def test_stay_decisions_do_not_allocate(dsv32):
     _, pol = dsv32
     s = state([2000.0] * 64, DOP, policy=pol)
     assert pol.decide(s) is pol.decide(s)
+
+
+def with_prefill(s, fraction, tokens_per_step, prefix, owner_share=1.0):
+    s.prefill_step_fraction, s.prefill_tokens_per_step = fraction, tokens_per_step
+    s.prefill_context_tokens, s.prefill_owner_share = prefix, owner_share
+    return s
+
+
+def test_prefill_mix_counts_chunks_on_one_owner(dsv32):
+    """100 decodes at 9K: DOP is the faster decode layout. With half the steps running a 2K chunk
+    after a 40K prefix, which DP/DOP run on one owner, TP and CP become faster; chunks spread
+    over the owners (share 1/8) cost DOP much less than one owner running them all."""
+    _, pol = dsv32
+    base = pol.step_times_s(state([9000.0] * 100, DOP, policy=pol))
+    assert base[DOP] < base[TP]
+    one = list(pol.step_times_s(with_prefill(state([9000.0] * 100, DOP, policy=pol), 0.5, 1024.0, 40000.0)))
+    assert one[TP] < one[DOP] and one[CP] < one[DP]
+    spread = pol.step_times_s(with_prefill(state([9000.0] * 100, DOP, policy=pol), 0.5, 1024.0, 40000.0, 1 / 8))
+    assert spread[DOP] < one[DOP]
+
+
+def test_capacity_wall_waits_when_the_layouts_with_room_are_slower(dsv32):
+    """TP full of long-prompt requests, one more waiting: the layouts with room run the prefill
+    chunks on one owner (DP/DOP) or are otherwise slower for this mix, and admitting one request
+    doesn't make up for it: wait for TP's KV to free up instead of moving."""
+    _, pol = dsv32
+    s = with_prefill(state([40000.0] * 11, TP, waiting=[40000.0], policy=pol), 0.5, 1024.0, 30000.0)
+    assert s.free_kv_bytes.min() < 40064 * pol.tables.kv_bytes_per_token
+    d = pol.decide(s)
+    assert not d.switch and d.reason == Reason.STAY_KV_WAIT
+    # decode-only, the same wall is a reason to move (the owner layouts are fast enough)
+    d = pol.decide(state([40000.0] * 11, TP, waiting=[40000.0] * 40, policy=pol))
+    assert d.switch and d.reason == Reason.SWITCH_CAPACITY

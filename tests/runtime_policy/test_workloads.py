@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 
 from planner.errors import SpecError
-from runtime_policy.workloads import bursty, chat, from_csv, make_workload, shrinking
+from runtime_policy.workloads import bursty, chat, from_csv, longprompt, make_workload, shrinking
 
 
-@pytest.mark.parametrize("fn", [chat, shrinking, bursty])
+@pytest.mark.parametrize("fn", [chat, shrinking, bursty, longprompt])
 def test_seeded_and_sorted(fn):
     a, b, c = fn(200, 7), fn(200, 7), fn(200, 8)
     assert np.array_equal(a.output_tokens, b.output_tokens) and np.array_equal(a.arrival_s, b.arrival_s)
@@ -37,3 +37,9 @@ def test_csv_round_trip_and_bad_rows(tmp_path):
         make_workload("nope", 10)
     with pytest.raises(SpecError):
         chat(0)
+
+
+def test_longprompt_prompts_are_long():
+    w = make_workload("longprompt", 500, 0)
+    assert w.input_tokens.min() >= 16384 and w.input_tokens.max() <= 65536
+    assert np.median(w.output_tokens) < 0.05 * np.median(w.input_tokens)
