@@ -62,7 +62,9 @@ class RecordingExecutor:
         self.runs.append(RecordedRun(batch.layout, np.array(batch.context_tokens), np.array(batch.owners),
                                      np.array(prefill_tokens),
                                      None if prefill_context_tokens is None else np.array(prefill_context_tokens),
-                                     None if chunk_owner is None else tuple(np.array(x) for x in chunk_owner),
+                                     None if chunk_owner is None else
+                                     (np.array(chunk_owner[0], dtype=np.int64), np.array(chunk_owner[1], dtype=np.float64),
+                                      np.array(chunk_owner[2], dtype=np.float64)),
                                      np.array(dur)))
         return dur
 

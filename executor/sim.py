@@ -23,6 +23,11 @@ SCALAR_RUN_STEPS = 8  # runs this short are priced in plain Python floats (faste
 _add = np.add.reduce
 
 
+def _as_list(x):
+    """[k] floats as a list (the loop hands lists; other callers may hand arrays)."""
+    return x.tolist() if isinstance(x, np.ndarray) else x
+
+
 class SimExecutor:
     def __init__(self, tables: StepTimeTable, noise: float = 0.0, seed: int = 0):
         if not np.isfinite(noise) or noise < 0:
@@ -42,9 +47,10 @@ class SimExecutor:
         self.scalar_run_steps = SCALAR_RUN_STEPS
         self._rows: dict[tuple[int, int], list[float]] = {}  # base_s rows as Python floats, filled on use
 
-    def run_steps(self, batch: StepBatch, prefill_tokens: np.ndarray,
-                  prefill_context_tokens: np.ndarray | None = None,
-                  chunk_owner: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+    def run_steps(self, batch: StepBatch, prefill_tokens: np.ndarray, prefill_context_tokens=None,
+                  chunk_owner=None) -> np.ndarray:
+        """See `runtime_policy.executor.Executor.run_steps` (the [k] prefix and chunk-owner
+        sequences may be lists or arrays)."""
         t = self.tables
         k = prefill_tokens.shape[0]
         ctx = batch.context_tokens
@@ -61,25 +67,32 @@ class SimExecutor:
             else:
                 s1_0, s1_end = s2_0, s2_0 + b * (k - 1)
             if owner_layout:
-                own_ctx = np.bincount(batch.owners, weights=ctx, minlength=t.ranks)
-                own_cnt = np.bincount(batch.owners, minlength=t.ranks)
+                if batch.owner_context_tokens is not None and batch.owner_requests is not None:
+                    own_ctx, own_cnt = batch.owner_context_tokens, batch.owner_requests  # whole numbers: exact
+                else:
+                    own_ctx = np.bincount(batch.owners, weights=ctx, minlength=t.ranks).tolist()
+                    own_cnt = np.bincount(batch.owners, minlength=t.ranks).tolist()
         else:
             s1_0 = s1_end = s2_0 = 0.0
         chunk_owner = chunk_owner if owner_layout else None  # TP and CP spread every chunk
         if k <= self.scalar_run_steps and not self.noise:
-            dur = self._run_scalar(batch.layout, b, prefill_tokens, k, s1_0, s1_end, s2_0,
-                                   own_ctx.tolist() if own_ctx is not None else None,
-                                   own_cnt.tolist() if own_cnt is not None else None,
-                                   prefill_context_tokens.tolist() if prefill_context_tokens is not None else None,
-                                   None if chunk_owner is None else [x.tolist() for x in chunk_owner])
+            dur = self._run_scalar(batch.layout, b, prefill_tokens, k, s1_0, s1_end, s2_0, own_ctx, own_cnt,
+                                   _as_list(prefill_context_tokens),
+                                   None if chunk_owner is None else [_as_list(x) for x in chunk_owner])
         else:
+            if prefill_context_tokens is not None:
+                prefill_context_tokens = np.asarray(prefill_context_tokens, dtype=np.float64)
+            if chunk_owner is not None:
+                chunk_owner = (np.asarray(chunk_owner[0], dtype=np.int64),
+                               np.asarray(chunk_owner[1], dtype=np.float64), np.asarray(chunk_owner[2], dtype=np.float64))
             j = np.arange(k, dtype=np.float64)
             co = None
             if b:
                 s1 = s1_0 + (s1_end - s1_0) * (j / (k - 1) if k > 1 else j)
                 s2 = s2_0 + b * j
                 if owner_layout:
-                    per_rank = own_ctx[:, None] + own_cnt.astype(np.float64)[:, None] * j[None, :]  # [T, k]
+                    per_rank = (np.asarray(own_ctx, dtype=np.float64)[:, None]
+                                + np.asarray(own_cnt, dtype=np.float64)[:, None] * j[None, :])  # [T, k]
                     if chunk_owner is not None:
                         rank, tok, pfx = chunk_owner
                         s2c = per_rank[np.asarray(rank, dtype=np.int64), np.arange(k)]

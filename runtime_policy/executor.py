@@ -12,7 +12,7 @@ Does not: choose anything — admission, ordering and layout are the loop's and 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, Sequence
 
 import numpy as np
 
@@ -33,17 +33,20 @@ class StepBatch:
     # (negative: the executor sums context_tokens itself)
     context_sum_tokens: float = -1.0
     context_capped_sum_tokens: float = -1.0
+    # per owner rank [T]: Σ context and count of its decoding requests, when the caller keeps them
+    owner_context_tokens: Sequence[float] | None = None
+    owner_requests: Sequence[int] | None = None
 
 
 class Executor(Protocol):
     def run_steps(self, batch: StepBatch, prefill_tokens: np.ndarray,
-                  prefill_context_tokens: np.ndarray | None = None,
-                  chunk_owner: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+                  prefill_context_tokens: Sequence[float] | None = None,
+                  chunk_owner: tuple[Sequence[int], Sequence[float], Sequence[float]] | None = None) -> np.ndarray:
         """Run len(prefill_tokens) steps; return their durations in seconds [k].
         `prefill_context_tokens` [k]: the cached prefix step j's chunk attends to (token-weighted
         over its requests; None: 0). `chunk_owner` = (rank, tokens, prefix), arrays [k]: the owner
         rank that runs the most of step j's chunk, those tokens and their prefix (owner layouts
-        place each request's chunk on its owner; None: unknown)."""
+        place each request's chunk on its owner; None: unknown). Sequences: lists or arrays."""
         ...
 
     def start_switch(self, plan: TransitionPlan) -> float:

@@ -160,6 +160,7 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
     dsteps = 0  # decode steps run so far
     dec_own = np.zeros(0, dtype=np.int64)  # [B] owner ranks
     dec_cnt = [0] * T  # decoders per owner
+    dec_own_ctx = [0.0] * T  # Σ context of each owner's decoders
     s2_dec = 0.0  # Σ dec_ctx, kept incrementally (exact: whole numbers)
     res = ServeResult(arr, inp, out, first, finish, status, preempt,
                       layout_time_s={name: 0.0 for name in LAYOUTS},
@@ -334,6 +335,7 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
                 dec_fin = endf[dec] - dec_ctx + dsteps
                 fin_min = float(dec_fin.min()) if b else 0.0
                 dec_cnt = np.bincount(dec_own, minlength=T).tolist()
+                dec_own_ctx = np.bincount(dec_own, weights=dec_ctx, minlength=T).tolist()
                 s2_dec = float(_add(dec_ctx)) if b else 0.0
                 if waiting.dirty:
                     skip_admit = True  # NOTE: re-admitting the victim at once would undo the preemption
@@ -364,14 +366,14 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
             pref = np.array(pref_l)
             done_tokens = int(sum(pref_l))
             pfx, own_rank, own_tok, own_pfx = _chunk_plan(pref_l, prefill_q, pre_left, ctxf, owner_l)
-            dur = executor.run_steps(StepBatch(layout, dec_ctx, dec_own, dec, s2, s1), pref, np.array(pfx),
-                                     (np.array(own_rank), np.array(own_tok), np.array(own_pfx)))
+            dur = executor.run_steps(StepBatch(layout, dec_ctx, dec_own, dec, s2, s1, dec_own_ctx, dec_cnt), pref, pfx,
+                                     (own_rank, own_tok, own_pfx))
             run_tok, run_tok_pfx, run_own = sum(pref_l), sum([a * c for a, c in zip(pref_l, pfx)]), sum(own_tok)
             run_chunks = float(sum([1 for x in pref_l if x > 0]))
         else:
             pref = zeros_run[:k] if k <= max_run else np.zeros(k)
             done_tokens = 0
-            dur = executor.run_steps(StepBatch(layout, dec_ctx, dec_own, dec, s2, s1), pref)
+            dur = executor.run_steps(StepBatch(layout, dec_ctx, dec_own, dec, s2, s1, dec_own_ctx, dec_cnt), pref)
             run_tok = run_tok_pfx = run_own = run_chunks = 0.0
         if run_tok or ema_tok:
             w = 1.0 - 0.5 ** (k / PREFILL_STATS_HALF_LIFE_STEPS)
@@ -392,7 +394,9 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
         if b:
             fk = float(k)
             for r in range(T):
-                okv[r] += dec_cnt[r] * fk
+                grow = dec_cnt[r] * fk
+                okv[r] += grow
+                dec_own_ctx[r] += grow
             s2_dec += b * fk
             dec_ctx = dec_ctx + k  # NOTE: a new array: the executor may keep the one it was handed
             dsteps += k
@@ -402,6 +406,7 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
                     release(i, c)
                     end(i, DONE)
                     dec_cnt[owner_l[i]] -= 1
+                    dec_own_ctx[owner_l[i]] -= c
                     s2_dec -= c
                 keep = ~done
                 dec, dec_ctx, dec_fin, dec_own = dec[keep], dec_ctx[keep], dec_fin[keep], dec_own[keep]
@@ -428,6 +433,7 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
                 status[i] = DECODE
                 joined.append(i)
                 dec_cnt[owner_l[i]] += 1
+                dec_own_ctx[owner_l[i]] += c
         if joined:
             jd = np.array(joined, dtype=np.int64)
             jc = ctxf[jd]
@@ -449,16 +455,22 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
 
 
 def _chunk_plan(chunk_tokens: list[float], prefill_q: list[int], pre_left: list[int], ctxf: np.ndarray,
-                owner: list[int]) -> tuple[list[float], list[int], list[float], list[float]]:
+                owner: list[int]) -> tuple[list[float], list[int], list[float], list[float]]:  # [k] each
     """Per step of a run: the cached prefix its chunk attends to, and the owner rank running the
     most of the chunk with its tokens and their prefix. A step's tokens come from the queue's
     requests in order; from several requests, the prefix is their token-weighted mean (NOTE: exact
     for the chunk × prefix attention, linear in both; it over-reads the prefix KV of a request
     that only adds a few tokens)."""
-    prefix, own_rank, own_tokens, own_prefix = [], [], [], []
     qi = 0
     left = pre_left[prefill_q[0]]
     done = float(ctxf[prefill_q[0]]) - left
+    if left >= sum(chunk_tokens):  # the common case: every token of the run is the first request's
+        prefix = []
+        for need in chunk_tokens:
+            prefix.append(done)
+            done += need
+        return prefix, [owner[prefill_q[0]]] * len(chunk_tokens), list(chunk_tokens), prefix
+    prefix, own_rank, own_tokens, own_prefix = [], [], [], []
     for need in chunk_tokens:
         acc = 0.0
         got = need

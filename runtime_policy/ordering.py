@@ -12,8 +12,10 @@ when KV runs short.
   completed output lengths (a sliding window of the last `window` completions) — no
   per-request prediction. β (`boost`) is the one knob: 0 is FCFS; large β is shortest-expected-
   first; in between a request's wait offsets its expected cost one second for 1/β seconds, so
-  nothing starves. Preemption is cache-aware: the victim maximises key − recompute_s, i.e. the
-  lowest-priority request that is cheapest to recompute (its prefix must be prefilled again).
+  nothing starves. Preemption is cache-aware: the victim maximises key − recompute_s, where a
+  running request's key is arrival_s + β · tpot_s · E[remaining | attained] (its prefill is done)
+  and recompute_s the prefill of its whole context (which preemption throws away): the
+  lowest-priority request that is cheapest to recompute.
 
 Does not: decide admission capacity or run anything (loop.py).
 """
@@ -115,6 +117,10 @@ class Ordering:
             return int(np.argmax(arrival_s))
         if self.name == "srpt-oracle":
             return int(np.argmax(output_tokens - generated))
+        # NOTE: a running request's KV is built, so its priority counts only its expected remaining
+        # decode; charging it the prefill of its context too (as for a waiting request) cancels the
+        # recompute term exactly at β = 1 and the choice stops being cache-aware.
         recompute_s = context_tokens * self.prefill_s_per_token
-        key = arrival_s + self.boost * self._expected_cost_s(context_tokens, generated)
+        rem = self.stats.expected_remaining(generated, self.default_output_tokens)
+        key = arrival_s + self.boost * self.tpot_s * rem
         return int(np.argmax(key - recompute_s))

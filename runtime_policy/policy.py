@@ -39,7 +39,7 @@ import numpy as np
 from planner.deployment import Deployment
 from planner.errors import SpecError
 from runtime_policy.tables import LAYOUTS, StepTimeModel, StepTimeTable, compile_tables
-from runtime_policy.transitions import TransitionPlan, plan_transition
+from runtime_policy.transitions import TransitionPlan, memory_fits, plan_transition
 
 _add = np.add.reduce  # NOTE: ndarray.sum() adds a Python wrapper (~1 µs) per call
 
@@ -160,6 +160,9 @@ class LayoutPolicy:
         assert n == 4 and t.c1_s.shape[1] == 4, "step_times_s unrolls 4 layouts × 4 resources"
         self._chunk = t.max_prefill_tokens
         self._knee = float(t.prefix_knee_tokens)
+        self._page = int(t.page_tokens)
+        self._row_cache: dict[int, list] = {}  # base_s rows by token count, as Python floats
+        self._chunk_cache: dict[tuple[int, int, float], list] = {}
         self._n_max = t.max_tokens
         self._dwell_steps = k.initial_dwell_steps
         self._mean_output = 0.0
@@ -217,39 +220,67 @@ class LayoutPolicy:
             self._mix_chunk_steps(state, b, s1, s2, frac, frac_min, min(f, 1.0))
         return out
 
+    def _chunk_terms(self, chunk: int, own_p: int, prefix: float) -> list:
+        """Per layout, what its busiest rank's chunk adds per resource (prefill + prefix terms): the
+        whole chunk for TP/CP, `own_p` tokens of it for DP/DOP, at `prefix` cached tokens (cached)."""
+        key = (chunk, own_p, prefix)
+        rows = self._chunk_cache.get(key)
+        if rows is None:
+            t = self.tables
+            lo = min(prefix, self._knee)
+            hi = prefix - lo
+            rows = []
+            for i in range(4):
+                p = own_p if self._owner[i] else chunk
+                pre, plo, phi = t.prefill_s[p, i].tolist(), t.prefix_lo_s[p, i].tolist(), t.prefix_hi_s[p, i].tolist()
+                rows.append(tuple(pre[x] + lo * plo[x] + hi * phi[x] for x in range(4)))
+            if len(self._chunk_cache) > 4096:
+                self._chunk_cache.clear()
+            self._chunk_cache[key] = rows
+        return rows
+
     def _mix_chunk_steps(self, state: PolicyState, b: int, s1: float, s2: float, frac: float, frac_min: float,
                          f: float) -> None:
         """Blend the observed chunk into the step times: a fraction f of steps carry one, of the
         observed mean size and prefix. TP and CP spread a chunk over the ranks; the owner layouts
         run `prefill_owner_share` of it on one owner, so, as in the step model, their chunk step is
         the slower of the decode-busiest owner and that owner (taken as the lightest, where
-        admission puts new requests)."""
-        t = self.tables
-        c = max(float(state.prefill_context_tokens), 0.0)
-        lo = min(c, self._knee)
-        hi = c - lo
-        chunk = min(max(int(state.prefill_tokens_per_step / f), 1), self._chunk)
-        own_p = min(max(int(chunk * min(max(state.prefill_owner_share, 0.0), 1.0)), 1), chunk)
-        rows = t.base_s[min(b + chunk, self._n_max)].tolist()
-        spread = (t.prefill_s[chunk].tolist(), t.prefix_lo_s[chunk].tolist(), t.prefix_hi_s[chunk].tolist())
-        owned = (t.prefill_s[own_p].tolist(), t.prefix_lo_s[own_p].tolist(), t.prefix_hi_s[own_p].tolist())
+        admission puts new requests). Chunk sizes and the prefix are rounded to a page (they are
+        running means anyway) so their table rows can be cached."""
+        page = self._page
+        prefix = float(int(max(float(state.prefill_context_tokens), 0.0) / page + 0.5) * page)
+        chunk = min(max(int(state.prefill_tokens_per_step / f / page + 0.5) * page, 1), self._chunk)
+        own_p = min(max(int(chunk * min(max(state.prefill_owner_share, 0.0), 1.0) / page + 0.5) * page, 1), chunk)
+        n = min(b + chunk, self._n_max)
+        rows = self._row_cache.get(n)
+        if rows is None:
+            if len(self._row_cache) > 4096:
+                self._row_cache.clear()
+            rows = self._row_cache[n] = self.tables.base_s[n].tolist()
+        crow = self._chunk_terms(chunk, own_p, prefix)
         out = self._steps
         alpha, over = self._alpha, self._over
+        g = 1.0 - f
         for i in range(4):
-            pre, plo, phi = (owned if self._owner[i] else spread)
-            pre, plo, phi = pre[i], plo[i], phi[i]
-            r, k1, k2 = rows[i], self._c1_py[i], self._c2_py[i]
+            (r0, r1, r2, r3), (k10, k11, k12, k13), (k20, k21, k22, k23) = rows[i], self._c1_py[i], self._c2_py[i]
+            q0, q1, q2, q3 = crow[i]
             if self._owner[i]:
                 a, cc = s1 * frac_min, s2 * frac_min  # the chunk's owner
-                u = [r[x] + pre[x] + lo * plo[x] + hi * phi[x] + k1[x] * a + k2[x] * cc for x in range(4)]
-                a, cc = s1 * frac, s2 * frac  # the decode-busiest owner, without the chunk
-                v = [r[x] + k1[x] * a + k2[x] * cc for x in range(4)]
-                if max(v) > max(u):
-                    u = v
             else:
-                u = [r[x] + pre[x] + lo * plo[x] + hi * phi[x] + k1[x] * s1 + k2[x] * s2 for x in range(4)]
-            mx = max(u)
-            out[i] = (1.0 - f) * out[i] + f * (over + mx + alpha * (sum(u) - mx))
+                a, cc = s1, s2
+            u0 = r0 + q0 + k10 * a + k20 * cc
+            u1 = r1 + q1 + k11 * a + k21 * cc
+            u2 = r2 + q2 + k12 * a + k22 * cc
+            u3 = r3 + q3 + k13 * a + k23 * cc
+            mx = max(u0, u1, u2, u3)
+            if self._owner[i]:  # or the decode-busiest owner, without the chunk, if slower
+                a, cc = s1 * frac, s2 * frac
+                v0, v1, v2, v3 = r0 + k10 * a + k20 * cc, r1 + k11 * a + k21 * cc, r2 + k12 * a + k22 * cc, \
+                    r3 + k13 * a + k23 * cc
+                mv = max(v0, v1, v2, v3)
+                if mv > mx:
+                    u0, u1, u2, u3, mx = v0, v1, v2, v3, mv
+            out[i] = g * out[i] + f * (over + mx + alpha * (u0 + u1 + u2 + u3 - mx))
 
     def decide(self, state: PolicyState) -> Decision:
         """Stay or switch; never raises (an unexpected state is a CANT_DECIDE stay)."""
@@ -288,7 +319,7 @@ class LayoutPolicy:
             blocked = (max(fr) < need) if self._owner[cur] else (min(fr) < need * self._share[cur])
         fits_now = self._kv_bytes(cur, total, own) <= self._pool[cur]
         if blocked or not fits_now:
-            best, best_t = -1, math.inf
+            roomy = []
             for i in range(n):
                 if i == cur or not self._ok[i]:
                     continue
@@ -297,10 +328,13 @@ class LayoutPolicy:
                             and self._kv_bytes(i, total, own) <= self._pool[i])
                 else:
                     room = self._kv_bytes(i, total, own) <= self._pool[i] * (1.0 - self.knobs.kv_headroom_fraction)
-                if room and steps[i] < best_t:
-                    plan = plan_transition(self.tables, cur, i, total * bpt, own * bpt)
-                    if plan.feasible:
-                        best, best_t = i, steps[i]
+                if room:
+                    roomy.append((steps[i], i))
+            best, best_t = -1, math.inf
+            for t_i, i in sorted(roomy):  # the fastest with room whose move fits in memory
+                if memory_fits(self.tables, cur, i, total * bpt, own * bpt):
+                    best, best_t = i, t_i
+                    break
             if best >= 0 and fits_now and b and not self._outgrows(cur, head) \
                     and not self._raises_rate(best, b, steps[cur], best_t, state.waiting_tokens, total, okv,
                                               state.running, max(float(state.prefill_tokens_per_step), 0.0)):
@@ -356,15 +390,19 @@ class LayoutPolicy:
         running 4× slower, and the move strands the backlog in the slow layout (tried: DS-V3.2
         long prompts 0.89× of fixed TP, vs 1.00× this way). The step times are those of the current
         batch (a larger batch is slower), which leans towards moving."""
+        if t_dst < t_cur:
+            return True  # faster and admits more
+        # the move pays once `dst` admits more than `enough` of the waiting requests
+        enough = int((b + prefill_per_step) * (t_dst / t_cur - 1.0)) if t_cur > 0 else 1 << 30
+        if enough >= min(waiting_tokens.shape[0], max(self.knobs.max_batch - running, 0)):
+            return False
         h = 1.0 - self.knobs.kv_headroom_fraction
-        page = self.tables.page_tokens
         if self._owner[dst]:
             room = sum(max(self._pool[dst] * h / self._bpt - x, 0.0) for x in okv)
         else:
             room = self._pool[dst] * h / (self._bpt * self._share[dst]) - total
-        need = np.cumsum(waiting_tokens[: max(self.knobs.max_batch - running, 0)] + page)
-        admit = int(np.searchsorted(need, room, side="right"))
-        return (b + admit + prefill_per_step) * t_cur > (b + prefill_per_step) * t_dst
+        need = float(_add(waiting_tokens[: enough + 1])) + (enough + 1) * self.tables.page_tokens
+        return need <= room  # `dst` holds the first enough + 1 of them
 
     def _net_share(self, layout: int, step_s: float) -> float:
         return self._net[layout] / step_s if step_s > 0 else 0.0

@@ -106,6 +106,18 @@ def _kv_recv(tables: StepTimeTable, src: int, dst: int, total: float, own: float
     return total * s_dst - total * s_dst * s_src
 
 
+def memory_fits(tables: StepTimeTable, src: int, dst: int, kv_total_bytes: float, kv_busiest_owner_bytes: float) -> bool:
+    """`plan_transition(...).feasible` without building the plan (the policy's hot path asks it
+    of every candidate): the move's memory fits the budget and the KV fits the destination."""
+    info = tables.info
+    total, own = float(kv_total_bytes), float(kv_busiest_owner_bytes)
+    held_src = kv_held_bytes(tables, src, total, own)
+    held_dst = kv_held_bytes(tables, dst, total, own)
+    union = min(held_src + _kv_recv(tables, src, dst, total, own), max(total, held_src))
+    needed = max(float(info.weights_bytes[src]), float(info.weights_bytes[dst])) + union
+    return needed <= tables.memory_budget_bytes and held_dst <= float(info.kv_pool_bytes[dst])
+
+
 def plan_transition(tables: StepTimeTable, src: int, dst: int, kv_total_bytes: float, kv_busiest_owner_bytes: float,
                     batch: float = 0.0, step_s: float = 0.0, network_share: float = 0.0) -> TransitionPlan:
     """Plan switching layout `src` → `dst` (indices into LAYOUTS) at the given KV state.

@@ -3,7 +3,7 @@
 import pytest
 
 from runtime_policy.tables import LAYOUTS
-from runtime_policy.transitions import all_plans, plan_transition
+from runtime_policy.transitions import all_plans, memory_fits, plan_transition
 
 TP, CP, DP, DOP = (LAYOUTS.index(x) for x in ("tp", "cp", "dp", "dop"))
 GB = 1e9
@@ -47,3 +47,13 @@ def test_refused_when_memory_lacks(dsv32):
     # moving to TP needs every request's KV on every rank
     assert not plan_transition(t, DOP, TP, 40 * GB, 5 * GB).feasible
     assert plan_transition(t, DOP, TP, 20 * GB, 2.5 * GB).feasible
+
+
+def test_memory_fits_agrees_with_the_plan(dsv32):
+    _, pol = dsv32
+    t = pol.tables
+    for total, own in ((8 * GB, 1 * GB), (40 * GB, 5 * GB), (240 * GB, 30 * GB), (20 * GB, 2.5 * GB)):
+        for a in range(4):
+            for b in range(4):
+                if a != b:
+                    assert memory_fits(t, a, b, total, own) == plan_transition(t, a, b, total, own).feasible

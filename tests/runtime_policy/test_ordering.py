@@ -1,0 +1,49 @@
+"""Orderings: boost never reads output lengths, ages with waiting, and preempts cache-aware."""
+
+import numpy as np
+import pytest
+
+from runtime_policy.ordering import Ordering
+
+
+def boost(beta=1.0):
+    o = Ordering("boost", beta)
+    for x in (100, 200, 400, 800, 3000, 12000):  # observed completions (heavy-ish tail)
+        o.stats.add(float(x))
+    o.tpot_s, o.prefill_s_per_token = 0.02, 2e-5
+    return o
+
+
+def test_boost_is_prediction_free():
+    o = boost()
+    arr, tok, gen = np.array([0.0, 0.1, 0.2]), np.array([500, 9000, 700]), np.array([0, 0, 300])
+    for a, b in ((np.array([5, 5, 5]), np.array([9000, 1, 40000])),):
+        assert np.array_equal(o.keys(arr, tok, gen, a), o.keys(arr, tok, gen, b))
+        assert o.victim(arr, tok.astype(float), gen, a) == o.victim(arr, tok.astype(float), gen, b)
+
+
+@pytest.mark.parametrize("beta", [0.5, 1.0, 2.0])
+def test_boost_preemption_is_cache_aware(beta):
+    """Equal priority (same arrival, same attained): the victim is the one cheaper to recompute,
+    at every β (at β = 1 charging running requests their prefill used to cancel this out)."""
+    o = boost(beta)
+    arr, gen = np.array([0.0, 0.0]), np.array([50, 50])
+    assert o.victim(arr, np.array([60000.0, 1000.0]), gen, np.array([1, 1])) == 1
+    assert o.victim(arr, np.array([1000.0, 60000.0]), gen, np.array([1, 1])) == 0
+    # a much lower priority (arrived 100 s later) outweighs 1.2 s of recompute
+    assert o.victim(np.array([0.0, 100.0]), np.array([1000.0, 60000.0]), gen, np.array([1, 1])) == 1
+
+
+def test_boost_ages_requests_and_beta_zero_is_fcfs():
+    o = boost()
+    arr, tok, gen, out = np.array([0.0, 30.0]), np.array([60000, 100]), np.array([0, 0]), np.array([1, 1])
+    assert np.argmin(o.keys(arr, tok, gen, out)) == 0  # 30 s of waiting outweighs ~1.2 s of prefill
+    assert np.argmin(o.keys(np.array([0.0, 0.5]), tok, gen, out)) == 1  # but not 0.5 s
+    assert np.array_equal(np.argsort(boost(0.0).keys(arr, tok, gen, out)), np.argsort(arr))
+
+
+def test_baselines():
+    arr, ctx, gen, out = np.array([0.0, 1.0, 2.0]), np.array([10.0, 10.0, 10.0]), np.array([5, 5, 5]), np.array([9, 99, 7])
+    assert Ordering("fcfs").victim(arr, ctx, gen, out) == 2
+    assert Ordering("srpt-oracle").victim(arr, ctx, gen, out) == 1
+    assert list(np.argsort(Ordering("srpt-oracle").keys(arr, ctx, gen, out))) == [2, 0, 1]
