@@ -1,5 +1,6 @@
 """decide() latency: the policy's per-step cost on states recorded from simulated serving
-(DeepSeek-V3.2 on 8 × H200; the shrinking batch and chat, batches from 1 to ~1,000 requests).
+(DeepSeek-V3.2 on 8 × H200; the shrinking batch, chat and long prompts, batches from 1 to ~1,000
+requests; most states carry the loop's prefill statistics, so the chunk blend is timed too).
 Each recorded state is replayed through `LayoutPolicy.decide` and timed one call at a time with
 perf_counter_ns (the timer's own ~0.1 µs is included). Prints a short table and one JSON
 document as its last line (`decide_p50_us`, `decide_p99_us`). Target: p99 ≤ 20 µs on this CPU.
@@ -10,6 +11,8 @@ Run: python benchmarks/decide_latency.py
 from __future__ import annotations
 
 import gc
+import os
+from dataclasses import replace
 import json
 import platform
 import time
@@ -30,9 +33,9 @@ def record_states(pol: LayoutPolicy, workload) -> list[PolicyState]:
     inner = pol.decide
 
     def spy(s):
-        states.append(PolicyState(s.context_tokens.copy(), s.owner_kv_tokens.copy(), s.free_kv_bytes.copy(),
-                                  s.waiting_tokens.copy(), s.layout, s.switch_in_flight, s.steps_since_switch,
-                                  s.running))
+        # every field, the loop's prefill statistics and context sums included
+        states.append(replace(s, context_tokens=s.context_tokens.copy(), owner_kv_tokens=s.owner_kv_tokens.copy(),
+                              free_kv_bytes=s.free_kv_bytes.copy(), waiting_tokens=s.waiting_tokens.copy()))
         return inner(s)
 
     pol.decide = spy
@@ -44,11 +47,20 @@ def record_states(pol: LayoutPolicy, workload) -> list[PolicyState]:
     return states
 
 
+def _cpu() -> str:
+    try:
+        return next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
+
+
 def main() -> None:
     m, hw = planner.load_model("deepseek-v3.2"), planner.load_hardware("h200")
     dep = planner.make_deployment(m, hw, attn="tp", gpus=8)
     pol = LayoutPolicy.compile(dep)
-    states = record_states(pol, make_workload("shrinking", 1000, 0)) + record_states(pol, make_workload("chat", 1000, 0))
+    states = (record_states(pol, make_workload("shrinking", 1000, 0)) + record_states(pol, make_workload("chat", 1000, 0))
+              + record_states(pol, make_workload("longprompt", 200, 0)))
+    with_prefill = sum(s.prefill_step_fraction > 0 for s in states)
     for s in states[:2000]:  # warm-up
         pol.decide(s)
     lat = np.empty(len(states) * 3)
@@ -68,14 +80,17 @@ def main() -> None:
     us = lat / 1e3
     batch = np.array([s.context_tokens.size for s in states])
     p50, p90, p99, mx = (float(np.percentile(us, q)) for q in (50, 90, 99, 100))
-    print(f"{len(us)} decide() calls on {len(states)} recorded states (batch 0–{batch.max()}, median {np.median(batch):.0f})")
+    print(f"{len(us)} decide() calls on {len(states)} recorded states (batch 0–{batch.max()}, median {np.median(batch):.0f}; "
+          f"{with_prefill} with prefill statistics, which blend a chunk into the step times)")
     print(f"p50 {p50:.2f} µs   p90 {p90:.2f} µs   p99 {p99:.2f} µs   max {mx:.1f} µs")
     print("reasons:", dict(reasons))
     print(json.dumps({"benchmark": "decide_latency", "decide_p50_us": p50, "decide_p90_us": p90, "decide_p99_us": p99,
                       "decide_max_us": mx, "target_p99_us": 20.0, "calls": int(us.size), "states": len(states),
                       "batch_max": int(batch.max()), "batch_median": float(np.median(batch)), "reasons": dict(reasons),
                       "deployment": "deepseek-v3.2 on 8 x h200 (datasheet floor midpoint tables)",
-                      "cpu": platform.processor() or platform.machine(), "python": platform.python_version(),
+                      "states_with_prefill_statistics": int(with_prefill),
+                      "cpu": _cpu(), "cpus": os.cpu_count(), "load_average": os.getloadavg(),
+                      "python": platform.python_version(),
                       "numpy": np.__version__}))
 
 
