@@ -42,6 +42,8 @@ from runtime_policy.tables import LAYOUTS, StepTimeModel, StepTimeTable, compile
 from runtime_policy.transitions import TransitionPlan, memory_fits, plan_transition
 
 _add = np.add.reduce  # NOTE: ndarray.sum() adds a Python wrapper (~1 µs) per call
+CHUNK_STEP = 1.03  # the prefill blend's chunk sizes, rounded to 3 % steps (cached rows)
+LOG_CHUNK_STEP = math.log(CHUNK_STEP)
 
 
 class Reason(enum.IntEnum):
@@ -162,7 +164,7 @@ class LayoutPolicy:
         self._knee = float(t.prefix_knee_tokens)
         self._page = int(t.page_tokens)
         self._row_cache: dict[int, list] = {}  # base_s rows by token count, as Python floats
-        self._chunk_cache: dict[tuple[int, int, float], list] = {}
+        self._chunk_cache: dict[tuple[int, int], list] = {}
         self._n_max = t.max_tokens
         self._dwell_steps = k.initial_dwell_steps
         self._mean_output = 0.0
@@ -204,14 +206,17 @@ class LayoutPolicy:
         out = self._steps
         net = self._net
         alpha, over = self._alpha, self._over
+        c1, c2, owner = self._c1_py, self._c2_py, self._owner
         for i in range(4):
-            g = frac if self._owner[i] else 1.0
+            g = frac if owner[i] else 1.0
             a, c = s1 * g, s2 * g
-            r, k1, k2 = rows[i], self._c1_py[i], self._c2_py[i]
-            t0 = r[0] + k1[0] * a + k2[0] * c
-            t1 = r[1] + k1[1] * a + k2[1] * c
-            t2 = r[2] + k1[2] * a + k2[2] * c
-            t3 = r[3] + k1[3] * a + k2[3] * c
+            r0, r1, r2, r3 = rows[i]
+            k10, k11, k12, k13 = c1[i]
+            k20, k21, k22, k23 = c2[i]
+            t0 = r0 + k10 * a + k20 * c
+            t1 = r1 + k11 * a + k21 * c
+            t2 = r2 + k12 * a + k22 * c
+            t3 = r3 + k13 * a + k23 * c
             mx = max(t0, t1, t2, t3)
             out[i] = over + mx + alpha * (t0 + t1 + t2 + t3 - mx)
             net[i] = t2
@@ -220,21 +225,20 @@ class LayoutPolicy:
             self._mix_chunk_steps(state, b, s1, s2, frac, frac_min, min(f, 1.0))
         return out
 
-    def _chunk_terms(self, chunk: int, own_p: int, prefix: float) -> list:
-        """Per layout, what its busiest rank's chunk adds per resource (prefill + prefix terms): the
-        whole chunk for TP/CP, `own_p` tokens of it for DP/DOP, at `prefix` cached tokens (cached)."""
-        key = (chunk, own_p, prefix)
+    def _chunk_rows(self, chunk: int, own_p: int) -> list:
+        """Per layout, the (prefill, prefix slope below the knee, above it) rows of the chunk its
+        busiest rank runs, flattened to 12 floats: the whole chunk for TP/CP, `own_p` tokens of it
+        for DP/DOP (cached)."""
+        key = (chunk, own_p)
         rows = self._chunk_cache.get(key)
         if rows is None:
             t = self.tables
-            lo = min(prefix, self._knee)
-            hi = prefix - lo
             rows = []
             for i in range(4):
                 p = own_p if self._owner[i] else chunk
-                pre, plo, phi = t.prefill_s[p, i].tolist(), t.prefix_lo_s[p, i].tolist(), t.prefix_hi_s[p, i].tolist()
-                rows.append(tuple(pre[x] + lo * plo[x] + hi * phi[x] for x in range(4)))
-            if len(self._chunk_cache) > 4096:
+                rows.append(tuple(t.prefill_s[p, i].tolist() + t.prefix_lo_s[p, i].tolist()
+                                  + t.prefix_hi_s[p, i].tolist()))
+            if len(self._chunk_cache) > 8192:
                 self._chunk_cache.clear()
             self._chunk_cache[key] = rows
         return rows
@@ -245,35 +249,41 @@ class LayoutPolicy:
         observed mean size and prefix. TP and CP spread a chunk over the ranks; the owner layouts
         run `prefill_owner_share` of it on one owner, so, as in the step model, their chunk step is
         the slower of the decode-busiest owner and that owner (taken as the lightest, where
-        admission puts new requests). Chunk sizes and the prefix are rounded to a page (they are
-        running means anyway) so their table rows can be cached."""
-        page = self._page
-        prefix = float(int(max(float(state.prefill_context_tokens), 0.0) / page + 0.5) * page)
-        chunk = min(max(int(state.prefill_tokens_per_step / f / page + 0.5) * page, 1), self._chunk)
-        own_p = min(max(int(chunk * min(max(state.prefill_owner_share, 0.0), 1.0) / page + 0.5) * page, 1), chunk)
+        admission puts new requests). NOTE: the chunk size is rounded to 3 % steps and the owner
+        share to 1/32 (both are running means) so their table rows can be cached."""
+        c = max(float(state.prefill_context_tokens), 0.0)
+        lo = min(c, self._knee)
+        hi = c - lo
+        size = state.prefill_tokens_per_step / f
+        chunk = min(max(int(CHUNK_STEP ** round(math.log(max(size, 1.0)) / LOG_CHUNK_STEP)), 1), self._chunk)
+        share = round(min(max(state.prefill_owner_share, 0.0), 1.0) * 32) / 32
+        own_p = min(max(int(chunk * share), 1), chunk)
         n = min(b + chunk, self._n_max)
         rows = self._row_cache.get(n)
         if rows is None:
             if len(self._row_cache) > 4096:
                 self._row_cache.clear()
             rows = self._row_cache[n] = self.tables.base_s[n].tolist()
-        crow = self._chunk_terms(chunk, own_p, prefix)
+        crow = self._chunk_rows(chunk, own_p)
         out = self._steps
         alpha, over = self._alpha, self._over
+        c1, c2, owner = self._c1_py, self._c2_py, self._owner
         g = 1.0 - f
         for i in range(4):
-            (r0, r1, r2, r3), (k10, k11, k12, k13), (k20, k21, k22, k23) = rows[i], self._c1_py[i], self._c2_py[i]
-            q0, q1, q2, q3 = crow[i]
-            if self._owner[i]:
+            r0, r1, r2, r3 = rows[i]
+            k10, k11, k12, k13 = c1[i]
+            k20, k21, k22, k23 = c2[i]
+            p0, p1, p2, p3, l0, l1, l2, l3, h0, h1, h2, h3 = crow[i]
+            if owner[i]:
                 a, cc = s1 * frac_min, s2 * frac_min  # the chunk's owner
             else:
                 a, cc = s1, s2
-            u0 = r0 + q0 + k10 * a + k20 * cc
-            u1 = r1 + q1 + k11 * a + k21 * cc
-            u2 = r2 + q2 + k12 * a + k22 * cc
-            u3 = r3 + q3 + k13 * a + k23 * cc
+            u0 = r0 + p0 + lo * l0 + hi * h0 + k10 * a + k20 * cc
+            u1 = r1 + p1 + lo * l1 + hi * h1 + k11 * a + k21 * cc
+            u2 = r2 + p2 + lo * l2 + hi * h2 + k12 * a + k22 * cc
+            u3 = r3 + p3 + lo * l3 + hi * h3 + k13 * a + k23 * cc
             mx = max(u0, u1, u2, u3)
-            if self._owner[i]:  # or the decode-busiest owner, without the chunk, if slower
+            if owner[i]:  # or the decode-busiest owner, without the chunk, if slower
                 a, cc = s1 * frac, s2 * frac
                 v0, v1, v2, v3 = r0 + k10 * a + k20 * cc, r1 + k11 * a + k21 * cc, r2 + k12 * a + k22 * cc, \
                     r3 + k13 * a + k23 * cc
@@ -320,14 +330,17 @@ class LayoutPolicy:
         fits_now = self._kv_bytes(cur, total, own) <= self._pool[cur]
         if blocked or not fits_now:
             roomy = []
+            ok, pool, owner, share = self._ok, self._pool, self._owner, self._share
+            h = 1.0 - self.knobs.kv_headroom_fraction
             for i in range(n):
-                if i == cur or not self._ok[i]:
+                if i == cur or not ok[i]:
                     continue
+                held = (own if owner[i] else total * share[i]) * bpt  # = self._kv_bytes(i, total, own)
                 if blocked:
-                    room = (self._kv_bytes(i, total + head, own_min + head) <= self._pool[i]
-                            and self._kv_bytes(i, total, own) <= self._pool[i])
+                    with_head = ((own_min + head) if owner[i] else (total + head) * share[i]) * bpt
+                    room = with_head <= pool[i] and held <= pool[i]
                 else:
-                    room = self._kv_bytes(i, total, own) <= self._pool[i] * (1.0 - self.knobs.kv_headroom_fraction)
+                    room = held <= pool[i] * h
                 if room:
                     roomy.append((steps[i], i))
             best, best_t = -1, math.inf
