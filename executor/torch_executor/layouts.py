@@ -42,7 +42,9 @@ class StepBatch:
     counts: list[int] | None = None  # DOP: requests per owner rank, length T
 
 
-def _kernel(q, pool_l, sb: StepBatch, dims: MLADims, kcfg: KernelConfig | None):
+def _kernel(q, pool_l, sb: StepBatch, dims: MLADims, kcfg: KernelConfig | dict | None):
+    if isinstance(kcfg, dict):  # per heads-per-program count: {heads: KernelConfig}
+        kcfg = kcfg.get(q.shape[1])
     return mla_decode(q, pool_l, sb.block_table, sb.local_lens, dims.softmax_scale, dims.kv_lora_rank,
                       sb.max_pages, kcfg)
 

@@ -7,13 +7,16 @@ written to the pages that hold it — both layouts' pages while a switch is copy
 layer the layout's attention and the FFN) and returns the final residual [B, D], identical
 on every rank. `switch_to()` starts a transition (transitions.py) that `step()` advances in
 the background and commits at the plan's boundary.
+A step is host bookkeeping (pages for the new token, one fill of fixed-shape inputs, one copy;
+step_inputs.py) followed by the device work, which on CUDA is one CUDA-graph replay
+(step_graph.py) captured once per layout state, batch and page capacity. The host never waits
+for the device, so it runs ahead and its bookkeeping hides behind earlier steps.
 What it does not do: sampling (inputs are synthetic embeddings of (request, position)),
 prefill (history is synthetic, written straight into pages), admission or preemption policy.
 """
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -23,22 +26,20 @@ from .kernels import KernelConfig
 from .kv_pages import (OutOfPages, PageTable, SlotAllocator, check_layout_kind, gather_logical_kv, holders,
                        pages_for, write_history)
 from .layers import ffn_partial, kv_latent, make_layer_weights, rms_norm, token_embeddings
-from .layouts import ATTENTION, LayoutState, StepBatch, heads_sharded, weight_slots_needed
-
-
-def to_device(values, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """Host list/array -> device tensor without a stream sync (pinned staging on CUDA)."""
-    t = torch.as_tensor(np.asarray(values), dtype=dtype)
-    if device.type == "cuda":
-        return t.pin_memory().to(device, non_blocking=True)
-    return t
+from .layouts import ATTENTION, LayoutState, heads_sharded, weight_slots_needed
+from .step_graph import StepExec
+from .step_inputs import StepInputs
 
 
 class RankRunner:
     """One rank of a T-rank MLA decode stack."""
 
     def __init__(self, dims: MLADims, groups: RankGroups, layout: str, num_slots: int,
-                 dtype: torch.dtype = torch.float32, seed: int = 0, kernel_config: KernelConfig | None = None):
+                 dtype: torch.dtype = torch.float32, seed: int = 0, kernel_config: KernelConfig | None = None,
+                 use_graphs: bool | None = None, headroom_pages: int | None = None):
+        """use_graphs: capture steps in CUDA graphs (default: on CUDA). headroom_pages: block-table
+        capacity beyond the longest local request when inputs are built (default 4 on CUDA, 1 on
+        CPU); a request outgrowing it makes the next step rebuild (and recapture)."""
         check_layout_kind(layout)
         dims.check_world_size(groups.world_size)
         self.dims, self.g, self.dtype, self.seed = dims, groups, dtype, seed
@@ -61,11 +62,16 @@ class RankRunner:
         self.head_bytes_full = sum(h.nbytes() for h in heads) * (t if heads_sharded(layout) else 1)
         self.state = LayoutState(layout, PageTable(layout, {}), heads, [])
         self.state.weight_slots = self.alloc.reserve(self.weight_slots_for(layout))
+        # NOTE: one reserved slot takes the padded writes of fixed-shape steps (and dry runs).
+        self.trash_token = self.alloc.reserve(1)[0] * dims.page_size
+        self.use_graphs = groups.is_cuda if use_graphs is None else use_graphs
+        self.headroom_pages = headroom_pages if headroom_pages is not None else (4 if groups.is_cuda else 1)
+        self.exec: StepExec | None = None
+        self.retired: list = []  # replaced execs/states kept until the next switch (in-flight replays)
         self.seq_lens: dict[int, int] = {}
         self.order: list[int] = []
         self.step_index = 0
         self.switch = None  # transitions.Transition while one is in flight
-        self._bt_cache: dict[tuple, tuple] = {}
         self.side_stream = torch.cuda.Stream(device=dev) if groups.is_cuda else None
 
     # ---- bookkeeping -------------------------------------------------------------------------
@@ -138,64 +144,53 @@ class RankRunner:
                     continue  # page kept by both layouts: one write
                 rows.append(i)
                 toks.append(tok)
-        dev = self.g.device
-        return to_device(rows, torch.int64, dev), to_device(toks, torch.int64, dev)
+        return rows, toks
 
-    def _step_batch(self, positions: torch.Tensor) -> StepBatch:
-        """Kernel inputs for the active layout."""
-        st, page, t, r = self.state, self.dims.page_size, self.g.world_size, self.g.rank
-        kind, table = st.kind, st.table
-        seq_after = {q: self.seq_lens[q] + 1 for q in self.order}
-        own_rows = perm = counts = None
-        if kind in ("tp", "cp"):
-            att = list(self.order)
-        elif kind == "dp":
-            idx = [i for i, q in enumerate(self.order) if table.owners[q] == r]
-            att = [self.order[i] for i in idx]
-            own_rows = to_device(idx, torch.int64, self.g.device)
-        else:
-            order_idx = sorted(range(len(self.order)), key=lambda i: (table.owners[self.order[i]], i))
-            counts = [0] * t
-            for q in self.order:
-                counts[table.owners[q]] += 1
-            start = sum(counts[:r])
-            att = [self.order[i] for i in order_idx[start:start + counts[r]]]
-            perm = to_device(order_idx, torch.int64, self.g.device)
-        key = (id(table), tuple(att))
-        cached = self._bt_cache.get(key)
-        if cached is None or cached[0] != table.version:
-            bt_np, maxp = table.block_table(att, page)
-            bt = to_device(bt_np, torch.int32, self.g.device)
-            self._bt_cache = {key: (table.version, bt, maxp)}
-        else:
-            _, bt, maxp = cached
-        lens = np.array([table.local_len(q, seq_after[q], page) for q in att], dtype=np.int32)
-        lens_t = to_device(lens, torch.int32, self.g.device)
-        return StepBatch(positions, bt, lens_t, maxp, own_rows, perm, counts)
+    def build_exec(self, state: LayoutState, extra_pages: int = 0) -> StepExec:
+        """Fixed-shape inputs (and, on CUDA, a captured graph) for `state` and the current batch.
 
-    # ---- the step ----------------------------------------------------------------------------
-    def step(self) -> torch.Tensor:
-        """One decode step of every running request. Returns the final residual [B, D]."""
-        if self.switch is not None:
-            self.switch.before_step(self)
-        dims, dev = self.dims, self.g.device
-        req_t = to_device(self.order, torch.int64, dev)
-        positions = to_device([self.seq_lens[q] for q in self.order], torch.int64, dev)  # [B]
-        rows, toks = self._prepare_writes()
-        sb = self._step_batch(positions)
-        x = token_embeddings(req_t, positions, dims.hidden_size, self.seed).to(self.dtype)  # [B, D]
-        attention = ATTENTION[self.state.kind]
+        extra_pages: growth to allow for beyond the headroom (a switch passes its copy steps).
+        """
+        page = self.dims.page_size
+        longest = max([state.table.row_len.get(q, 0) for q in self.order] + [1])
+        cap = longest + self.headroom_pages + extra_pages
+        inputs = StepInputs(state, self.order, self.g.rank, self.g.world_size, page, cap, self.trash_token,
+                            self.g.device)
+        ex = StepExec(inputs, self._forward, self.use_graphs)
+        ex.prepare(self.seq_lens)
+        return ex
+
+    def _forward(self, inp: StepInputs) -> torch.Tensor:
+        """Device work of one step on fixed-shape inputs. -> [B, D] final residual."""
+        dims, st = self.dims, inp.state
+        x = token_embeddings(inp.req, inp.pos, dims.hidden_size, self.seed).to(self.dtype)  # [B, D]
+        attention = ATTENTION[st.kind]
         flat = self.pool.view(dims.num_layers, -1, dims.latent_dim)  # [L, P*page, C+R]
         for layer in range(dims.num_layers):
             attn = self.replicated[layer]
             h = rms_norm(x, attn.attn_norm, dims.rms_eps)  # [B, D]
-            latent = kv_latent(h, attn, positions, dims)  # [B, C+R]
-            flat[layer].index_copy_(0, toks, latent.index_select(0, rows))
-            x = x + attention(h, attn, self.state.heads[layer], self.pool[layer], sb, dims, self.g,
+            latent = kv_latent(h, attn, inp.pos, dims)  # [B, C+R]
+            flat[layer].index_copy_(0, inp.wtoks, latent.index_select(0, inp.wrows))  # padding -> trash
+            x = x + attention(h, attn, st.heads[layer], self.pool[layer], inp.batch, dims, self.g,
                               self.kernel_config)
             f = ffn_partial(x, self.ffn[layer], dims)  # [B, D] partial over FFN columns
             dist.all_reduce(f, group=self.g.main)
             x = x + f
+        return x
+
+    # ---- the step ----------------------------------------------------------------------------
+    def step(self) -> torch.Tensor:
+        """One decode step of every running request. Returns the final residual [B, D] (on CUDA
+        with graphs, the graph's output buffer: clone it to keep it past the next step)."""
+        if self.switch is not None:
+            self.switch.before_step(self)
+        rows, toks = self._prepare_writes()
+        if self.exec is None or not self.exec.inputs.fits(self.state, self.order):
+            if self.exec is not None:
+                self.retired.append(self.exec)
+            self.exec = self.build_exec(self.state)
+        self.exec.inputs.upload(self.seq_lens, rows, toks)
+        x = self.exec.run()
         for q in self.order:
             self.seq_lens[q] += 1
         if self.switch is not None:

@@ -11,8 +11,12 @@ planned -> copying -> committed | aborted:
   can't); from here the new token of every step is written to both layouts' pages;
 - each step after the step's work: one chunk on a side stream over the side process group
   (pack the valid prefixes, batched send/recv, unpack), then a host agreement on failures;
-- commit at the plan's batch boundary: the main stream waits for the side stream, the layout
-  is swapped, the old layout's pages and weight slots are freed;
+- still in begin, the destination's fixed-shape step inputs are built and (on CUDA) its step
+  is captured as a CUDA graph, so nothing is built at the boundary;
+- commit at the plan's batch boundary: the main stream waits for the side stream and two
+  references are swapped (layout state, step executable); nothing is allocated, freed or
+  synchronized there. The old layout's pages and weight slots are freed after the commit
+  step's device work has been issued;
 - abort: destination pages and weights are dropped; the old layout was never written to
   except by its own steps, so every request's KV stays bit-identical.
 NOTE: the commit moves no data. A page's prefix that existed at plan time is immutable and is
@@ -193,8 +197,10 @@ class Transition:
     state: SwitchState = SwitchState.PLANNED
     reason: str | None = None
     new: LayoutState | None = None
+    new_exec: Any = None  # step_graph.StepExec of the destination, built during copying
     _failed: str | None = None
     _chunks_done: int = 0
+    _old: LayoutState | None = None  # the source layout until its pages are released
     timings: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -244,7 +250,15 @@ class Transition:
         if agree_any(self._failed is not None, runner.g):
             self.abort(runner, self._failed or "another rank could not prepare the destination")
             return
+        if runner.side_stream is not None and self.new.heads is not old.heads:
+            main = torch.cuda.current_stream(runner.g.device)
+            for h in self.new.heads:  # made on the side stream, read by the main stream after commit
+                for x in h.tensors():
+                    x.record_stream(main)
+        runner.retired.clear()  # execs replaced before this switch: their last replays are long done
         self.state = SwitchState.COPYING
+        # Tokens grow by one per step until the commit: room for them (and headroom) in the inputs.
+        self.new_exec = runner.build_exec(self.new, extra_pages=pages_for(plan.num_chunks + 2, runner.dims.page_size))
 
     def _side(self, runner):
         if runner.side_stream is None:
@@ -258,6 +272,8 @@ class Transition:
             self.commit(runner)
 
     def after_step(self, runner) -> None:
+        if self._old is not None:
+            self._release_old(runner)
         if self.state != SwitchState.COPYING:
             return
         k = runner.step_index - self.plan.start_step
@@ -307,22 +323,26 @@ class Transition:
 
     # ---- commit / abort ----------------------------------------------------------------------
     def commit(self, runner) -> None:
+        """The hand-off: a stream wait and two reference swaps (everything else was done before)."""
         if self.state != SwitchState.COPYING:
             raise RuntimeError(f"commit in state {self.state.value}")
-        old, new = runner.state, self.new
         if runner.side_stream is not None:
-            main = torch.cuda.current_stream(runner.g.device)
-            main.wait_stream(runner.side_stream)
-            if new.heads is not old.heads:
-                for h in new.heads:
-                    for x in h.tensors():
-                        x.record_stream(main)
-        runner.state = new
+            torch.cuda.current_stream(runner.g.device).wait_stream(runner.side_stream)
+        self._old = runner.state
+        if runner.exec is not None:
+            runner.retired.append(runner.exec)
+        runner.state, runner.exec = self.new, self.new_exec
+        self.state = SwitchState.COMMITTED
+
+    def _release_old(self, runner) -> None:
+        """Free the source layout's pages and weight slots (host bookkeeping after the commit step)."""
+        old, new = self._old, runner.state
         keep = set(new.table.slots())
         runner.alloc.release([s for s in old.table.slots() if s not in keep])
         if new.weight_slots is not old.weight_slots:
             runner.alloc.unreserve(old.weight_slots)
-        self.state = SwitchState.COMMITTED
+        runner.retired.append(old)  # its tensors may still be read by the last source replay
+        self._old = None
 
     def abort(self, runner, reason: str) -> None:
         if not self.in_flight:
@@ -336,5 +356,8 @@ class Transition:
             if new.weight_slots is not old.weight_slots:
                 runner.alloc.unreserve(new.weight_slots)
         self.new = None
+        if self.new_exec is not None:
+            runner.retired.append(self.new_exec)
+            self.new_exec = None
         self.state = SwitchState.ABORTED
         self.reason = reason
