@@ -45,7 +45,7 @@ def test_calibrated_yaml_keeps_datasheet_peaks(tmp_path):
 
 def test_committed_calibrated_yaml_matches_microbench():
     doc = json.load(open("calibration/data/h200_microbench.json"))
-    committed = planner.load_hardware("calibration/data/h200-calibrated.yaml")
+    committed = planner.load_hardware("h200-calibrated")  # shipped as a built-in
     assert committed.peak == planner.load_hardware("h200").peak
     assert committed.efficiency.flops == pytest.approx(doc["summary"]["bf16_flops_per_s"] / 989e12, abs=1e-4)
 

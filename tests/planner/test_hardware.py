@@ -7,10 +7,11 @@ from planner.errors import SpecError
 from tests.planner.factories import HW_YAML
 
 BUILTIN = ["h20", "h100", "h200", "b200", "gb200", "b300", "mi300x", "mi355x"]
+CALIBRATED = ["h200-calibrated"]  # datasheet peaks + efficiencies measured by floorfirst microbench
 
 
 def test_every_builtin_gpu_loads_with_sources():
-    assert sorted(planner.builtin_hardware_names()) == sorted(BUILTIN)
+    assert sorted(planner.builtin_hardware_names()) == sorted(BUILTIN + CALIBRATED)
     for name in BUILTIN:
         hw = planner.load_hardware(name)
         assert hw.peak.hbm_bytes > 0 and hw.peak.hbm_bandwidth_bytes_per_s > 0
@@ -28,6 +29,12 @@ def test_ridge_point_is_flops_over_bandwidth():
 def test_fp4_falls_back_to_fp8_on_hopper_and_is_native_on_blackwell():
     assert planner.load_hardware("h200").flops_per_s("fp4") == 1979e12
     assert planner.load_hardware("b200").flops_per_s("fp4") == 9000e12
+
+
+def test_calibrated_h200_keeps_the_datasheet_peaks():
+    cal, sheet = planner.load_hardware("h200-calibrated"), planner.load_hardware("h200")
+    assert cal.peak == sheet.peak  # floors are never modified by calibration
+    assert cal.efficiency != sheet.efficiency
 
 
 def test_h200_efficiency_defaults_are_the_measured_fractions():
