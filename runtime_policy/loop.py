@@ -146,6 +146,7 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
     first = np.full(n, np.nan)
     finish = np.full(n, np.nan)
     owner = np.zeros(n, dtype=np.int64)
+    queued = arr.copy()  # [n] when each request last joined the waiting queue (arrival, or preemption)
     owner_l = [0] * n
     pre_left = [0] * n
     preempt = np.zeros(n, dtype=np.int64)
@@ -171,7 +172,7 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
 
     def keyfn(ids):
         tok = ctxf[ids].astype(np.int64)
-        return ordering.keys(arr[ids], tok, tok - inp[ids], out[ids])
+        return ordering.keys(arr[ids], tok, tok - inp[ids], out[ids], queued[ids])
 
     needfn = ctxf.__getitem__
     layout = int(policy.initial_layout(inp[arr <= arr[0]].astype(np.float64)))
@@ -190,6 +191,20 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
     ema_steps = ema_tok = ema_tok_pfx = ema_own = 0.0
     zeros_run = np.zeros(max_run)
     zeros_run.setflags(write=False)
+    dyn_keys, lstats = ordering.dynamic_keys, ordering.stats
+    steps = decode_steps = 0
+    layout_s = [0.0] * len(LAYOUTS)
+    # per layout: KV tokens one rank can hold (owner layouts), or all ranks together (the others)
+    cap_l = [pools_l[i] / bpt if is_owner_l[i] else pools_l[i] / (bpt * share_l[i]) if share_l[i] > 0 else 0.0
+             for i in range(len(LAYOUTS))]
+
+    def kv_steps(layout: int, owner_count: list[int], owner_kv: list[float], total: float) -> int:
+        # = _kv_steps(...) with the per-layout capacity precomputed (the same float operations)
+        if is_owner_l[layout]:
+            cap = cap_l[layout]
+            room = [math.floor((cap - kv) / c) for kv, c in zip(owner_kv, owner_count) if c > 0]
+            return int(min(room)) if room else 1 << 30
+        return int(math.floor((cap_l[layout] - total) / sum(owner_count)))
 
     def release(i: int, ctx: float) -> None:
         okv[owner_l[i]] -= ctx + page
@@ -217,15 +232,15 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
             inflight = None
             state.steps_since_switch = 0
         b = dec.size
-        if not b and not prefill_q and not len(waiting):
+        if not b and not prefill_q and waiting.pos >= waiting.ids.size and not waiting.new:
             if inflight is not None:
                 t = max(t, ready_s)
             elif nxt < n:
                 t = max(t, arr_l[nxt])
             continue
-        if ordering.dynamic_keys and ordering.stats.version != stats_version:
-            stats_version = ordering.stats.version
-            waiting.dirty = waiting.dirty or len(waiting) > 0
+        if dyn_keys and lstats.version != stats_version:
+            stats_version = lstats.version
+            waiting.dirty = waiting.dirty or waiting.pos < waiting.ids.size or len(waiting.new) > 0
         if waiting.dirty:
             waiting.resort(keyfn, needfn)
         # ---- admission (in priority order, head-of-line) ------------------------------------
@@ -285,7 +300,7 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
         if lay_owner:
             state.free_kv_bytes = np.array([(cap - x) * bpt for x in okv])
         else:
-            state.free_kv_bytes = np.full(T, (cap / lay_share - total) * (bpt * lay_share))
+            state.free_kv_bytes = np.array([(cap / lay_share - total) * (bpt * lay_share)] * T)
         d = policy.decide(state)
         if d.switch and inflight is None and d.layout != layout and d.plan is not None:
             inflight, started_s = d, t
@@ -306,7 +321,7 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
             continue
         # ---- KV wall: preempt until the decoders can take one more step ---------------------
         if b:
-            k_kv = _kv_steps(layout, dec_cnt, okv, total, tables)
+            k_kv = kv_steps(layout, dec_cnt, okv, total)
             if k_kv < 1:
                 ctxf[dec] = dec_ctx  # write back: the victims' contexts are read below
                 decoding = dec.tolist()
@@ -324,12 +339,13 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
                         (decoding if status[v] == DECODE else prefill_q).remove(v)
                         release(v, float(ctxf[v]))
                         status[v] = WAITING
+                        queued[v] = t
                         preempt[v] += 1
                         waiting.push(v)
                     b = len(decoding)
                     dec_cnt = np.bincount(owner[decoding], minlength=T).tolist() if b else dec_cnt
                     total = sum(okv)
-                    k_kv = _kv_steps(layout, dec_cnt, okv, total, tables) if b else 1 << 30
+                    k_kv = kv_steps(layout, dec_cnt, okv, total) if b else 1 << 30
                 dec = np.array(decoding, dtype=np.int64)
                 dec_ctx, dec_own = ctxf[dec], owner[dec]
                 dec_fin = endf[dec] - dec_ctx + dsteps
@@ -387,9 +403,10 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
         t += run_s
         est_step_s = float(dur[-1])
         ordering.tpot_s = est_step_s
-        res.steps += k
-        res.decode_steps += k if b else 0
-        res.layout_time_s[LAYOUTS[layout]] += run_s
+        steps += k
+        if b:
+            decode_steps += k
+        layout_s[layout] += run_s
         state.steps_since_switch += k
         if b:
             fk = float(k)
@@ -451,6 +468,9 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
         tl_kv.append(float(used / pools_l[layout]) if pools_l[layout] > 0 else 1.0)
         if progress is not None:
             progress(ended, n)
+    res.steps, res.decode_steps = steps, decode_steps
+    for i, name in enumerate(LAYOUTS):
+        res.layout_time_s[name] += layout_s[i]
     return res
 
 
@@ -510,17 +530,3 @@ def _fits_somewhere(need_bytes: float, policy, tables: StepTimeTable, watermark:
         if per_rank <= float(info.kv_pool_bytes[i]) * watermark:
             return True
     return False
-
-
-def _kv_steps(layout: int, owner_count: list[int], owner_kv: list[float], total: float,
-              tables: StepTimeTable) -> int:
-    """Decode steps the current decoders (`owner_count[r]` of them owned by rank r, which owns
-    `owner_kv[r]` KV tokens) can take before the KV pool is full."""
-    info, bpt = tables.info, tables.kv_bytes_per_token
-    pool = float(info.kv_pool_bytes[layout])
-    if info.is_owner[layout]:
-        cap = pool / bpt
-        steps = [math.floor((cap - kv) / c) for kv, c in zip(owner_kv, owner_count) if c > 0]
-        return int(min(steps)) if steps else 1 << 30
-    free = pool / (bpt * float(info.kv_total_share[layout])) - total
-    return int(math.floor(free / sum(owner_count)))

@@ -6,13 +6,20 @@ when KV runs short.
   server has); preempt the longest remaining.
 - `boost`: prediction-free soft priority. Key (smaller = sooner), in seconds:
 
-      key = arrival_s + β · E_i,   E_i = prefill_s(tokens to prefill) + tpot_s · E[remaining | attained]
+      key = queued_s + β · E_i,   E_i = prefill_s(tokens to prefill) + tpot_s · E[remaining | attained]
 
   where E[remaining | attained a] is the mean residual life of the *observed* distribution of
   completed output lengths (a sliding window of the last `window` completions) — no
   per-request prediction. β (`boost`) is the one knob: 0 is FCFS; large β is shortest-expected-
   first; in between a request's wait offsets its expected cost one second for 1/β seconds, so
-  nothing starves. Preemption is cache-aware: the victim maximises key − recompute_s, where a
+  nothing starves. `queued_s` is when the request last joined the queue: its arrival, or for a
+  preempted request the time it was preempted. NOTE: the wait that ages a request counts from when
+  it was last served, so a request that has never produced a token keeps the wait since its
+  arrival — its first token (TTFT) is still owed — while a preempted one, whose first token is
+  out, starts waiting again. Aged from arrival instead, a preempted request (same arrival, shorter
+  mean residual output once it has attained some) was re-admitted ahead of fresh requests when all
+  arrive together, and fresh requests waited for their first token (shrinking batch on TP:
+  P99 TTFT +91–188 % vs oracle SRPT). Preemption is cache-aware: the victim maximises key − recompute_s, where a
   running request's key is arrival_s + β · tpot_s · E[remaining | attained] (its prefill is done)
   and recompute_s the prefill of its whole context (which preemption throws away): the
   lowest-priority request that is cheapest to recompute.
@@ -103,13 +110,15 @@ class Ordering:
         rem = self.stats.expected_remaining(generated, self.default_output_tokens)
         return prefill_tokens * self.prefill_s_per_token + self.tpot_s * rem
 
-    def keys(self, arrival_s, prefill_tokens, generated, output_tokens) -> np.ndarray:
-        """Admission keys (smaller first) of waiting requests, arrays [W]."""
+    def keys(self, arrival_s, prefill_tokens, generated, output_tokens, queued_s=None) -> np.ndarray:
+        """Admission keys (smaller first) of waiting requests, arrays [W]; `queued_s` [W]: when each
+        last joined the queue (None: its arrival); only boost reads it."""
         if self.name == "fcfs":
             return np.asarray(arrival_s, dtype=np.float64)
         if self.name == "srpt-oracle":
             return (output_tokens - generated).astype(np.float64)
-        return arrival_s + self.boost * self._expected_cost_s(prefill_tokens, generated)
+        since = arrival_s if queued_s is None else queued_s
+        return since + self.boost * self._expected_cost_s(prefill_tokens, generated)
 
     def victim(self, arrival_s, context_tokens, generated, output_tokens) -> int:
         """Index (into the given arrays [R]) of the running request to preempt."""

@@ -169,6 +169,8 @@ class LayoutPolicy:
         self._dwell_steps = k.initial_dwell_steps
         self._mean_output = 0.0
         self._completed = 0
+        self._max_batch = k.max_batch
+        self._headroom_keep = 1.0 - k.kv_headroom_fraction
 
     # ---- running statistics (prediction-free dwell) ------------------------------------------
     def observe_completion(self, output_tokens: float) -> None:
@@ -184,6 +186,10 @@ class LayoutPolicy:
 
         NOTE: plain Python floats over precompiled nested lists: for 4 layouts × 4 resources this
         is several times faster than numpy calls on [4, 4] arrays (each costs ~1 µs to dispatch)."""
+        return self._step_times(state, state.owner_kv_tokens.tolist() if state.context_tokens.shape[0] else None)
+
+    def _step_times(self, state: PolicyState, okv: list | None) -> list[float]:
+        """`step_times_s` with the per-rank KV tokens as a list (None when the batch is empty)."""
         ctx = state.context_tokens
         b = ctx.shape[0]
         if b:
@@ -196,7 +202,6 @@ class LayoutPolicy:
                     s1 = float(_add(np.minimum(ctx, self._topk, out=buf)))
                 else:
                     s1 = s2
-            okv = state.owner_kv_tokens.tolist()
             own = max(okv)
             frac = min(own / s2, 1.0) if s2 > 0 else 0.0
             frac_min = min(min(okv) / s2, 1.0) if s2 > 0 else 0.0
@@ -312,8 +317,8 @@ class LayoutPolicy:
         w = state.waiting_tokens.shape[0]
         if b == 0 and w == 0:
             return stay[Reason.STAY_IDLE]
-        steps = self.step_times_s(state)
         okv = state.owner_kv_tokens.tolist()
+        steps = self._step_times(state, okv)
         total = sum(okv)
         own = max(okv)
         own_min = min(okv)
@@ -322,12 +327,13 @@ class LayoutPolicy:
         # admission of the queue's head, per layout
         blocked = False
         head = 0.0
-        if w and state.running < self.knobs.max_batch:
+        if w and state.running < self._max_batch:
             head = float(state.waiting_tokens[0]) + self.tables.page_tokens
             fr = state.free_kv_bytes.tolist()
             need = head * bpt
             blocked = (max(fr) < need) if self._owner[cur] else (min(fr) < need * self._share[cur])
-        fits_now = self._kv_bytes(cur, total, own) <= self._pool[cur]
+        pool, owner, share = self._pool, self._owner, self._share
+        fits_now = (own if owner[cur] else total * share[cur]) * bpt <= pool[cur]  # = self._kv_bytes(cur, ...)
         if blocked or not fits_now:
             roomy = []
             ok, pool, owner, share = self._ok, self._pool, self._owner, self._share
@@ -361,12 +367,13 @@ class LayoutPolicy:
         # throughput
         head_admits_cur = w > 0 and not blocked
         best, best_t = cur, steps[cur]
+        ok, h = self._ok, self._headroom_keep
         for i in range(n):
-            if i == cur or not self._ok[i] or steps[i] >= best_t:
+            if i == cur or not ok[i] or steps[i] >= best_t:
                 continue
-            if self._kv_bytes(i, total, own) > self._pool[i] * (1.0 - self.knobs.kv_headroom_fraction):
+            if (own if owner[i] else total * share[i]) * bpt > pool[i] * h:  # = self._kv_bytes(i, total, own)
                 continue
-            if head_admits_cur and self._kv_bytes(i, total + head, own_min + head) > self._pool[i]:
+            if head_admits_cur and ((own_min + head) if owner[i] else (total + head) * share[i]) * bpt > pool[i]:
                 continue  # would stop admitting what the current layout admits
             best, best_t = i, steps[i]
         if best == cur:

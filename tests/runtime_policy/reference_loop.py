@@ -74,7 +74,8 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
                       timeline={"t_s": [], "layout": [], "batch": [], "kv_used_fraction": []})
     ordering.prefill_s_per_token = float(tables.step_s(0, 0, np.array([config.prefill_chunk_tokens]), np.zeros(1),
                                                        np.zeros(1))[0]) / config.prefill_chunk_tokens
-    keyfn = lambda ids: ordering.keys(arr[ids], inp[ids] + gen[ids], gen[ids], out[ids])  # noqa: E731
+    queued = arr.copy()
+    keyfn = lambda ids: ordering.keys(arr[ids], inp[ids] + gen[ids], gen[ids], out[ids], queued[ids])  # noqa: E731
     needfn = lambda ids: (inp[ids] + gen[ids]).astype(np.float64)  # noqa: E731
     layout = int(policy.initial_layout(inp[arr <= arr[0]].astype(np.float64)))
     state = PolicyState(np.zeros(0), owner_kv, np.zeros(T), np.zeros(0), layout)
@@ -206,6 +207,7 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
                     (decoding if status[v] == DECODE else prefill_q).remove(v)
                     release(v)
                     status[v] = WAITING
+                    queued[v] = t
                     preempt[v] += 1
                     waiting.push(v)
                 dec = np.asarray(decoding, dtype=np.int64)

@@ -47,3 +47,21 @@ def test_baselines():
     assert Ordering("fcfs").victim(arr, ctx, gen, out) == 2
     assert Ordering("srpt-oracle").victim(arr, ctx, gen, out) == 1
     assert list(np.argsort(Ordering("srpt-oracle").keys(arr, ctx, gen, out))) == [2, 0, 1]
+
+
+def test_boost_ages_a_preempted_request_from_its_preemption():
+    """All arrive at t = 0; one was preempted at 40 s after 450 tokens. Completions so far are
+    100..600 tokens, so its expected remainder is 550 − 450 = 100 tokens (2.0 s + 0.02 s prefill)
+    against a fresh request's 350 (7.0 s + 0.01 s): aged from arrival it would go first; aged from
+    when it re-queued (40 + 2.0 > 0 + 7.0), the fresh request, whose first token is still owed,
+    goes first. FCFS and the oracle ignore `queued_s`."""
+    o = Ordering("boost", 1.0)
+    for x in (100, 200, 300, 400, 500, 600):
+        o.stats.add(float(x))
+    o.tpot_s, o.prefill_s_per_token = 0.02, 2e-5
+    arr, tok, gen, out = np.array([0.0, 0.0]), np.array([500, 950]), np.array([0, 450]), np.array([3000, 3000])
+    queued = np.array([0.0, 40.0])
+    assert np.argmin(o.keys(arr, tok, gen, out)) == 1
+    assert np.argmin(o.keys(arr, tok, gen, out, queued)) == 0
+    for name in ("fcfs", "srpt-oracle"):
+        assert np.array_equal(Ordering(name).keys(arr, tok, gen, out, queued), Ordering(name).keys(arr, tok, gen, out))
