@@ -12,7 +12,7 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from cli.common import (DEFAULTS, CalibrationOpt, GpusOpt, HardwareOpt, JsonOpt, KvDtypeOpt, MemFractionOpt, ModelOpt,
+from cli.common import (DEFAULTS, GpusOpt, HardwareOpt, JsonOpt, KvDtypeOpt, MemFractionOpt, ModelOpt,
                         MoeOpt, PlotOpt, ReplicasOpt, console, deployment, emit_json, load_specs)
 from planner.errors import SpecError
 
@@ -71,7 +71,8 @@ def simulate_cmd(
     seed: Annotated[int, typer.Option("--seed", help="Seed of the workload and of the step-time noise.")] = 0,
     policy: Annotated[PolicyChoice, typer.Option("--policy", help="A fixed attention layout, or dynamic switching.")] = PolicyChoice.dynamic,
     order: Annotated[OrderChoice, typer.Option("--order", help="Request ordering.")] = OrderChoice.fcfs,
-    calibration: CalibrationOpt = None, json_out: JsonOpt = False, plot: PlotOpt = None,
+    calibration: Annotated[Optional[str], typer.Option("--calibration", help="A calibration artifact (floorfirst calibrate): step times from the fitted model instead of the datasheet floors.")] = None,
+    json_out: JsonOpt = False, plot: PlotOpt = None,
     moe: MoeOpt = None, replicas: ReplicasOpt = 1, kv_dtype: KvDtypeOpt = None,
     mem_fraction: MemFractionOpt = DEFAULTS["mem_fraction"],
     rate: Annotated[Optional[float], typer.Option("--rate", help="Mean arrival rate of chat/bursty/longprompt, requests/s.")] = None,
