@@ -142,6 +142,10 @@ def from_csv(path: str | Path) -> Workload:
 
 def make_workload(name: str, n: int, seed: int = 0, rate_per_s: float | None = None) -> Workload:
     """A built-in workload by name, or a trace CSV by path."""
+    if isinstance(seed, bool) or int(seed) != seed or seed < 0:
+        raise SpecError(f"seed={seed} must be a whole number ≥ 0")
+    if rate_per_s is not None and not (np.isfinite(rate_per_s) and rate_per_s > 0):
+        raise SpecError(f"rate={rate_per_s} must be a positive number of requests per second")
     if name == "chat":
         return chat(n, seed, rate_per_s or CHAT_RATE_PER_S)
     if name == "bursty":

@@ -52,3 +52,11 @@ def test_bad_csv_row_names_line(capsys, tmp_path):
     p.write_text("arrival_s,input_tokens,output_tokens\n0,10,5\n1,abc,5\n")
     code, _, err = run(capsys, "simulate", "--workload", str(p), "-n", "5")
     assert code == 2 and "line 3" in err
+
+
+@pytest.mark.parametrize("args", [["--seed", "-1"], ["--rate", "0"], ["--rate", "nan"]])
+def test_bad_seed_or_rate_is_one_line_and_exit_2(capsys, args):
+    with pytest.raises(SystemExit) as exc:
+        main(["simulate", "--requests", "5", *args])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.startswith("floorfirst: error: ") and err.count("\n") == 1, err
