@@ -91,7 +91,13 @@ def calibrate(
     prof, costs = _load(profile, sets)
     mb, mb_src = _read_microbench(microbench)
     with _progress("fitting", 1) as advance:
-        cal = fit_calibration(costs, prof.sources, mb, mb_src, loss=loss)
+        try:
+            cal = fit_calibration(costs, prof.sources, mb, mb_src, loss=loss)
+        except SpecError as exc:
+            # the loader's rejections (bad fields) are not in the cost stage's list: name the first
+            if prof.issues and "first rejection" not in str(exc):
+                raise SpecError(f"{exc} (first rejection: {prof.issues[0]})") from None
+            raise
         advance()
     save_calibration(cal, out)
     issues = [str(i) for i in prof.issues + costs.issues]
