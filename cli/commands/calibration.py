@@ -27,8 +27,10 @@ def _progress(label: str, total: int):
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+    err = Console(stderr=True)
+    # NOTE: only on a terminal: piped stderr would get the bar's final newline before any error line
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TimeElapsedColumn(), console=Console(stderr=True), transient=True) as prog:
+                  TimeElapsedColumn(), console=err, transient=True, disable=not err.is_terminal) as prog:
         task = prog.add_task(label, total=total)
 
         def advance(desc: str | None = None):
