@@ -144,3 +144,13 @@ def test_triton_kernel_matches_fp32_reference_bf16():
         ro, rl = mla_decode_torch(q.float(), pool.float(), bt, lt, scale, 512)
         assert float((o.float() - ro).norm() / ro.norm()) < 1e-2
         assert float((lse - rl).abs().max()) < 2e-2 * math.log(max(lens))
+
+
+@pytest.mark.parametrize("card, heads, v_dim", [("deepseek-v3.2", 128, 128), ("glm-5", 64, 256), ("kimi-k2", 64, 128)])
+def test_dims_come_from_the_planners_real_model_cards(card, heads, v_dim):
+    import planner
+
+    d = MLADims.from_model_spec(planner.load_model(card))
+    assert (d.num_heads, d.v_head_dim, d.kv_lora_rank, d.qk_rope_head_dim) == (heads, v_dim, 512, 64)
+    with pytest.raises(ValueError, match="not MLA"):
+        MLADims.from_model_spec(planner.load_model("llama-3.1-70b"))
