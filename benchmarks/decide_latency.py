@@ -22,6 +22,7 @@ from collections import Counter
 import numpy as np
 
 import planner
+from conditions import cpu_name
 from executor.sim import SimExecutor
 from runtime_policy.loop import LoopConfig, serve
 from runtime_policy.ordering import Ordering
@@ -50,12 +51,6 @@ def record_states(pol: LayoutPolicy, workload) -> list[PolicyState]:
 
 PASSES = 5
 
-
-def _cpu() -> str:
-    try:
-        return next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor() or platform.machine()
 
 
 def main() -> None:
@@ -99,7 +94,7 @@ def main() -> None:
                       "batch_max": int(batch.max()), "batch_median": float(np.median(batch)), "reasons": dict(reasons),
                       "deployment": "deepseek-v3.2 on 8 x h200 (datasheet floor midpoint tables)",
                       "states_with_prefill_statistics": int(with_prefill),
-                      "cpu": _cpu(), "cpus": os.cpu_count(), "load_average": os.getloadavg(),
+                      "cpu": cpu_name(), "cpus": os.cpu_count(), "load_average": os.getloadavg(),
                       "python": platform.python_version(),
                       "numpy": np.__version__}))
 

@@ -31,12 +31,12 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import subprocess
 from collections import Counter
 
 import numpy as np
 
 import planner
+from conditions import git_commit
 from executor.oracle import RecordingExecutor, per_step_best
 from executor.sim import SimExecutor
 from runtime_policy.loop import LoopConfig, serve
@@ -150,7 +150,7 @@ def main() -> None:
                           "target": target,
                           "target_met": None if target is None else bool(c["dynamic_over_best_fixed"] >= target)})
                 out.append(c)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    commit = git_commit()
     print(json.dumps({"benchmark": "layout_dynamic", "order": "fcfs", "policy_knobs": PolicyKnobs().__dict__,
                       "loop_config": LoopConfig().__dict__, "results": out, "git_commit": commit,
                       "python": platform.python_version(), "numpy": np.__version__}, default=list))

@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import json
 import platform
-import subprocess
 
 import numpy as np
 
 import planner
+from conditions import git_commit
 from executor.sim import simulate
 from runtime_policy.loop import LoopConfig
 from runtime_policy.ordering import DEFAULT_BOOST, ORDERS
@@ -87,7 +87,7 @@ def main() -> None:
                             "target_met": bool(met_ttlt and met_ttft)})
     met = sum(r["target_met"] for r in out)
     print(f"\ntarget (P99 TTLT and TTFT at or below the oracle's, β = {DEFAULT_BOOST}) met in {met} of {len(out)} cases")
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    commit = git_commit()
     print(json.dumps({"benchmark": "ordering", "boost": DEFAULT_BOOST, "betas_swept": list(BETAS),
                       "step_time_model": "datasheet_floor_midpoint", "results": out, "cases_target_met": met,
                       "cases": len(out), "git_commit": commit, "python": platform.python_version(),

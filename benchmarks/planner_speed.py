@@ -21,16 +21,7 @@ import time
 import numpy as np
 
 import planner
-
-
-def cpu_name() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
+from conditions import cpu_name
 
 
 def sweep_points_per_s(points: int, repeats: int) -> dict:

@@ -20,12 +20,12 @@ from __future__ import annotations
 import json
 import os
 import platform
-import subprocess
 import time
 
 import numpy as np
 
 import planner
+from conditions import cpu_name, git_commit
 from executor.sim import SimExecutor
 from runtime_policy.loop import LoopConfig, serve
 from runtime_policy.ordering import Ordering
@@ -34,16 +34,6 @@ from runtime_policy.workloads import make_workload
 
 WORKLOADS = ("shrinking", "chat", "bursty")
 REQUESTS, REPEATS, TARGET = 2000, 3, 100_000
-
-
-def cpu_model() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def main() -> None:
@@ -76,14 +66,14 @@ def main() -> None:
               f"{r['end_to_end_steps_per_s']:>13.0f} {r['simulated_s']:>11.1f}")
     print(f"table compile (once per deployment): {compile_s * 1e3:.0f} ms; target ≥ {TARGET} steps/s per workload: "
           + ", ".join(f"{r['workload']} {'met' if r['target_met'] else 'NOT met'}" for r in rows))
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    commit = git_commit()
     print(json.dumps({"benchmark": "simulator_speed", "steps_per_s": min(r["steps_per_s"] for r in rows),
                       "steps_per_s_by_workload": {r["workload"]: r["steps_per_s"] for r in rows},
                       "target_steps_per_s": TARGET, "target_met_every_workload": all(r["target_met"] for r in rows),
                       "compile_s": compile_s, "rows": rows,
                       "deployment": "deepseek-v3.2 on 8 x h200, policy dynamic, order fcfs, datasheet step model",
                       "timing": f"serve() only, best of {REPEATS}; compile timed apart",
-                      "cpu": cpu_model(), "cpus": os.cpu_count(), "load_average_before": load_before,
+                      "cpu": cpu_name(), "cpus": os.cpu_count(), "load_average_before": load_before,
                       "python": platform.python_version(), "numpy": np.__version__, "git_commit": commit}))
 
 

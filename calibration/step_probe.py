@@ -32,6 +32,8 @@ from dataclasses import asdict, dataclass
 from datetime import timedelta
 from pathlib import Path
 
+from calibration.microbench.kernels import time_samples
+
 PROBE_MODEL = "calibration/data/probe-mla-dense-4l.json"
 DEFAULT_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 DEFAULT_CONTEXTS = (256, 1024, 4096, 16384, 32768)
@@ -92,16 +94,18 @@ def _rms(x, eps=1e-6):
     return x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps).to(x.dtype)
 
 
-def make_step(dims: ProbeDims, layout: str, world: int, batch: int, context: int, device, dtype, pool, group=None):
+def make_step(dims: ProbeDims, layout: str, world: int, batch: int, context: int, device, dtype, pool, group=None,
+              weights=None):
     """Build the step closure for one operating point. `pool` is a flat KV buffer reused across
-    points (random data), sliced per layer into [n, context, 576]."""
+    points (random data), sliced per layer into [n, context, 576]; `weights` is the layout's
+    `_weights(...)`, built here when not given (a sweep builds it once per layout)."""
     import torch
     import torch.nn.functional as F
 
     dist = None
     if world > 1:
         import torch.distributed as dist
-    layers, head, heads_r = _weights_cached(dims, layout, world, device, dtype)
+    layers, head, heads_r = weights if weights is not None else _weights(dims, layout, world, device, dtype)
     n_attn = batch if layout == "tp" else math.ceil(batch / world)  # requests this rank attends for
     width = dims.kv_lora + dims.rope
     per_layer = n_attn * context * width
@@ -154,31 +158,12 @@ def make_step(dims: ProbeDims, layout: str, world: int, batch: int, context: int
     return step
 
 
-_WEIGHT_CACHE: dict = {}
-
-
-def _weights_cached(dims, layout, world, device, dtype):
-    # NOTE: one set of weights per layout lives at a time; a sweep changes layout rarely.
-    key = (dims, layout, world, str(device), str(dtype))
-    if key not in _WEIGHT_CACHE:
-        _WEIGHT_CACHE.clear()
-        _WEIGHT_CACHE[key] = _weights(dims, layout, world, device, dtype)
-    return _WEIGHT_CACHE[key]
-
-
 def time_step(step, device, warmup: int = 2, reps: int = 8, use_graph: bool = True) -> tuple[list[float], bool]:
     """Seconds per step for `reps` replays (CUDA graph where possible), and whether a graph ran."""
     import torch
 
     if device.type != "cuda":
-        for _ in range(warmup):
-            step()
-        out = []
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            step()
-            out.append(time.perf_counter() - t0)
-        return out, False
+        return time_samples(step, device, warmup, reps), False
     for _ in range(warmup):
         step()
     torch.cuda.synchronize(device)
@@ -199,15 +184,7 @@ def time_step(step, device, warmup: int = 2, reps: int = 8, use_graph: bool = Tr
         except Exception as exc:  # a capture failure falls back to eager; the row records it
             sys.stderr.write(f"step_probe: graph capture failed ({exc.__class__.__name__}: {exc}); eager\n")
             torch.cuda.synchronize(device)
-    out = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        out.append(a.elapsed_time(b) / 1e3)
-    return out, graphed
+    return time_samples(fn, device, 0, reps), graphed
 
 
 def sweep(rank: int, world: int, layout: str, dims: ProbeDims, batches, contexts, device, dtype, pool,
@@ -217,12 +194,13 @@ def sweep(rank: int, world: int, layout: str, dims: ProbeDims, batches, contexts
     import torch
 
     rows = []
+    weights = _weights(dims, layout, world, device, dtype)  # one set per layout, shared by its points
     for batch in batches:
         for context in contexts:
             n_attn = batch if layout == "tp" else math.ceil(batch / world)
             if n_attn * context > max_tokens_per_rank:
                 continue
-            step = make_step(dims, layout, world, batch, context, device, dtype, pool, group)
+            step = make_step(dims, layout, world, batch, context, device, dtype, pool, group, weights)
             times, graphed = time_step(step, device, reps=reps, use_graph=use_graph)
             del step
             if device.type == "cuda":
@@ -262,7 +240,6 @@ def _worker(rank: int, world: int, cfg: dict, out_path: str) -> None:
     for layout in cfg["layouts"]:
         sweep(rank, world, layout, dims, cfg["batches"], cfg["contexts"], device, dtype, pool, cfg["hardware"],
               cfg["model"], group, cfg["use_graph"], cfg["reps"], cfg["pool_tokens"], out_path)
-        _WEIGHT_CACHE.clear()
     if world > 1:
         dist.barrier()
         dist.destroy_process_group()

@@ -91,13 +91,18 @@ def _attention_weight_params(m, in_frac: float, out_frac: float) -> dict[str, fl
     return params
 
 
+def _attention_fractions(dep: Deployment) -> tuple[float, float]:
+    """Share of the input-side attention weights and of the per-head output path one rank holds
+    (and reads each step), from the layout's sharding."""
+    lay, t = dep.attention_layout, dep.ranks
+    return (1.0 / t if lay.weights_sharded else 1.0), (1.0 / t if lay.output_sharded else 1.0)
+
+
 def weights_resident_bytes(dep: Deployment) -> dict[str, float]:
     """Weight bytes resident on one rank, by component."""
     m, t, wb = dep.model, dep.ranks, dep.weight_bytes_per_param
     lay = dep.attention_layout
-    in_frac = 1.0 / t if lay.weights_sharded else 1.0
-    out_frac = 1.0 / t if lay.output_sharded else 1.0
-    out = {f"{k}_weights": v * wb for k, v in _attention_weight_params(m, in_frac, out_frac).items()}
+    out = {f"{k}_weights": v * wb for k, v in _attention_weight_params(m, *_attention_fractions(dep)).items()}
     out.update({f"{k}_weights": v * wb for k, v in m.mlp.rank_resident_params(t, dep.moe).items()})
     emb = m.embedding_params / t if lay.head_sharded else m.embedding_params
     out["embedding_weights"] = emb * HEAD_BYTES_PER_PARAM
@@ -117,7 +122,8 @@ def _rank_work(dep: Deployment, g: DecodeLoad, share: AttentionShare, group_toke
     m, t, lay = dep.model, dep.ranks, dep.attention_layout
     L = float(m.num_layers)
     wb = dep.weight_bytes_per_param
-    att_params = _attention_weight_params(m, share.weight_fraction, share.output_weight_fraction)
+    in_frac, out_frac = _attention_fractions(dep)
+    att_params = _attention_weight_params(m, in_frac, out_frac)
     hbm: dict[str, np.ndarray] = {}
     for k, v in att_params.items():
         hbm[f"{k}_weights"] = np.full(points, v * wb)
@@ -130,7 +136,7 @@ def _rank_work(dep: Deployment, g: DecodeLoad, share: AttentionShare, group_toke
     hbm["kv_write"] = share.kv_write_bytes * L
 
     flops: dict[str, np.ndarray] = {}
-    in_params = _attention_weight_params(m, share.weight_fraction, 0.0)
+    in_params = _attention_weight_params(m, in_frac, 0.0)
     out_params = {k: v - in_params[k] for k, v in att_params.items()}
     out_tokens = share.projected_tokens if share.output_projected_tokens is None else share.output_projected_tokens
     for k in att_params:
@@ -189,7 +195,7 @@ def step_cost(dep: Deployment, load: DecodeLoad, prefill_tokens=0.0, pricing: Pr
     if not (np.all(np.isfinite(pre)) and np.all(pre >= 0) and np.all(np.isfinite(pre_ctx)) and np.all(pre_ctx >= 0)):
         raise SpecError("prefill tokens and prefill context must be finite and ≥ 0")
     inp = ShareInputs(m, dep.ranks, g, pre, dep.kv_dtype, dep.page_tokens, pre_ctx)
-    group_tokens = g.batch + pre
+    group_tokens = inp.step_tokens
     net_b, net_m = _network(dep, inp, g, pts)
     zeros = np.zeros(pts)
     net_total = sum(net_b.values()) if net_b else zeros
@@ -199,16 +205,16 @@ def step_cost(dep: Deployment, load: DecodeLoad, prefill_tokens=0.0, pricing: Pr
     for share in dep.attention_layout.candidate_shares(inp):
         hbm, flops, by_dtype, kv_res = _rank_work(dep, g, share, group_tokens, pts)
         times = price(sum(hbm.values()), by_dtype, net_total, msg_total, pricing)
-        cand = (times.floor_max_s, hbm, flops, by_dtype, kv_res)
+        cand = (times, hbm, flops, by_dtype, kv_res)
         if best is None:
             best = cand
             continue
-        keep = best[0] >= cand[0]
-        best = (np.maximum(best[0], cand[0]), _select(keep, best[1], cand[1]), _select(keep, best[2], cand[2]),
+        keep = best[0].floor_max_s >= times.floor_max_s
+        picked = ResourceTimes(*(np.where(keep, x, y) for x, y in zip(best[0].stacked(), times.stacked())))
+        best = (picked, _select(keep, best[1], cand[1]), _select(keep, best[2], cand[2]),
                 _select(keep, best[3], cand[3]), np.where(keep, best[4], cand[4]))
-    _, hbm, flops, by_dtype, kv_res = best
+    times, hbm, flops, by_dtype, kv_res = best
     hbm_total = sum(hbm.values())
-    times = price(hbm_total, by_dtype, net_total, msg_total, pricing)
     return StepCost(
         batch=load.batch,
         mean_context=load.mean_context,

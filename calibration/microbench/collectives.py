@@ -20,38 +20,15 @@ import statistics
 from datetime import timedelta
 from pathlib import Path
 
+from calibration.microbench.kernels import time_samples
+from planner.layouts.base import link_bytes_factor as link_factor
+
 DEFAULT_SIZES = (8 << 10, 256 << 10, 4 << 20, 64 << 20, 512 << 20)
 OPS = ("all_reduce", "all_gather", "all_to_all")
 
 
-def link_factor(op: str, world: int) -> float:
-    if world <= 1:
-        return 0.0
-    return 2.0 * (world - 1) / world if op == "all_reduce" else (world - 1) / world
-
-
 def _time(fn, device, reps, warmup=3):
-    import torch
-
-    for _ in range(warmup):
-        fn()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    out = []
-    for _ in range(reps):
-        if device.type == "cuda":
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            fn()
-            b.record()
-            b.synchronize()
-            out.append(a.elapsed_time(b) / 1e3)
-        else:
-            import time
-            t0 = time.perf_counter()
-            fn()
-            out.append(time.perf_counter() - t0)
-    return statistics.median(out)
+    return statistics.median(time_samples(fn, device, warmup, reps))
 
 
 def _graph_time(fn, device, reps, inner=20):

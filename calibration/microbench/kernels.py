@@ -21,8 +21,9 @@ import statistics
 import time
 
 
-def time_s(fn, device, warmup: int = 3, reps: int = 10) -> tuple[float, float, float]:
-    """(median, min, max) seconds of `fn()` — CUDA events on a GPU, perf_counter on a CPU."""
+def time_samples(fn, device, warmup: int = 3, reps: int = 10) -> list[float]:
+    """Seconds of each of `reps` calls of `fn()` after `warmup` — CUDA events on a GPU,
+    perf_counter on a CPU."""
     import torch
 
     for _ in range(warmup):
@@ -42,6 +43,12 @@ def time_s(fn, device, warmup: int = 3, reps: int = 10) -> tuple[float, float, f
             t0 = time.perf_counter()
             fn()
             out.append(time.perf_counter() - t0)
+    return out
+
+
+def time_s(fn, device, warmup: int = 3, reps: int = 10) -> tuple[float, float, float]:
+    """(median, min, max) seconds of `fn()`."""
+    out = time_samples(fn, device, warmup, reps)
     return statistics.median(out), min(out), max(out)
 
 

@@ -13,7 +13,7 @@ S the full gathered tensor, all-to-all (T−1)/T·S with S what one rank holds f
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
 import numpy as np
@@ -55,8 +55,6 @@ class AttentionShare:
     kv_write_bytes: np.ndarray  # new tokens' KV written this step, one layer
     attention_flops: np.ndarray  # attention-core FLOPs incl. prefill, one layer
     projected_tokens: np.ndarray  # tokens whose projections this rank computes
-    weight_fraction: float  # share of the input-side attention weights resident and read
-    output_weight_fraction: float  # share of the per-head output path (W_UV, o-proj)
     output_projected_tokens: np.ndarray | None = None  # tokens through the output path (None: projected_tokens)
 
 
@@ -71,10 +69,12 @@ class ShareInputs:
     kv_dtype: str
     page_tokens: int
     prefill_context: np.ndarray | None = None  # [P] tokens that request already has cached (None: 0)
+    step_tokens: np.ndarray = field(init=False)  # [P] decode + prefill tokens the group runs this step
 
     def __post_init__(self) -> None:
         if self.prefill_context is None:
             object.__setattr__(self, "prefill_context", np.zeros_like(self.prefill_tokens))
+        object.__setattr__(self, "step_tokens", self.load.batch + self.prefill_tokens)
 
 
 def pages_rounded(tokens: np.ndarray, page_tokens: int) -> np.ndarray:
@@ -139,7 +139,15 @@ class MoESplit:
     description: ClassVar[str]
 
     def collectives(self, inp: ShareInputs, activations_replicated: bool, layer_is_moe: bool) -> list[Collective]:
-        """Per-layer collectives of one MLP layer (dense or MoE)."""
+        """Per-layer collectives of one MLP layer (dense or MoE). With every token's hidden state
+        on every rank, each rank applies its share of the layer and an all-reduce sums them,
+        whatever the split; otherwise the split decides."""
+        if activations_replicated:
+            return [Collective("mlp_allreduce", "all_reduce", tokens_hidden_bytes(inp, inp.step_tokens), 1.0)]
+        return self.partitioned_collectives(inp, layer_is_moe)
+
+    def partitioned_collectives(self, inp: ShareInputs, layer_is_moe: bool) -> list[Collective]:
+        """Collectives of one MLP layer when each rank holds only its own tokens (DP-attention)."""
         raise NotImplementedError
 
 

@@ -42,15 +42,15 @@ class ContextParallel(AttentionLayout):
         read["prefill_prefix"] = prefix / t
         stored = stored + prefill_resident(inp) / t
         flops = ((att.decode_flops(load.lengths) * load.counts).sum(-1) + pre_flops) / t
-        write = (load.batch + inp.prefill_tokens) * new_token_bytes(inp) / t
+        write = inp.step_tokens * new_token_bytes(inp) / t
         # the prefill chunk runs ring-style: its queries split over ranks, the KV gathered
         in_tokens = load.batch + inp.prefill_tokens / t
-        return AttentionShare(stored, read, write, flops, in_tokens, 1.0, 1.0 / t, load.batch + inp.prefill_tokens)
+        return AttentionShare(stored, read, write, flops, in_tokens, inp.step_tokens)
 
     def collectives(self, inp: ShareInputs) -> list[Collective]:
         heads = inp.model.attention.num_heads
         per_query = heads * (value_width(inp) + 1) * PARTIAL_BYTES  # partial output + lse, one query
-        tokens = inp.load.batch + inp.prefill_tokens
+        tokens = inp.step_tokens
         decode_partials = inp.load.batch * per_query
         colls = [Collective("attn_allreduce", "all_reduce", tokens_hidden_bytes(inp, tokens), 1.0)]
         if not np.any(inp.prefill_tokens > 0):

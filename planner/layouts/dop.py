@@ -31,8 +31,8 @@ class DecoupledOwnership(AttentionLayout):
 
     def owner_share(self, inp: ShareInputs, with_prefill: bool) -> AttentionShare:
         stored, read, write, flops, _ = owner_attention(inp, with_prefill)
-        tokens = inp.load.batch + inp.prefill_tokens
-        return AttentionShare(stored, read, write, flops, tokens, 1.0 / inp.ranks, 1.0 / inp.ranks)
+        tokens = inp.step_tokens
+        return AttentionShare(stored, read, write, flops, tokens)
 
     def share(self, inp: ShareInputs) -> AttentionShare:
         return self.owner_share(inp, with_prefill=False)
@@ -41,7 +41,7 @@ class DecoupledOwnership(AttentionLayout):
         return owner_candidates(self, inp)
 
     def collectives(self, inp: ShareInputs) -> list[Collective]:
-        tokens = inp.load.batch + inp.prefill_tokens
+        tokens = inp.step_tokens
         heads_per_rank = inp.model.attention.num_heads / inp.ranks
         qw, ow = _query_width(inp)
         q = tokens * heads_per_rank * qw * ACTIVATION_BYTES

@@ -59,7 +59,7 @@ class DataParallelAttention(AttentionLayout):
     def owner_share(self, inp: ShareInputs, with_prefill: bool) -> AttentionShare:
         stored, read, write, flops, owned = owner_attention(inp, with_prefill)
         projected = owned + (inp.prefill_tokens if with_prefill else 0.0)
-        return AttentionShare(stored, read, write, flops, projected, 1.0, 1.0)
+        return AttentionShare(stored, read, write, flops, projected)
 
     def share(self, inp: ShareInputs) -> AttentionShare:
         return self.owner_share(inp, with_prefill=False)

@@ -17,14 +17,11 @@ class ExpertParallel(MoESplit):
     name = "ep"
     description = "experts spread over ranks, all-to-all dispatch/combine"
 
-    def collectives(self, inp, activations_replicated, layer_is_moe):
-        tokens = inp.load.batch + inp.prefill_tokens
-        if activations_replicated:
-            return [Collective("mlp_allreduce", "all_reduce", tokens_hidden_bytes(inp, tokens), 1.0)]
+    def partitioned_collectives(self, inp, layer_is_moe):
         if not layer_is_moe:
             return []
         k = inp.model.mlp.top_k
-        local = (tokens / inp.ranks) * k * inp.model.hidden_size * ACTIVATION_BYTES
+        local = (inp.step_tokens / inp.ranks) * k * inp.model.hidden_size * ACTIVATION_BYTES
         return [Collective("ep_dispatch_a2a", "all_to_all", local, 1.0),
                 Collective("ep_combine_a2a", "all_to_all", local, 1.0)]
 
@@ -34,10 +31,7 @@ class TensorParallelMoE(MoESplit):
     name = "tp"
     description = "every expert sharded over ranks"
 
-    def collectives(self, inp, activations_replicated, layer_is_moe):
-        tokens = inp.load.batch + inp.prefill_tokens
-        full = tokens_hidden_bytes(inp, tokens)
-        if activations_replicated:
-            return [Collective("mlp_allreduce", "all_reduce", full, 1.0)]
+    def partitioned_collectives(self, inp, layer_is_moe):
+        full = tokens_hidden_bytes(inp, inp.step_tokens)
         return [Collective("dp_gather", "all_gather", full, 1.0),
                 Collective("dp_reduce_scatter", "reduce_scatter", full, 1.0)]

@@ -38,11 +38,11 @@ class TensorParallel(AttentionLayout):
         read["prefill_prefix"] = prefix / s
         stored = stored + prefill_resident(inp) / s
         flops = ((att.decode_flops(load.lengths) * load.counts).sum(-1) + pre_flops) / t
-        write = (load.batch + inp.prefill_tokens) * new_token_bytes(inp) / s
-        return AttentionShare(stored, read, write, flops, load.batch + inp.prefill_tokens, 1.0 / t, 1.0 / t)
+        write = inp.step_tokens * new_token_bytes(inp) / s
+        return AttentionShare(stored, read, write, flops, inp.step_tokens)
 
     def collectives(self, inp: ShareInputs) -> list[Collective]:
-        tokens = inp.load.batch + inp.prefill_tokens
+        tokens = inp.step_tokens
         return [Collective("attn_allreduce", "all_reduce", tokens_hidden_bytes(inp, tokens), 1.0)]
 
     def check(self, model, ranks):
