@@ -21,7 +21,7 @@ from planner.deployment import Deployment
 from planner.layouts.base import ShareInputs
 from planner.layouts.tp import kv_split
 from planner.load import DecodeLoad
-from planner.step import kv_pool_bytes, step_cost, weights_resident_bytes
+from planner.step import decode_kv_resident_bytes, kv_pool_bytes, weights_resident_bytes
 
 MAX_REQUESTS = float(1 << 26)
 
@@ -60,18 +60,23 @@ def max_concurrency(dep: Deployment, context) -> np.ndarray:
     ctx = np.atleast_1d(np.asarray(context, dtype=np.float64))
     lo = np.zeros_like(ctx)  # fits (B = 0 always fits when the pool is positive)
     hi = np.full_like(ctx, MAX_REQUESTS)
-    if kv_pool_bytes(dep) <= 0:
+    pool = kv_pool_bytes(dep)
+    if pool <= 0:
         return lo
-    fits_hi = step_cost(dep, DecodeLoad.equal(hi, ctx)).kv_fits
+
+    def fits(batch):
+        return decode_kv_resident_bytes(dep, DecodeLoad.equal(batch, ctx)) <= pool
+
+    fits_hi = fits(hi)
     lo = np.where(fits_hi, hi, lo)
     while True:
         open_ = (hi - lo > 1) & ~fits_hi
         if not open_.any():
             break
         mid = np.floor((lo + hi) / 2)
-        fits = step_cost(dep, DecodeLoad.equal(mid, ctx)).kv_fits
-        lo = np.where(open_ & fits, mid, lo)
-        hi = np.where(open_ & ~fits, mid, hi)
+        ok = fits(mid)
+        lo = np.where(open_ & ok, mid, lo)
+        hi = np.where(open_ & ~ok, mid, hi)
     return lo
 
 

@@ -117,6 +117,15 @@ def kv_pool_bytes(dep: Deployment) -> float:
             - dep.reserve_bytes - page)
 
 
+def decode_kv_resident_bytes(dep: Deployment, load: DecodeLoad) -> np.ndarray:
+    """[P] KV bytes resident on the busiest rank for decode alone (no prefill chunk): what
+    `step_cost(dep, load).kv_resident_bytes` is, without pricing the step."""
+    g = group_load(load, dep.replicas)
+    zeros = np.zeros(load.points)
+    inp = ShareInputs(dep.model, dep.ranks, g, zeros, dep.kv_dtype, dep.page_tokens)
+    return dep.attention_layout.share(inp).kv_stored_bytes * dep.model.num_layers
+
+
 def _rank_work(dep: Deployment, g: DecodeLoad, share: AttentionShare, group_tokens: np.ndarray, points: int):
     """HBM bytes and FLOPs (by component) of one candidate rank."""
     m, t, lay = dep.model, dep.ranks, dep.attention_layout
