@@ -29,6 +29,7 @@ from typing import Callable
 import numpy as np
 
 from planner.errors import SpecError
+from runtime_policy.admission import chunk_plan, fits_somewhere
 from runtime_policy.executor import Executor, StepBatch
 from runtime_policy.ordering import Ordering
 from runtime_policy.policy import Decision, PolicyState
@@ -257,7 +258,7 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
             else:
                 fits = (total + need) * lay_share * bpt <= lay_pool
             if not fits:
-                if not b and not prefill_q and inflight is None and not _fits_somewhere(need * bpt, policy, tables,
+                if not b and not prefill_q and inflight is None and not fits_somewhere(need * bpt, policy, tables,
                                                                                         wm):
                     waiting.pos += 1
                     end(i, ABORTED)
@@ -381,7 +382,7 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
             pref_l = [float(min(max(pre_total - chunk * j, 0), chunk)) for j in range(k)]
             pref = np.array(pref_l)
             done_tokens = int(sum(pref_l))
-            pfx, own_rank, own_tok, own_pfx = _chunk_plan(pref_l, prefill_q, pre_left, ctxf, owner_l)
+            pfx, own_rank, own_tok, own_pfx = chunk_plan(pref_l, prefill_q, pre_left, ctxf, owner_l)
             dur = executor.run_steps(StepBatch(layout, dec_ctx, dec_own, dec, s2, s1, dec_own_ctx, dec_cnt), pref, pfx,
                                      (own_rank, own_tok, own_pfx))
             run_tok, run_tok_pfx, run_own = sum(pref_l), sum([a * c for a, c in zip(pref_l, pfx)]), sum(own_tok)
@@ -472,61 +473,3 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
     for i, name in enumerate(LAYOUTS):
         res.layout_time_s[name] += layout_s[i]
     return res
-
-
-def _chunk_plan(chunk_tokens: list[float], prefill_q: list[int], pre_left: list[int], ctxf: np.ndarray,
-                owner: list[int]) -> tuple[list[float], list[int], list[float], list[float]]:  # [k] each
-    """Per step of a run: the cached prefix its chunk attends to, and the owner rank running the
-    most of the chunk with its tokens and their prefix. A step's tokens come from the queue's
-    requests in order; from several requests, the prefix is their token-weighted mean (NOTE: exact
-    for the chunk × prefix attention, linear in both; it over-reads the prefix KV of a request
-    that only adds a few tokens)."""
-    qi = 0
-    left = pre_left[prefill_q[0]]
-    done = float(ctxf[prefill_q[0]]) - left
-    if left >= sum(chunk_tokens):  # the common case: every token of the run is the first request's
-        prefix = []
-        for need in chunk_tokens:
-            prefix.append(done)
-            done += need
-        return prefix, [owner[prefill_q[0]]] * len(chunk_tokens), list(chunk_tokens), prefix
-    prefix, own_rank, own_tokens, own_prefix = [], [], [], []
-    for need in chunk_tokens:
-        acc = 0.0
-        got = need
-        by_rank: dict[int, list[float]] = {}
-        while need > 0 and qi < len(prefill_q):
-            take = min(need, left)
-            acc += take * done
-            r = by_rank.setdefault(owner[prefill_q[qi]], [0.0, 0.0])
-            r[0] += take
-            r[1] += take * done
-            need -= take
-            left -= take
-            done += take
-            if left <= 0:
-                qi += 1
-                if qi < len(prefill_q):
-                    left = pre_left[prefill_q[qi]]
-                    done = float(ctxf[prefill_q[qi]]) - left
-        prefix.append(acc / got if got > 0 else 0.0)
-        if by_rank:
-            rank, (tok, wpfx) = max(by_rank.items(), key=lambda kv: kv[1][0])
-            own_rank.append(rank)
-            own_tokens.append(tok)
-            own_prefix.append(wpfx / tok if tok > 0 else 0.0)
-        else:
-            own_rank.append(0)
-            own_tokens.append(0.0)
-            own_prefix.append(0.0)
-    return prefix, own_rank, own_tokens, own_prefix
-
-
-def _fits_somewhere(need_bytes: float, policy, tables: StepTimeTable, watermark: float) -> bool:
-    """Whether an empty deployment could hold one request in a layout the policy may use."""
-    info = tables.info
-    for i in policy.usable_layouts():
-        per_rank = need_bytes * (1.0 if info.is_owner[i] else float(info.kv_total_share[i]))
-        if per_rank <= float(info.kv_pool_bytes[i]) * watermark:
-            return True
-    return False

@@ -1,0 +1,67 @@
+"""Admission helpers of the serving loop: how a run's prefill chunks split over the waiting
+requests and their owners, and whether one request can ever fit. Pure functions over the loop's
+lists; loop.py drives them."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from runtime_policy.tables import StepTimeTable
+
+
+def chunk_plan(chunk_tokens: list[float], prefill_q: list[int], pre_left: list[int], ctxf: np.ndarray,
+                owner: list[int]) -> tuple[list[float], list[int], list[float], list[float]]:  # [k] each
+    """Per step of a run: the cached prefix its chunk attends to, and the owner rank running the
+    most of the chunk with its tokens and their prefix. A step's tokens come from the queue's
+    requests in order; from several requests, the prefix is their token-weighted mean (NOTE: exact
+    for the chunk × prefix attention, linear in both; it over-reads the prefix KV of a request
+    that only adds a few tokens)."""
+    qi = 0
+    left = pre_left[prefill_q[0]]
+    done = float(ctxf[prefill_q[0]]) - left
+    if left >= sum(chunk_tokens):  # the common case: every token of the run is the first request's
+        prefix = []
+        for need in chunk_tokens:
+            prefix.append(done)
+            done += need
+        return prefix, [owner[prefill_q[0]]] * len(chunk_tokens), list(chunk_tokens), prefix
+    prefix, own_rank, own_tokens, own_prefix = [], [], [], []
+    for need in chunk_tokens:
+        acc = 0.0
+        got = need
+        by_rank: dict[int, list[float]] = {}
+        while need > 0 and qi < len(prefill_q):
+            take = min(need, left)
+            acc += take * done
+            r = by_rank.setdefault(owner[prefill_q[qi]], [0.0, 0.0])
+            r[0] += take
+            r[1] += take * done
+            need -= take
+            left -= take
+            done += take
+            if left <= 0:
+                qi += 1
+                if qi < len(prefill_q):
+                    left = pre_left[prefill_q[qi]]
+                    done = float(ctxf[prefill_q[qi]]) - left
+        prefix.append(acc / got if got > 0 else 0.0)
+        if by_rank:
+            rank, (tok, wpfx) = max(by_rank.items(), key=lambda kv: kv[1][0])
+            own_rank.append(rank)
+            own_tokens.append(tok)
+            own_prefix.append(wpfx / tok if tok > 0 else 0.0)
+        else:
+            own_rank.append(0)
+            own_tokens.append(0.0)
+            own_prefix.append(0.0)
+    return prefix, own_rank, own_tokens, own_prefix
+
+
+def fits_somewhere(need_bytes: float, policy, tables: StepTimeTable, watermark: float) -> bool:
+    """Whether an empty deployment could hold one request in a layout the policy may use."""
+    info = tables.info
+    for i in policy.usable_layouts():
+        per_rank = need_bytes * (1.0 if info.is_owner[i] else float(info.kv_total_share[i]))
+        if per_rank <= float(info.kv_pool_bytes[i]) * watermark:
+            return True
+    return False

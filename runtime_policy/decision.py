@@ -1,0 +1,83 @@
+"""What the layout policy reads and answers: the batch state the serving loop keeps, the small
+frozen decision with its enum reason, and the policy's knobs. Types only; the rules that turn
+one into the other are in policy.py."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+import numpy as np
+
+from runtime_policy.tables import LAYOUTS
+from runtime_policy.transitions import TransitionPlan
+
+
+class Reason(enum.IntEnum):
+    STAY_BEST = 0
+    STAY_SMALL_GAIN = 1
+    STAY_NOT_WORTH = 2
+    STAY_COOLDOWN = 3
+    STAY_IN_FLIGHT = 4
+    STAY_NO_MEMORY = 5
+    STAY_IDLE = 6
+    STAY_FIXED = 7
+    SWITCH_THROUGHPUT = 8
+    SWITCH_CAPACITY = 9
+    CANT_DECIDE = 10
+    STAY_KV_WAIT = 11  # admission is blocked, but the layouts with room would serve fewer requests per second
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    layout: int  # index into LAYOUTS: the layout to run (== current unless switching)
+    switch: bool
+    reason: Reason
+    gain_s: float = 0.0  # predicted serving time saved over the dwell
+    cost_s: float = 0.0  # predicted transition cost
+    plan: TransitionPlan | None = None
+
+    @property
+    def layout_name(self) -> str:
+        return LAYOUTS[self.layout]
+
+
+@dataclass(slots=True)
+class PolicyState:
+    """The batch state the serving loop keeps up to date in place (arrays are reused)."""
+
+    context_tokens: np.ndarray  # [B] decoding requests' context lengths
+    owner_kv_tokens: np.ndarray  # [T] KV tokens each rank owns (one page of slack per request)
+    free_kv_bytes: np.ndarray  # [T] free KV bytes per rank in the current layout
+    waiting_tokens: np.ndarray  # [W] tokens each waiting request needs, in admission order
+    layout: int = 0
+    switch_in_flight: bool = False
+    steps_since_switch: int = 1 << 30
+    running: int = 0  # requests holding KV (decoding + prefilling)
+    # Σ L and Σ min(L, top-k) over context_tokens when the caller keeps them (negative: decide sums
+    # context_tokens itself); a server that tracks its batch incrementally saves two passes over B.
+    context_sum_tokens: float = -1.0
+    context_capped_sum_tokens: float = -1.0
+    # running statistics of the prefill the server does (0: none): the share of steps that run a
+    # chunk, prompt tokens per step, the token-weighted cached prefix they attend to, and the share
+    # of a chunk on the owner running most of it (1: one request per chunk; 1/T: spread)
+    prefill_step_fraction: float = 0.0
+    prefill_tokens_per_step: float = 0.0
+    prefill_context_tokens: float = 0.0
+    prefill_owner_share: float = 1.0
+
+
+@dataclass(frozen=True)
+class PolicyKnobs:
+    """The policy's knobs (validated at compile)."""
+
+    margin: float = 0.5  # the dwell gain must exceed (1 + margin) × switch cost
+    min_gain_fraction: float = 0.05  # hysteresis: ignore layouts less than 5 % faster
+    cooldown_steps: int = 256  # no throughput switch sooner than this after the last one
+    kv_headroom_fraction: float = 0.1  # a throughput target must leave this share of its KV pool free
+    dwell_fraction: float = 0.5  # expected dwell = this × mean completed output length (steps)
+    min_dwell_steps: float = 64.0
+    max_dwell_steps: float = 8192.0
+    initial_dwell_steps: float = 256.0
+    max_batch: int = 4096
+    allowed: tuple[str, ...] = LAYOUTS
