@@ -14,7 +14,7 @@ import numpy as np
 from planner.deployment import Deployment
 from planner.errors import SpecError
 from planner.load import DecodeLoad
-from planner.step import step_cost
+from planner.step import StepCost, step_cost
 
 
 @dataclass(frozen=True)
@@ -25,6 +25,7 @@ class Regimes:
     floor: str  # 'max' | 'sum'
     times_s: np.ndarray  # [nl, nb, nc], inf where KV doesn't fit
     best: np.ndarray  # [nb, nc] index into labels, -1 where nothing fits
+    costs: list[StepCost]  # per candidate, the grid priced (batch-major, flattened)
 
     def best_label(self, i: int, j: int) -> str:
         k = int(self.best[i, j])
@@ -40,11 +41,12 @@ def regimes(deps: list[Deployment], batch, context, floor: str = "max") -> Regim
     c = np.asarray(context, dtype=np.float64)
     bb, cc = np.meshgrid(b, c, indexing="ij")
     load = DecodeLoad.equal(bb.ravel(), cc.ravel())
-    times = []
+    times, costs = [], []
     for d in deps:
         cost = step_cost(d, load)
+        costs.append(cost)
         t = cost.floor_max_s if floor == "max" else cost.floor_sum_s
         times.append(np.where(cost.kv_fits, t, np.inf).reshape(bb.shape))
     stack = np.stack(times)
     best = np.where(np.isfinite(stack).any(axis=0), np.argmin(stack, axis=0), -1)
-    return Regimes(b, c, [f"{d.attn}/{d.moe}" for d in deps], floor, stack, best)
+    return Regimes(b, c, [f"{d.attn}/{d.moe}" for d in deps], floor, stack, best, costs)

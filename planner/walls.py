@@ -17,7 +17,7 @@ from planner.deployment import Deployment
 from planner.errors import SpecError
 from planner.load import DecodeLoad
 from planner.resources.vector import TIMED_RESOURCES
-from planner.step import step_cost
+from planner.step import StepCost, step_cost
 
 AXES = ("batch", "context")
 
@@ -27,12 +27,27 @@ class Walls:
     axis: str
     fixed: float  # the other axis' value
     loads: np.ndarray  # [N] grid along the axis
-    times_s: dict[str, np.ndarray]  # timed resource -> [N]
-    floor_max_s: np.ndarray
-    floor_sum_s: np.ndarray
-    binding: np.ndarray  # [N] resource names ('kv_capacity' where KV doesn't fit)
+    cost: StepCost  # the step priced at every load of the grid
     walls: dict[str, float | None]  # resource (incl. 'kv_capacity') -> load
     order: list[tuple[str, float]]  # walls hit, by load
+
+    @property
+    def times_s(self) -> dict[str, np.ndarray]:
+        """Timed resource -> [N] seconds."""
+        return dict(zip(TIMED_RESOURCES, self.cost.times.stacked()))
+
+    @property
+    def floor_max_s(self) -> np.ndarray:
+        return self.cost.floor_max_s
+
+    @property
+    def floor_sum_s(self) -> np.ndarray:
+        return self.cost.floor_sum_s
+
+    @property
+    def binding(self) -> np.ndarray:
+        """[N] resource names ('kv_capacity' where KV doesn't fit)."""
+        return self.cost.binding
 
     @property
     def first_wall(self) -> tuple[str, float] | None:
@@ -74,8 +89,7 @@ def walls(dep: Deployment, axis: str, fixed: float, lo: float, hi: float, points
     if integer:
         grid = np.unique(np.round(grid))
     c = _cost(dep, axis, grid, fixed)
-    stacked = c.times.stacked()
-    bind_idx = np.argmax(stacked, axis=0)
+    bind_idx = c.times.binding_index
     result: dict[str, float | None] = {}
     for r, name in enumerate(TIMED_RESOURCES):
         hits = np.nonzero(bind_idx == r)[0]
@@ -102,5 +116,4 @@ def walls(dep: Deployment, axis: str, fixed: float, lo: float, hi: float, points
         result["kv_capacity"] = _refine(lambda x: not bool(_cost(dep, axis, np.asarray([x]), fixed).kv_fits[0]),
                                         float(grid[i - 1]), float(grid[i]), integer)
     order = sorted(((k, v) for k, v in result.items() if v is not None), key=lambda kv: kv[1])
-    times = {name: stacked[r] for r, name in enumerate(TIMED_RESOURCES)}
-    return Walls(axis, float(fixed), grid, times, c.floor_max_s, c.floor_sum_s, c.binding, result, order)
+    return Walls(axis, float(fixed), grid, c, result, order)

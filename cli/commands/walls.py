@@ -15,9 +15,7 @@ from cli.common import (console, DEFAULTS, CalibrationOpt, GpusOpt, HardwareOpt,
                         ModelOpt, PageOpt, PlotOpt, ReplicasOpt, ReserveOpt, WeightDtypeOpt, emit_json,
                         fmt_ms, load_calibration, load_specs, parse_tokens)
 from planner.errors import SpecError
-from planner.load import DecodeLoad
 from planner.regimes import regimes as compute_regimes
-from planner.step import step_cost
 from planner.walls import walls as compute_walls
 
 
@@ -102,9 +100,8 @@ def walls(
                "first_wall": {"resource": w.first_wall[0], "load": w.first_wall[1]} if w.first_wall else None,
                "binding_at_start": str(w.binding[0]), "kv_wall": w.walls.get("kv_capacity")}
         if cal is not None:
-            load = DecodeLoad.equal(w.loads, fixed) if along == Along.batch else DecodeLoad.equal(fixed, w.loads)
             doc["loads"] = w.loads
-            doc["predicted_s"] = cal.predict_s(step_cost(d, load))
+            doc["predicted_s"] = cal.predict_s(w.cost)
             doc["floor_max_s"] = w.floor_max_s
             doc["floor_sum_s"] = w.floor_sum_s
         docs.append(doc)
@@ -164,9 +161,7 @@ def regimes(
            "layouts": reg.labels, "best": grid,
            "step_time_s": {lab: reg.times_s[k] for k, lab in enumerate(reg.labels)}}
     if cal is not None:
-        bb, cc = np.meshgrid(b, c, indexing="ij")
-        load = DecodeLoad.equal(bb.ravel(), cc.ravel())
-        out["predicted_s"] = {f"{d.attn}/{d.moe}": cal.predict_s(step_cost(d, load)).reshape(bb.shape) for d in deps}
+        out["predicted_s"] = {lab: cal.predict_s(cost).reshape(b.size, c.size) for lab, cost in zip(reg.labels, reg.costs)}
     title = f"{m.name} on {gpus} × {hw.name}"
     if plot:
         from cli.plots import plot_regimes
