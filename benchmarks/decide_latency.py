@@ -79,7 +79,7 @@ def main() -> None:
     # host's cost, not decide's; the pooled percentiles over every call are reported too.
     us = np.median(lat, axis=0) / 1e3
     pooled = lat.ravel() / 1e3
-    batch = np.array([s.context_tokens.size for s in states])
+    batch = np.array([s.context_requests if s.context_requests >= 0 else s.context_tokens.size for s in states])
     p50, p90, p99, mx = (float(np.percentile(us, q)) for q in (50, 90, 99, 100))
     pooled_p50, pooled_p99 = (float(np.percentile(pooled, q)) for q in (50, 99))
     print(f"{pooled.size} decide() calls on {len(states)} recorded states (batch 0–{batch.max()}, median {np.median(batch):.0f}; "

@@ -56,8 +56,7 @@ class RecordingExecutor:
     runs: list[RecordedRun] = field(default_factory=list)
     commit_stall_s: float = 0.0
 
-    def run_steps(self, batch: StepBatch, prefill_tokens: np.ndarray,
-                  prefill_context_tokens: np.ndarray | None = None, chunk_owner=None) -> np.ndarray:
+    def run_steps(self, batch: StepBatch, prefill_tokens, prefill_context_tokens=None, chunk_owner=None):
         dur = self.inner.run_steps(batch, prefill_tokens, prefill_context_tokens, chunk_owner)
         self.runs.append(RecordedRun(batch.layout, np.array(batch.context_tokens), np.array(batch.owners),
                                      np.array(prefill_tokens),
@@ -111,8 +110,8 @@ def per_step_best(tables: StepTimeTable, rec: RecordingExecutor) -> OracleBound:
             held = float(per_owner.max()) if info.is_owner[lay] else total * float(info.kv_total_share[lay])
             if held > pool_tokens and lay != r.layout:
                 continue
-            t = sim.run_steps(StepBatch(lay, r.context_tokens, r.owners, np.arange(r.owners.size)),
-                              r.prefill_tokens, r.prefill_context_tokens, r.chunk_owner)
+            t = np.asarray(sim.run_steps(StepBatch(lay, r.context_tokens, r.owners, np.arange(r.owners.size)),
+                                         r.prefill_tokens, r.prefill_context_tokens, r.chunk_owner))
             better = t < best
             best = np.where(better, t, best)
             arg = np.where(better, lay, arg)

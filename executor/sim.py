@@ -45,14 +45,17 @@ class SimExecutor:
         self._c2 = tables.c2_s.tolist()
         self._alpha, self._over = float(tables.alpha), float(tables.overhead_s)
         self.scalar_run_steps = SCALAR_RUN_STEPS
-        self._rows: dict[tuple[int, int], list[float]] = {}  # base_s rows as Python floats, filled on use
+        # per layout, base_s rows and (prefill, prefix slopes) chunk rows as Python floats, filled on use
+        self._rows: list[dict[int, list[float]]] = [{} for _ in range(tables.base_s.shape[1])]
+        self._chunk_rows: list[dict[int, tuple]] = [{} for _ in range(tables.base_s.shape[1])]
+        self._knee = float(tables.prefix_knee_tokens)
 
-    def run_steps(self, batch: StepBatch, prefill_tokens: np.ndarray, prefill_context_tokens=None,
-                  chunk_owner=None) -> np.ndarray:
-        """See `runtime_policy.executor.Executor.run_steps` (the [k] prefix and chunk-owner
-        sequences may be lists or arrays)."""
+    def run_steps(self, batch: StepBatch, prefill_tokens, prefill_context_tokens=None,
+                  chunk_owner=None) -> list[float] | np.ndarray:
+        """See `runtime_policy.executor.Executor.run_steps` (the [k] sequences may be lists or
+        arrays). Returns a list from the short-run path, an array from the vectorized one."""
         t = self.tables
-        k = prefill_tokens.shape[0]
+        k = len(prefill_tokens)
         ctx = batch.context_tokens
         b = ctx.shape[0]
         owner_layout = self._is_owner[batch.layout]
@@ -63,7 +66,12 @@ class SimExecutor:
             if self._has_topk:
                 s1_0 = (batch.context_capped_sum_tokens if batch.context_capped_sum_tokens >= 0
                         else float(_add(np.minimum(ctx, t.topk))))
-                s1_end = float(_add(np.minimum(ctx + (k - 1), t.topk))) if k > 1 else s1_0
+                if k <= 1:
+                    s1_end = s1_0
+                elif batch.context_capped_sum_last_tokens >= 0:
+                    s1_end = batch.context_capped_sum_last_tokens
+                else:
+                    s1_end = float(_add(np.minimum(ctx + (k - 1), t.topk)))
             else:
                 s1_0, s1_end = s2_0, s2_0 + b * (k - 1)
             if owner_layout:
@@ -76,10 +84,11 @@ class SimExecutor:
             s1_0 = s1_end = s2_0 = 0.0
         chunk_owner = chunk_owner if owner_layout else None  # TP and CP spread every chunk
         if k <= self.scalar_run_steps and not self.noise:
-            dur = self._run_scalar(batch.layout, b, prefill_tokens, k, s1_0, s1_end, s2_0, own_ctx, own_cnt,
+            dur = self._run_scalar(batch.layout, b, _as_list(prefill_tokens), k, s1_0, s1_end, s2_0, own_ctx, own_cnt,
                                    _as_list(prefill_context_tokens),
                                    None if chunk_owner is None else [_as_list(x) for x in chunk_owner])
         else:
+            prefill_tokens = np.asarray(prefill_tokens, dtype=np.float64)
             if prefill_context_tokens is not None:
                 prefill_context_tokens = np.asarray(prefill_context_tokens, dtype=np.float64)
             if chunk_owner is not None:
@@ -117,28 +126,37 @@ class SimExecutor:
 
     def _chunk_row(self, layout: int, p: int, c: float | None) -> tuple[float, float, float, float]:
         """`StepTimeTable.chunk_terms` for one step, in the same operation order."""
-        t = self.tables
-        q0, q1, q2, q3 = t.prefill_s[p, layout].tolist()
+        rows = self._chunk_rows[layout]
+        r = rows.get(p)
+        if r is None:
+            t = self.tables
+            if len(rows) > 8192:
+                rows.clear()
+            r = rows[p] = (t.prefill_s[p, layout].tolist(), t.prefix_lo_s[p, layout].tolist(),
+                           t.prefix_hi_s[p, layout].tolist())
+        q0, q1, q2, q3 = r[0]
         if c is None:
             return q0, q1, q2, q3
-        lo = min(c, t.prefix_knee_tokens)
+        lo = min(c, self._knee)
         hi = c - lo
-        a0, a1, a2, a3 = t.prefix_lo_s[p, layout].tolist()
-        h0, h1, h2, h3 = t.prefix_hi_s[p, layout].tolist()
+        a0, a1, a2, a3 = r[1]
+        h0, h1, h2, h3 = r[2]
         return q0 + (lo * a0 + hi * h0), q1 + (lo * a1 + hi * h1), q2 + (lo * a2 + hi * h2), q3 + (lo * a3 + hi * h3)
 
-    def _run_scalar(self, layout: int, b: int, prefill_tokens: np.ndarray, k: int, s1_0: float, s1_end: float,
+    def _run_scalar(self, layout: int, b: int, prefill_tokens: list, k: int, s1_0: float, s1_end: float,
                     s2_0: float, own_ctx: list | None, own_cnt: list | None, prefix: list | None,
-                    chunk_owner: list | None) -> np.ndarray:
+                    chunk_owner: list | None) -> list[float]:
         """`run_steps` for a short run in plain Python floats: the same operations in the same order
         as `StepTimeTable.step_s` (so bit-identical), without the ~20 numpy dispatches of the
-        vectorized path, which dominate when arrivals cut runs to a few steps."""
+        vectorized path, which dominate when arrivals cut runs to a few steps. The max over the 4
+        resources is spelled out as conditionals with max()'s semantics (the first, replaced by
+        each greater one), which saves the builtin call."""
         t = self.tables
         c10, c11, c12, c13 = self._c1[layout]
         c20, c21, c22, c23 = self._c2[layout]
         alpha, over = self._alpha, self._over
         max_p, max_n = t.max_prefill_tokens, t.max_tokens
-        rows = self._rows
+        rows = self._rows[layout]
         out = [0.0] * k
         ds1 = s1_end - s1_0
         km1 = k - 1
@@ -148,12 +166,12 @@ class SimExecutor:
             top = max(own_ctx)
             cands = [(oc, cnt) for oc, cnt in zip(own_ctx, own_cnt) if oc + cnt * km1 >= top]
             lead_ctx, lead_cnt = cands[0] if len(cands) == 1 else (-1.0, 0)
-        for j, p in enumerate(prefill_tokens.tolist()):
+        for j, p in enumerate(prefill_tokens):
             p = min(int(p), max_p)
             n = min(b + p, max_n)
-            r = rows.get((n, layout))
+            r = rows.get(n)
             if r is None:
-                r = rows[(n, layout)] = t.base_s[n, layout].tolist()
+                r = rows[n] = t.base_s[n, layout].tolist()
             r0, r1, r2, r3 = r
             fj = float(j)
             s1 = s1_0 + ds1 * (j / km1) if km1 else s1_0
@@ -191,9 +209,11 @@ class SimExecutor:
                 u3 = r3 + q3 + s1c * c13 + s2c * c23
                 if max(u0, u1, u2, u3) >= max(t0, t1, t2, t3):
                     t0, t1, t2, t3 = u0, u1, u2, u3
-            mx = max(t0, t1, t2, t3)
+            mx = t1 if t1 > t0 else t0
+            mx = t2 if t2 > mx else mx
+            mx = t3 if t3 > mx else mx
             out[j] = over + mx + alpha * (t0 + t1 + t2 + t3 - mx)
-        return np.array(out)
+        return out
 
     def start_switch(self, plan: TransitionPlan) -> float:
         self._pending_interference_s += plan.interference_s

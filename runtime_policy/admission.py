@@ -4,12 +4,10 @@ lists; loop.py drives them."""
 
 from __future__ import annotations
 
-import numpy as np
-
 from runtime_policy.tables import StepTimeTable
 
 
-def chunk_plan(chunk_tokens: list[float], prefill_q: list[int], pre_left: list[int], ctxf: np.ndarray,
+def chunk_plan(chunk_tokens: list[float], prefill_q: list[int], pre_left: list[int], ctx: list[float],
                 owner: list[int]) -> tuple[list[float], list[int], list[float], list[float]]:  # [k] each
     """Per step of a run: the cached prefix its chunk attends to, and the owner rank running the
     most of the chunk with its tokens and their prefix. A step's tokens come from the queue's
@@ -18,7 +16,7 @@ def chunk_plan(chunk_tokens: list[float], prefill_q: list[int], pre_left: list[i
     that only adds a few tokens)."""
     qi = 0
     left = pre_left[prefill_q[0]]
-    done = float(ctxf[prefill_q[0]]) - left
+    done = ctx[prefill_q[0]] - left
     if left >= sum(chunk_tokens):  # the common case: every token of the run is the first request's
         prefix = []
         for need in chunk_tokens:
@@ -43,7 +41,7 @@ def chunk_plan(chunk_tokens: list[float], prefill_q: list[int], pre_left: list[i
                 qi += 1
                 if qi < len(prefill_q):
                     left = pre_left[prefill_q[qi]]
-                    done = float(ctxf[prefill_q[qi]]) - left
+                    done = ctx[prefill_q[qi]] - left
         prefix.append(acc / got if got > 0 else 0.0)
         if by_rank:
             rank, (tok, wpfx) = max(by_rank.items(), key=lambda kv: kv[1][0])

@@ -44,11 +44,13 @@ class Decision:
 
 @dataclass(slots=True)
 class PolicyState:
-    """The batch state the serving loop keeps up to date in place (arrays are reused)."""
+    """The batch state the serving loop keeps up to date in place. The per-rank fields are arrays
+    or lists of floats (NOTE: a loop that keeps them as lists saves a conversion each way per
+    call)."""
 
     context_tokens: np.ndarray  # [B] decoding requests' context lengths
-    owner_kv_tokens: np.ndarray  # [T] KV tokens each rank owns (one page of slack per request)
-    free_kv_bytes: np.ndarray  # [T] free KV bytes per rank in the current layout
+    owner_kv_tokens: np.ndarray | list[float]  # [T] KV tokens each rank owns (one page of slack per request)
+    free_kv_bytes: np.ndarray | list[float]  # [T] free KV bytes per rank in the current layout
     waiting_tokens: np.ndarray  # [W] tokens each waiting request needs, in admission order
     layout: int = 0
     switch_in_flight: bool = False
@@ -58,6 +60,9 @@ class PolicyState:
     # context_tokens itself); a server that tracks its batch incrementally saves two passes over B.
     context_sum_tokens: float = -1.0
     context_capped_sum_tokens: float = -1.0
+    # B, when the caller keeps both sums above and leaves context_tokens unfilled (negative: B is
+    # len(context_tokens)); with the sums, B is all of the batch that decide reads
+    context_requests: int = -1
     # running statistics of the prefill the server does (0: none): the share of steps that run a
     # chunk, prompt tokens per step, the token-weighted cached prefix they attend to, and the share
     # of a chunk on the owner running most of it (1: one request per chunk; 1/T: spread)

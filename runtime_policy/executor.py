@@ -22,8 +22,9 @@ from runtime_policy.transitions import TransitionPlan
 @dataclass(slots=True)
 class StepBatch:
     """The decoding requests of a run of steps (constant membership over the run). Executors read
-    it and do not modify it (NOTE: not frozen: a frozen dataclass costs ~1 µs more to build, once
-    per run)."""
+    it and neither modify it nor keep its arrays past the call: the loop hands views of storage it
+    reuses (copy what you keep). NOTE: not frozen: a frozen dataclass costs ~1 µs more to build,
+    once per run."""
 
     layout: int  # index into runtime_policy.tables.LAYOUTS
     context_tokens: np.ndarray  # [B] context length of each decoding request at the first step
@@ -36,13 +37,17 @@ class StepBatch:
     # per owner rank [T]: Σ context and count of its decoding requests, when the caller keeps them
     owner_context_tokens: Sequence[float] | None = None
     owner_requests: Sequence[int] | None = None
+    # Σ min(context + k − 1, top-k): the capped sum at the run's last step (k steps), when the
+    # caller keeps it (negative: the executor computes it)
+    context_capped_sum_last_tokens: float = -1.0
 
 
 class Executor(Protocol):
-    def run_steps(self, batch: StepBatch, prefill_tokens: np.ndarray,
+    def run_steps(self, batch: StepBatch, prefill_tokens: Sequence[float],
                   prefill_context_tokens: Sequence[float] | None = None,
-                  chunk_owner: tuple[Sequence[int], Sequence[float], Sequence[float]] | None = None) -> np.ndarray:
-        """Run len(prefill_tokens) steps; return their durations in seconds [k].
+                  chunk_owner: tuple[Sequence[int], Sequence[float], Sequence[float]] | None = None
+                  ) -> Sequence[float]:
+        """Run len(prefill_tokens) steps; return their durations in seconds [k] (a list or an array).
         `prefill_context_tokens` [k]: the cached prefix step j's chunk attends to (token-weighted
         over its requests; None: 0). `chunk_owner` = (rank, tokens, prefix), arrays [k]: the owner
         rank that runs the most of step j's chunk, those tokens and their prefix (owner layouts

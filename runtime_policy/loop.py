@@ -22,6 +22,7 @@ Does not: price steps (the executor), choose layouts (the policy) or order reque
 
 from __future__ import annotations
 
+import heapq
 import math
 from dataclasses import dataclass, field
 from typing import Callable
@@ -83,33 +84,62 @@ class ServeResult:
 
 
 class _Waiting:
-    """The waiting queue, sorted by the ordering's keys when it changed."""
+    """The waiting queue: `ids[pos:]` in admission order with their KV needs, re-sorted by the
+    ordering's keys when it changed."""
 
     def __init__(self) -> None:
-        self.ids = np.zeros(0, dtype=np.int64)
-        self.needs = np.zeros(0)
+        self.ids: list[int] = []
+        self.needs = np.zeros(0)  # [len(ids)] context tokens each needs
         self.pos = 0
         self.new: list[int] = []
         self.dirty = False
 
     def __len__(self) -> int:
-        return self.ids.size - self.pos + len(self.new)
+        return len(self.ids) - self.pos + len(self.new)
 
     def push(self, i: int) -> None:
         self.new.append(i)
         self.dirty = True
 
-    def resort(self, keyfn, needfn) -> None:
-        if self.pos >= self.ids.size and len(self.new) == 1:
-            self.ids = np.array(self.new, dtype=np.int64)  # one request: nothing to sort (the common case)
+    def resort(self, keyfn, ctxf: np.ndarray) -> None:
+        if self.pos >= len(self.ids) and len(self.new) == 1:
+            self.ids = self.new  # one request: nothing to sort (the common case)
         else:
-            ids = np.concatenate([self.ids[self.pos:], np.asarray(self.new, dtype=np.int64)])
-            self.ids = ids[np.argsort(keyfn(ids), kind="stable")]
-        self.needs = needfn(self.ids)
+            ids = np.array(self.ids[self.pos:] + self.new, dtype=np.int64)
+            self.ids = ids[np.argsort(keyfn(ids), kind="stable")].tolist()
+        self.needs = ctxf[self.ids]
         self.pos, self.new, self.dirty = 0, [], False
 
 
-_add = np.add.reduce  # NOTE: ndarray.sum() goes through a Python wrapper (~1 µs more per call)
+def sum_as_numpy(x: list[float]) -> float:
+    """`np.add.reduce` of a list of floats in numpy's order (pairwise: blocks of ≤ 128 summed in 8
+    lanes), bit for bit, without building an array (NOTE: a run's step times are summed once per
+    run; the array round trip costs more than the sum)."""
+    n = len(x)
+    if n < 8:
+        res = -0.0
+        for v in x:
+            res += v
+        return res
+    if n <= 128:
+        r0, r1, r2, r3, r4, r5, r6, r7 = x[:8]
+        m = n - n % 8
+        for i in range(8, m, 8):
+            r0 += x[i]
+            r1 += x[i + 1]
+            r2 += x[i + 2]
+            r3 += x[i + 3]
+            r4 += x[i + 4]
+            r5 += x[i + 5]
+            r6 += x[i + 6]
+            r7 += x[i + 7]
+        res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+        for i in range(m, n):
+            res += x[i]
+        return res
+    half = n // 2
+    half -= half % 8
+    return sum_as_numpy(x[:half]) + sum_as_numpy(x[half:])
 
 
 def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.ndarray, tables: StepTimeTable,
@@ -118,13 +148,18 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
     """Serve the requests (sorted by arrival) to completion; see the module docstring.
 
     NOTE: written for speed, because the simulator's runs are often 2–4 steps long (cut by
-    arrivals), so per-run overhead bounds simulated steps per second. The decoding set lives in
-    arrays in admission order (ids, contexts, the context at which each finishes, owners; per-owner
-    counts) that are filtered on completion and appended on joining, not rebuilt; a request's
-    context `ctxf` is the single per-request counter (generated = ctxf − input; KV held = ctxf + one
-    page), written back from the decoding arrays when it leaves them; per-request scalars are read
-    from Python lists; and KV and context sums are whole token counts (exact in any order), so
-    results equal the straightforward version's (tests/runtime_policy/test_loop_golden.py)."""
+    arrivals), so per-run overhead bounds simulated steps per second; per-request work is done once
+    per event (arrival, admission, join, completion, preemption), and a run without events costs a
+    fixed number of operations whatever the batch size:
+    - the decoding set lives in slots [0, B) of fixed arrays (ids, owners, and context − decode
+      steps run, so contexts grow without being written); a leaving request's slot takes the last
+      one. The order of joining, which completions and victim choice follow, is kept as a join
+      sequence number;
+    - a heap of the decode step at which each decoder is done gives the run's cut and its
+      completions; a heap of the step at which each context reaches top-k keeps Σ min(L, top-k);
+    - per-request state is in Python lists, and KV and context sums are whole token counts (exact
+      in any order), so results equal the straightforward version's
+      (tests/runtime_policy/test_loop_golden.py)."""
     config.check(tables)
     n = arrival_s.size
     arr = np.asarray(arrival_s, dtype=np.float64)
@@ -137,37 +172,47 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
     T, page, bpt = tables.ranks, float(tables.page_tokens), tables.kv_bytes_per_token
     topk = tables.topk
     capped = topk < NO_TOPK
+    cap_at = float(math.ceil(topk)) if capped else 0.0  # the first whole context at which min(L, top-k) = top-k
     pools_l = tables.info.kv_pool_bytes.tolist()
     share_l = tables.info.kv_total_share.tolist()
     is_owner_l = [bool(x) for x in tables.info.is_owner]
     arr_l, inp_l, out_l = arr.tolist(), inp.tolist(), out.tolist()
-    ctxf = inp.astype(np.float64)  # [n] context = input + generated (stale for decoders: see dec_ctx)
-    endf = (inp + out).astype(np.float64)  # [n] the context at which a request is done
-    status = np.full(n, PENDING, dtype=np.int8)
-    first = np.full(n, np.nan)
-    finish = np.full(n, np.nan)
-    owner = np.zeros(n, dtype=np.int64)
+    ctxf = inp.astype(np.float64)  # [n] context = input + generated, for keys (decoders' written on preemption)
+    ctx_l = ctxf.tolist()  # the same as Python floats (decoders': see c0_l)
+    end_l = (inp + out).astype(np.float64).tolist()  # the context at which a request is done
+    status_l = [PENDING] * n
+    first_l = [math.nan] * n
+    finish_l = [math.nan] * n
+    preempt_l = [0] * n
     queued = arr.copy()  # [n] when each request last joined the waiting queue (arrival, or preemption)
     owner_l = [0] * n
     pre_left = [0] * n
-    preempt = np.zeros(n, dtype=np.int64)
     okv = [0.0] * T  # KV tokens each rank owns (whole numbers, so sums are exact in any order)
     waiting = _Waiting()
     prefill_q: list[int] = []
-    # the decoding set, in the order requests joined it
-    dec = np.zeros(0, dtype=np.int64)  # [B] ids
-    dec_ctx = np.zeros(0)  # [B] current contexts
-    dec_fin = np.zeros(0)  # [B] the decode step (of `dsteps`) at which each is done
-    fin_min = 0.0  # dec_fin.min(), kept while membership holds
+    pq_s2 = pq_s1 = 0.0  # Σ context and Σ min(context, top-k) over prefill_q
+    max_batch, max_run, chunk = config.max_batch, config.max_run_steps, config.prefill_chunk_tokens
+    # the decoding set: slots [0, b)
+    b = 0
     dsteps = 0  # decode steps run so far
-    dec_own = np.zeros(0, dtype=np.int64)  # [B] owner ranks
+    d_ids = np.zeros(max_batch, dtype=np.int64)  # [max_batch] request of each slot
+    d_c0 = np.zeros(max_batch)  # [max_batch] its context − dsteps (the context is d_c0 + dsteps)
+    d_own = np.zeros(max_batch, dtype=np.int64)  # [max_batch] its owner rank
+    slot_id = [0] * max_batch  # = d_ids
+    slot_l = [-1] * n  # each request's slot (−1: not decoding)
+    c0_l = [0.0] * n  # = d_c0 by request
+    jseq_l = [0] * n  # when each last joined the decoding set (a sequence number)
+    jseq = 0
+    fin_heap: list[tuple[float, int, int]] = []  # (decode step at which done, join seq, id); stale ones skipped
+    unc_heap: list[tuple[float, int, int]] = []  # (decode step at which the context reaches top-k, join seq, id)
+    unc_l = [False] * n  # decoding with context below top-k
+    unc_cnt, unc_c0 = 0, 0.0  # how many, and Σ c0_l over them
     dec_cnt = [0] * T  # decoders per owner
     dec_own_ctx = [0.0] * T  # Σ context of each owner's decoders
-    s2_dec = 0.0  # Σ dec_ctx, kept incrementally (exact: whole numbers)
-    res = ServeResult(arr, inp, out, first, finish, status, preempt,
-                      layout_time_s={name: 0.0 for name in LAYOUTS},
-                      timeline={"t_s": [], "layout": [], "batch": [], "kv_used_fraction": []})
-    tl_t, tl_layout, tl_batch, tl_kv = (res.timeline[k] for k in ("t_s", "layout", "batch", "kv_used_fraction"))
+    s2_dec = 0.0  # Σ decoders' contexts
+    no_ids, no_ctx = np.zeros(0, dtype=np.int64), np.zeros(0)
+    switches: list[SwitchRecord] = []
+    tl_t, tl_layout, tl_batch, tl_kv = [], [], [], []
     ordering.prefill_s_per_token = float(tables.step_s(0, 0, np.array([config.prefill_chunk_tokens]), np.zeros(1),
                                                        np.zeros(1))[0]) / config.prefill_chunk_tokens
 
@@ -175,9 +220,8 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
         tok = ctxf[ids].astype(np.int64)
         return ordering.keys(arr[ids], tok, tok - inp[ids], out[ids], queued[ids])
 
-    needfn = ctxf.__getitem__
     layout = int(policy.initial_layout(inp[arr <= arr[0]].astype(np.float64)))
-    state = PolicyState(np.zeros(0), np.zeros(T), np.zeros(T), np.zeros(0), layout)
+    state = PolicyState(no_ctx, okv, [0.0] * T, np.zeros(0), layout)
     t = arr_l[0]
     nxt = 0
     ended = 0
@@ -187,11 +231,10 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
     ready_s = started_s = 0.0
     wm = 1.0 - config.admit_watermark_fraction
     skip_admit = False
-    max_batch, max_run, chunk = config.max_batch, config.max_run_steps, config.prefill_chunk_tokens
     # running prefill statistics for the policy (exponentially weighted over steps)
     ema_steps = ema_tok = ema_tok_pfx = ema_own = 0.0
-    zeros_run = np.zeros(max_run)
-    zeros_run.setflags(write=False)
+    ema_w = [1.0 - 0.5 ** (k / PREFILL_STATS_HALF_LIFE_STEPS) for k in range(max_run + 1)]  # weight of a k-step run
+    zeros_l = [[0.0] * k for k in range(max_run + 1)]
     dyn_keys, lstats = ordering.dynamic_keys, ordering.stats
     steps = decode_steps = 0
     layout_s = [0.0] * len(LAYOUTS)
@@ -212,28 +255,83 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
 
     def end(i: int, how: int) -> None:
         nonlocal ended
-        status[i] = how
-        finish[i] = t
+        status_l[i] = how
+        finish_l[i] = t
         ended += 1
         if how == DONE:
             policy.observe_completion(float(out_l[i]))
             ordering.stats.add(float(out_l[i]))
 
+    def join(i: int, c: float) -> None:
+        """Put request i, at context c, in the decoding set."""
+        nonlocal b, jseq, unc_cnt, unc_c0, s2_dec
+        s, r = b, owner_l[i]
+        b += 1
+        c0 = c - dsteps
+        d_ids[s], d_c0[s], d_own[s] = i, c0, r
+        slot_id[s] = i
+        slot_l[i] = s
+        c0_l[i] = c0
+        jseq += 1
+        jseq_l[i] = jseq
+        heapq.heappush(fin_heap, (end_l[i] - c + dsteps, jseq, i))
+        if capped and c < cap_at:
+            heapq.heappush(unc_heap, (cap_at - c0, jseq, i))
+            unc_l[i] = True
+            unc_cnt += 1
+            unc_c0 += c0
+        dec_cnt[r] += 1
+        dec_own_ctx[r] += c
+        s2_dec += c
+
+    def leave(i: int) -> float:
+        """Take request i out of the decoding set (its slot takes the last one); its context."""
+        nonlocal b, unc_cnt, unc_c0, s2_dec
+        s = slot_l[i]
+        b -= 1
+        if s != b:
+            j = slot_id[b]
+            d_ids[s], d_c0[s], d_own[s] = j, c0_l[j], owner_l[j]
+            slot_id[s] = j
+            slot_l[j] = s
+        slot_l[i] = -1
+        c0 = c0_l[i]
+        if unc_l[i]:
+            unc_l[i] = False
+            unc_cnt -= 1
+            unc_c0 -= c0
+        c = c0 + dsteps
+        r = owner_l[i]
+        dec_cnt[r] -= 1
+        dec_own_ctx[r] -= c
+        s2_dec -= c
+        return c
+
+    def capped_sum(at: int) -> float:
+        """Σ min(context, top-k) over the decoders at decode step `at` (never less than the last call's)."""
+        nonlocal unc_cnt, unc_c0
+        while unc_heap and unc_heap[0][0] <= at:
+            _, s, i = heapq.heappop(unc_heap)
+            if unc_l[i] and jseq_l[i] == s:
+                unc_l[i] = False
+                unc_cnt -= 1
+                unc_c0 -= c0_l[i]
+        return unc_c0 + unc_cnt * at + topk * (b - unc_cnt)
+
     while ended < n:
         while nxt < n and arr_l[nxt] <= t:
-            status[nxt] = WAITING
+            status_l[nxt] = WAITING
             waiting.push(nxt)
             nxt += 1
         if inflight is not None and t >= ready_s:
             plan = inflight.plan
             t += executor.commit_switch(plan)
-            res.switches.append(SwitchRecord(LAYOUTS[layout], LAYOUTS[inflight.layout], started_s, t, plan.link_s,
-                                             plan.cost_s, inflight.reason.name.lower()))
+            switches.append(SwitchRecord(LAYOUTS[layout], LAYOUTS[inflight.layout], started_s, t, plan.link_s,
+                                         plan.cost_s, inflight.reason.name.lower()))
             layout = inflight.layout
             inflight = None
             state.steps_since_switch = 0
-        b = dec.size
-        if not b and not prefill_q and waiting.pos >= waiting.ids.size and not waiting.new:
+        if not b and not prefill_q and waiting.pos >= len(waiting.ids) and not waiting.new:
             if inflight is not None:
                 t = max(t, ready_s)
             elif nxt < n:
@@ -241,16 +339,16 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
             continue
         if dyn_keys and lstats.version != stats_version:
             stats_version = lstats.version
-            waiting.dirty = waiting.dirty or waiting.pos < waiting.ids.size or len(waiting.new) > 0
+            waiting.dirty = waiting.dirty or waiting.pos < len(waiting.ids) or len(waiting.new) > 0
         if waiting.dirty:
-            waiting.resort(keyfn, needfn)
+            waiting.resort(keyfn, ctxf)
         # ---- admission (in priority order, head-of-line) ------------------------------------
         total = sum(okv)
         lay_owner, lay_share, lay_pool = is_owner_l[layout], share_l[layout], pools_l[layout] * wm
-        while (not skip_admit and waiting.pos < waiting.ids.size
-               and b + len(prefill_q) < max_batch):
-            i = int(waiting.ids[waiting.pos])
-            c = float(ctxf[i])
+        wids = waiting.ids
+        while not skip_admit and waiting.pos < len(wids) and b + len(prefill_q) < max_batch:
+            i = wids[waiting.pos]
+            c = ctx_l[i]
             need = c + page
             r = okv.index(min(okv))
             if lay_owner:
@@ -265,29 +363,27 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
                     continue
                 break
             waiting.pos += 1
-            owner[i] = r
             owner_l[i] = r
             okv[r] += need
             total += need
             pre_left[i] = int(c)
-            status[i] = PREFILL
+            status_l[i] = PREFILL
             prefill_q.append(i)
+            pq_s2 += c
+            if capped:
+                pq_s1 += min(c, topk)
         skip_admit = False
         # ---- policy -------------------------------------------------------------------------
         s2 = s2_dec
-        s1 = (float(_add(np.minimum(dec_ctx, topk))) if capped else s2) if b else 0.0
+        s1 = (capped_sum(dsteps) if capped else s2) if b else 0.0
         if prefill_q:
             # NOTE: prefilling requests count as the batch they are about to join
-            pc = ctxf[prefill_q]
-            state.context_tokens = np.concatenate([dec_ctx, pc])
-            pcl = pc.tolist()
-            state.context_sum_tokens = s2 + sum(pcl)
-            state.context_capped_sum_tokens = s1 + sum([min(x, topk) for x in pcl]) if capped else \
-                state.context_sum_tokens
+            state.context_sum_tokens = s2 + pq_s2
+            state.context_capped_sum_tokens = s1 + pq_s1 if capped else state.context_sum_tokens
         else:
-            state.context_tokens = dec_ctx
             state.context_sum_tokens = s2
             state.context_capped_sum_tokens = s1
+        state.context_requests = b + len(prefill_q)
         state.waiting_tokens = waiting.needs[waiting.pos:]
         state.prefill_step_fraction = ema_steps
         state.prefill_tokens_per_step = ema_tok
@@ -296,12 +392,12 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
         state.layout = layout
         state.switch_in_flight = inflight is not None
         state.running = b + len(prefill_q)
-        state.owner_kv_tokens = np.array(okv)
+        state.owner_kv_tokens = okv
         cap = pools_l[layout] / bpt
         if lay_owner:
-            state.free_kv_bytes = np.array([(cap - x) * bpt for x in okv])
+            state.free_kv_bytes = [(cap - x) * bpt for x in okv]
         else:
-            state.free_kv_bytes = np.array([(cap / lay_share - total) * (bpt * lay_share)] * T)
+            state.free_kv_bytes = [(cap / lay_share - total) * (bpt * lay_share)] * T
         d = policy.decide(state)
         if d.switch and inflight is None and d.layout != layout and d.plan is not None:
             inflight, started_s = d, t
@@ -313,10 +409,10 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
             if inflight is not None:
                 t = max(t, ready_s)
                 continue
-            if waiting.pos >= waiting.ids.size:
+            if waiting.pos >= len(waiting.ids):
                 continue  # the queue emptied by aborts; the top of the loop idles or ends
             # the policy chose not to move to a layout with room: the head can't be served here
-            i = int(waiting.ids[waiting.pos])
+            i = waiting.ids[waiting.pos]
             waiting.pos += 1
             end(i, ABORTED)
             continue
@@ -324,48 +420,53 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
         if b:
             k_kv = kv_steps(layout, dec_cnt, okv, total)
             if k_kv < 1:
-                ctxf[dec] = dec_ctx  # write back: the victims' contexts are read below
-                decoding = dec.tolist()
+                decoding = sorted(slot_id[:b], key=jseq_l.__getitem__)  # in the order they joined
+                for i in decoding:  # write back: the victims' contexts are read below
+                    ctx_l[i] = c0_l[i] + dsteps
+                ctxf[decoding] = [ctx_l[i] for i in decoding]
                 while b and k_kv < 1:
                     cand = decoding + prefill_q
-                    cids = np.asarray(cand, dtype=np.int64)
                     if len(cand) == 1:
                         v = cand[0]
                         decoding.remove(v)
-                        release(v, float(ctxf[v]))
+                        release(v, leave(v))
                         end(v, ABORTED)
                     else:
+                        cids = np.asarray(cand, dtype=np.int64)
                         tok = ctxf[cids]
                         v = cand[ordering.victim(arr[cids], tok, tok.astype(np.int64) - inp[cids], out[cids])]
-                        (decoding if status[v] == DECODE else prefill_q).remove(v)
-                        release(v, float(ctxf[v]))
-                        status[v] = WAITING
+                        if slot_l[v] >= 0:
+                            decoding.remove(v)
+                            leave(v)
+                        else:
+                            prefill_q.remove(v)
+                            pq_s2 -= ctx_l[v]
+                            if capped:
+                                pq_s1 -= min(ctx_l[v], topk)
+                        release(v, ctx_l[v])
+                        status_l[v] = WAITING
                         queued[v] = t
-                        preempt[v] += 1
+                        preempt_l[v] += 1
                         waiting.push(v)
-                    b = len(decoding)
-                    dec_cnt = np.bincount(owner[decoding], minlength=T).tolist() if b else dec_cnt
                     total = sum(okv)
                     k_kv = kv_steps(layout, dec_cnt, okv, total) if b else 1 << 30
-                dec = np.array(decoding, dtype=np.int64)
-                dec_ctx, dec_own = ctxf[dec], owner[dec]
-                dec_fin = endf[dec] - dec_ctx + dsteps
-                fin_min = float(dec_fin.min()) if b else 0.0
-                dec_cnt = np.bincount(dec_own, minlength=T).tolist()
-                dec_own_ctx = np.bincount(dec_own, weights=dec_ctx, minlength=T).tolist()
-                s2_dec = float(_add(dec_ctx)) if b else 0.0
                 if waiting.dirty:
                     skip_admit = True  # NOTE: re-admitting the victim at once would undo the preemption
                     continue  # re-sort and re-decide with the new membership
                 if b:
                     s2 = s2_dec
-                    s1 = float(_add(np.minimum(dec_ctx, topk))) if capped else s2
+                    s1 = capped_sum(dsteps) if capped else s2
         else:
             k_kv = 1 << 30
         # ---- the run --------------------------------------------------------------------------
         k = max_run
         if b:
-            left = int(fin_min) - dsteps  # steps until the first decoder is done
+            while True:  # the first decoder to finish (skipping requests that left)
+                fin0, s, i = fin_heap[0]
+                if slot_l[i] >= 0 and jseq_l[i] == s:
+                    break
+                heapq.heappop(fin_heap)
+            left = int(fin0) - dsteps  # steps until the first decoder is done
             k = min(k, left, k_kv)
         if prefill_q:
             pre_total = sum([pre_left[i] for i in prefill_q])
@@ -378,31 +479,36 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
             if inflight is not None:
                 k = min(k, max(1, math.ceil((ready_s - t) / est_step_s)))
         k = max(int(k), 1)
+        if b:
+            # NOTE: views of the slots, valid for the call (the executor protocol: read, don't keep)
+            batch = StepBatch(layout, d_c0[:b] + dsteps, d_own[:b], d_ids[:b], s2, s1, dec_own_ctx, dec_cnt,
+                              capped_sum(dsteps + k - 1) if capped and k > 1 else -1.0)
+        else:
+            batch = StepBatch(layout, no_ctx, no_ids, no_ids, s2, s1, dec_own_ctx, dec_cnt)
         if pre_total:
             pref_l = [float(min(max(pre_total - chunk * j, 0), chunk)) for j in range(k)]
-            pref = np.array(pref_l)
             done_tokens = int(sum(pref_l))
-            pfx, own_rank, own_tok, own_pfx = chunk_plan(pref_l, prefill_q, pre_left, ctxf, owner_l)
-            dur = executor.run_steps(StepBatch(layout, dec_ctx, dec_own, dec, s2, s1, dec_own_ctx, dec_cnt), pref, pfx,
-                                     (own_rank, own_tok, own_pfx))
+            pfx, own_rank, own_tok, own_pfx = chunk_plan(pref_l, prefill_q, pre_left, ctx_l, owner_l)
+            dur = executor.run_steps(batch, pref_l, pfx, (own_rank, own_tok, own_pfx))
             run_tok, run_tok_pfx, run_own = sum(pref_l), sum([a * c for a, c in zip(pref_l, pfx)]), sum(own_tok)
             run_chunks = float(sum([1 for x in pref_l if x > 0]))
         else:
-            pref = zeros_run[:k] if k <= max_run else np.zeros(k)
             done_tokens = 0
-            dur = executor.run_steps(StepBatch(layout, dec_ctx, dec_own, dec, s2, s1, dec_own_ctx, dec_cnt), pref)
+            dur = executor.run_steps(batch, zeros_l[k] if k <= max_run else [0.0] * k)
             run_tok = run_tok_pfx = run_own = run_chunks = 0.0
+        if type(dur) is not list:
+            dur = dur.tolist()
         if run_tok or ema_tok:
-            w = 1.0 - 0.5 ** (k / PREFILL_STATS_HALF_LIFE_STEPS)
+            w = ema_w[k] if k <= max_run else 1.0 - 0.5 ** (k / PREFILL_STATS_HALF_LIFE_STEPS)
             ema_steps += w * (run_chunks / k - ema_steps)
             ema_tok += w * (run_tok / k - ema_tok)
             ema_tok_pfx += w * (run_tok_pfx / k - ema_tok_pfx)
             ema_own += w * (run_own / k - ema_own)
             if ema_tok < 1e-3:
                 ema_steps = ema_tok = ema_tok_pfx = ema_own = 0.0
-        run_s = float(_add(dur))
+        run_s = sum_as_numpy(dur)
         t += run_s
-        est_step_s = float(dur[-1])
+        est_step_s = dur[-1]
         ordering.tpot_s = est_step_s
         steps += k
         if b:
@@ -411,25 +517,20 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
         state.steps_since_switch += k
         if b:
             fk = float(k)
-            for r in range(T):
-                grow = dec_cnt[r] * fk
-                okv[r] += grow
-                dec_own_ctx[r] += grow
+            okv = [x + c * fk for x, c in zip(okv, dec_cnt)]
+            dec_own_ctx = [x + c * fk for x, c in zip(dec_own_ctx, dec_cnt)]
             s2_dec += b * fk
-            dec_ctx = dec_ctx + k  # NOTE: a new array: the executor may keep the one it was handed
             dsteps += k
             if left <= k:
-                done = dec_fin <= dsteps
-                for i, c in zip(dec[done].tolist(), dec_ctx[done].tolist()):
-                    release(i, c)
+                due = []
+                while fin_heap and fin_heap[0][0] <= dsteps:
+                    _, s, i = heapq.heappop(fin_heap)
+                    if slot_l[i] >= 0 and jseq_l[i] == s:
+                        due.append((s, i))
+                due.sort()  # in the order they joined
+                for _, i in due:
+                    release(i, leave(i))
                     end(i, DONE)
-                    dec_cnt[owner_l[i]] -= 1
-                    dec_own_ctx[owner_l[i]] -= c
-                    s2_dec -= c
-                keep = ~done
-                dec, dec_ctx, dec_fin, dec_own = dec[keep], dec_ctx[keep], dec_fin[keep], dec_own[keep]
-                fin_min = float(dec_fin.min()) if dec.size else 0.0
-        joined = []
         while prefill_q and done_tokens > 0:
             i = prefill_q[0]
             take = min(pre_left[i], done_tokens)
@@ -438,38 +539,30 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
             if pre_left[i] > 0:
                 break
             prefill_q.pop(0)
-            c = float(ctxf[i])
+            c = ctx_l[i]
+            pq_s2 -= c
+            if capped:
+                pq_s1 -= min(c, topk)
             if c == inp_l[i]:  # the first token
                 c += 1.0
-                ctxf[i] = c
+                ctx_l[i] = c
                 okv[owner_l[i]] += 1.0
-                first[i] = t
+                first_l[i] = t
             if c - inp_l[i] >= out_l[i]:
                 release(i, c)
                 end(i, DONE)
             else:
-                status[i] = DECODE
-                joined.append(i)
-                dec_cnt[owner_l[i]] += 1
-                dec_own_ctx[owner_l[i]] += c
-        if joined:
-            jd = np.array(joined, dtype=np.int64)
-            jc = ctxf[jd]
-            s2_dec += sum(jc.tolist())
-            jf = endf[jd] - jc + dsteps
-            fin_min = min(fin_min, float(jf.min())) if dec.size else float(jf.min())
-            dec = np.concatenate([dec, jd])
-            dec_ctx = np.concatenate([dec_ctx, jc])
-            dec_fin = np.concatenate([dec_fin, jf])
-            dec_own = np.concatenate([dec_own, owner[jd]])
+                status_l[i] = DECODE
+                join(i, c)
         tl_t.append(t)
         tl_layout.append(layout)
-        tl_batch.append(dec.size)
+        tl_batch.append(b)
         used = max(okv) * bpt if is_owner_l[layout] else sum(okv) * share_l[layout] * bpt
         tl_kv.append(float(used / pools_l[layout]) if pools_l[layout] > 0 else 1.0)
         if progress is not None:
             progress(ended, n)
-    res.steps, res.decode_steps = steps, decode_steps
-    for i, name in enumerate(LAYOUTS):
-        res.layout_time_s[name] += layout_s[i]
+    res = ServeResult(arr, inp, out, np.array(first_l), np.array(finish_l), np.array(status_l, dtype=np.int8),
+                      np.array(preempt_l, dtype=np.int64), switches, steps, decode_steps,
+                      {name: layout_s[i] for i, name in enumerate(LAYOUTS)},
+                      {"t_s": tl_t, "layout": tl_layout, "batch": tl_batch, "kv_used_fraction": tl_kv})
     return res

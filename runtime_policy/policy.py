@@ -46,6 +46,16 @@ CHUNK_STEP = 1.03  # the prefill blend's chunk sizes, rounded to 3 % steps (cach
 LOG_CHUNK_STEP = math.log(CHUNK_STEP)
 
 
+def _as_list(x) -> list:
+    """A [T] or [W] state field as a list of floats (the loop hands lists; other callers arrays)."""
+    return x if type(x) is list else x.tolist()
+
+
+def _batch_requests(state: PolicyState) -> int:
+    n = state.context_requests
+    return n if n >= 0 else state.context_tokens.shape[0]
+
+
 @dataclass
 class LayoutPolicy:
     tables: StepTimeTable
@@ -116,25 +126,29 @@ class LayoutPolicy:
 
         NOTE: plain Python floats over precompiled nested lists: for 4 layouts × 4 resources this
         is several times faster than numpy calls on [4, 4] arrays (each costs ~1 µs to dispatch)."""
-        return self._step_times(state, state.owner_kv_tokens.tolist() if state.context_tokens.shape[0] else None)
+        b = _batch_requests(state)
+        okv = _as_list(state.owner_kv_tokens) if b else None
+        return self._step_times(state, b, max(okv) if b else 0.0, min(okv) if b else 0.0)
 
-    def _step_times(self, state: PolicyState, okv: list | None) -> list[float]:
-        """`step_times_s` with the per-rank KV tokens as a list (None when the batch is empty)."""
-        ctx = state.context_tokens
-        b = ctx.shape[0]
+    def _step_times(self, state: PolicyState, b: int, own: float, own_min: float) -> list[float]:
+        """`step_times_s` for a batch of `b` requests whose busiest and lightest ranks own `own` and
+        `own_min` KV tokens. Decode terms and the prefill blend in one pass over the layouts (the
+        blend as `_chunk_terms` describes it). NOTE: max over the 4 resources is spelled out as
+        conditionals with max()'s semantics (the first, replaced by each greater one): the builtin
+        call costs ~120 ns more, 10 times per call."""
         if b:
             if state.context_sum_tokens >= 0 and state.context_capped_sum_tokens >= 0:
                 s2, s1 = float(state.context_sum_tokens), float(state.context_capped_sum_tokens)
             else:
+                ctx = state.context_tokens
                 s2 = float(_add(ctx))
                 if self._topk < 1e17:
                     buf = self._buf[:b] if b <= self._buf.shape[0] else np.empty(b)
                     s1 = float(_add(np.minimum(ctx, self._topk, out=buf)))
                 else:
                     s1 = s2
-            own = max(okv)
             frac = min(own / s2, 1.0) if s2 > 0 else 0.0
-            frac_min = min(min(okv) / s2, 1.0) if s2 > 0 else 0.0
+            frac_min = min(own_min / s2, 1.0) if s2 > 0 else 0.0
         else:
             s1 = s2 = frac = frac_min = 0.0
         rows = self._base_py[b if b < self._n_base else self._n_base - 1]
@@ -142,22 +156,69 @@ class LayoutPolicy:
         net = self._net
         alpha, over = self._alpha, self._over
         c1, c2, owner = self._c1_py, self._c2_py, self._owner
+        f = state.prefill_step_fraction
+        if not (f > 0 and state.prefill_tokens_per_step > 0):
+            for i in range(4):
+                if owner[i]:
+                    a, c = s1 * frac, s2 * frac
+                else:
+                    a, c = s1, s2  # = s1 * 1.0, s2 * 1.0
+                r0, r1, r2, r3 = rows[i]
+                k10, k11, k12, k13 = c1[i]
+                k20, k21, k22, k23 = c2[i]
+                t0 = r0 + k10 * a + k20 * c
+                t1 = r1 + k11 * a + k21 * c
+                t2 = r2 + k12 * a + k22 * c
+                t3 = r3 + k13 * a + k23 * c
+                mx = t1 if t1 > t0 else t0
+                mx = t2 if t2 > mx else mx
+                mx = t3 if t3 > mx else mx
+                out[i] = over + mx + alpha * (t0 + t1 + t2 + t3 - mx)
+                net[i] = t2
+            return out
+        f = min(f, 1.0)
+        rows_n, crow, lo, hi = self._chunk_terms(state, b, f)
+        g = 1.0 - f
         for i in range(4):
-            g = frac if owner[i] else 1.0
-            a, c = s1 * g, s2 * g
             r0, r1, r2, r3 = rows[i]
             k10, k11, k12, k13 = c1[i]
             k20, k21, k22, k23 = c2[i]
+            if owner[i]:
+                a, c = s1 * frac, s2 * frac
+            else:
+                a, c = s1, s2
             t0 = r0 + k10 * a + k20 * c
             t1 = r1 + k11 * a + k21 * c
             t2 = r2 + k12 * a + k22 * c
             t3 = r3 + k13 * a + k23 * c
-            mx = max(t0, t1, t2, t3)
-            out[i] = over + mx + alpha * (t0 + t1 + t2 + t3 - mx)
+            mx = t1 if t1 > t0 else t0
+            mx = t2 if t2 > mx else mx
+            mx = t3 if t3 > mx else mx
+            dec = over + mx + alpha * (t0 + t1 + t2 + t3 - mx)
             net[i] = t2
-        f = state.prefill_step_fraction
-        if f > 0 and state.prefill_tokens_per_step > 0:
-            self._mix_chunk_steps(state, b, s1, s2, frac, frac_min, min(f, 1.0))
+            # the blend: a step with the chunk, on rows for b + chunk tokens
+            r0, r1, r2, r3 = rows_n[i]
+            p0, p1, p2, p3, l0, l1, l2, l3, h0, h1, h2, h3 = crow[i]
+            if owner[i]:
+                aa, cc = s1 * frac_min, s2 * frac_min  # the chunk's owner
+            else:
+                aa, cc = s1, s2
+            u0 = r0 + p0 + lo * l0 + hi * h0 + k10 * aa + k20 * cc
+            u1 = r1 + p1 + lo * l1 + hi * h1 + k11 * aa + k21 * cc
+            u2 = r2 + p2 + lo * l2 + hi * h2 + k12 * aa + k22 * cc
+            u3 = r3 + p3 + lo * l3 + hi * h3 + k13 * aa + k23 * cc
+            mx = u1 if u1 > u0 else u0
+            mx = u2 if u2 > mx else mx
+            mx = u3 if u3 > mx else mx
+            if owner[i]:  # or the decode-busiest owner, without the chunk, if slower
+                v0, v1, v2, v3 = r0 + k10 * a + k20 * c, r1 + k11 * a + k21 * c, r2 + k12 * a + k22 * c, \
+                    r3 + k13 * a + k23 * c
+                mv = v1 if v1 > v0 else v0
+                mv = v2 if v2 > mv else mv
+                mv = v3 if v3 > mv else mv
+                if mv > mx:
+                    u0, u1, u2, u3, mx = v0, v1, v2, v3, mv
+            out[i] = g * dec + f * (over + mx + alpha * (u0 + u1 + u2 + u3 - mx))
         return out
 
     def _chunk_rows(self, chunk: int, own_p: int) -> list:
@@ -178,14 +239,15 @@ class LayoutPolicy:
             self._chunk_cache[key] = rows
         return rows
 
-    def _mix_chunk_steps(self, state: PolicyState, b: int, s1: float, s2: float, frac: float, frac_min: float,
-                         f: float) -> None:
-        """Blend the observed chunk into the step times: a fraction f of steps carry one, of the
-        observed mean size and prefix. TP and CP spread a chunk over the ranks; the owner layouts
-        run `prefill_owner_share` of it on one owner, so, as in the step model, their chunk step is
-        the slower of the decode-busiest owner and that owner (taken as the lightest, where
-        admission puts new requests). NOTE: the chunk size is rounded to 3 % steps and the owner
-        share to 1/32 (both are running means) so their table rows can be cached."""
+    def _chunk_terms(self, state: PolicyState, b: int, f: float) -> tuple[list, list, float, float]:
+        """The prefill blend's inputs: a fraction f of steps carry a chunk of the observed mean size
+        and prefix. TP and CP spread a chunk over the ranks; the owner layouts run
+        `prefill_owner_share` of it on one owner, so, as in the step model, their chunk step is the
+        slower of the decode-busiest owner and that owner (taken as the lightest, where admission
+        puts new requests). Returns the base rows for b + chunk tokens, the chunk's rows
+        (`_chunk_rows`) and the prefix below and above the knee. NOTE: the chunk size is rounded to
+        3 % steps and the owner share to 1/32 (both are running means) so their table rows can be
+        cached."""
         c = max(float(state.prefill_context_tokens), 0.0)
         lo = min(c, self._knee)
         hi = c - lo
@@ -199,33 +261,7 @@ class LayoutPolicy:
             if len(self._row_cache) > 4096:
                 self._row_cache.clear()
             rows = self._row_cache[n] = self.tables.base_s[n].tolist()
-        crow = self._chunk_rows(chunk, own_p)
-        out = self._steps
-        alpha, over = self._alpha, self._over
-        c1, c2, owner = self._c1_py, self._c2_py, self._owner
-        g = 1.0 - f
-        for i in range(4):
-            r0, r1, r2, r3 = rows[i]
-            k10, k11, k12, k13 = c1[i]
-            k20, k21, k22, k23 = c2[i]
-            p0, p1, p2, p3, l0, l1, l2, l3, h0, h1, h2, h3 = crow[i]
-            if owner[i]:
-                a, cc = s1 * frac_min, s2 * frac_min  # the chunk's owner
-            else:
-                a, cc = s1, s2
-            u0 = r0 + p0 + lo * l0 + hi * h0 + k10 * a + k20 * cc
-            u1 = r1 + p1 + lo * l1 + hi * h1 + k11 * a + k21 * cc
-            u2 = r2 + p2 + lo * l2 + hi * h2 + k12 * a + k22 * cc
-            u3 = r3 + p3 + lo * l3 + hi * h3 + k13 * a + k23 * cc
-            mx = max(u0, u1, u2, u3)
-            if owner[i]:  # or the decode-busiest owner, without the chunk, if slower
-                a, cc = s1 * frac, s2 * frac
-                v0, v1, v2, v3 = r0 + k10 * a + k20 * cc, r1 + k11 * a + k21 * cc, r2 + k12 * a + k22 * cc, \
-                    r3 + k13 * a + k23 * cc
-                mv = max(v0, v1, v2, v3)
-                if mv > mx:
-                    u0, u1, u2, u3, mx = v0, v1, v2, v3, mv
-            out[i] = g * out[i] + f * (over + mx + alpha * (u0 + u1 + u2 + u3 - mx))
+        return rows, self._chunk_rows(chunk, own_p), lo, hi
 
     def decide(self, state: PolicyState) -> Decision:
         """Stay or switch; never raises (an unexpected state is a CANT_DECIDE stay)."""
@@ -243,15 +279,15 @@ class LayoutPolicy:
         stay = self._stay[cur]
         if state.switch_in_flight:
             return stay[Reason.STAY_IN_FLIGHT]
-        b = state.context_tokens.shape[0]
+        b = _batch_requests(state)
         w = state.waiting_tokens.shape[0]
         if b == 0 and w == 0:
             return stay[Reason.STAY_IDLE]
-        okv = state.owner_kv_tokens.tolist()
-        steps = self._step_times(state, okv)
+        okv = _as_list(state.owner_kv_tokens)
         total = sum(okv)
         own = max(okv)
         own_min = min(okv)
+        steps = self._step_times(state, b, own, own_min)
         n = len(LAYOUTS)
         bpt = self._bpt
         # admission of the queue's head, per layout
@@ -259,7 +295,7 @@ class LayoutPolicy:
         head = 0.0
         if w and state.running < self._max_batch:
             head = float(state.waiting_tokens[0]) + self.tables.page_tokens
-            fr = state.free_kv_bytes.tolist()
+            fr = _as_list(state.free_kv_bytes)
             need = head * bpt
             blocked = (max(fr) < need) if self._owner[cur] else (min(fr) < need * self._share[cur])
         pool, owner, share = self._pool, self._owner, self._share

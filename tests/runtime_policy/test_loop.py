@@ -83,3 +83,14 @@ def test_dynamic_switches_when_kv_blocks_admission():
     cap = [s for s in d["switches"] if s["reason"] == "switch_capacity"]
     assert cap and cap[0]["from"] == "tp" and cap[0]["to"] == "dop"
     assert d["completed"] == 600
+
+
+def test_run_time_sum_equals_numpys_bit_for_bit():
+    """The loop sums a run's step times in Python in numpy's pairwise order, so a run's end time is
+    the one `np.add.reduce` of the same durations gives (short runs, 8-lane blocks, recursion)."""
+    from runtime_policy.loop import sum_as_numpy
+
+    rng = np.random.default_rng(0)
+    for n in list(range(1, 300)) + [1000, 4099]:
+        x = rng.random(n) * 10.0 ** rng.uniform(-4, 1, n)
+        assert sum_as_numpy(x.tolist()) == float(np.add.reduce(x)), n
