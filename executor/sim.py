@@ -167,8 +167,12 @@ class SimExecutor:
             cands = [(oc, cnt) for oc, cnt in zip(own_ctx, own_cnt) if oc + cnt * km1 >= top]
             lead_ctx, lead_cnt = cands[0] if len(cands) == 1 else (-1.0, 0)
         for j, p in enumerate(prefill_tokens):
-            p = min(int(p), max_p)
-            n = min(b + p, max_n)
+            p = int(p)
+            if p > max_p:  # = min(int(p), max_p), min(b + p, max_n) without the calls
+                p = max_p
+            n = b + p
+            if n > max_n:
+                n = max_n
             r = rows.get(n)
             if r is None:
                 r = rows[n] = t.base_s[n, layout].tolist()

@@ -101,13 +101,16 @@ class _Waiting:
         self.new.append(i)
         self.dirty = True
 
-    def resort(self, keyfn, ctxf: np.ndarray) -> None:
+    def resort(self, keyfn, ctx: list[float], ctxf: np.ndarray) -> None:
+        """`ctx` and `ctxf`: every request's context, as a list and an array (equal for waiting ones)."""
         if self.pos >= len(self.ids) and len(self.new) == 1:
             self.ids = self.new  # one request: nothing to sort (the common case)
+            self.needs = np.array([ctx[self.ids[0]]])
         else:
             ids = np.array(self.ids[self.pos:] + self.new, dtype=np.int64)
-            self.ids = ids[np.argsort(keyfn(ids), kind="stable")].tolist()
-        self.needs = ctxf[self.ids]
+            ids = ids[np.argsort(keyfn(ids), kind="stable")]
+            self.ids = ids.tolist()
+            self.needs = ctxf[ids]
         self.pos, self.new, self.dirty = 0, [], False
 
 
@@ -208,7 +211,8 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
     unc_l = [False] * n  # decoding with context below top-k
     unc_cnt, unc_c0 = 0, 0.0  # how many, and Σ c0_l over them
     dec_cnt = [0] * T  # decoders per owner
-    dec_own_ctx = [0.0] * T  # Σ context of each owner's decoders
+    own_c0 = [0.0] * T  # Σ c0_l of each owner's decoders (their Σ context is own_c0 + dec_cnt × dsteps)
+    fin_min = 0.0  # the decode step at which the first decoder is done (the top of fin_heap)
     s2_dec = 0.0  # Σ decoders' contexts
     no_ids, no_ctx = np.zeros(0, dtype=np.int64), np.zeros(0)
     switches: list[SwitchRecord] = []
@@ -243,9 +247,12 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
              for i in range(len(LAYOUTS))]
 
     def kv_steps(layout: int, owner_count: list[int], owner_kv: list[float], total: float) -> int:
-        # = _kv_steps(...) with the per-layout capacity precomputed (the same float operations)
+        """Decode steps the decoders can take before KV runs out (owner layouts: at most max_run,
+        all a run takes)."""
         if is_owner_l[layout]:
             cap = cap_l[layout]
+            if cap - max(owner_kv) >= max_run * max(owner_count):
+                return max_run  # NOTE: every owner has room for a whole run; the exact count needs T divisions
             room = [math.floor((cap - kv) / c) for kv, c in zip(owner_kv, owner_count) if c > 0]
             return int(min(room)) if room else 1 << 30
         return int(math.floor((cap_l[layout] - total) / sum(owner_count)))
@@ -264,24 +271,27 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
 
     def join(i: int, c: float) -> None:
         """Put request i, at context c, in the decoding set."""
-        nonlocal b, jseq, unc_cnt, unc_c0, s2_dec
+        nonlocal b, jseq, unc_cnt, unc_c0, s2_dec, fin_min
         s, r = b, owner_l[i]
         b += 1
         c0 = c - dsteps
+        fin = end_l[i] - c + dsteps
+        if s == 0 or fin < fin_min:
+            fin_min = fin
         d_ids[s], d_c0[s], d_own[s] = i, c0, r
         slot_id[s] = i
         slot_l[i] = s
         c0_l[i] = c0
         jseq += 1
         jseq_l[i] = jseq
-        heapq.heappush(fin_heap, (end_l[i] - c + dsteps, jseq, i))
+        heapq.heappush(fin_heap, (fin, jseq, i))
         if capped and c < cap_at:
             heapq.heappush(unc_heap, (cap_at - c0, jseq, i))
             unc_l[i] = True
             unc_cnt += 1
             unc_c0 += c0
         dec_cnt[r] += 1
-        dec_own_ctx[r] += c
+        own_c0[r] += c0
         s2_dec += c
 
     def leave(i: int) -> float:
@@ -303,9 +313,18 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
         c = c0 + dsteps
         r = owner_l[i]
         dec_cnt[r] -= 1
-        dec_own_ctx[r] -= c
+        own_c0[r] -= c0
         s2_dec -= c
         return c
+
+    def first_to_finish() -> float:
+        """fin_min after decoders left: the top of fin_heap, past the entries of those that left."""
+        while fin_heap:
+            f, s, i = fin_heap[0]
+            if slot_l[i] >= 0 and jseq_l[i] == s:
+                return f
+            heapq.heappop(fin_heap)
+        return 0.0
 
     def capped_sum(at: int) -> float:
         """Σ min(context, top-k) over the decoders at decode step `at` (never less than the last call's)."""
@@ -341,7 +360,7 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
             stats_version = lstats.version
             waiting.dirty = waiting.dirty or waiting.pos < len(waiting.ids) or len(waiting.new) > 0
         if waiting.dirty:
-            waiting.resort(keyfn, ctxf)
+            waiting.resort(keyfn, ctx_l, ctxf)
         # ---- admission (in priority order, head-of-line) ------------------------------------
         total = sum(okv)
         lay_owner, lay_share, lay_pool = is_owner_l[layout], share_l[layout], pools_l[layout] * wm
@@ -450,6 +469,7 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
                         waiting.push(v)
                     total = sum(okv)
                     k_kv = kv_steps(layout, dec_cnt, okv, total) if b else 1 << 30
+                fin_min = first_to_finish()
                 if waiting.dirty:
                     skip_admit = True  # NOTE: re-admitting the victim at once would undo the preemption
                     continue  # re-sort and re-decide with the new membership
@@ -461,12 +481,7 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
         # ---- the run --------------------------------------------------------------------------
         k = max_run
         if b:
-            while True:  # the first decoder to finish (skipping requests that left)
-                fin0, s, i = fin_heap[0]
-                if slot_l[i] >= 0 and jseq_l[i] == s:
-                    break
-                heapq.heappop(fin_heap)
-            left = int(fin0) - dsteps  # steps until the first decoder is done
+            left = int(fin_min) - dsteps  # steps until the first decoder is done
             k = min(k, left, k_kv)
         if prefill_q:
             pre_total = sum([pre_left[i] for i in prefill_q])
@@ -481,17 +496,24 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
         k = max(int(k), 1)
         if b:
             # NOTE: views of the slots, valid for the call (the executor protocol: read, don't keep)
-            batch = StepBatch(layout, d_c0[:b] + dsteps, d_own[:b], d_ids[:b], s2, s1, dec_own_ctx, dec_cnt,
-                              capped_sum(dsteps + k - 1) if capped and k > 1 else -1.0)
+            # per owner Σ context only where the executor reads it (owner layouts)
+            own_ctx = [x + c * dsteps for x, c in zip(own_c0, dec_cnt)] if lay_owner else None
+            batch = StepBatch(layout, d_c0[:b] + dsteps, d_own[:b], d_ids[:b], s2, s1, own_ctx,
+                              dec_cnt if lay_owner else None, capped_sum(dsteps + k - 1) if capped and k > 1 else -1.0)
         else:
-            batch = StepBatch(layout, no_ctx, no_ids, no_ids, s2, s1, dec_own_ctx, dec_cnt)
+            batch = StepBatch(layout, no_ctx, no_ids, no_ids, s2, s1)
         if pre_total:
-            pref_l = [float(min(max(pre_total - chunk * j, 0), chunk)) for j in range(k)]
-            done_tokens = int(sum(pref_l))
+            full = pre_total // chunk  # = [min(max(pre_total − chunk · j, 0), chunk) for j < k]
+            if full >= k:
+                pref_l = [float(chunk)] * k
+            else:
+                pref_l = [float(chunk)] * full + [float(pre_total - chunk * full)] + [0.0] * (k - full - 1)
+            run_tok = sum(pref_l)
+            done_tokens = int(run_tok)
             pfx, own_rank, own_tok, own_pfx = chunk_plan(pref_l, prefill_q, pre_left, ctx_l, owner_l)
             dur = executor.run_steps(batch, pref_l, pfx, (own_rank, own_tok, own_pfx))
-            run_tok, run_tok_pfx, run_own = sum(pref_l), sum([a * c for a, c in zip(pref_l, pfx)]), sum(own_tok)
-            run_chunks = float(sum([1 for x in pref_l if x > 0]))
+            run_tok_pfx, run_own = sum([a * c for a, c in zip(pref_l, pfx)]), sum(own_tok)
+            run_chunks = float(min(k, -(-pre_total // chunk)))  # the steps whose chunk is not empty
         else:
             done_tokens = 0
             dur = executor.run_steps(batch, zeros_l[k] if k <= max_run else [0.0] * k)
@@ -506,7 +528,12 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
             ema_own += w * (run_own / k - ema_own)
             if ema_tok < 1e-3:
                 ema_steps = ema_tok = ema_tok_pfx = ema_own = 0.0
-        run_s = sum_as_numpy(dur)
+        if k < 8:
+            run_s = -0.0  # = sum_as_numpy(dur)
+            for x in dur:
+                run_s += x
+        else:
+            run_s = sum_as_numpy(dur)
         t += run_s
         est_step_s = dur[-1]
         ordering.tpot_s = est_step_s
@@ -518,7 +545,6 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
         if b:
             fk = float(k)
             okv = [x + c * fk for x, c in zip(okv, dec_cnt)]
-            dec_own_ctx = [x + c * fk for x, c in zip(dec_own_ctx, dec_cnt)]
             s2_dec += b * fk
             dsteps += k
             if left <= k:
@@ -531,6 +557,7 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
                 for _, i in due:
                     release(i, leave(i))
                     end(i, DONE)
+                fin_min = first_to_finish()
         while prefill_q and done_tokens > 0:
             i = prefill_q[0]
             take = min(pre_left[i], done_tokens)

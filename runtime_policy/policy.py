@@ -105,6 +105,9 @@ class LayoutPolicy:
         self._page = int(t.page_tokens)
         self._row_cache: dict[int, list] = {}  # base_s rows by token count, as Python floats
         self._chunk_cache: dict[tuple[int, int], list] = {}
+        self._chunk_sizes: dict[int, int] = {}  # 1.03^e tokens, capped, by e
+        self._spread = [i for i in range(n) if not self._owner[i]]
+        self._owned = [i for i in range(n) if self._owner[i]]
         self._n_max = t.max_tokens
         self._dwell_steps = k.initial_dwell_steps
         self._mean_output = 0.0
@@ -179,18 +182,18 @@ class LayoutPolicy:
         f = min(f, 1.0)
         rows_n, crow, lo, hi = self._chunk_terms(state, b, f)
         g = 1.0 - f
-        for i in range(4):
+        # NOTE: a resource's decode products (k1 · a, k2 · c) are computed once and reused where the
+        # blend has the same ones (the same values, so the same sums)
+        for i in self._spread:  # TP, CP: the chunk over every rank, next to the whole batch
             r0, r1, r2, r3 = rows[i]
             k10, k11, k12, k13 = c1[i]
             k20, k21, k22, k23 = c2[i]
-            if owner[i]:
-                a, c = s1 * frac, s2 * frac
-            else:
-                a, c = s1, s2
-            t0 = r0 + k10 * a + k20 * c
-            t1 = r1 + k11 * a + k21 * c
-            t2 = r2 + k12 * a + k22 * c
-            t3 = r3 + k13 * a + k23 * c
+            x0, x1, x2, x3 = k10 * s1, k11 * s1, k12 * s1, k13 * s1
+            y0, y1, y2, y3 = k20 * s2, k21 * s2, k22 * s2, k23 * s2
+            t0 = r0 + x0 + y0
+            t1 = r1 + x1 + y1
+            t2 = r2 + x2 + y2
+            t3 = r3 + x3 + y3
             mx = t1 if t1 > t0 else t0
             mx = t2 if t2 > mx else mx
             mx = t3 if t3 > mx else mx
@@ -199,10 +202,33 @@ class LayoutPolicy:
             # the blend: a step with the chunk, on rows for b + chunk tokens
             r0, r1, r2, r3 = rows_n[i]
             p0, p1, p2, p3, l0, l1, l2, l3, h0, h1, h2, h3 = crow[i]
-            if owner[i]:
-                aa, cc = s1 * frac_min, s2 * frac_min  # the chunk's owner
-            else:
-                aa, cc = s1, s2
+            u0 = r0 + p0 + lo * l0 + hi * h0 + x0 + y0
+            u1 = r1 + p1 + lo * l1 + hi * h1 + x1 + y1
+            u2 = r2 + p2 + lo * l2 + hi * h2 + x2 + y2
+            u3 = r3 + p3 + lo * l3 + hi * h3 + x3 + y3
+            mx = u1 if u1 > u0 else u0
+            mx = u2 if u2 > mx else mx
+            mx = u3 if u3 > mx else mx
+            out[i] = g * dec + f * (over + mx + alpha * (u0 + u1 + u2 + u3 - mx))
+        a, c = s1 * frac, s2 * frac  # the decode-busiest owner
+        aa, cc = s1 * frac_min, s2 * frac_min  # the chunk's owner
+        for i in self._owned:  # DP, DOP
+            r0, r1, r2, r3 = rows[i]
+            k10, k11, k12, k13 = c1[i]
+            k20, k21, k22, k23 = c2[i]
+            x0, x1, x2, x3 = k10 * a, k11 * a, k12 * a, k13 * a
+            y0, y1, y2, y3 = k20 * c, k21 * c, k22 * c, k23 * c
+            t0 = r0 + x0 + y0
+            t1 = r1 + x1 + y1
+            t2 = r2 + x2 + y2
+            t3 = r3 + x3 + y3
+            mx = t1 if t1 > t0 else t0
+            mx = t2 if t2 > mx else mx
+            mx = t3 if t3 > mx else mx
+            dec = over + mx + alpha * (t0 + t1 + t2 + t3 - mx)
+            net[i] = t2
+            r0, r1, r2, r3 = rows_n[i]
+            p0, p1, p2, p3, l0, l1, l2, l3, h0, h1, h2, h3 = crow[i]
             u0 = r0 + p0 + lo * l0 + hi * h0 + k10 * aa + k20 * cc
             u1 = r1 + p1 + lo * l1 + hi * h1 + k11 * aa + k21 * cc
             u2 = r2 + p2 + lo * l2 + hi * h2 + k12 * aa + k22 * cc
@@ -210,14 +236,12 @@ class LayoutPolicy:
             mx = u1 if u1 > u0 else u0
             mx = u2 if u2 > mx else mx
             mx = u3 if u3 > mx else mx
-            if owner[i]:  # or the decode-busiest owner, without the chunk, if slower
-                v0, v1, v2, v3 = r0 + k10 * a + k20 * c, r1 + k11 * a + k21 * c, r2 + k12 * a + k22 * c, \
-                    r3 + k13 * a + k23 * c
-                mv = v1 if v1 > v0 else v0
-                mv = v2 if v2 > mv else mv
-                mv = v3 if v3 > mv else mv
-                if mv > mx:
-                    u0, u1, u2, u3, mx = v0, v1, v2, v3, mv
+            v0, v1, v2, v3 = r0 + x0 + y0, r1 + x1 + y1, r2 + x2 + y2, r3 + x3 + y3  # the busiest, without the chunk
+            mv = v1 if v1 > v0 else v0
+            mv = v2 if v2 > mv else mv
+            mv = v3 if v3 > mv else mv
+            if mv > mx:
+                u0, u1, u2, u3, mx = v0, v1, v2, v3, mv
             out[i] = g * dec + f * (over + mx + alpha * (u0 + u1 + u2 + u3 - mx))
         return out
 
@@ -252,7 +276,10 @@ class LayoutPolicy:
         lo = min(c, self._knee)
         hi = c - lo
         size = state.prefill_tokens_per_step / f
-        chunk = min(max(int(CHUNK_STEP ** round(math.log(max(size, 1.0)) / LOG_CHUNK_STEP)), 1), self._chunk)
+        e = round(math.log(max(size, 1.0)) / LOG_CHUNK_STEP)
+        chunk = self._chunk_sizes.get(e)
+        if chunk is None:
+            chunk = self._chunk_sizes[e] = min(max(int(CHUNK_STEP ** e), 1), self._chunk)
         share = round(min(max(state.prefill_owner_share, 0.0), 1.0) * 32) / 32
         own_p = min(max(int(chunk * share), 1), chunk)
         n = min(b + chunk, self._n_max)
@@ -261,7 +288,8 @@ class LayoutPolicy:
             if len(self._row_cache) > 4096:
                 self._row_cache.clear()
             rows = self._row_cache[n] = self.tables.base_s[n].tolist()
-        return rows, self._chunk_rows(chunk, own_p), lo, hi
+        crow = self._chunk_cache.get((chunk, own_p))
+        return rows, self._chunk_rows(chunk, own_p) if crow is None else crow, lo, hi
 
     def decide(self, state: PolicyState) -> Decision:
         """Stay or switch; never raises (an unexpected state is a CANT_DECIDE stay)."""
