@@ -56,36 +56,40 @@ class SimExecutor:
         arrays). Returns a list from the short-run path, an array from the vectorized one."""
         t = self.tables
         k = len(prefill_tokens)
-        ctx = batch.context_tokens
-        b = ctx.shape[0]
+        b = batch.owners.shape[0]
         owner_layout = self._is_owner[batch.layout]
         own_ctx = own_cnt = None
         if b:
-            # NOTE: contexts are whole token counts, so these float sums are exact in any order
-            s2_0 = batch.context_sum_tokens if batch.context_sum_tokens >= 0 else float(_add(ctx))
+            # NOTE: contexts are whole token counts, so these float sums are exact in any order; the
+            # contexts are built (batch.context_tokens) only for the sums the caller did not keep
+            s2_0 = batch.context_sum_tokens if batch.context_sum_tokens >= 0 else float(_add(batch.context_tokens))
             if self._has_topk:
                 s1_0 = (batch.context_capped_sum_tokens if batch.context_capped_sum_tokens >= 0
-                        else float(_add(np.minimum(ctx, t.topk))))
+                        else float(_add(np.minimum(batch.context_tokens, t.topk))))
                 if k <= 1:
                     s1_end = s1_0
                 elif batch.context_capped_sum_last_tokens >= 0:
                     s1_end = batch.context_capped_sum_last_tokens
                 else:
-                    s1_end = float(_add(np.minimum(ctx + (k - 1), t.topk)))
+                    s1_end = float(_add(np.minimum(batch.context_tokens + (k - 1), t.topk)))
             else:
                 s1_0, s1_end = s2_0, s2_0 + b * (k - 1)
             if owner_layout:
                 if batch.owner_context_tokens is not None and batch.owner_requests is not None:
                     own_ctx, own_cnt = batch.owner_context_tokens, batch.owner_requests  # whole numbers: exact
                 else:
-                    own_ctx = np.bincount(batch.owners, weights=ctx, minlength=t.ranks).tolist()
+                    own_ctx = np.bincount(batch.owners, weights=batch.context_tokens, minlength=t.ranks).tolist()
                     own_cnt = np.bincount(batch.owners, minlength=t.ranks).tolist()
         else:
             s1_0 = s1_end = s2_0 = 0.0
         chunk_owner = chunk_owner if owner_layout else None  # TP and CP spread every chunk
         if k <= self.scalar_run_steps and not self.noise:
-            dur = self._run_scalar(batch.layout, b, _as_list(prefill_tokens), k, s1_0, s1_end, s2_0, own_ctx, own_cnt,
-                                   _as_list(prefill_context_tokens),
+            if type(prefill_tokens) is not list:
+                prefill_tokens = prefill_tokens.tolist()
+            if prefill_context_tokens is not None and type(prefill_context_tokens) is not list:
+                prefill_context_tokens = prefill_context_tokens.tolist()
+            dur = self._run_scalar(batch.layout, b, prefill_tokens, k, s1_0, s1_end, s2_0, own_ctx, own_cnt,
+                                   prefill_context_tokens,
                                    None if chunk_owner is None else [_as_list(x) for x in chunk_owner])
         else:
             prefill_tokens = np.asarray(prefill_tokens, dtype=np.float64)

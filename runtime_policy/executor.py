@@ -27,7 +27,10 @@ class StepBatch:
     once per run."""
 
     layout: int  # index into runtime_policy.tables.LAYOUTS
-    context_tokens: np.ndarray  # [B] context length of each decoding request at the first step
+    # [B] context length of each decoding request at the first step, less context_offset_tokens
+    # (NOTE: every context grows by one per step, so a loop keeps one base array and a step count
+    # instead of writing B numbers per run; read `context_tokens`)
+    context_base_tokens: np.ndarray
     owners: np.ndarray  # [B] owner rank of each request (used by owner layouts)
     request_ids: np.ndarray  # [B]
     # Σ context_tokens and Σ min(context, top-k) at the first step when the caller already has them
@@ -40,6 +43,13 @@ class StepBatch:
     # Σ min(context + k − 1, top-k): the capped sum at the run's last step (k steps), when the
     # caller keeps it (negative: the executor computes it)
     context_capped_sum_last_tokens: float = -1.0
+    context_offset_tokens: float = 0.0  # added to every context_base_tokens
+
+    @property
+    def context_tokens(self) -> np.ndarray:
+        """[B] context length of each decoding request at the first step (built when read)."""
+        off = self.context_offset_tokens
+        return self.context_base_tokens + off if off else self.context_base_tokens
 
 
 class Executor(Protocol):

@@ -37,6 +37,8 @@ from runtime_policy.policy import Decision, PolicyState
 from runtime_policy.tables import LAYOUTS, NO_TOPK, StepTimeTable
 
 PENDING, WAITING, PREFILL, DECODE, DONE, ABORTED = range(6)
+SEQ_BITS = 40  # heap entries: a step count above, a join sequence number in the low bits
+SEQ_MASK = (1 << SEQ_BITS) - 1
 PREFILL_STATS_HALF_LIFE_STEPS = 256.0  # NOTE: the policy's cooldown scale; the prefill rate it sees forgets over it
 
 
@@ -206,15 +208,19 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
     c0_l = [0.0] * n  # = d_c0 by request
     jseq_l = [0] * n  # when each last joined the decoding set (a sequence number)
     jseq = 0
-    fin_heap: list[tuple[float, int, int]] = []  # (decode step at which done, join seq, id); stale ones skipped
-    unc_heap: list[tuple[float, int, int]] = []  # (decode step at which the context reaches top-k, join seq, id)
+    seq_req = [-1]  # the request of each join sequence number
+    # NOTE: heap entries are ints, step << SEQ_BITS | join seq (one int compares faster than a tuple);
+    # the entries of requests that left are skipped when they surface
+    fin_heap: list[int] = []  # the decode step at which each decoder is done
+    unc_heap: list[int] = []  # the decode step at which each decoder's context reaches top-k
     unc_l = [False] * n  # decoding with context below top-k
     unc_cnt, unc_c0 = 0, 0.0  # how many, and Σ c0_l over them
     dec_cnt = [0] * T  # decoders per owner
     own_c0 = [0.0] * T  # Σ c0_l of each owner's decoders (their Σ context is own_c0 + dec_cnt × dsteps)
-    fin_min = 0.0  # the decode step at which the first decoder is done (the top of fin_heap)
+    fin_min = 0  # the decode step at which the first decoder is done (the top of fin_heap)
     s2_dec = 0.0  # Σ decoders' contexts
     no_ids, no_ctx = np.zeros(0, dtype=np.int64), np.zeros(0)
+    view_b, c0_v, own_v, ids_v = 0, no_ctx, no_ids, no_ids  # views of slots [0, view_b)
     switches: list[SwitchRecord] = []
     tl_t, tl_layout, tl_batch, tl_kv = [], [], [], []
     ordering.prefill_s_per_token = float(tables.step_s(0, 0, np.array([config.prefill_chunk_tokens]), np.zeros(1),
@@ -275,7 +281,7 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
         s, r = b, owner_l[i]
         b += 1
         c0 = c - dsteps
-        fin = end_l[i] - c + dsteps
+        fin = int(end_l[i] - c) + dsteps  # whole numbers
         if s == 0 or fin < fin_min:
             fin_min = fin
         d_ids[s], d_c0[s], d_own[s] = i, c0, r
@@ -284,9 +290,10 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
         c0_l[i] = c0
         jseq += 1
         jseq_l[i] = jseq
-        heapq.heappush(fin_heap, (fin, jseq, i))
+        seq_req.append(i)
+        heapq.heappush(fin_heap, fin << SEQ_BITS | jseq)
         if capped and c < cap_at:
-            heapq.heappush(unc_heap, (cap_at - c0, jseq, i))
+            heapq.heappush(unc_heap, int(cap_at - c0) << SEQ_BITS | jseq)
             unc_l[i] = True
             unc_cnt += 1
             unc_c0 += c0
@@ -294,8 +301,8 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
         own_c0[r] += c0
         s2_dec += c
 
-    def leave(i: int) -> float:
-        """Take request i out of the decoding set (its slot takes the last one); its context."""
+    def leave(i: int) -> None:
+        """Take request i out of the decoding set (its slot takes the last one) and release its KV."""
         nonlocal b, unc_cnt, unc_c0, s2_dec
         s = slot_l[i]
         b -= 1
@@ -315,22 +322,26 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
         dec_cnt[r] -= 1
         own_c0[r] -= c0
         s2_dec -= c
-        return c
+        okv[r] -= c + page
 
-    def first_to_finish() -> float:
+    def first_to_finish() -> int:
         """fin_min after decoders left: the top of fin_heap, past the entries of those that left."""
         while fin_heap:
-            f, s, i = fin_heap[0]
+            e = fin_heap[0]
+            s = e & SEQ_MASK
+            i = seq_req[s]
             if slot_l[i] >= 0 and jseq_l[i] == s:
-                return f
+                return e >> SEQ_BITS
             heapq.heappop(fin_heap)
-        return 0.0
+        return 0
 
     def capped_sum(at: int) -> float:
         """Σ min(context, top-k) over the decoders at decode step `at` (never less than the last call's)."""
         nonlocal unc_cnt, unc_c0
-        while unc_heap and unc_heap[0][0] <= at:
-            _, s, i = heapq.heappop(unc_heap)
+        last = (at + 1) << SEQ_BITS  # entries below: the context reaches top-k at step ≤ at
+        while unc_heap and unc_heap[0] < last:
+            s = heapq.heappop(unc_heap) & SEQ_MASK
+            i = seq_req[s]
             if unc_l[i] and jseq_l[i] == s:
                 unc_l[i] = False
                 unc_cnt -= 1
@@ -437,7 +448,8 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
             continue
         # ---- KV wall: preempt until the decoders can take one more step ---------------------
         if b:
-            k_kv = kv_steps(layout, dec_cnt, okv, total)
+            # = kv_steps(...); the spread layouts' inline (their decoders: b)
+            k_kv = kv_steps(layout, dec_cnt, okv, total) if lay_owner else math.floor((cap_l[layout] - total) / b)
             if k_kv < 1:
                 decoding = sorted(slot_id[:b], key=jseq_l.__getitem__)  # in the order they joined
                 for i in decoding:  # write back: the victims' contexts are read below
@@ -448,7 +460,7 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
                     if len(cand) == 1:
                         v = cand[0]
                         decoding.remove(v)
-                        release(v, leave(v))
+                        leave(v)
                         end(v, ABORTED)
                     else:
                         cids = np.asarray(cand, dtype=np.int64)
@@ -462,7 +474,7 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
                             pq_s2 -= ctx_l[v]
                             if capped:
                                 pq_s1 -= min(ctx_l[v], topk)
-                        release(v, ctx_l[v])
+                            release(v, ctx_l[v])
                         status_l[v] = WAITING
                         queued[v] = t
                         preempt_l[v] += 1
@@ -481,7 +493,7 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
         # ---- the run --------------------------------------------------------------------------
         k = max_run
         if b:
-            left = int(fin_min) - dsteps  # steps until the first decoder is done
+            left = fin_min - dsteps  # steps until the first decoder is done
             k = min(k, left, k_kv)
         if prefill_q:
             pre_total = sum([pre_left[i] for i in prefill_q])
@@ -498,8 +510,10 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
             # NOTE: views of the slots, valid for the call (the executor protocol: read, don't keep)
             # per owner Σ context only where the executor reads it (owner layouts)
             own_ctx = [x + c * dsteps for x, c in zip(own_c0, dec_cnt)] if lay_owner else None
-            batch = StepBatch(layout, d_c0[:b] + dsteps, d_own[:b], d_ids[:b], s2, s1, own_ctx,
-                              dec_cnt if lay_owner else None, capped_sum(dsteps + k - 1) if capped and k > 1 else -1.0)
+            if view_b != b:
+                view_b, c0_v, own_v, ids_v = b, d_c0[:b], d_own[:b], d_ids[:b]
+            batch = StepBatch(layout, c0_v, own_v, ids_v, s2, s1, own_ctx, dec_cnt if lay_owner else None,
+                              capped_sum(dsteps + k - 1) if capped and k > 1 else -1.0, float(dsteps))
         else:
             batch = StepBatch(layout, no_ctx, no_ids, no_ids, s2, s1)
         if pre_total:
@@ -549,13 +563,16 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
             dsteps += k
             if left <= k:
                 due = []
-                while fin_heap and fin_heap[0][0] <= dsteps:
-                    _, s, i = heapq.heappop(fin_heap)
+                last = (dsteps + 1) << SEQ_BITS
+                while fin_heap and fin_heap[0] < last:
+                    s = heapq.heappop(fin_heap) & SEQ_MASK
+                    i = seq_req[s]
                     if slot_l[i] >= 0 and jseq_l[i] == s:
-                        due.append((s, i))
+                        due.append(s)
                 due.sort()  # in the order they joined
-                for _, i in due:
-                    release(i, leave(i))
+                for s in due:
+                    i = seq_req[s]
+                    leave(i)
                     end(i, DONE)
                 fin_min = first_to_finish()
         while prefill_q and done_tokens > 0:

@@ -114,14 +114,19 @@ class LayoutPolicy:
         self._completed = 0
         self._max_batch = k.max_batch
         self._headroom_keep = 1.0 - k.kv_headroom_fraction
+        self._dwell_fraction, self._dwell_lo, self._dwell_hi = k.dwell_fraction, k.min_dwell_steps, k.max_dwell_steps
 
     # ---- running statistics (prediction-free dwell) ------------------------------------------
     def observe_completion(self, output_tokens: float) -> None:
         """Feed one finished request's output length (updates the expected dwell)."""
         self._completed += 1
         self._mean_output += (float(output_tokens) - self._mean_output) / self._completed
-        k = self.knobs
-        self._dwell_steps = min(max(k.dwell_fraction * self._mean_output, k.min_dwell_steps), k.max_dwell_steps)
+        d = self._dwell_fraction * self._mean_output  # clamped to [min, max] dwell as min(max(d, lo), hi)
+        if self._dwell_lo > d:
+            d = self._dwell_lo
+        if self._dwell_hi < d:
+            d = self._dwell_hi
+        self._dwell_steps = d
 
     # ---- the hot path -------------------------------------------------------------------------
     def step_times_s(self, state: PolicyState) -> list[float]:
@@ -272,17 +277,33 @@ class LayoutPolicy:
         (`_chunk_rows`) and the prefix below and above the knee. NOTE: the chunk size is rounded to
         3 % steps and the owner share to 1/32 (both are running means) so their table rows can be
         cached."""
-        c = max(float(state.prefill_context_tokens), 0.0)
-        lo = min(c, self._knee)
+        # NOTE: min/max of two numbers spelled out (max(x, y) is x unless y > x; min(x, y) is x
+        # unless y < x): a builtin call costs ~100 ns, 8 of them here
+        c = float(state.prefill_context_tokens)
+        if 0.0 > c:
+            c = 0.0
+        knee = self._knee
+        lo = knee if knee < c else c
         hi = c - lo
         size = state.prefill_tokens_per_step / f
-        e = round(math.log(max(size, 1.0)) / LOG_CHUNK_STEP)
+        e = round(math.log(1.0 if 1.0 > size else size) / LOG_CHUNK_STEP)
         chunk = self._chunk_sizes.get(e)
         if chunk is None:
             chunk = self._chunk_sizes[e] = min(max(int(CHUNK_STEP ** e), 1), self._chunk)
-        share = round(min(max(state.prefill_owner_share, 0.0), 1.0) * 32) / 32
-        own_p = min(max(int(chunk * share), 1), chunk)
-        n = min(b + chunk, self._n_max)
+        share = state.prefill_owner_share
+        if 0.0 > share:
+            share = 0.0
+        if 1.0 < share:
+            share = 1.0
+        share = round(share * 32) / 32
+        own_p = int(chunk * share)
+        if 1 > own_p:
+            own_p = 1
+        if chunk < own_p:
+            own_p = chunk
+        n = b + chunk
+        if self._n_max < n:
+            n = self._n_max
         rows = self._row_cache.get(n)
         if rows is None:
             if len(self._row_cache) > 4096:
@@ -307,11 +328,15 @@ class LayoutPolicy:
         stay = self._stay[cur]
         if state.switch_in_flight:
             return stay[Reason.STAY_IN_FLIGHT]
-        b = _batch_requests(state)
+        b = state.context_requests
+        if b < 0:
+            b = state.context_tokens.shape[0]
         w = state.waiting_tokens.shape[0]
         if b == 0 and w == 0:
             return stay[Reason.STAY_IDLE]
-        okv = _as_list(state.owner_kv_tokens)
+        okv = state.owner_kv_tokens
+        if type(okv) is not list:
+            okv = okv.tolist()
         total = sum(okv)
         own = max(okv)
         own_min = min(okv)
