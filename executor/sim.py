@@ -171,25 +171,27 @@ class SimExecutor:
             cands = [(oc, cnt) for oc, cnt in zip(own_ctx, own_cnt) if oc + cnt * km1 >= top]
             lead_ctx, lead_cnt = cands[0] if len(cands) == 1 else (-1.0, 0)
         for j, p in enumerate(prefill_tokens):
-            p = int(p)
-            if p > max_p:  # = min(int(p), max_p), min(b + p, max_n) without the calls
-                p = max_p
-            n = b + p
+            if p:
+                p = int(p)
+                if p > max_p:  # = min(int(p), max_p), min(b + p, max_n) without the calls
+                    p = max_p
+                n = b + p
+            else:
+                p, n = 0, b
             if n > max_n:
                 n = max_n
             r = rows.get(n)
             if r is None:
                 r = rows[n] = t.base_s[n, layout].tolist()
             r0, r1, r2, r3 = r
-            fj = float(j)
             s1 = s1_0 + ds1 * (j / km1) if km1 else s1_0
-            s2 = s2_0 + b * fj
+            s2 = s2_0 + b * j  # NOTE: whole numbers, so the int product adds as float(b) * float(j) would
             s1_all, s2_all = s1, s2
             if b and own_ctx is not None:
                 if lead_ctx >= 0:
-                    s2_own = lead_ctx + lead_cnt * fj
+                    s2_own = lead_ctx + lead_cnt * j
                 else:
-                    s2_own = max([oc + cnt * fj for oc, cnt in cands])
+                    s2_own = max([oc + cnt * j for oc, cnt in cands])
                 frac = s2_own / s2 if s2 > 0 else 0.0
                 s1, s2 = s1 * frac, s2_own
             t0 = r0 + s1 * c10 + s2 * c20  # NOTE: base + 0.0 is base, so steps without a chunk skip it
@@ -207,7 +209,7 @@ class SimExecutor:
                 pc = min(int(chunk_owner[1][j]), max_p)
                 q0, q1, q2, q3 = self._chunk_row(layout, pc, float(chunk_owner[2][j]))
                 if b:
-                    s2c = own_ctx[rank] + own_cnt[rank] * fj
+                    s2c = own_ctx[rank] + own_cnt[rank] * j
                     s1c = s1_all * (s2c / s2_all if s2_all > 0 else 0.0)
                 else:
                     s1c = s2c = 0.0

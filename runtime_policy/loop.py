@@ -232,6 +232,7 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
 
     layout = int(policy.initial_layout(inp[arr <= arr[0]].astype(np.float64)))
     state = PolicyState(no_ctx, okv, [0.0] * T, np.zeros(0), layout)
+    wt_needs, wt_pos = None, -1  # the queue state.waiting_tokens was cut from
     t = arr_l[0]
     nxt = 0
     ended = 0
@@ -266,14 +267,16 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
     def release(i: int, ctx: float) -> None:
         okv[owner_l[i]] -= ctx + page
 
+    observe, stats_add = policy.observe_completion, ordering.stats.add
+
     def end(i: int, how: int) -> None:
         nonlocal ended
         status_l[i] = how
         finish_l[i] = t
         ended += 1
         if how == DONE:
-            policy.observe_completion(float(out_l[i]))
-            ordering.stats.add(float(out_l[i]))
+            observe(float(out_l[i]))
+            stats_add(float(out_l[i]))
 
     def join(i: int, c: float) -> None:
         """Put request i, at context c, in the decoding set."""
@@ -405,7 +408,14 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
         skip_admit = False
         # ---- policy -------------------------------------------------------------------------
         s2 = s2_dec
-        s1 = (capped_sum(dsteps) if capped else s2) if b else 0.0
+        if not b:
+            s1 = 0.0
+        elif not capped:
+            s1 = s2
+        elif unc_heap and unc_heap[0] < (dsteps + 1) << SEQ_BITS:
+            s1 = capped_sum(dsteps)
+        else:  # = capped_sum(dsteps): no context reached top-k since the last call
+            s1 = unc_c0 + unc_cnt * dsteps + topk * (b - unc_cnt)
         if prefill_q:
             # NOTE: prefilling requests count as the batch they are about to join
             state.context_sum_tokens = s2 + pq_s2
@@ -414,7 +424,9 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
             state.context_sum_tokens = s2
             state.context_capped_sum_tokens = s1
         state.context_requests = b + len(prefill_q)
-        state.waiting_tokens = waiting.needs[waiting.pos:]
+        if waiting.needs is not wt_needs or waiting.pos != wt_pos:  # the queue changed
+            wt_needs, wt_pos = waiting.needs, waiting.pos
+            state.waiting_tokens = wt_needs[wt_pos:]
         state.prefill_step_fraction = ema_steps
         state.prefill_tokens_per_step = ema_tok
         state.prefill_context_tokens = ema_tok_pfx / ema_tok if ema_tok > 0 else 0.0
@@ -524,9 +536,20 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
                 pref_l = [float(chunk)] * full + [float(pre_total - chunk * full)] + [0.0] * (k - full - 1)
             run_tok = sum(pref_l)
             done_tokens = int(run_tok)
-            pfx, own_rank, own_tok, own_pfx = chunk_plan(pref_l, prefill_q, pre_left, ctx_l, owner_l)
-            dur = executor.run_steps(batch, pref_l, pfx, (own_rank, own_tok, own_pfx))
-            run_tok_pfx, run_own = sum([a * c for a, c in zip(pref_l, pfx)]), sum(own_tok)
+            i = prefill_q[0]
+            if pre_left[i] >= run_tok:  # = chunk_plan(...)'s common case: every chunk from the first request
+                done = ctx_l[i] - pre_left[i]
+                pfx = []
+                for x in pref_l:
+                    pfx.append(done)
+                    done += x
+                dur = executor.run_steps(batch, pref_l, pfx, ([owner_l[i]] * k, pref_l, pfx))
+                run_own = run_tok
+            else:
+                pfx, own_rank, own_tok, own_pfx = chunk_plan(pref_l, prefill_q, pre_left, ctx_l, owner_l)
+                dur = executor.run_steps(batch, pref_l, pfx, (own_rank, own_tok, own_pfx))
+                run_own = sum(own_tok)
+            run_tok_pfx = sum([a * c for a, c in zip(pref_l, pfx)])
             run_chunks = float(min(k, -(-pre_total // chunk)))  # the steps whose chunk is not empty
         else:
             done_tokens = 0
@@ -602,7 +625,7 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
         tl_layout.append(layout)
         tl_batch.append(b)
         used = max(okv) * bpt if is_owner_l[layout] else sum(okv) * share_l[layout] * bpt
-        tl_kv.append(float(used / pools_l[layout]) if pools_l[layout] > 0 else 1.0)
+        tl_kv.append(used / pools_l[layout] if pools_l[layout] > 0 else 1.0)
         if progress is not None:
             progress(ended, n)
     res = ServeResult(arr, inp, out, np.array(first_l), np.array(finish_l), np.array(status_l, dtype=np.int8),

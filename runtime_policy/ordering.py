@@ -45,7 +45,7 @@ class LengthStats:
 
     window: int = 1024
     refresh_every: int = 32
-    _buf: np.ndarray = field(init=False)
+    _buf: list[float] = field(init=False)  # NOTE: a list: one add per completion, an array per refresh
     _n: int = field(default=0, init=False)
     _sorted: np.ndarray = field(init=False)
     _suffix: np.ndarray = field(init=False)
@@ -53,7 +53,7 @@ class LengthStats:
     version: int = field(default=0, init=False)
 
     def __post_init__(self) -> None:
-        self._buf = np.zeros(self.window)
+        self._buf = [0.0] * self.window
         self._sorted = np.zeros(0)
         self._suffix = np.zeros(1)
 
@@ -65,7 +65,7 @@ class LengthStats:
             self._refresh()
 
     def _refresh(self) -> None:
-        self._sorted = np.sort(self._buf[: min(self._n, self.window)])
+        self._sorted = np.sort(np.array(self._buf[: min(self._n, self.window)]))
         self._suffix = np.concatenate([np.cumsum(self._sorted[::-1])[::-1], [0.0]])
         self._since = 0
         self.version += 1

@@ -207,10 +207,16 @@ class LayoutPolicy:
             # the blend: a step with the chunk, on rows for b + chunk tokens
             r0, r1, r2, r3 = rows_n[i]
             p0, p1, p2, p3, l0, l1, l2, l3, h0, h1, h2, h3 = crow[i]
-            u0 = r0 + p0 + lo * l0 + hi * h0 + x0 + y0
-            u1 = r1 + p1 + lo * l1 + hi * h1 + x1 + y1
-            u2 = r2 + p2 + lo * l2 + hi * h2 + x2 + y2
-            u3 = r3 + p3 + lo * l3 + hi * h3 + x3 + y3
+            if hi:
+                u0 = r0 + p0 + lo * l0 + hi * h0 + x0 + y0
+                u1 = r1 + p1 + lo * l1 + hi * h1 + x1 + y1
+                u2 = r2 + p2 + lo * l2 + hi * h2 + x2 + y2
+                u3 = r3 + p3 + lo * l3 + hi * h3 + x3 + y3
+            else:  # a prefix below the knee: + hi · h adds +0.0 to a sum ≥ 0, which leaves it as it is
+                u0 = r0 + p0 + lo * l0 + x0 + y0
+                u1 = r1 + p1 + lo * l1 + x1 + y1
+                u2 = r2 + p2 + lo * l2 + x2 + y2
+                u3 = r3 + p3 + lo * l3 + x3 + y3
             mx = u1 if u1 > u0 else u0
             mx = u2 if u2 > mx else mx
             mx = u3 if u3 > mx else mx
@@ -234,10 +240,16 @@ class LayoutPolicy:
             net[i] = t2
             r0, r1, r2, r3 = rows_n[i]
             p0, p1, p2, p3, l0, l1, l2, l3, h0, h1, h2, h3 = crow[i]
-            u0 = r0 + p0 + lo * l0 + hi * h0 + k10 * aa + k20 * cc
-            u1 = r1 + p1 + lo * l1 + hi * h1 + k11 * aa + k21 * cc
-            u2 = r2 + p2 + lo * l2 + hi * h2 + k12 * aa + k22 * cc
-            u3 = r3 + p3 + lo * l3 + hi * h3 + k13 * aa + k23 * cc
+            if hi:
+                u0 = r0 + p0 + lo * l0 + hi * h0 + k10 * aa + k20 * cc
+                u1 = r1 + p1 + lo * l1 + hi * h1 + k11 * aa + k21 * cc
+                u2 = r2 + p2 + lo * l2 + hi * h2 + k12 * aa + k22 * cc
+                u3 = r3 + p3 + lo * l3 + hi * h3 + k13 * aa + k23 * cc
+            else:
+                u0 = r0 + p0 + lo * l0 + k10 * aa + k20 * cc
+                u1 = r1 + p1 + lo * l1 + k11 * aa + k21 * cc
+                u2 = r2 + p2 + lo * l2 + k12 * aa + k22 * cc
+                u3 = r3 + p3 + lo * l3 + k13 * aa + k23 * cc
             mx = u1 if u1 > u0 else u0
             mx = u2 if u2 > mx else mx
             mx = u3 if u3 > mx else mx
