@@ -133,18 +133,14 @@ class SimExecutor:
         rows = self._chunk_rows[layout]
         r = rows.get(p)
         if r is None:
-            t = self.tables
             if len(rows) > 8192:
                 rows.clear()
-            r = rows[p] = (t.prefill_s[p, layout].tolist(), t.prefix_lo_s[p, layout].tolist(),
-                           t.prefix_hi_s[p, layout].tolist())
-        q0, q1, q2, q3 = r[0]
+            r = rows[p] = self.tables.chunk_rows_s[p, layout].tolist()  # prefill, prefix below / above the knee
+        q0, q1, q2, q3, a0, a1, a2, a3, h0, h1, h2, h3 = r
         if c is None:
             return q0, q1, q2, q3
         lo = min(c, self._knee)
         hi = c - lo
-        a0, a1, a2, a3 = r[1]
-        h0, h1, h2, h3 = r[2]
         return q0 + (lo * a0 + hi * h0), q1 + (lo * a1 + hi * h1), q2 + (lo * a2 + hi * h2), q3 + (lo * a3 + hi * h3)
 
     def _run_scalar(self, layout: int, b: int, prefill_tokens: list, k: int, s1_0: float, s1_end: float,

@@ -503,21 +503,32 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
         else:
             k_kv = 1 << 30
         # ---- the run --------------------------------------------------------------------------
+        # the run's length: the least of these cuts, at least 1 (whole numbers; min/max spelled out)
         k = max_run
         if b:
             left = fin_min - dsteps  # steps until the first decoder is done
-            k = min(k, left, k_kv)
+            if left < k:
+                k = left
+            if k_kv < k:
+                k = k_kv
         if prefill_q:
             pre_total = sum([pre_left[i] for i in prefill_q])
-            k = min(k, math.ceil(pre_left[prefill_q[0]] / chunk))
+            cut = math.ceil(pre_left[prefill_q[0]] / chunk)
+            if cut < k:
+                k = cut
         else:
             pre_total = 0
         if est_step_s > 0:
             if nxt < n:
-                k = min(k, max(1, math.ceil((arr_l[nxt] - t) / est_step_s)))
+                cut = math.ceil((arr_l[nxt] - t) / est_step_s)  # the next arrival
+                if cut < k:
+                    k = cut if cut > 1 else 1
             if inflight is not None:
-                k = min(k, max(1, math.ceil((ready_s - t) / est_step_s)))
-        k = max(int(k), 1)
+                cut = math.ceil((ready_s - t) / est_step_s)  # the switch's hand-off
+                if cut < k:
+                    k = cut if cut > 1 else 1
+        if k < 1:
+            k = 1
         if b:
             # NOTE: views of the slots, valid for the call (the executor protocol: read, don't keep)
             # per owner Σ context only where the executor reads it (owner layouts)

@@ -155,8 +155,14 @@ class LayoutPolicy:
                     s1 = float(_add(np.minimum(ctx, self._topk, out=buf)))
                 else:
                     s1 = s2
-            frac = min(own / s2, 1.0) if s2 > 0 else 0.0
-            frac_min = min(own_min / s2, 1.0) if s2 > 0 else 0.0
+            if s2 > 0:
+                frac, frac_min = own / s2, own_min / s2  # each = min(·, 1.0)
+                if 1.0 < frac:
+                    frac = 1.0
+                if 1.0 < frac_min:
+                    frac_min = 1.0
+            else:
+                frac = frac_min = 0.0
         else:
             s1 = s2 = frac = frac_min = 0.0
         rows = self._base_py[b if b < self._n_base else self._n_base - 1]
@@ -184,7 +190,8 @@ class LayoutPolicy:
                 out[i] = over + mx + alpha * (t0 + t1 + t2 + t3 - mx)
                 net[i] = t2
             return out
-        f = min(f, 1.0)
+        if 1.0 < f:
+            f = 1.0
         rows_n, crow, lo, hi = self._chunk_terms(state, b, f)
         g = 1.0 - f
         # NOTE: a resource's decode products (k1 · a, k2 · c) are computed once and reused where the
@@ -273,8 +280,7 @@ class LayoutPolicy:
             rows = []
             for i in range(4):
                 p = own_p if self._owner[i] else chunk
-                rows.append(tuple(t.prefill_s[p, i].tolist() + t.prefix_lo_s[p, i].tolist()
-                                  + t.prefix_hi_s[p, i].tolist()))
+                rows.append(tuple(t.chunk_rows_s[p, i].tolist()))  # prefill, prefix below / above the knee
             if len(self._chunk_cache) > 8192:
                 self._chunk_cache.clear()
             self._chunk_cache[key] = rows

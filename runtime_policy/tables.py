@@ -117,6 +117,9 @@ class StepTimeTable:
     prefix_lo_s: np.ndarray  # [max_prefill+1, 4, 4] seconds per cached-prefix token up to the knee
     prefix_hi_s: np.ndarray  # [max_prefill+1, 4, 4] seconds per cached-prefix token beyond the knee
     prefix_knee_tokens: float
+    # [max_prefill+1, 4, 12]: prefill_s, prefix_lo_s and prefix_hi_s side by side (those three are
+    # views of it), so a chunk size's row for a layout is one read
+    chunk_rows_s: np.ndarray
     c1_s: np.ndarray  # [4, 4] seconds per token of Σ min(L, top-k)
     c2_s: np.ndarray  # [4, 4] seconds per token of Σ L
     alpha: float
@@ -260,14 +263,16 @@ def compile_tables(dep: Deployment, model: StepTimeModel | None = None, max_batc
     pricing = planner.Pricing.datasheet(hw)
     owner = np.array([n in OWNER_LAYOUTS for n in LAYOUTS])
     info = LayoutInfo(pools, weights, attn_w, share, owner)
-    for a in (base, pre, pfx_lo, pfx_hi, c1, c2, pools, weights, attn_w, share, owner):
+    chunk_rows = np.concatenate([pre, pfx_lo, pfx_hi], axis=2)
+    pre, pfx_lo, pfx_hi = chunk_rows[..., 0:4], chunk_rows[..., 4:8], chunk_rows[..., 8:12]
+    for a in (base, chunk_rows, pre, pfx_lo, pfx_hi, c1, c2, pools, weights, attn_w, share, owner):
         a.setflags(write=False)
     return StepTimeTable(
         ranks=dep.ranks, num_layers=dep.model.num_layers, max_tokens=n_max, max_prefill_tokens=max_prefill_tokens, topk=topk,
         kv_bytes_per_token=att.kv_bytes_per_token(dep.kv_dtype) * dep.model.num_layers,
         page_tokens=dep.page_tokens,
         memory_budget_bytes=dep.mem_fraction * hw.peak.hbm_bytes - dep.reserve_bytes,
-        base_s=base, prefill_s=pre, prefix_lo_s=pfx_lo, prefix_hi_s=pfx_hi, prefix_knee_tokens=float(knee), c1_s=c1, c2_s=c2, alpha=model.alpha, overhead_s=model.overhead_s,
+        base_s=base, prefill_s=pre, prefix_lo_s=pfx_lo, prefix_hi_s=pfx_hi, prefix_knee_tokens=float(knee), chunk_rows_s=chunk_rows, c1_s=c1, c2_s=c2, alpha=model.alpha, overhead_s=model.overhead_s,
         model_label=model.label, info=info, hbm_bytes_per_s=pricing.hbm_bytes_per_s,
         link_bytes_per_s=pricing.link_bytes_per_s, message_latency_s=pricing.message_latency_s)
 
