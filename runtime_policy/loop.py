@@ -364,6 +364,7 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
             layout = inflight.layout
             inflight = None
             state.steps_since_switch = 0
+            state.layout, state.switch_in_flight = layout, False
         if not b and not prefill_q and waiting.pos >= len(waiting.ids) and not waiting.new:
             if inflight is not None:
                 t = max(t, ready_s)
@@ -423,7 +424,7 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
         else:
             state.context_sum_tokens = s2
             state.context_capped_sum_tokens = s1
-        state.context_requests = b + len(prefill_q)
+        state.context_requests = state.running = b + len(prefill_q)
         if waiting.needs is not wt_needs or waiting.pos != wt_pos:  # the queue changed
             wt_needs, wt_pos = waiting.needs, waiting.pos
             state.waiting_tokens = wt_needs[wt_pos:]
@@ -431,9 +432,6 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
         state.prefill_tokens_per_step = ema_tok
         state.prefill_context_tokens = ema_tok_pfx / ema_tok if ema_tok > 0 else 0.0
         state.prefill_owner_share = ema_own / ema_tok if ema_tok > 0 else 1.0
-        state.layout = layout
-        state.switch_in_flight = inflight is not None
-        state.running = b + len(prefill_q)
         state.owner_kv_tokens = okv
         cap = pools_l[layout] / bpt
         if lay_owner:
@@ -443,6 +441,7 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
         d = policy.decide(state)
         if d.switch and inflight is None and d.layout != layout and d.plan is not None:
             inflight, started_s = d, t
+            state.switch_in_flight = True
             ready_s = t + executor.start_switch(d.plan)
             if ready_s <= t:
                 continue
@@ -607,7 +606,11 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
                 for s in due:
                     i = seq_req[s]
                     leave(i)
-                    end(i, DONE)
+                    status_l[i] = DONE  # = end(i, DONE)
+                    finish_l[i] = t
+                    ended += 1
+                    observe(float(out_l[i]))
+                    stats_add(float(out_l[i]))
                 fin_min = first_to_finish()
         while prefill_q and done_tokens > 0:
             i = prefill_q[0]
