@@ -220,7 +220,8 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
     fin_min = 0  # the decode step at which the first decoder is done (the top of fin_heap)
     s2_dec = 0.0  # Σ decoders' contexts
     no_ids, no_ctx = np.zeros(0, dtype=np.int64), np.zeros(0)
-    view_b, c0_v, own_v, ids_v = 0, no_ctx, no_ids, no_ids  # views of slots [0, view_b)
+    view_b = 0  # batch holds views of slots [0, view_b)
+    batch = StepBatch(0, no_ctx, no_ids, no_ids)
     switches: list[SwitchRecord] = []
     tl_t, tl_layout, tl_batch, tl_kv = [], [], [], []
     ordering.prefill_s_per_token = float(tables.step_s(0, 0, np.array([config.prefill_chunk_tokens]), np.zeros(1),
@@ -528,16 +529,20 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
                     k = cut if cut > 1 else 1
         if k < 1:
             k = 1
-        if b:
-            # NOTE: views of the slots, valid for the call (the executor protocol: read, don't keep)
-            # per owner Σ context only where the executor reads it (owner layouts)
-            own_ctx = [x + c * dsteps for x, c in zip(own_c0, dec_cnt)] if lay_owner else None
-            if view_b != b:
-                view_b, c0_v, own_v, ids_v = b, d_c0[:b], d_own[:b], d_ids[:b]
-            batch = StepBatch(layout, c0_v, own_v, ids_v, s2, s1, own_ctx, dec_cnt if lay_owner else None,
-                              capped_sum(dsteps + k - 1) if capped and k > 1 else -1.0, float(dsteps))
+        # NOTE: one StepBatch, refilled each run, holding views of the slots (the executor protocol:
+        # read it during the call, keep nothing)
+        batch.layout = layout
+        if view_b != b:
+            view_b = b
+            batch.context_base_tokens, batch.owners, batch.request_ids = d_c0[:b], d_own[:b], d_ids[:b]
+        batch.context_sum_tokens, batch.context_capped_sum_tokens = s2, s1
+        if b and lay_owner:  # per owner Σ context only where the executor reads it
+            batch.owner_context_tokens = [x + c * dsteps for x, c in zip(own_c0, dec_cnt)]
+            batch.owner_requests = dec_cnt
         else:
-            batch = StepBatch(layout, no_ctx, no_ids, no_ids, s2, s1)
+            batch.owner_context_tokens = batch.owner_requests = None
+        batch.context_capped_sum_last_tokens = capped_sum(dsteps + k - 1) if b and capped and k > 1 else -1.0
+        batch.context_offset_tokens = float(dsteps)
         if pre_total:
             full = pre_total // chunk  # = [min(max(pre_total − chunk · j, 0), chunk) for j < k]
             if full >= k:
