@@ -43,7 +43,8 @@ KEYS = ("ttlt_p99_s", "ttft_p99_s", "ttlt_p50_s", "ttft_p50_s", "throughput_toke
 
 def mean_runs(dep, wl, rate, layout, order, max_batch, boost=None) -> dict:
     cfg = LoopConfig(max_batch=max_batch)
-    runs = [simulate(dep, make_workload(wl, REQUESTS, s, rate), layout, order, config=cfg, boost=boost) for s in SEEDS]
+    runs = [simulate(dep, make_workload(wl, REQUESTS, s, rate or None), layout, order, config=cfg, boost=boost)
+            for s in SEEDS]  # rate 0: the workload's own (shrinking has none)
     return {k: float(np.mean([r[k] for r in runs])) for k in KEYS}
 
 

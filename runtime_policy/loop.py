@@ -1,9 +1,10 @@
 """The serving loop: admission, chunked prefill, decode steps, preemption and layout switches,
 driven against an `Executor`.
 
-Requests move pending → waiting → prefill → decode → done (or → waiting again when preempted,
-keeping their generated tokens, which are recomputed by the next prefill; or → aborted when one
-request alone can never fit). Every request ends done or aborted exactly once; `ServeResult`
+Requests move pending → waiting → prefill → decode → done (or → waiting again when preempted —
+because KV runs short, or displaced by a waiting request when the batch is full and the ordering
+says so — keeping their generated tokens, which are recomputed by the next prefill; or → aborted
+when one request alone can never fit). Every request ends done or aborted exactly once; `ServeResult`
 carries the per-request record.
 
 The loop runs in *runs* of steps with constant membership: it asks the policy, admits, then hands
@@ -224,14 +225,16 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
     batch = StepBatch(0, no_ctx, no_ids, no_ids)
     switches: list[SwitchRecord] = []
     tl_t, tl_layout, tl_batch, tl_kv = [], [], [], []
-    ordering.prefill_s_per_token = float(tables.step_s(0, 0, np.array([config.prefill_chunk_tokens]), np.zeros(1),
-                                                       np.zeros(1))[0]) / config.prefill_chunk_tokens
+    # seconds per prompt token of a full chunk in each layout (the owner layouts run it on one owner)
+    prefill_price = [float(tables.step_s(i, 0, np.array([chunk]), np.zeros(1), np.zeros(1))[0]) / chunk
+                     for i in range(len(LAYOUTS))]
 
     def keyfn(ids):
         tok = ctxf[ids].astype(np.int64)
         return ordering.keys(arr[ids], tok, tok - inp[ids], out[ids], queued[ids])
 
     layout = int(policy.initial_layout(inp[arr <= arr[0]].astype(np.float64)))
+    ordering.prefill_s_per_token = prefill_price[layout]  # NOTE: the layout's own: DP/DOP chunks run 2–3× slower than TP's
     state = PolicyState(no_ctx, okv, [0.0] * T, np.zeros(0), layout)
     wt_needs, wt_pos = None, -1  # the queue state.waiting_tokens was cut from
     t = arr_l[0]
@@ -247,7 +250,7 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
     ema_steps = ema_tok = ema_tok_pfx = ema_own = 0.0
     ema_w = [1.0 - 0.5 ** (k / PREFILL_STATS_HALF_LIFE_STEPS) for k in range(max_run + 1)]  # weight of a k-step run
     zeros_l = [[0.0] * k for k in range(max_run + 1)]
-    dyn_keys, lstats = ordering.dynamic_keys, ordering.stats
+    dyn_keys, lstats, displaces = ordering.dynamic_keys, ordering.stats, ordering.displaces
     steps = decode_steps = 0
     layout_s = [0.0] * len(LAYOUTS)
     # per layout: KV tokens one rank can hold (owner layouts), or all ranks together (the others)
@@ -328,6 +331,39 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
         s2_dec -= c
         okv[r] -= c + page
 
+    def preempt(v: int) -> None:
+        """Send running request v back to the waiting queue: its KV is freed, its generated tokens
+        kept (the next prefill recomputes them)."""
+        nonlocal pq_s2, pq_s1
+        if slot_l[v] >= 0:
+            c = ctx_l[v] = c0_l[v] + dsteps
+            ctxf[v] = c
+            leave(v)
+        else:
+            prefill_q.remove(v)
+            pq_s2 -= ctx_l[v]
+            if capped:
+                pq_s1 -= min(ctx_l[v], topk)
+            release(v, ctx_l[v])
+        status_l[v] = WAITING
+        queued[v] = t
+        preempt_l[v] += 1
+        waiting.push(v)
+
+    def displace_for(i: int) -> bool:
+        """The batch is full and request i heads the queue: preempt the running request the
+        ordering says i should replace, if any."""
+        cand = sorted(slot_id[:b], key=jseq_l.__getitem__) + prefill_q  # in the order they joined
+        if not cand:
+            return False
+        cids = np.asarray(cand, dtype=np.int64)
+        tok = np.array([c0_l[j] + dsteps if slot_l[j] >= 0 else ctx_l[j] for j in cand])
+        v = ordering.displace(float(keyfn(np.array([i]))[0]), arr_l[i], arr[cids], tok, tok.astype(np.int64) - inp[cids])
+        if v < 0:
+            return False
+        preempt(cand[v])
+        return True
+
     def first_to_finish() -> int:
         """fin_min after decoders left: the top of fin_heap, past the entries of those that left."""
         while fin_heap:
@@ -366,6 +402,7 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
             inflight = None
             state.steps_since_switch = 0
             state.layout, state.switch_in_flight = layout, False
+            ordering.prefill_s_per_token = prefill_price[layout]
         if not b and not prefill_q and waiting.pos >= len(waiting.ids) and not waiting.new:
             if inflight is not None:
                 t = max(t, ready_s)
@@ -381,8 +418,15 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
         total = sum(okv)
         lay_owner, lay_share, lay_pool = is_owner_l[layout], share_l[layout], pools_l[layout] * wm
         wids = waiting.ids
-        while not skip_admit and waiting.pos < len(wids) and b + len(prefill_q) < max_batch:
+        displaced = False
+        while not skip_admit and waiting.pos < len(wids):
             i = wids[waiting.pos]
+            if b + len(prefill_q) >= max_batch:
+                # NOTE: only a request still owed its first token displaces (what it buys is that token)
+                if not (displaces and ctx_l[i] == inp_l[i] and displace_for(i)):
+                    break
+                displaced = True
+                total = sum(okv)
             c = ctx_l[i]
             need = c + page
             r = okv.index(min(okv))
@@ -408,6 +452,8 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
             if capped:
                 pq_s1 += min(c, topk)
         skip_admit = False
+        if displaced:
+            fin_min = first_to_finish()
         # ---- policy -------------------------------------------------------------------------
         s2 = s2_dec
         if not b:
@@ -480,17 +526,7 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
                         v = cand[ordering.victim(arr[cids], tok, tok.astype(np.int64) - inp[cids], out[cids])]
                         if slot_l[v] >= 0:
                             decoding.remove(v)
-                            leave(v)
-                        else:
-                            prefill_q.remove(v)
-                            pq_s2 -= ctx_l[v]
-                            if capped:
-                                pq_s1 -= min(ctx_l[v], topk)
-                            release(v, ctx_l[v])
-                        status_l[v] = WAITING
-                        queued[v] = t
-                        preempt_l[v] += 1
-                        waiting.push(v)
+                        preempt(v)
                     total = sum(okv)
                     k_kv = kv_steps(layout, dec_cnt, okv, total) if b else 1 << 30
                 fin_min = first_to_finish()

@@ -65,3 +65,41 @@ def test_boost_ages_a_preempted_request_from_its_preemption():
     assert np.argmin(o.keys(arr, tok, gen, out, queued)) == 0
     for name in ("fcfs", "srpt-oracle"):
         assert np.array_equal(Ordering(name).keys(arr, tok, gen, out, queued), Ordering(name).keys(arr, tok, gen, out))
+
+
+def test_boost_displaces_a_long_running_request_of_no_earlier_arrival_only():
+    """A full batch: a fresh head (E = the mean, 2,750 tokens ≈ 55 s) displaces a request that has
+    run 3,000 tokens (E = 12,000 − 3,000 ≈ 180 s), not one that has run 50; never one that arrived
+    before it; FCFS and the oracle never displace."""
+    o = boost()
+    head = float(o.keys(np.array([0.0]), np.array([500]), np.array([0]), np.array([1]))[0])
+    arr, gen = np.array([0.0, 0.0]), np.array([50, 3000])
+    ctx = np.array([550.0, 3500.0])
+    assert o.displaces and o.displace(head, 0.0, arr, ctx, gen) == 1
+    assert o.displace(head, 0.0, arr[:1], ctx[:1], gen[:1]) == -1  # the short one is due sooner
+    assert o.displace(head, 0.5, arr, ctx, gen) == -1  # both arrived before the head
+    assert not Ordering("fcfs").displaces and not Ordering("srpt-oracle").displaces
+
+
+def test_displacement_at_a_full_batch_loses_no_request_and_preempts_each_at_most_once(dsv32):
+    """The shrinking batch under a 32-request cap with boost: requests that ran long make way for
+    fresh ones (preemptions happen), every request still ends once, and only requests owed their
+    first token displace, so no request is displaced twice."""
+    from executor.sim import SimExecutor
+    from runtime_policy.loop import DONE, LoopConfig, serve
+    from runtime_policy.policy import FixedPolicy
+    from runtime_policy.tables import LAYOUTS
+    from runtime_policy.workloads import shrinking
+
+    _, pol = dsv32
+    w = shrinking(200, seed=1)
+    cfg = LoopConfig(max_batch=32, prefill_chunk_tokens=2048, max_run_steps=32)
+    res = serve(w.arrival_s, w.input_tokens, w.output_tokens, pol.tables, FixedPolicy(LAYOUTS.index("dop")),
+                Ordering("boost"), SimExecutor(pol.tables), cfg)
+    assert np.all(res.status == DONE)
+    assert 0 < res.preemptions.sum() and res.preemptions.max() == 1
+    fcfs = serve(w.arrival_s, w.input_tokens, w.output_tokens, pol.tables, FixedPolicy(LAYOUTS.index("dop")),
+                 Ordering("fcfs"), SimExecutor(pol.tables), cfg)
+    assert fcfs.preemptions.sum() == 0
+    ttft = lambda r: np.percentile(r.first_token_s - r.arrival_s, 99)  # noqa: E731
+    assert ttft(res) < ttft(fcfs)
