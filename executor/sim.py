@@ -23,11 +23,6 @@ SCALAR_RUN_STEPS = 8  # runs this short are priced in plain Python floats (faste
 _add = np.add.reduce
 
 
-def _as_list(x):
-    """[k] floats as a list (the loop hands lists; other callers may hand arrays)."""
-    return x.tolist() if isinstance(x, np.ndarray) else x
-
-
 class SimExecutor:
     def __init__(self, tables: StepTimeTable, noise: float = 0.0, seed: int = 0):
         if not np.isfinite(noise) or noise < 0:
@@ -49,6 +44,9 @@ class SimExecutor:
         self._rows: list[dict[int, list[float]]] = [{} for _ in range(tables.base_s.shape[1])]
         self._chunk_rows: list[dict[int, tuple]] = [{} for _ in range(tables.base_s.shape[1])]
         self._knee = float(tables.prefix_knee_tokens)
+        # per layout, what a short run reads: its c1 and c2 rows, alpha, overhead, table bounds, rows
+        self._scalar = [(*self._c1[i], *self._c2[i], self._alpha, self._over, tables.max_prefill_tokens,
+                         tables.max_tokens, self._rows[i]) for i in range(len(self._rows))]
 
     def run_steps(self, batch: StepBatch, prefill_tokens, prefill_context_tokens=None,
                   chunk_owner=None) -> list[float] | np.ndarray:
@@ -90,7 +88,8 @@ class SimExecutor:
                 prefill_context_tokens = prefill_context_tokens.tolist()
             dur = self._run_scalar(batch.layout, b, prefill_tokens, k, s1_0, s1_end, s2_0, own_ctx, own_cnt,
                                    prefill_context_tokens,
-                                   None if chunk_owner is None else [_as_list(x) for x in chunk_owner])
+                                   None if chunk_owner is None else [x if type(x) is list else x.tolist()
+                                                                     for x in chunk_owner])
         else:
             prefill_tokens = np.asarray(prefill_tokens, dtype=np.float64)
             if prefill_context_tokens is not None:
@@ -151,12 +150,7 @@ class SimExecutor:
         vectorized path, which dominate when arrivals cut runs to a few steps. The max over the 4
         resources is spelled out as conditionals with max()'s semantics (the first, replaced by
         each greater one), which saves the builtin call."""
-        t = self.tables
-        c10, c11, c12, c13 = self._c1[layout]
-        c20, c21, c22, c23 = self._c2[layout]
-        alpha, over = self._alpha, self._over
-        max_p, max_n = t.max_prefill_tokens, t.max_tokens
-        rows = self._rows[layout]
+        c10, c11, c12, c13, c20, c21, c22, c23, alpha, over, max_p, max_n, rows = self._scalar[layout]
         out = [0.0] * k
         ds1 = s1_end - s1_0
         km1 = k - 1
@@ -178,7 +172,7 @@ class SimExecutor:
                 n = max_n
             r = rows.get(n)
             if r is None:
-                r = rows[n] = t.base_s[n, layout].tolist()
+                r = rows[n] = self.tables.base_s[n, layout].tolist()
             r0, r1, r2, r3 = r
             s1 = s1_0 + ds1 * (j / km1) if km1 else s1_0
             s2 = s2_0 + b * j  # NOTE: whole numbers, so the int product adds as float(b) * float(j) would
