@@ -2,8 +2,10 @@
 
 Parts (--parts, comma separated):
 - kernel: device-to-device copy ceiling, then the Triton paged split-KV MLA decode kernel over
-  batch x context at 128 heads (DP/CP rank) and 128/T heads (TP/DOP rank): time, KV bytes read,
-  `bandwidth_fraction_of_copy`, error vs an fp32 torch reference; a few launch configs tried.
+  batch x context at 128/T heads per program for T = 1, 2, 4, 8 (128: a DP/CP rank; 64, 32, 16: a
+  TP/DOP rank of 2, 4, 8 GPUs): time, KV bytes read, `bandwidth_fraction_of_copy`, error vs an
+  fp32 torch reference; a few launch configs tried per head count; and mixed lengths (many
+  short, a few very long) with the balanced unit rule and the old one side by side.
 - layouts: bf16 outputs of each layout vs an fp32 single-device reference (DeepSeek dims, 2 layers).
 - steps: step time of each layout over a batch x context grid plus mixed workloads (many short,
   few very long), each with the attention kernel's own bandwidth on that step's inputs;
@@ -82,7 +84,8 @@ def time_graph(fns, reps=15) -> float:
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
-        g.capture_begin()
+        # thread-local: the process group's watchdog thread may query events while this captures
+        g.capture_begin(capture_error_mode="thread_local")
         for f in fns:
             f()
         g.capture_end()
@@ -100,26 +103,29 @@ def time_graph(fns, reps=15) -> float:
 ROTATE_BYTES = 512 << 20  # NOTE: several KV sets per point so replays don't run out of the 50 MB L2
 
 
-def kernel_point(b, h, ctx, cfg, copy_bw, check=False):
+def kernel_point(b, h, ctx, cfg, copy_bw, check=False, lengths=None):
+    """One kernel point: batch b at context ctx (or the given per-request lengths), h heads."""
     page, width, c = 64, 576, 512
-    maxp = -(-ctx // page)
-    kv_bytes = b * ctx * width * 2
+    lens_l = list(lengths) if lengths is not None else [ctx] * b
+    b = len(lens_l)
+    maxp = -(-max(lens_l) // page)
+    kv_bytes = sum(lens_l) * width * 2
     sets = max(1, min(8, -(-ROTATE_BYTES // kv_bytes)))
     slots = sets * b * maxp
     pool = torch.randn(slots, page, width, device="cuda", dtype=torch.bfloat16)
     q = torch.randn(b, h, width, device="cuda", dtype=torch.bfloat16)
     perm = torch.randperm(slots, device="cuda").view(sets, b, maxp).int()
-    lens = torch.full((b,), ctx, dtype=torch.int32, device="cuda")
+    lens = torch.tensor(lens_l, dtype=torch.int32, device="cuda")
     scale = 192 ** -0.5
     fns = [(lambda bt=perm[i].contiguous(): mla_decode_triton(q, pool, bt, lens, scale, c, maxp, cfg))
            for i in range(sets)]
     t = time_graph(fns)
-    row = {"batch": b, "heads": h, "context": ctx, **vars(cfg), "kv_sets_rotated": sets,
-           "time_us": t * 1e6, "kv_bytes": kv_bytes,
+    row = {"batch": b, "heads": h, "context": int(sum(lens_l) / b), "context_max": max(lens_l), **vars(cfg),
+           "kv_sets_rotated": sets, "time_us": t * 1e6, "kv_bytes": kv_bytes,
            "bandwidth_bytes_per_s": kv_bytes / t, "bandwidth_fraction_of_copy": kv_bytes / t / copy_bw,
-           "tflops": 2 * b * ctx * h * (576 + 512) / t / 1e12}
+           "tflops": 2 * sum(lens_l) * h * (576 + 512) / t / 1e12}
     if check:
-        sub = min(b, 4)
+        sub = b if lengths is not None else min(b, 4)
         bt = perm[0][:sub].contiguous()
         o, lse = mla_decode_triton(q[:sub], pool, bt, lens[:sub], scale, c, maxp, cfg)
         ro, rl = mla_decode_torch(q[:sub].float(), pool.float(), bt, lens[:sub], scale, c)
@@ -130,19 +136,25 @@ def kernel_point(b, h, ctx, cfg, copy_bw, check=False):
     return row
 
 
-# (block_h, num_warps, num_stages, block_n, ctas_per_sm): chosen from the sm_90a compile report
-# (no register spills; cp.async loads; HGMMA at block_h 64, mma.sync below).
-SWEEP = [(64, 8, 2, 64, 1), (64, 8, 3, 32, 1), (64, 8, 2, 32, 1), (32, 8, 2, 64, 2), (32, 8, 3, 32, 2),
-         (16, 4, 2, 64, 2), (16, 4, 3, 32, 3)]
+# (block_h, num_warps, num_stages, block_n, ctas_per_sm) tried per heads a program sees
+# (128/T for T = 1, 2, 4, 8): chosen from the sm_90a compile report (no register spills; cp.async
+# loads; HGMMA at block_h 64, mma.sync below). At 64 and 128 heads the first won every earlier sweep.
+SWEEP = {128: [(64, 8, 2, 64, 1), (64, 8, 3, 32, 1)],
+         64: [(64, 8, 2, 64, 1), (64, 8, 3, 32, 1)],
+         32: [(32, 8, 2, 64, 2), (32, 4, 2, 64, 2), (32, 8, 3, 32, 2)],
+         16: [(16, 4, 2, 64, 2), (16, 4, 3, 32, 3), (16, 4, 2, 32, 2)]}
+HEADS = (128, 64, 32, 16)
+# many short + a few very long: where the unit rule matters (the old rule sized units from the longest)
+MIXED = {"60x1K+4x64K": [1024] * 60 + [65536] * 4, "28x2K+4x32K": [2048] * 28 + [32768] * 4,
+         "120x512+8x16K": [512] * 120 + [16384] * 8, "1x64K+15x1K": [65536] + [1024] * 15}
 
 
 def part_kernel(out_dir, world, grid_b=(1, 4, 16, 32, 64), grid_c=(1024, 4096, 16384, 32768, 65536)) -> dict:
     copy_bw = copy_bandwidth()
-    heads = (128, 128 // world) if world > 1 else (128, 64)
     tune = []
-    res = {"copy_bandwidth_bytes_per_s": copy_bw, "tuning": tune}
-    for h in heads:
-        for cfg_t in SWEEP:
+    res = {"conditions": conditions(), "copy_bandwidth_bytes_per_s": copy_bw, "tuning": tune}
+    for h in HEADS:
+        for cfg_t in SWEEP[h]:
             cfg = KernelConfig(*cfg_t)
             for b, ctx in ((32, 16384), (16, 4096)):
                 try:
@@ -151,7 +163,7 @@ def part_kernel(out_dir, world, grid_b=(1, 4, 16, 32, 64), grid_c=(1024, 4096, 1
                     tune.append({"heads": h, "batch": b, "context": ctx, **vars(cfg), "error": repr(e)[:300]})
             json.dump(res, open(os.path.join(out_dir, "kernel.json"), "w"), indent=1)
     best = {}
-    for h in heads:
+    for h in HEADS:
         ok = [r for r in tune if r.get("heads") == h and "error" not in r and r["rel_err_vs_fp32"] < 1e-2]
         # best = fastest summed over the two tuning points
         tot = {}
@@ -161,8 +173,15 @@ def part_kernel(out_dir, world, grid_b=(1, 4, 16, 32, 64), grid_c=(1024, 4096, 1
         key = min((k for k in tot if len(tot[k]) == 2), key=lambda k: sum(tot[k]))
         best[h] = KernelConfig(*key)
     res["best_config"] = {str(h): vars(c) for h, c in best.items()}
+    mixed = res["mixed"] = []
+    for h in (128, 64):
+        for name, lens in MIXED.items():  # the two unit rules side by side, same inputs
+            for bal in (True, False):
+                cfg = KernelConfig(**{**vars(best[h]), "balance": bal})
+                mixed.append({"workload": name, **kernel_point(0, h, 0, cfg, copy_bw, check=bal, lengths=lens)})
+    json.dump(res, open(os.path.join(out_dir, "kernel.json"), "w"), indent=1)
     grid = res["grid"] = []
-    for h in heads:
+    for h in HEADS:
         for b in grid_b:
             for ctx in grid_c:
                 grid.append(kernel_point(b, h, ctx, best[h], copy_bw, check=(b == 16)))
@@ -243,6 +262,8 @@ def _steps(g, layers, kcfg, copy_bw, points, budget_s=150.0, out_dir=None):
             kt_all = [None] * g.world_size
             torch.distributed.all_gather_object(kt_all, (kt, kv_bytes), group=g.ctrl)
             busiest = max(kt_all, key=lambda x: x[0])
+            if g.rank == 0:
+                print(f"steps {kind} {p['name']} B={len(lengths)} t={time.time() - t0:.0f}s", flush=True)
             rows.append({"attn": kind, "graph": r.exec.graph is not None, "capture_error": r.exec.capture_error,
                          "batch": len(lengths), "context": int(sum(p["lengths"]) / len(lengths)),
                          "context_max": max(p["lengths"]), "workload": p["name"],
@@ -411,9 +432,19 @@ def main():
     copy_bw = kres["copy_bandwidth_bytes_per_s"]
     summary["copy_bandwidth_TBps"] = copy_bw / 1e12
     if "grid" in kres:
-        fr = [r["bandwidth_fraction_of_copy"] for r in kres["grid"] if r["batch"] >= 16 and r["context"] >= 4096]
-        summary["kernel_bw_fraction_b16_64_ctx4k_64k"] = {"min": min(fr), "max": max(fr),
-                                                          "median": statistics.median(fr)}
+        per_h = {}
+        for r in kres["grid"]:
+            if r["batch"] >= 16 and r["context"] >= 4096:
+                per_h.setdefault(str(r["heads"]), []).append(r["bandwidth_fraction_of_copy"])
+        summary["kernel_bw_fraction_b16_64_ctx4k_64k"] = {
+            h: {"min": min(v), "max": max(v), "median": statistics.median(v), "meets_0p70": min(v) >= 0.70}
+            for h, v in per_h.items()}
+        if kres.get("mixed"):
+            summary["kernel_mixed_balanced_vs_old"] = {
+                f"{r['workload']}@{r['heads']}": {"balanced_us": r["time_us"], "old_us": o["time_us"],
+                                                  "speedup": o["time_us"] / r["time_us"],
+                                                  "balanced_bw_fraction": r["bandwidth_fraction_of_copy"]}
+                for r, o in zip(kres["mixed"][0::2], kres["mixed"][1::2])}
         summary["kernel_best_config"] = kres["best_config"]
         summary["kernel_max_rel_err"] = max(r.get("rel_err_vs_fp32", 0) for r in kres["grid"] + kres["tuning"]
                                             if "error" not in r)
@@ -422,10 +453,8 @@ def main():
     if dparts:
         bs = (1, 16, 64) if a.quick else (1, 4, 16, 32, 64)
         cs = (4096, 65536) if a.quick else (1024, 4096, 16384, 32768, 65536)
-        points = [{"name": "uniform", "lengths": [c] * b} for b in bs for c in cs]
-        points += [{"name": "60x1K+4x64K", "lengths": [1024] * 60 + [65536] * 4},
-                   {"name": "28x2K+4x32K", "lengths": [2048] * 28 + [32768] * 4},
-                   {"name": "120x512+8x16K", "lengths": [512] * 120 + [16384] * 8}]
+        points = [{"name": n, "lengths": v} for n, v in MIXED.items()]  # first: these matter most
+        points += [{"name": "uniform", "lengths": [c] * b} for b in bs for c in cs]
         sw = {"batch": a.switch_batch, "ctx": a.switch_context, "rounds": a.switch_rounds,
               "bytes_per_step": a.bytes_per_step, "budget_s": a.switch_budget_s}
         res = spawn_ranks(dist_main, world, dparts, a.layers, kres.get("best_config", {}), copy_bw, points, sw,
@@ -465,6 +494,9 @@ def main():
             if r["batch"] in (16, 64) and r["context"] in (4096, 65536):
                 print(f"        {r['heads']:5d} {r['batch']:5d} {r['context']:7d} {r['time_us']:7.1f} "
                       f"{r['bandwidth_fraction_of_copy']:.3f}")
+        for key, v in summary.get("kernel_mixed_balanced_vs_old", {}).items():
+            print(f"mixed {key:22s} balanced {v['balanced_us']:8.1f} us old {v['old_us']:8.1f} us "
+                  f"x{v['speedup']:.2f} bw {v['balanced_bw_fraction']:.3f}")
     for key, v in summary.get("switches", {}).items():
         print(f"switch {key:8s} n {v['committed']:3d} stall med {v['stall_pct_median']}% p99 {v['stall_pct_p99']}% "
               f"bg {v['background_slowdown_pct_median']:.2f}% step {v['step_ms_median']:.2f}ms")

@@ -13,7 +13,9 @@ from __future__ import annotations
 import os
 import pickle
 import socket
+import sys
 import tempfile
+import traceback
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -61,12 +63,25 @@ def _entry(rank: int, world_size: int, init_method: str, use_cuda: bool, out_dir
     if not use_cuda:
         torch.set_num_threads(1)
     groups = init_rank(rank, world_size, init_method, use_cuda)
+    ok = False
     try:
         result = fn(groups, *args)
         with open(os.path.join(out_dir, f"rank{rank}.pkl"), "wb") as f:
             pickle.dump(result, f)
+        ok = True
+    except BaseException:
+        traceback.print_exc()
+        raise
     finally:
         dist.barrier(group=groups.ctrl)
+        if use_cuda:
+            # NOTE: NCCL teardown after CUDA graphs with captured collectives hung for minutes
+            # once every part had finished (2 x H200, torch 2.11, NCCL 2.28); the result is on
+            # disk, so the process leaves without it (exit code says whether fn succeeded).
+            torch.cuda.synchronize()
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(0 if ok else 1)
         dist.destroy_process_group()
 
 

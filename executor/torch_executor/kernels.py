@@ -9,13 +9,20 @@ no local tokens returns o = 0, lse = -inf.
 What it does not do: sparse (DSA top-k) attention, fp8 KV, causal masking inside a chunk (one
 new token per request per step).
 
-The Triton kernel splits every request's pages into `num_splits` ranges (split-KV) so the grid
-is one full wave of the GPU, each program handles BLOCK_H heads of one request over one range
-with an online softmax (bf16 tensor-core dots for q·k (C+R wide) and p·v (C wide), fp32
-accumulators fed back into the dots), and a second kernel reduces the splits. Head blocks of one
-(request, range) are adjacent program ids so they read the same pages while those are in L2.
-Its launch shape is fixed by host ints only (no device reads), so it can be captured in a CUDA
-graph: `max_pages` is then the captured capacity, and per-request lengths are read on device.
+The Triton kernel cuts every request's pages into work units of at most `c` pages (split-KV):
+`c` is chosen on device from the step's own lengths so the units fill the GPU evenly (a few
+candidate sizes between total/(2·slots) and the longest request are priced as
+max(largest unit, (total pages + units · overhead) / slots); see `_schedule`), so a batch of many
+short and a few very long requests is split where the work is rather than by the longest request.
+Each program handles BLOCK_H heads of one unit with an online softmax (bf16 tensor-core dots for
+q·k (C+R wide) and p·v (C wide), fp32 accumulators fed back into the dots); a second kernel merges
+each request's units by log-sum-exp. Head blocks of one unit are adjacent program ids so they
+read the same pages while those are in L2. Its launch shape is fixed by host ints only (no device
+reads: the grid is the bound 2·slots + B on the unit count; spare programs load and store
+nothing), so it can be captured in a CUDA graph with per-request lengths read on device each replay.
+Cost of that (2 x H200, benchmarks/kernel_ab.py vs the rule that sized units from the longest
+request): uniform batches 0.84-1.56x the time (median 1.12x: the spare programs, and at B=16,
+64K a unit count just past one wave), mixed lengths 0.11-0.35x.
 """
 
 from __future__ import annotations
@@ -78,98 +85,22 @@ class KernelConfig:
     block_n: int = 64
     """Tokens per inner-loop tile; divides the page size."""
     ctas_per_sm: int = 1
-    """Programs the split count aims to keep resident per SM: the grid is sized to one wave
-    of num_sms * ctas_per_sm programs, so no partly-empty last wave idles most SMs."""
+    """Programs resident per SM: the schedule fills num_sms * ctas_per_sm program slots."""
+    balance: bool = True
+    """Size the units from the step's lengths on device (False: the old rule, units of
+    ceil(longest / splits) pages with splits from the batch size, kept to measure against)."""
+    unit_overhead_pages: int = 3
+    """What one extra unit costs, in pages read: its fp32 partial output written and read back
+    (64 heads x 512 x 4 B x 2 = 256 KiB, ~3.5 pages of 576-wide bf16 latent)."""
+    min_pages_per_unit: int = 2
 
 
 @functools.lru_cache(maxsize=1)
 def _build_triton_kernels():
-    # NOTE: built on first use so importing this module needs no Triton (CPU runs); the cache
-    # holds the two jitted functions, not data.
-    import triton
-    import triton.language as tl
+    # NOTE: imported on first use so importing this module needs no Triton (CPU runs).
+    from . import mla_triton
 
-    @triton.jit
-    def _mla_split_kernel(
-        q_ptr, pool_ptr, bt_ptr, len_ptr, o_ptr, lse_ptr,
-        H, pages_per_split, qk_scale_log2,
-        stride_qb, stride_qh, stride_pp, stride_bt_b,
-        stride_ob, stride_oh, stride_os, stride_lb, stride_lh,
-        C: tl.constexpr, R: tl.constexpr, PAGE: tl.constexpr, BLOCK_H: tl.constexpr,
-        BLOCK_N: tl.constexpr,
-    ):
-        # grid (head_blocks, B, splits): head blocks of one (request, split) are adjacent
-        # program ids, so they run together and read each KV tile from HBM once (then L2).
-        hb = tl.program_id(0)
-        b = tl.program_id(1)
-        sp = tl.program_id(2)
-        heads = hb * BLOCK_H + tl.arange(0, BLOCK_H)  # [BH]
-        hmask = heads < H
-        offs_c = tl.arange(0, C)
-        offs_r = tl.arange(0, R)
-        offs_t = tl.arange(0, BLOCK_N)
-        q_base = q_ptr + b * stride_qb + heads[:, None] * stride_qh
-        q_lat = tl.load(q_base + offs_c[None, :], mask=hmask[:, None], other=0.0)  # [BH, C]
-        q_pe = tl.load(q_base + C + offs_r[None, :], mask=hmask[:, None], other=0.0)  # [BH, R]
-        seq_len = tl.load(len_ptr + b)
-        n_tiles = tl.cdiv(seq_len, BLOCK_N)
-        tiles_per_split = pages_per_split * (PAGE // BLOCK_N)
-        t_lo = sp * tiles_per_split
-        t_hi = tl.minimum(t_lo + tiles_per_split, n_tiles)
-        m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
-        l_i = tl.zeros([BLOCK_H], tl.float32)
-        acc = tl.zeros([BLOCK_H, C], tl.float32)
-        for it in range(t_lo, t_hi):
-            # one block-table lookup per tile; a tile lies inside one page (BLOCK_N divides PAGE)
-            slot = tl.load(bt_ptr + b * stride_bt_b + (it * BLOCK_N) // PAGE).to(tl.int64)
-            tok = it * BLOCK_N + offs_t
-            tmask = tok < seq_len
-            kv_base = pool_ptr + slot * stride_pp + ((it * BLOCK_N) % PAGE + offs_t)[:, None] * (C + R)
-            kv = tl.load(kv_base + offs_c[None, :], mask=tmask[:, None], other=0.0)  # [BN, C]
-            kpe = tl.load(kv_base + C + offs_r[None, :], mask=tmask[:, None], other=0.0)  # [BN, R]
-            # NOTE: accumulate into the dot (acc= form): a separate dot result and add would
-            # hold a second [BH, C] fp32 array in registers and spill.
-            s = tl.dot(q_pe, tl.trans(kpe), tl.dot(q_lat, tl.trans(kv)))  # [BH, BN] fp32
-            s = tl.where(tmask[None, :], s * qk_scale_log2, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s, axis=1))
-            alpha = tl.exp2(m_i - m_new)
-            pr = tl.exp2(s - m_new[:, None])
-            l_i = l_i * alpha + tl.sum(pr, axis=1)
-            acc = tl.dot(pr.to(kv.dtype), kv, acc * alpha[:, None])  # [BH, C]
-            m_i = m_new
-        has = l_i > 0
-        out = acc / tl.where(has, l_i, 1.0)[:, None]
-        lse2 = tl.where(has, m_i + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))
-        o_base = o_ptr + b * stride_ob + heads[:, None] * stride_oh + sp * stride_os
-        tl.store(o_base + offs_c[None, :], out, mask=hmask[:, None])
-        tl.store(lse_ptr + b * stride_lb + heads * stride_lh + sp, lse2, mask=hmask)
-
-    @triton.jit
-    def _mla_reduce_kernel(
-        op_ptr, lp_ptr, o_ptr, lse_ptr, S,
-        stride_pb, stride_ph, stride_ps, stride_lpb, stride_lph,
-        stride_ob, stride_oh,
-        C: tl.constexpr, BLOCK_S: tl.constexpr,
-    ):
-        b = tl.program_id(0)
-        h = tl.program_id(1)
-        offs_s = tl.arange(0, BLOCK_S)
-        smask = offs_s < S
-        lse2 = tl.load(lp_ptr + b * stride_lpb + h * stride_lph + offs_s, mask=smask, other=float("-inf"))
-        m = tl.max(lse2, axis=0)
-        m_safe = tl.where(m == float("-inf"), 0.0, m)
-        w = tl.exp2(lse2 - m_safe)  # [S]
-        denom = tl.sum(w, axis=0)
-        offs_c = tl.arange(0, C)
-        parts = tl.load(op_ptr + b * stride_pb + h * stride_ph + offs_s[:, None] * stride_ps + offs_c[None, :],
-                        mask=smask[:, None], other=0.0)  # [S, C]
-        o = tl.sum(parts * w[:, None], axis=0) / tl.where(denom > 0, denom, 1.0)
-        tl.store(o_ptr + b * stride_ob + h * stride_oh + offs_c, o.to(o_ptr.dtype.element_ty))
-        lse = tl.where(denom > 0, (m_safe + tl.log2(tl.where(denom > 0, denom, 1.0))) / 1.4426950408889634,
-                       float("-inf"))
-        tl.store(lse_ptr + b * tl.num_programs(1) + h, lse)
-
-    return _mla_split_kernel, _mla_reduce_kernel
+    return mla_triton.split_kernel, mla_triton.reduce_kernel
 
 
 def triton_available() -> bool:
@@ -182,7 +113,8 @@ def triton_available() -> bool:
 
 
 def choose_num_splits(batch: int, head_blocks: int, max_pages: int, num_sms: int, ctas_per_sm: int) -> int:
-    """Splits per request so batch * head_blocks * splits fills one wave, >= 2 pages per split.
+    """The old rule (KernelConfig.balance=False): splits per request so batch * head_blocks * splits
+    fills one wave, >= 2 pages per split, sized from the longest request.
 
     NOTE: sized to a whole wave (not "at least N programs"): 272 programs on 132 SMs run as
     three waves, the last one 6 % full, costing a third of the time.
@@ -208,9 +140,9 @@ def mla_decode_triton(
     kv_lora_rank: int,
     max_pages: int,
     config: KernelConfig = KernelConfig(),
-    num_splits: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Triton paged split-KV MLA decode. max_pages: host-known bound on pages of any request.
+    """Triton paged split-KV MLA decode. max_pages: host-known bound on pages of any request
+    (used only by the old unit rule, `config.balance=False`).
 
     Returns (o [B, H, C] in q.dtype, lse [B, H] fp32). C and R must be powers of two >= 16.
     """
@@ -225,24 +157,27 @@ def mla_decode_triton(
         return o, lse
     block_h = min(config.block_h, max(16, 1 << (h - 1).bit_length()))
     head_blocks = -(-h // block_h)
-    splits = num_splits or choose_num_splits(b, head_blocks, max_pages, _num_sms(q.device.index or 0),
-                                             config.ctas_per_sm)
-    pages_per_split = max(1, -(-max_pages // splits))
-    o_part = torch.empty(b, h, splits, c, device=q.device, dtype=torch.float32)
-    lse_part = torch.empty(b, h, splits, device=q.device, dtype=torch.float32)
-    split_kernel[(head_blocks, b, splits)](
+    sms = _num_sms(q.device.index or 0)
+    slots = max(1, sms * config.ctas_per_sm // head_blocks)
+    fixed_c = 0 if config.balance else max(1, -(-max_pages // choose_num_splits(
+        b, head_blocks, max_pages, sms, config.ctas_per_sm)))
+    units = 2 * slots + b  # bound on the schedule's unit count (see _schedule's candidates)
+    o_part = torch.empty(units, h, c, device=q.device, dtype=torch.float32)
+    lse_part = torch.empty(units, h, device=q.device, dtype=torch.float32)
+    sched = (b, slots, fixed_c, config.unit_overhead_pages, config.min_pages_per_unit)
+    block_b = max(2, 1 << (b - 1).bit_length())
+    split_kernel[(head_blocks, units)](
         q, pool, block_table, seq_lens, o_part, lse_part,
-        h, pages_per_split, scale * LOG2E,
+        sched[0], h, *sched[1:], scale * LOG2E,
         q.stride(0), q.stride(1), pool.stride(0), block_table.stride(0),
-        o_part.stride(0), o_part.stride(1), o_part.stride(2), lse_part.stride(0), lse_part.stride(1),
-        C=c, R=r, PAGE=page, BLOCK_H=block_h, BLOCK_N=min(config.block_n, page),
+        o_part.stride(0), o_part.stride(1), lse_part.stride(0),
+        C=c, R=r, PAGE=page, BLOCK_H=block_h, BLOCK_N=min(config.block_n, page), BLOCK_B=block_b,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     reduce_kernel[(b, h)](
-        o_part, lse_part, o, lse, splits,
-        o_part.stride(0), o_part.stride(1), o_part.stride(2), lse_part.stride(0), lse_part.stride(1),
-        o.stride(0), o.stride(1),
-        C=c, BLOCK_S=max(2, 1 << (splits - 1).bit_length()),
+        o_part, lse_part, seq_lens, o, lse, *sched,
+        o_part.stride(0), o_part.stride(1), lse_part.stride(0), o.stride(0), o.stride(1),
+        C=c, PAGE=page, BLOCK_B=block_b, BLOCK_U=8,
         num_warps=4,
     )
     return o, lse

@@ -152,7 +152,8 @@ class RankRunner:
         extra_pages: growth to allow for beyond the headroom (a switch passes its copy steps).
         """
         page = self.dims.page_size
-        longest = max([state.table.row_len.get(q, 0) for q in self.order] + [1])
+        # logical pages after this step's token, the same on every rank (see StepInputs.fits)
+        longest = max([pages_for(self.seq_lens[q] + 1, page) for q in self.order] + [1])
         cap = longest + self.headroom_pages + extra_pages
         inputs = StepInputs(state, self.order, self.g.rank, self.g.world_size, page, cap, self.trash_token,
                             self.g.device)
@@ -185,7 +186,7 @@ class RankRunner:
         if self.switch is not None:
             self.switch.before_step(self)
         rows, toks = self._prepare_writes()
-        if self.exec is None or not self.exec.inputs.fits(self.state, self.order):
+        if self.exec is None or not self.exec.inputs.fits(self.state, self.order, self.seq_lens):
             if self.exec is not None:
                 self.retired.append(self.exec)
             self.exec = self.build_exec(self.state)

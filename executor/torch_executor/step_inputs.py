@@ -77,12 +77,19 @@ class StepInputs:
         lo, hi = self._off[name]
         return self.dev[lo:hi]
 
-    def fits(self, state: LayoutState, order: list[int]) -> bool:
-        """Still valid for this state and batch: same objects, and every held row fits the capacity."""
+    def fits(self, state: LayoutState, order: list[int], seq_lens: dict[int, int]) -> bool:
+        """Still valid for this state and batch: same objects, and every request's logical pages
+        after this step's token fit the capacity.
+
+        NOTE: decided from replicated facts (order, global lengths), never from this rank's own
+        rows, so every rank rebuilds at the same step: a rebuild runs collectives (warm-up and
+        capture), and a DP rank with no growing request of its own used to keep its graph while
+        its peer rebuilt, hanging both (seen on 2 x H200).
+        """
         if state is not self.state or order != self.order:
             return False
-        rl = self.state.table.row_len
-        return all(rl.get(q, 0) <= self.cap for q in self.att)
+        page = self.page_size
+        return all(-(-(seq_lens[q] + 1) // page) <= self.cap for q in order)
 
     def refresh_block_table(self) -> None:
         """Rebuild the host block table if the page table changed (host only, no device work)."""
