@@ -82,8 +82,8 @@ def main() -> None:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-        fig, axes = plt.subplots(len(DEPLOYMENTS), len(CAPS), figsize=(4 * len(CAPS), 3.4 * len(DEPLOYMENTS)),
-                                 squeeze=False)
+        fig, axes = plt.subplots(len(DEPLOYMENTS), len(CAPS), figsize=(4.4 * len(CAPS), 3.6 * len(DEPLOYMENTS)),
+                                 squeeze=False, constrained_layout=True)
         for i, (model, hw_name) in enumerate(DEPLOYMENTS):
             for j, cap in enumerate(CAPS):
                 ax = axes[i][j]
