@@ -1,8 +1,8 @@
 """GPU benchmark of the torch executor on one host (written for 2 x H200, generic in T).
 
 Parts (--parts, comma separated):
-- kernel: device-to-device copy ceiling, then the Triton paged split-KV MLA decode kernel over
-  batch x context at 128/T heads per program for T = 1, 2, 4, 8 (128: a DP/CP rank; 64, 32, 16: a
+- kernel (kernel_gpu.py): device-to-device copy ceiling, then the Triton paged split-KV MLA decode
+  kernel over batch x context at 128/T heads per program for T = 1, 2, 4, 8 (128: a DP/CP rank; 64, 32, 16: a
   TP/DOP rank of 2, 4, 8 GPUs): time, KV bytes read, `bandwidth_fraction_of_copy`, error vs an
   fp32 torch reference; a few launch configs tried per head count; and mixed lengths (many
   short, a few very long) with the balanced unit rule and the old one side by side.
@@ -23,7 +23,6 @@ import argparse
 import csv
 import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -34,159 +33,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from executor.torch_executor import KernelConfig, RankRunner, deepseek_v32  # noqa: E402
 from executor.torch_executor.dist import spawn_ranks  # noqa: E402
-from executor.torch_executor.kernels import mla_decode_torch, mla_decode_triton  # noqa: E402
+from executor.torch_executor.kernels import mla_decode_triton  # noqa: E402
+from kernel_gpu import MIXED, conditions, copy_bandwidth, part_kernel, time_graph  # noqa: E402
 
 LAYOUTS = ("tp", "cp", "dp", "dop")
 CIRCUIT = ("tp", "cp", "tp", "dp", "tp", "dop", "cp", "dp", "cp", "dop", "dp", "dop", "tp")  # 12 distinct pairs
-
-
-def conditions() -> dict:
-    import triton
-    props = torch.cuda.get_device_properties(0)
-    return {"gpu": props.name, "gpus": torch.cuda.device_count(), "sms": props.multi_processor_count,
-            "torch": torch.__version__, "cuda": torch.version.cuda, "triton": triton.__version__,
-            "nccl": ".".join(map(str, torch.cuda.nccl.version())), "python": platform.python_version(),
-            "env": {k: os.environ.get(k) for k in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST")}}
-
-
-def copy_bandwidth() -> float:
-    """Bytes/s of a large device-to-device copy, read + write counted (median of 20)."""
-    n = 1 << 30
-    a = torch.randn(n // 4, device="cuda")
-    b = torch.empty_like(a)
-    ts = []
-    for i in range(25):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record(); b.copy_(a); e.record(); e.synchronize()
-        if i >= 5:
-            ts.append(s.elapsed_time(e) / 1e3)
-    return 2 * n / statistics.median(ts)
-
-
-def time_fn(fn, reps=20, warm=3) -> float:
-    for _ in range(warm):
-        fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(reps):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record(); fn(); e.record(); e.synchronize()
-        ts.append(s.elapsed_time(e) / 1e3)
-    return statistics.median(ts)
-
-
-def time_graph(fns, reps=15) -> float:
-    """Device seconds per call of fns (run in turn), from CUDA-graph replays (no launch gaps)."""
-    for f in fns:
-        f()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        # thread-local: the process group's watchdog thread may query events while this captures
-        g.capture_begin(capture_error_mode="thread_local")
-        for f in fns:
-            f()
-        g.capture_end()
-    torch.cuda.current_stream().wait_stream(s)
-    g.replay()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(reps):
-        a, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record(); g.replay(); e.record(); e.synchronize()
-        ts.append(a.elapsed_time(e) / 1e3 / len(fns))
-    return statistics.median(ts)
-
-
-ROTATE_BYTES = 512 << 20  # NOTE: several KV sets per point so replays don't run out of the 50 MB L2
-
-
-def kernel_point(b, h, ctx, cfg, copy_bw, check=False, lengths=None):
-    """One kernel point: batch b at context ctx (or the given per-request lengths), h heads."""
-    page, width, c = 64, 576, 512
-    lens_l = list(lengths) if lengths is not None else [ctx] * b
-    b = len(lens_l)
-    maxp = -(-max(lens_l) // page)
-    kv_bytes = sum(lens_l) * width * 2
-    sets = max(1, min(8, -(-ROTATE_BYTES // kv_bytes)))
-    slots = sets * b * maxp
-    pool = torch.randn(slots, page, width, device="cuda", dtype=torch.bfloat16)
-    q = torch.randn(b, h, width, device="cuda", dtype=torch.bfloat16)
-    perm = torch.randperm(slots, device="cuda").view(sets, b, maxp).int()
-    lens = torch.tensor(lens_l, dtype=torch.int32, device="cuda")
-    scale = 192 ** -0.5
-    fns = [(lambda bt=perm[i].contiguous(): mla_decode_triton(q, pool, bt, lens, scale, c, maxp, cfg))
-           for i in range(sets)]
-    t = time_graph(fns)
-    row = {"batch": b, "heads": h, "context": int(sum(lens_l) / b), "context_max": max(lens_l), **vars(cfg),
-           "kv_sets_rotated": sets, "time_us": t * 1e6, "kv_bytes": kv_bytes,
-           "bandwidth_bytes_per_s": kv_bytes / t, "bandwidth_fraction_of_copy": kv_bytes / t / copy_bw,
-           "tflops": 2 * sum(lens_l) * h * (576 + 512) / t / 1e12}
-    if check:
-        sub = b if lengths is not None else min(b, 4)
-        bt = perm[0][:sub].contiguous()
-        o, lse = mla_decode_triton(q[:sub], pool, bt, lens[:sub], scale, c, maxp, cfg)
-        ro, rl = mla_decode_torch(q[:sub].float(), pool.float(), bt, lens[:sub], scale, c)
-        row["rel_err_vs_fp32"] = float((o.float() - ro).norm() / ro.norm())
-        row["lse_max_abs_err"] = float((lse - rl).abs().max())
-        row["nan"] = bool(torch.isnan(o).any())
-    del pool
-    return row
-
-
-# (block_h, num_warps, num_stages, block_n, ctas_per_sm) tried per heads a program sees
-# (128/T for T = 1, 2, 4, 8): chosen from the sm_90a compile report (no register spills; cp.async
-# loads; HGMMA at block_h 64, mma.sync below). At 64 and 128 heads the first won every earlier sweep.
-SWEEP = {128: [(64, 8, 2, 64, 1), (64, 8, 3, 32, 1)],
-         64: [(64, 8, 2, 64, 1), (64, 8, 3, 32, 1)],
-         32: [(32, 8, 2, 64, 2), (32, 4, 2, 64, 2), (32, 8, 3, 32, 2)],
-         16: [(16, 4, 2, 64, 2), (16, 4, 3, 32, 3), (16, 4, 2, 32, 2)]}
-HEADS = (128, 64, 32, 16)
-# many short + a few very long: where the unit rule matters (the old rule sized units from the longest)
-MIXED = {"60x1K+4x64K": [1024] * 60 + [65536] * 4, "28x2K+4x32K": [2048] * 28 + [32768] * 4,
-         "120x512+8x16K": [512] * 120 + [16384] * 8, "1x64K+15x1K": [65536] + [1024] * 15}
-
-
-def part_kernel(out_dir, world, grid_b=(1, 4, 16, 32, 64), grid_c=(1024, 4096, 16384, 32768, 65536)) -> dict:
-    copy_bw = copy_bandwidth()
-    tune = []
-    res = {"conditions": conditions(), "copy_bandwidth_bytes_per_s": copy_bw, "tuning": tune}
-    for h in HEADS:
-        for cfg_t in SWEEP[h]:
-            cfg = KernelConfig(*cfg_t)
-            for b, ctx in ((32, 16384), (16, 4096)):
-                try:
-                    tune.append(kernel_point(b, h, ctx, cfg, copy_bw, check=True))
-                except Exception as e:  # a config that fails to compile is reported, not fatal
-                    tune.append({"heads": h, "batch": b, "context": ctx, **vars(cfg), "error": repr(e)[:300]})
-            json.dump(res, open(os.path.join(out_dir, "kernel.json"), "w"), indent=1)
-    best = {}
-    for h in HEADS:
-        ok = [r for r in tune if r.get("heads") == h and "error" not in r and r["rel_err_vs_fp32"] < 1e-2]
-        # best = fastest summed over the two tuning points
-        tot = {}
-        for r in ok:
-            key = (r["block_h"], r["num_warps"], r["num_stages"], r["block_n"], r["ctas_per_sm"])
-            tot.setdefault(key, []).append(r["time_us"])
-        key = min((k for k in tot if len(tot[k]) == 2), key=lambda k: sum(tot[k]))
-        best[h] = KernelConfig(*key)
-    res["best_config"] = {str(h): vars(c) for h, c in best.items()}
-    mixed = res["mixed"] = []
-    for h in (128, 64):
-        for name, lens in MIXED.items():  # the two unit rules side by side, same inputs
-            for bal in (True, False):
-                cfg = KernelConfig(**{**vars(best[h]), "balance": bal})
-                mixed.append({"workload": name, **kernel_point(0, h, 0, cfg, copy_bw, check=bal, lengths=lens)})
-    json.dump(res, open(os.path.join(out_dir, "kernel.json"), "w"), indent=1)
-    grid = res["grid"] = []
-    for h in HEADS:
-        for b in grid_b:
-            for ctx in grid_c:
-                grid.append(kernel_point(b, h, ctx, best[h], copy_bw, check=(b == 16)))
-        json.dump(res, open(os.path.join(out_dir, "kernel.json"), "w"), indent=1)
-    return res
 
 
 # ---------------------------------------------------------------- distributed parts

@@ -4,7 +4,7 @@
     python3 benchmarks/kernel_ab.py --baseline /tmp/base_kernels.py [--out DIR]
 
 Same inputs for both, timed alternately (3 rounds each, median) by CUDA-graph replays over rotated
-KV sets (benchmarks/executor_gpu.time_graph), at 128/T heads per program for T = 1, 2, 4, 8, uniform
+KV sets (benchmarks/kernel_gpu: kernel_inputs, time_graph), at 128/T heads per program for T = 1, 2, 4, 8, uniform
 batch x context points and the mixed-length batches of executor_gpu.MIXED. Prints a table; writes
 kernel_ab.json (per point: both times, new/old, both bandwidth fractions, the outputs' relative
 difference). Needs a CUDA GPU with Triton.
@@ -19,16 +19,13 @@ import os
 import statistics
 import sys
 
-import torch
-
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.executor_gpu import MIXED, conditions, copy_bandwidth, time_graph  # noqa: E402
+from kernel_gpu import LATENT, MIXED, SCALE, conditions, copy_bandwidth, kernel_inputs, time_graph  # noqa: E402
 from executor.torch_executor import kernels as new  # noqa: E402
 
 BEST = {128: (64, 8, 2, 64, 1), 64: (64, 8, 2, 64, 1), 32: (32, 4, 2, 64, 2), 16: (16, 4, 2, 64, 2)}
 UNIFORM = ((1, 4096), (1, 65536), (4, 16384), (16, 4096), (16, 65536), (64, 4096), (64, 65536))
-PAGE, WIDTH, C = 64, 576, 512
 
 
 def main() -> None:
@@ -44,23 +41,18 @@ def main() -> None:
     cbw = copy_bandwidth()
     rows = []
     for h, name, lens_l in pts:
-        b, maxp, kv = len(lens_l), -(-max(lens_l) // PAGE), sum(lens_l) * WIDTH * 2
-        sets = max(1, min(8, -(-(512 << 20) // kv)))
-        pool = torch.randn(sets * b * maxp, PAGE, WIDTH, device="cuda", dtype=torch.bfloat16)
-        q = torch.randn(b, h, WIDTH, device="cuda", dtype=torch.bfloat16)
-        perm = torch.randperm(sets * b * maxp, device="cuda").view(sets, b, maxp).int()
-        lens = torch.tensor(lens_l, dtype=torch.int32, device="cuda")
+        q, pool, perm, lens, maxp, kv = kernel_inputs(lens_l, h)
         runs = {}
         for tag, mod in (("old", old), ("new", new)):
             cfg = mod.KernelConfig(*BEST[h])
-            runs[tag] = (mod, cfg, [(lambda bt=perm[i].contiguous(), mod=mod, cfg=cfg:
-                                     mod.mla_decode_triton(q, pool, bt, lens, 192 ** -0.5, C, maxp, cfg))
-                                    for i in range(sets)])
+            runs[tag] = (mod, cfg, [(lambda bt=bt.contiguous(), mod=mod, cfg=cfg:
+                                     mod.mla_decode_triton(q, pool, bt, lens, SCALE, LATENT, maxp, cfg))
+                                    for bt in perm])
         times = {"old": [], "new": []}
         for _ in range(3):  # alternate, so drift hits both
             for tag in ("old", "new"):
                 times[tag].append(time_graph(runs[tag][2]))
-        outs = [mod.mla_decode_triton(q, pool, perm[0].contiguous(), lens, 192 ** -0.5, C, maxp, cfg)[0].float()
+        outs = [mod.mla_decode_triton(q, pool, perm[0].contiguous(), lens, SCALE, LATENT, maxp, cfg)[0].float()
                 for mod, cfg, _ in runs.values()]
         t_old, t_new = statistics.median(times["old"]), statistics.median(times["new"])
         r = {"heads": h, "point": name, "old_us": t_old * 1e6, "new_us": t_new * 1e6, "new_over_old": t_new / t_old,
@@ -69,7 +61,6 @@ def main() -> None:
         rows.append(r)
         print(f"{h:4d} {name:16s} old {r['old_us']:8.1f} new {r['new_us']:8.1f} new/old {r['new_over_old']:.3f} "
               f"bw {r['old_bw']:.3f}->{r['new_bw']:.3f} diff {r['old_vs_new_rel']:.1e}", flush=True)
-        del pool
     os.makedirs(a.out, exist_ok=True)
     json.dump({"conditions": conditions(), "baseline": a.baseline, "copy_bandwidth_bytes_per_s": cbw, "rows": rows},
               open(os.path.join(a.out, "kernel_ab.json"), "w"), indent=1)

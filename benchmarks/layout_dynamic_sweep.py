@@ -84,20 +84,17 @@ def main() -> None:
         import matplotlib.pyplot as plt
         fig, axes = plt.subplots(len(DEPLOYMENTS), len(CAPS), figsize=(4.4 * len(CAPS), 3.6 * len(DEPLOYMENTS)),
                                  squeeze=False, constrained_layout=True)
+        by = {(r["model"], r["output_cap_tokens"], r["output_median_tokens"], r["output_sigma"]): r for r in out}
         for i, (model, hw_name) in enumerate(DEPLOYMENTS):
             for j, cap in enumerate(CAPS):
                 ax = axes[i][j]
-                grid = np.array([[next(r["oracle_over_best_fixed"] for r in out if r["model"] == model
-                                       and r["output_cap_tokens"] == cap and r["output_median_tokens"] == m
-                                       and r["output_sigma"] == s) for m in MEDIANS] for s in SIGMAS])
+                cells = [[by[model, cap, m, s] for m in MEDIANS] for s in SIGMAS]
+                grid = np.array([[r["oracle_over_best_fixed"] for r in row] for row in cells])
                 im = ax.imshow(grid, vmin=1.0, vmax=1.4, cmap="viridis", origin="lower")
-                for a, s in enumerate(SIGMAS):
-                    for b, m in enumerate(MEDIANS):
-                        dyn = next(r["dynamic_over_best_fixed"] for r in out if r["model"] == model
-                                   and r["output_cap_tokens"] == cap and r["output_median_tokens"] == m
-                                   and r["output_sigma"] == s)
-                        ax.text(b, a, f"{grid[a, b]:.2f}\n({dyn:.2f})", ha="center", va="center", fontsize=8,
-                                color="white" if grid[a, b] < 1.25 else "black")
+                for a, row in enumerate(cells):
+                    for b, r in enumerate(row):
+                        ax.text(b, a, f"{grid[a, b]:.2f}\n({r['dynamic_over_best_fixed']:.2f})", ha="center",
+                                va="center", fontsize=8, color="white" if grid[a, b] < 1.25 else "black")
                 ax.set_xticks(range(len(MEDIANS)), [str(m) for m in MEDIANS])
                 ax.set_yticks(range(len(SIGMAS)), [str(s) for s in SIGMAS])
                 ax.set_xlabel("output median (tokens)")

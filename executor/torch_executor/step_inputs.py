@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .kv_pages import PageTable
+from .kv_pages import PageTable, pages_for
 from .layouts import LayoutState, StepBatch
 
 
@@ -88,8 +88,7 @@ class StepInputs:
         """
         if state is not self.state or order != self.order:
             return False
-        page = self.page_size
-        return all(-(-(seq_lens[q] + 1) // page) <= self.cap for q in order)
+        return all(pages_for(seq_lens[q] + 1, self.page_size) <= self.cap for q in order)
 
     def refresh_block_table(self) -> None:
         """Rebuild the host block table if the page table changed (host only, no device work)."""
