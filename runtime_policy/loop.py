@@ -521,6 +521,13 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
                         leave(v)
                         end(v, ABORTED)
                     else:
+                        if lay_owner:
+                            # NOTE: an owner layout's wall is one owner's pool: only a request held
+                            # there frees room on it (a DP-attention rank preempts its own requests);
+                            # a victim from another owner is a re-prefill that frees nothing where it
+                            # binds (it was: DS-V3.2 heavy tail, DOP 925 preemptions, 228 this way)
+                            short = [c > 0 and cap_l[layout] - x < c for x, c in zip(okv, dec_cnt)]
+                            cand = [i for i in cand if short[owner_l[i]]] or cand
                         cids = np.asarray(cand, dtype=np.int64)
                         tok = ctxf[cids]
                         v = cand[ordering.victim(arr[cids], tok, tok.astype(np.int64) - inp[cids], out[cids])]

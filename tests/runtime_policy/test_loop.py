@@ -62,6 +62,24 @@ def test_request_too_big_for_any_layout_is_aborted_not_lost(dsv32):
     assert list(res.status) == [DONE, ABORTED]
 
 
+def test_owner_layout_preempts_on_the_owner_at_its_wall():
+    """DOP: request 0 (a long prompt) fills rank 0's pool first; request 1 lives on rank 1 and
+    finishes before reaching its own wall. Only a request on rank 0 frees room there, so request 1
+    (FCFS's victim: the latest arrival) is left alone; request 0, alone on its owner and larger
+    than its pool, is preempted and aborted once nothing else runs."""
+    from tests.runtime_policy.conftest import make_policy
+
+    _, pol = make_policy(mem_fraction=0.7)
+    dop = LAYOUTS.index("dop")
+    pool = int(pol.tables.info.kv_pool_bytes[dop] / pol.tables.kv_bytes_per_token)  # tokens per rank
+    arr = np.array([0.0, 0.001])
+    inp = np.array([pool // 2, 1000])
+    out = np.array([pool, 3 * pool // 4])  # request 0's wall at ~pool/2 steps; request 1 done at 3/4 pool
+    res = serve(arr, inp, out, pol.tables, FixedPolicy(dop), Ordering("fcfs"), SimExecutor(pol.tables), CFG)
+    assert list(res.status) == [ABORTED, DONE]
+    assert list(res.preemptions) == [1, 0]
+
+
 def test_stationary_workload_does_not_thrash():
     m, hw = planner.load_model("deepseek-v3.2"), planner.load_hardware("h200")
     dep = planner.make_deployment(m, hw, attn="tp", gpus=8)
