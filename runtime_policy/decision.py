@@ -26,6 +26,7 @@ class Reason(enum.IntEnum):
     SWITCH_CAPACITY = 9
     CANT_DECIDE = 10
     STAY_KV_WAIT = 11  # admission is blocked, but the layouts with room would serve fewer requests per second
+    SWITCH_PROJECTED = 12  # the running set's expected KV peak outgrows the current layout; another sustains more
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,8 +35,11 @@ class Decision:
     switch: bool
     reason: Reason
     gain_s: float = 0.0  # predicted serving time saved over the dwell
-    cost_s: float = 0.0  # predicted transition cost
+    cost_s: float = 0.0  # predicted transition cost (with the recompute of any KV shed for it)
     plan: TransitionPlan | None = None
+    # KV tokens (one copy) the server must free by preemption before starting the move, and admit
+    # nothing in the old layout until the commit: the move's memory fits only below that (0: none)
+    shed_kv_tokens: float = 0.0
 
     @property
     def layout_name(self) -> str:
@@ -70,6 +74,13 @@ class PolicyState:
     prefill_tokens_per_step: float = 0.0
     prefill_context_tokens: float = 0.0
     prefill_owner_share: float = 1.0
+    # the running set's expected KV peak over its current KV, all ranks and the busiest owner, in
+    # tokens (runtime_policy/projection.py: from the observed output lengths; 0: none projected)
+    kv_growth_tokens: float = 0.0
+    owner_kv_growth_tokens: float = 0.0
+    # the server's step counter (−1: none kept; the policy then prices capacity at every call, see
+    # policy.REPRICE_EVERY_STEPS)
+    step_index: int = -1
 
 
 @dataclass(frozen=True)

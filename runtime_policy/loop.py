@@ -13,6 +13,10 @@ completion, KV wall, expected arrival or switch hand-off. The policy is therefor
 every membership change and at least every `max_run_steps` steps (NOTE: between those points its
 answer can only drift with context growth, which the run length bounds).
 
+For the dynamic policy the loop also projects the running set's KV growth (projection.py) every
+`PROJECTION_EVERY_STEPS` decode steps; a switch that sheds KV (`Decision.shed_kv_tokens`) preempts
+the ordering's victims until that much is free and admits nothing until its commit.
+
 KV is counted in tokens, per owner rank, with one page of slack per request (page rounding);
 every request has an owner rank (the least-loaded at admission) in every layout, so a switch to
 an owner layout knows where each request lives. Admission keeps `admit_watermark_fraction` of the
@@ -35,12 +39,14 @@ from runtime_policy.admission import chunk_plan, fits_somewhere
 from runtime_policy.executor import Executor, StepBatch
 from runtime_policy.ordering import Ordering
 from runtime_policy.policy import Decision, PolicyState
+from runtime_policy.projection import expected_kv_peak_growth
 from runtime_policy.tables import LAYOUTS, NO_TOPK, StepTimeTable
 
 PENDING, WAITING, PREFILL, DECODE, DONE, ABORTED = range(6)
 SEQ_BITS = 40  # heap entries: a step count above, a join sequence number in the low bits
 SEQ_MASK = (1 << SEQ_BITS) - 1
 PREFILL_STATS_HALF_LIFE_STEPS = 256.0  # NOTE: the policy's cooldown scale; the prefill rate it sees forgets over it
+PROJECTION_EVERY_STEPS = 256  # NOTE: the same scale: the KV growth projection is refreshed this often (decode steps)
 
 
 @dataclass(frozen=True)
@@ -246,6 +252,8 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
     ready_s = started_s = 0.0
     wm = 1.0 - config.admit_watermark_fraction
     skip_admit = False
+    project = bool(getattr(policy, "reads_kv_growth", False))  # only the dynamic policy reads the projection
+    proj_at = 0  # the decode step at which the projection is next refreshed
     # running prefill statistics for the policy (exponentially weighted over steps)
     ema_steps = ema_tok = ema_tok_pfx = ema_own = 0.0
     ema_w = [1.0 - 0.5 ** (k / PREFILL_STATS_HALF_LIFE_STEPS) for k in range(max_run + 1)]  # weight of a k-step run
@@ -350,6 +358,39 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
         preempt_l[v] += 1
         waiting.push(v)
 
+    def shed(tokens: float) -> None:
+        """Preempt running requests (the ordering's victims) until `tokens` of KV are freed, keeping
+        at least one: a switch whose memory fits only with less KV (`Decision.shed_kv_tokens`)."""
+        decoding = sorted(slot_id[:b], key=jseq_l.__getitem__)
+        for i in decoding:  # write back: the victims' contexts are read below
+            ctx_l[i] = c0_l[i] + dsteps
+        ctxf[decoding] = [ctx_l[i] for i in decoding]
+        freed = 0.0
+        while freed < tokens and len(decoding) + len(prefill_q) > 1:
+            cand = decoding + prefill_q
+            cids = np.asarray(cand, dtype=np.int64)
+            tok = ctxf[cids]
+            v = cand[ordering.victim(arr[cids], tok, tok.astype(np.int64) - inp[cids], out[cids])]
+            if slot_l[v] >= 0:
+                decoding.remove(v)
+                freed += c0_l[v] + dsteps + page
+            else:
+                freed += ctx_l[v] + page
+            preempt(v)
+
+    def kv_growth() -> tuple[float, float]:
+        """The running set's expected KV peak over its KV now (projection.py), all and busiest owner."""
+        ids = d_ids[:b]
+        ctx = d_c0[:b] + dsteps
+        own = d_own[:b]
+        if prefill_q:
+            q = np.asarray(prefill_q, dtype=np.int64)
+            ids, ctx, own = np.concatenate([ids, q]), np.concatenate([ctx, ctxf[q]]), np.concatenate([own, owner_l_arr(q)])
+        return expected_kv_peak_growth(lstats.sorted_lengths, ctx, ctx - inp[ids], own, T)
+
+    def owner_l_arr(q: np.ndarray) -> np.ndarray:
+        return np.array([owner_l[i] for i in q.tolist()], dtype=np.int64)
+
     def displace_for(i: int) -> bool:
         """The batch is full and request i heads the queue: preempt the running request the
         ordering says i should replace, if any."""
@@ -419,7 +460,9 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
         lay_owner, lay_share, lay_pool = is_owner_l[layout], share_l[layout], pools_l[layout] * wm
         wids = waiting.ids
         displaced = False
-        while not skip_admit and waiting.pos < len(wids):
+        # NOTE: a move that shed KV to fit admits nothing in the old layout until its commit
+        hold = inflight is not None and inflight.shed_kv_tokens > 0
+        while not skip_admit and not hold and waiting.pos < len(wids):
             i = wids[waiting.pos]
             if b + len(prefill_q) >= max_batch:
                 # NOTE: only a request still owed its first token displaces (what it buys is that token)
@@ -485,13 +528,32 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
             state.free_kv_bytes = [(cap - x) * bpt for x in okv]
         else:
             state.free_kv_bytes = [(cap / lay_share - total) * (bpt * lay_share)] * T
+        if project and b and dsteps >= proj_at:
+            proj_at = dsteps + PROJECTION_EVERY_STEPS
+            lens = lstats.sorted_lengths
+            # NOTE: no request's expected KV grows by more than the longest observed length
+            # (projection.py), so below this bound the running set can't outgrow the layout it
+            # runs in, and the projection (~10 µs per 100 requests) is skipped: none is reported
+            longest = float(lens[-1]) if lens.shape[0] else 0.0
+            if lay_owner:
+                bound = max(okv) + (max(dec_cnt) + len(prefill_q)) * longest
+            else:
+                bound = total + (b + len(prefill_q)) * longest
+            if lens.shape[0] and bound > cap_l[layout]:
+                state.kv_growth_tokens, state.owner_kv_growth_tokens = kv_growth()
+            else:
+                state.kv_growth_tokens = state.owner_kv_growth_tokens = 0.0
+        state.step_index = steps
         d = policy.decide(state)
         if d.switch and inflight is None and d.layout != layout and d.plan is not None:
             inflight, started_s = d, t
             state.switch_in_flight = True
+            if d.shed_kv_tokens > 0:
+                shed(d.shed_kv_tokens)
             ready_s = t + executor.start_switch(d.plan)
-            if ready_s <= t:
-                continue
+            if ready_s <= t or d.shed_kv_tokens > 0:
+                skip_admit = d.shed_kv_tokens > 0
+                continue  # re-decide (in flight) with the new membership
         if not b and not prefill_q:
             # nothing admitted: wait for the switch, or (fixed layouts) the queue is stuck on KV
             if inflight is not None:

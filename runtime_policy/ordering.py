@@ -86,6 +86,11 @@ class LengthStats:
         self._since = 0
         self.version += 1
 
+    @property
+    def sorted_lengths(self) -> np.ndarray:
+        """The window's lengths at the last refresh, ascending (read-only use)."""
+        return self._sorted
+
     def expected_remaining(self, attained: np.ndarray, default: float) -> np.ndarray:
         """E[X − a | X > a] per attained value; `default` before any completion, and `a` itself
         (Lindy) for requests already longer than every observed one."""

@@ -8,17 +8,25 @@ frozen `Decision` carrying an enum `Reason`. It never raises (anything unexpecte
 compile time, so the common answer allocates nothing.
 
 Rules, in order:
-1. capacity — the waiting queue's head can't be admitted (KV) or the running set no longer fits,
-   and another layout has room for it, with a transition whose memory fits: switch (the fastest
-   such layout) — unless only admission is blocked, the head would fit the current layout once
-   requests finish, and the move would lower the token rate ((B + what the new layout admits +
-   prefill tokens per step) over its step time, vs (B + prefill per step) over the current one;
-   step times with the prefill mix): then wait for KV;
-2. throughput — the fastest layout whose KV fits with headroom and which admits at least what the
-   current one admits; switch only if (a) it is faster by `min_gain_fraction`, (b) the last switch
-   is `cooldown_steps` old, (c) the move's memory fits, and (d) the time saved over the expected
-   dwell, less the steps spent in the old layout while the move runs, exceeds
-   `(1 + margin) × (interference + commit stall)`.
+1. capacity — the waiting queue's head can't be admitted (KV), the running set no longer fits, or
+   its expected KV peak (`PolicyState.kv_growth_tokens`: the running requests' expected growth,
+   from the observed output lengths, runtime_policy/projection.py) outgrows the current layout.
+   Each layout is then priced by the decode tokens per second it sustains at the batch its KV
+   would hold — the share of the running set its pool holds at that peak, or all of it plus the
+   waiting requests its spare room admits — with the observed prefill scaled to that batch
+   (`_sustained_rates`). Switch to the best if it beats the current layout's rate by
+   `min_gain_fraction` and the time saved over the dwell (at least the backlog's turnover) exceeds
+   `(1 + margin) ×` the move's cost; a move that only the projection asks for also waits out the
+   cooldown (SWITCH_PROJECTED). A move between TP and CP whose memory does not fit now may shed
+   KV first (`Decision.shed_kv_tokens`: the server preempts that much and admits nothing until the
+   commit; its recompute is in the cost). Blocked, with no such move: wait for KV (STAY_KV_WAIT).
+   If the running set no longer fits, the best-priced layout that holds it, whatever the gain.
+   A pricing that found no move stands for `REPRICE_EVERY_STEPS` steps;
+2. throughput — the fastest layout whose KV fits with headroom, which admits at least what the
+   current one admits and holds the running set's expected peak if the current one does; switch
+   only if (a) it is faster by `min_gain_fraction`, (b) the last switch is `cooldown_steps` old,
+   (c) the move's memory fits, and (d) the time saved over the expected dwell, less the steps spent
+   in the old layout while the move runs, exceeds `(1 + margin) × (interference + commit stall)`.
 Step times per layout are those of the current decode batch, blended with a prefill chunk of the
 observed mean size and prefix (on one owner for DP/DOP) in the observed share of steps that run one — without it a prefill-heavy (long-prompt) load looks like its decode batch alone, where
 owner layouts win, while its chunks run several times slower on one owner.
@@ -39,9 +47,14 @@ from planner.deployment import Deployment
 from planner.errors import SpecError
 from runtime_policy.decision import Decision, PolicyKnobs, PolicyState, Reason
 from runtime_policy.tables import LAYOUTS, StepTimeModel, StepTimeTable, compile_tables
-from runtime_policy.transitions import memory_fits, plan_transition
+from runtime_policy.transitions import max_fitting_kv_bytes, memory_fits, plan_transition
 
 _add = np.add.reduce  # NOTE: ndarray.sum() adds a Python wrapper (~1 µs) per call
+# NOTE: a capacity pricing that found no better layout stands for this many steps in the same
+# layout (when the server keeps `PolicyState.step_index`): pricing calls the step tables again at
+# other batches (~10–20 µs), and the loop asks at every membership change. 64 is the loop's own
+# bound on how long one answer stands (LoopConfig.max_run_steps), and far below a move's dwell.
+REPRICE_EVERY_STEPS = 64
 CHUNK_STEP = 1.03  # the prefill blend's chunk sizes, rounded to 3 % steps (cached rows)
 LOG_CHUNK_STEP = math.log(CHUNK_STEP)
 
@@ -60,6 +73,7 @@ def _batch_requests(state: PolicyState) -> int:
 class LayoutPolicy:
     tables: StepTimeTable
     knobs: PolicyKnobs = field(default_factory=PolicyKnobs)
+    reads_kv_growth = True  # the loop fills PolicyState.kv_growth_tokens for it (projection.py)
 
     # ---- compile (slow, validated) ------------------------------------------------------------
     @classmethod
@@ -115,6 +129,16 @@ class LayoutPolicy:
         self._max_batch = k.max_batch
         self._headroom_keep = 1.0 - k.kv_headroom_fraction
         self._dwell_fraction, self._dwell_lo, self._dwell_hi = k.dwell_fraction, k.min_dwell_steps, k.max_dwell_steps
+        self._ranks = t.ranks
+        self._priced_layout, self._priced_step = -1, -1  # the last capacity pricing (REPRICE_EVERY_STEPS)
+        self._others = [tuple(i for i in range(n) if i != c) for c in range(n)]
+        self._scratch = PolicyState(np.zeros(0), [0.0] * t.ranks, [0.0] * t.ranks, np.zeros(0))
+        # seconds per prompt token of a full chunk in each layout (owner layouts: on one owner), the
+        # price of prefilling again the KV a move sheds
+        one = np.array([float(self._chunk)])
+        self._prefill_s_per_token = [float(t.step_s(i, 0, one, np.zeros(1), np.zeros(1))[0]) / self._chunk
+                                     for i in range(n)]
+        self._max_fit_bytes = [[max_fitting_kv_bytes(t, a, c) if a != c else -1.0 for c in range(n)] for a in range(n)]
 
     # ---- running statistics (prediction-free dwell) ------------------------------------------
     def observe_completion(self, output_tokens: float) -> None:
@@ -371,30 +395,27 @@ class LayoutPolicy:
             blocked = (max(fr) < need) if self._owner[cur] else (min(fr) < need * self._share[cur])
         pool, owner, share = self._pool, self._owner, self._share
         fits_now = (own if owner[cur] else total * share[cur]) * bpt <= pool[cur]  # = self._kv_bytes(cur, ...)
-        if blocked or not fits_now:
-            roomy = []
-            ok, pool, owner, share = self._ok, self._pool, self._owner, self._share
-            h = 1.0 - self.knobs.kv_headroom_fraction
-            for i in range(n):
-                if i == cur or not ok[i]:
-                    continue
-                held = (own if owner[i] else total * share[i]) * bpt  # = self._kv_bytes(i, total, own)
-                if blocked:
-                    with_head = ((own_min + head) if owner[i] else (total + head) * share[i]) * bpt
-                    room = with_head <= pool[i] and held <= pool[i]
-                else:
-                    room = held <= pool[i] * h
-                if room:
-                    roomy.append((steps[i], i))
+        g_tot, g_own = state.kv_growth_tokens, state.owner_kv_growth_tokens
+        if not g_tot > 0.0:  # NaN or ≤ 0: none projected
+            g_tot = 0.0
+        if not g_own > 0.0:
+            g_own = 0.0
+        grows = g_tot > 0.0 or g_own > 0.0
+        outgrown = grows and ((own + g_own) if owner[cur] else (total + g_tot) * share[cur]) * bpt > pool[cur]
+        if b and (blocked or not fits_now or outgrown):
+            d = self._capacity(state, cur, b, w, total, own, own_min, steps, blocked, fits_now, outgrown, head, g_tot,
+                               g_own)
+            if d is not None:
+                return d
+        elif blocked or not fits_now:  # nothing running: the fastest layout with room for the head
             best, best_t = -1, math.inf
-            for t_i, i in sorted(roomy):  # the fastest with room whose move fits in memory
+            for i in range(n):
+                if i == cur or not self._ok[i] or steps[i] >= best_t:
+                    continue
+                if ((own_min + head) if owner[i] else (total + head) * share[i]) * bpt > pool[i]:
+                    continue
                 if memory_fits(self.tables, cur, i, total * bpt, own * bpt):
-                    best, best_t = i, t_i
-                    break
-            if best >= 0 and fits_now and b and not self._outgrows(cur, head) \
-                    and not self._raises_rate(best, b, steps[cur], best_t, state.waiting_tokens, total, okv,
-                                              state.running, max(float(state.prefill_tokens_per_step), 0.0)):
-                return stay[Reason.STAY_KV_WAIT]
+                    best, best_t = i, steps[i]
             if best >= 0:
                 plan = plan_transition(self.tables, cur, best, total * bpt, own * bpt, b, steps[cur],
                                        self._net_share(cur, steps[cur]))
@@ -412,6 +433,9 @@ class LayoutPolicy:
                 continue
             if head_admits_cur and ((own_min + head) if owner[i] else (total + head) * share[i]) * bpt > pool[i]:
                 continue  # would stop admitting what the current layout admits
+            if grows and ((own + g_own) if owner[i] else (total + g_tot) * share[i]) * bpt > pool[i] \
+                    and not outgrown:
+                continue  # the running set's expected peak fits here now, and would not fit there
             best, best_t = i, steps[i]
         if best == cur:
             return stay[Reason.STAY_BEST]
@@ -434,32 +458,170 @@ class LayoutPolicy:
         """Whether one request of `head_tokens` can't fit `layout` even with its pool empty."""
         return self._kv_bytes(layout, head_tokens, head_tokens) > self._pool[layout]
 
-    def _raises_rate(self, dst: int, b: int, t_cur: float, t_dst: float, waiting_tokens: np.ndarray, total: float,
-                     okv: list, running: int, prefill_per_step: float) -> bool:
-        """Whether moving to `dst` for capacity processes more tokens per second than waiting for
-        KV in the current layout: (B + the waiting requests `dst` can admit + the observed prefill
-        tokens per step) / its step time vs (B + prefill per step) / the current step time, both
-        step times including the observed prefill mix.
-        NOTE: a capacity move is meant to raise throughput; into a layout several times slower for
-        this load (owner layouts under long prompts, whose chunks run on one owner) it lowers it,
-        while the wall in the current layout clears as its requests finish. Prefill tokens count as
-        work done: counting decodes alone, the extra decodes a bigger pool admits outweigh chunks
-        running 4× slower, and the move strands the backlog in the slow layout (tried: DS-V3.2
-        long prompts 0.89× of fixed TP, vs 1.00× this way). The step times are those of the current
-        batch (a larger batch is slower), which leans towards moving."""
-        if t_dst < t_cur:
-            return True  # faster and admits more
-        # the move pays once `dst` admits more than `enough` of the waiting requests
-        enough = int((b + prefill_per_step) * (t_dst / t_cur - 1.0)) if t_cur > 0 else 1 << 30
-        if enough >= min(waiting_tokens.shape[0], max(self.knobs.max_batch - running, 0)):
-            return False
-        h = 1.0 - self.knobs.kv_headroom_fraction
-        if self._owner[dst]:
-            room = sum(max(self._pool[dst] * h / self._bpt - x, 0.0) for x in okv)
-        else:
-            room = self._pool[dst] * h / (self._bpt * self._share[dst]) - total
-        need = float(_add(waiting_tokens[: enough + 1])) + (enough + 1) * self.tables.page_tokens
-        return need <= room  # `dst` holds the first enough + 1 of them
+    def _capacity(self, state: PolicyState, cur: int, b: int, w: int, total: float, own: float, own_min: float,
+                  steps: list[float], blocked: bool, fits_now: bool, outgrown: bool, head: float, g_tot: float,
+                  g_own: float) -> Decision | None:
+        """The capacity rule (module docstring, rule 1), for a running batch: each layout priced by
+        `_sustained_rates`. None: no capacity decision (the throughput rule decides)."""
+        stay = self._stay[cur]
+        bpt, pool, owner, share, ok = self._bpt, self._pool, self._owner, self._share, self._ok
+        t_cur = steps[cur]
+        net_cur = self._net_share(cur, t_cur)
+        must = not fits_now or (blocked and self._outgrows(cur, head))
+        if blocked and not must and not outgrown and t_cur > 0:
+            # NOTE: a bound first (`_sustained_rates` NOTE): no layout holds more than the running
+            # and waiting requests, at no less than its current-batch step; if none could beat the
+            # current rate (its batch is the current one) by the hysteresis, wait without pricing
+            most = b + (w if w < self._max_batch - state.running else self._max_batch - state.running)
+            floor = (1.0 + self.knobs.min_gain_fraction) * b / t_cur
+            for i in self._others[cur]:
+                if ok[i] and steps[i] > 0 and most / steps[i] > floor:
+                    break
+            else:
+                return stay[Reason.STAY_KV_WAIT]
+        step = state.step_index
+        if not must and step >= 0 and self._priced_layout == cur and 0 <= step - self._priced_step < REPRICE_EVERY_STEPS:
+            return stay[Reason.STAY_KV_WAIT] if blocked else None  # the last pricing stands
+        h = self._headroom_keep
+        steps = steps[:]  # NOTE: _step_times reuses its output list, and pricing calls it again
+        rates, held_t = self._sustained_rates(state, b, w, total, own, own_min, g_tot, g_own, blocked, cur, steps,
+                                              0.0 if must else 1.0 + self.knobs.min_gain_fraction)
+        best, best_rate, shed = -1, 0.0, 0.0
+        for i in range(len(LAYOUTS)):
+            if i == cur or not ok[i] or rates[i] <= best_rate:
+                continue
+            held = (own if owner[i] else total * share[i]) * bpt
+            if not fits_now and held > pool[i] * h:
+                continue  # a forced move must hold the running set with headroom
+            if blocked and ((own_min + head) if owner[i] else (total + head) * share[i]) * bpt > pool[i]:
+                continue  # no room for the head there either
+            cut = 0.0
+            if not memory_fits(self.tables, cur, i, total * bpt, own * bpt):
+                fit_tokens = self._max_fit_bytes[cur][i] / bpt
+                if must or fit_tokens <= 0.0:
+                    continue
+                cut = total - fit_tokens  # shed this much KV first (spread layouts: the total decides)
+            best, best_rate, shed = i, rates[i], cut
+        r_cur = rates[cur]
+        if not must:
+            self._priced_layout, self._priced_step = cur, step
+        if best < 0 or (not must and best_rate < (1.0 + self.knobs.min_gain_fraction) * r_cur):
+            return stay[Reason.STAY_KV_WAIT] if blocked and not must else None
+        if not must and not blocked and state.steps_since_switch < self.knobs.cooldown_steps:
+            return stay[Reason.STAY_COOLDOWN]
+        plan = plan_transition(self.tables, cur, best, (total - shed) * bpt, own * bpt, b, t_cur, net_cur)
+        if shed > 0.0:
+            # NOTE: the running set keeps decoding while the move runs: shed what it writes meanwhile too
+            shed += b * (1.0 + plan.link_s / t_cur) if t_cur > 0 else b
+            if shed >= total:
+                return stay[Reason.STAY_KV_WAIT] if blocked else None
+        cost_s = plan.cost_s + shed * self._prefill_s_per_token[best]  # the shed KV is prefilled again
+        # NOTE: the pressure lasts at least as long as the work already here takes at the current
+        # layout's sustained batch (the backlog's turnover: running + waiting requests × the mean
+        # observed output / that batch), which for a queue is longer than the batch's own turnover
+        dwell = self._dwell_steps
+        b_cur = r_cur * held_t[cur]
+        if b_cur > 0 and self._completed:
+            backlog = (b + w) * self._mean_output / b_cur
+            if backlog > dwell:
+                dwell = backlog if backlog < self._dwell_hi else self._dwell_hi
+        # the dwell's work at the current layout's sustained rate, done at the better one's
+        gain_s = (dwell - plan.link_s / t_cur) * held_t[cur] * (1.0 - r_cur / best_rate) if t_cur > 0 else 0.0
+        if not must and gain_s <= (1.0 + self.knobs.margin) * cost_s:
+            return stay[Reason.STAY_KV_WAIT if blocked else Reason.STAY_NOT_WORTH]
+        reason = Reason.SWITCH_CAPACITY if blocked or must else Reason.SWITCH_PROJECTED
+        return Decision(best, True, reason, gain_s, cost_s, plan, shed)
+
+    def _sustained_rates(self, state: PolicyState, b: int, w: int, total: float, own: float, own_min: float,
+                         g_tot: float, g_own: float, blocked: bool, cur: int, steps: list[float],
+                         gain: float) -> tuple[list[float], list[float]]:
+        """Per layout [4]: the decode tokens per second it sustains at the batch its KV holds, and
+        its step seconds at that batch (0 where not usable, or where it can't beat the current
+        layout's rate × `gain`).
+
+        The batch a layout holds: if the running set's expected KV peak (current KV + the projected
+        growth, per rank as the layout stores it) exceeds its pool, the share of the running set the
+        pool holds at that peak; else the running set plus the waiting requests its spare room
+        admits, each needing its prompt, a page and the mean observed output (none for the current
+        layout when its head is blocked). Its step: the current batch's mean context scaled to
+        that batch, and the observed prefill scaled with it. NOTE: in steady state prefill tokens per
+        step / decode tokens per step = mean prompt / mean output (each request needs both), so a
+        batch k× larger needs k× the prefill to stay full; past a full chunk every step it is
+        prefill-bound, and the batch it sustains is what a full chunk feeds. Rates are decode tokens
+        per second: the prefill is a cost each layout pays in its step time, not output.
+        NOTE: `steps` (the current batch's step times) serve a layout whose batch is the current one,
+        and bound the others': a step is no faster for a larger batch with more prefill, so a
+        layout whose batch / current-batch step can't beat the current rate × `gain` is not priced
+        (each pricing is one `_step_times` call, ~4 µs)."""
+        s2, s1 = self._sums(state, b)
+        p = float(state.prefill_tokens_per_step)
+        f = float(state.prefill_step_fraction)
+        if not (p > 0.0 and f > 0.0):
+            p = f = 0.0
+        if f > 1.0:
+            f = 1.0
+        avail = w
+        if self._max_batch - state.running < avail:
+            avail = self._max_batch - state.running
+        need = 0.0
+        if avail > 0:
+            need = float(_add(state.waiting_tokens[:avail])) / avail + self._page + self._mean_output
+        sc = self._scratch
+        sc.prefill_context_tokens, sc.prefill_owner_share = state.prefill_context_tokens, state.prefill_owner_share
+        bpt, pool, owner, share, ok = self._bpt, self._pool, self._owner, self._share, self._ok
+        rates, held_t = [0.0] * 4, [0.0] * 4
+        by_batch: dict[int, list[float]] = {}
+        floor = 0.0  # the rate a candidate must beat (the current layout's × gain)
+        for i in (cur, *self._others[cur]):
+            if not ok[i]:
+                continue
+            room = pool[i] / bpt  # tokens per rank
+            if owner[i]:
+                proj, spare = own + g_own, self._ranks * room - (total + g_tot)
+            else:
+                proj = (total + g_tot) * share[i]
+                spare = (room - proj) / share[i] if share[i] > 0 else 0.0
+            if proj > room:
+                bb = b * room / proj
+            elif avail > 0 and spare > 0.0 and not (blocked and i == cur):
+                adm = spare / need
+                bb = b + (adm if adm < avail else avail)
+            else:
+                bb = float(b)
+            k = bb / b
+            if p * k > self._chunk:  # prefill-bound: a full chunk every step feeds this batch
+                k = self._chunk / p
+                bb = b * k
+            if k == 1.0:
+                t = steps[i]
+            elif i != cur and k > 1.0 and steps[i] > 0.0 and bb / steps[i] <= floor:
+                continue  # its rate is below bb / steps[i]: it can't win
+            else:
+                n = int(bb + 0.5)
+                if n < 1:
+                    n = 1
+                st = by_batch.get(n)
+                if st is None:
+                    sc.context_sum_tokens, sc.context_capped_sum_tokens = s2 * k, s1 * k
+                    sc.prefill_tokens_per_step = p * k
+                    sc.prefill_step_fraction = f * k if f * k < 1.0 else 1.0
+                    st = by_batch[n] = list(self._step_times(sc, n, own * k, own_min * k))
+                t = st[i]
+            if t > 0.0:
+                rates[i], held_t[i] = bb / t, t
+                if i == cur:
+                    floor = rates[i] * gain
+        return rates, held_t
+
+    def _sums(self, state: PolicyState, b: int) -> tuple[float, float]:
+        """(Σ context, Σ min(context, top-k)) of the running batch."""
+        if state.context_sum_tokens >= 0 and state.context_capped_sum_tokens >= 0:
+            return float(state.context_sum_tokens), float(state.context_capped_sum_tokens)
+        ctx = state.context_tokens
+        s2 = float(_add(ctx))
+        if self._topk < 1e17:
+            return s2, float(_add(np.minimum(ctx, self._topk)))
+        return s2, s2
 
     def _net_share(self, layout: int, step_s: float) -> float:
         return self._net[layout] / step_s if step_s > 0 else 0.0

@@ -118,6 +118,22 @@ def memory_fits(tables: StepTimeTable, src: int, dst: int, kv_total_bytes: float
     return needed <= tables.memory_budget_bytes and held_dst <= float(info.kv_pool_bytes[dst])
 
 
+def max_fitting_kv_bytes(tables: StepTimeTable, src: int, dst: int) -> float:
+    """The largest one-copy KV (bytes) at which `memory_fits(src → dst)` holds, for moves between
+    two spread layouts (TP, CP), whose memory need is a function of the total KV alone:
+    max(weights) + u · total ≤ budget and total · s_dst ≤ the destination's pool, u the union's
+    share (see `memory_fits`). −1 for moves from or to an owner layout (they depend on the owners)."""
+    info = tables.info
+    if info.is_owner[src] or info.is_owner[dst] or info.kv_pool_bytes[dst] <= 0:
+        return -1.0
+    s_src, s_dst = float(info.kv_total_share[src]), float(info.kv_total_share[dst])
+    u = min(s_src + _kv_recv(tables, src, dst, 1.0, 0.0), max(1.0, s_src))  # union per byte of KV
+    room = tables.memory_budget_bytes - max(float(info.weights_bytes[src]), float(info.weights_bytes[dst]))
+    if room <= 0 or u <= 0 or s_dst <= 0:
+        return -1.0
+    return min(room / u, float(info.kv_pool_bytes[dst]) / s_dst)
+
+
 def plan_transition(tables: StepTimeTable, src: int, dst: int, kv_total_bytes: float, kv_busiest_owner_bytes: float,
                     batch: float = 0.0, step_s: float = 0.0, network_share: float = 0.0) -> TransitionPlan:
     """Plan switching layout `src` → `dst` (indices into LAYOUTS) at the given KV state.

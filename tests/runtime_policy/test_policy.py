@@ -133,3 +133,35 @@ def test_capacity_wall_waits_when_the_layouts_with_room_are_slower(dsv32):
     # decode-only, the same wall is a reason to move (the owner layouts are fast enough)
     d = pol.decide(state([40000.0] * 11, TP, waiting=[40000.0] * 40, policy=pol))
     assert d.switch and d.reason == Reason.SWITCH_CAPACITY
+
+
+def test_projected_growth_moves_before_the_wall(dsv32):
+    """5 requests at 60K in TP (300K of TP's 467K-token pool): TP is the fastest layout for them.
+    If the running set's expected peak adds 300K tokens, TP would hold only 467/600 of it while
+    DOP (8 × 467K) holds all of it: DOP sustains more, and the move is made now, while it fits."""
+    _, pol = dsv32
+    s = state([60000.0] * 5, TP, policy=pol)
+    assert not pol.decide(s).switch
+    s.kv_growth_tokens, s.owner_kv_growth_tokens = 300000.0, 300000.0 / T
+    d = pol.decide(s)
+    assert d.switch and d.reason == Reason.SWITCH_PROJECTED and LAYOUTS[d.layout] in ("cp", "dp", "dop")
+    assert d.plan.feasible and d.shed_kv_tokens == 0.0
+
+
+def test_long_prompt_backlog_moves_to_cp_shedding_what_the_move_cannot_hold():
+    """TP full of 12 long prompts (456K tokens), prefill running: CP's pool holds 8× more, so with
+    a backlog it sustains more decodes per chunk step. TP → CP keeps TP's KV until the commit next
+    to CP's replicated weights, which fits only below ~375K tokens: the move sheds the rest (its
+    recompute priced) and is made once the backlog repays it; one waiting request doesn't."""
+    from tests.runtime_policy.conftest import make_policy
+
+    _, pol = make_policy()
+    for _ in range(10):
+        pol.observe_completion(600.0)
+    s = with_prefill(state([38000.0] * 12, TP, waiting=[36000.0], policy=pol), 0.1, 800.0, 18000.0)
+    assert pol.decide(s).reason == Reason.STAY_KV_WAIT
+    s = with_prefill(state([38000.0] * 12, TP, waiting=[36000.0] * 100, policy=pol), 0.1, 800.0, 18000.0)
+    d = pol.decide(s)
+    assert d.switch and d.reason == Reason.SWITCH_CAPACITY and d.layout == CP
+    assert 0.0 < d.shed_kv_tokens < 12 * 38064
+    assert d.plan.feasible and d.cost_s > d.plan.cost_s  # the recompute of the shed KV is in the cost
