@@ -396,13 +396,17 @@ class LayoutPolicy:
         pool, owner, share = self._pool, self._owner, self._share
         fits_now = (own if owner[cur] else total * share[cur]) * bpt <= pool[cur]  # = self._kv_bytes(cur, ...)
         g_tot, g_own = state.kv_growth_tokens, state.owner_kv_growth_tokens
-        if not g_tot > 0.0:  # NaN or ≤ 0: none projected
-            g_tot = 0.0
-        if not g_own > 0.0:
-            g_own = 0.0
-        grows = g_tot > 0.0 or g_own > 0.0
-        outgrown = grows and ((own + g_own) if owner[cur] else (total + g_tot) * share[cur]) * bpt > pool[cur]
+        grows = g_tot > 0.0 or g_own > 0.0  # (NaN: none projected)
+        outgrown = False
+        if grows:
+            if not g_tot > 0.0:
+                g_tot = 0.0
+            if not g_own > 0.0:
+                g_own = 0.0
+            outgrown = ((own + g_own) if owner[cur] else (total + g_tot) * share[cur]) * bpt > pool[cur]
         if b and (blocked or not fits_now or outgrown):
+            if not grows:
+                g_tot = g_own = 0.0
             d = self._capacity(state, cur, b, w, total, own, own_min, steps, blocked, fits_now, outgrown, head, g_tot,
                                g_own)
             if d is not None:
