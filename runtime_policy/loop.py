@@ -385,11 +385,11 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
         own = d_own[:b]
         if prefill_q:
             q = np.asarray(prefill_q, dtype=np.int64)
-            ids, ctx, own = np.concatenate([ids, q]), np.concatenate([ctx, ctxf[q]]), np.concatenate([own, owner_l_arr(q)])
-        return expected_kv_peak_growth(lstats.sorted_lengths, ctx, ctx - inp[ids], own, T)
-
-    def owner_l_arr(q: np.ndarray) -> np.ndarray:
-        return np.array([owner_l[i] for i in q.tolist()], dtype=np.int64)
+            q_own = np.array([owner_l[i] for i in prefill_q], dtype=np.int64)
+            ids, ctx, own = np.concatenate([ids, q]), np.concatenate([ctx, ctxf[q]]), np.concatenate([own, q_own])
+        # NOTE: through `ordering` and `tables` (closure cells already): naming `lstats` or `T` here
+        # would make them cells, slower to read in the loop body on every run
+        return expected_kv_peak_growth(ordering.stats.sorted_lengths, ctx, ctx - inp[ids], own, tables.ranks)
 
     def displace_for(i: int) -> bool:
         """The batch is full and request i heads the queue: preempt the running request the
@@ -588,7 +588,10 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
                             # there frees room on it (a DP-attention rank preempts its own requests);
                             # a victim from another owner is a re-prefill that frees nothing where it
                             # binds (it was: DS-V3.2 heavy tail, DOP 925 preemptions, 228 this way)
-                            short = [c > 0 and cap_l[layout] - x < c for x, c in zip(okv, dec_cnt)]
+                            # NOTE: `layout` stays out of the comprehensions (it would become a
+                            # closure cell, slower to read on every run)
+                            lim = cap_l[layout]
+                            short = [c > 0 and lim - x < c for x, c in zip(okv, dec_cnt)]
                             cand = [i for i in cand if short[owner_l[i]]] or cand
                         cids = np.asarray(cand, dtype=np.int64)
                         tok = ctxf[cids]
