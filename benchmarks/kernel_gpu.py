@@ -22,7 +22,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from executor.torch_executor import KernelConfig  # noqa: E402
-from executor.torch_executor.kernels import mla_decode_torch, mla_decode_triton  # noqa: E402
+from executor.torch_executor.kernels import last_launch_stats, mla_decode_torch, mla_decode_triton  # noqa: E402
 
 
 def conditions() -> dict:
@@ -115,13 +115,16 @@ def kernel_point(lengths: list[int], h: int, cfg, copy_bw: float, check_rows: in
     return row
 
 
-# (block_h, num_warps, num_stages, block_n, ctas_per_sm) tried per heads a program sees
-# (128/T for T = 1, 2, 4, 8): chosen from the sm_90a compile report (no register spills; cp.async
-# loads; HGMMA at block_h 64, mma.sync below). At 64 and 128 heads the first won every earlier sweep.
-SWEEP = {128: [(64, 8, 2, 64, 1), (64, 8, 3, 32, 1)],
-         64: [(64, 8, 2, 64, 1), (64, 8, 3, 32, 1)],
-         32: [(32, 8, 2, 64, 2), (32, 4, 2, 64, 2), (32, 8, 3, 32, 2)],
-         16: [(16, 4, 2, 64, 2), (16, 4, 3, 32, 3), (16, 4, 2, 32, 2)]}
+# (block_h, num_warps, num_stages, block_n, ctas_per_sm, tma) tried per heads a program sees
+# (128/T for T = 1, 2, 4, 8). Session 2 chose these from the sm_90a compile report (HGMMA at
+# block_h 64, mma.sync below); session 3 swept TMA tile loads, deeper pipelines at 32-token tiles,
+# 4 warps at 64 heads and one 16-warp program for 128 heads (results/executor_gpu/
+# kernel_configs_sweep.json: registers, spills, shared memory per config); kept here are the
+# configs that won a point there.
+SWEEP = {128: [(64, 8, 2, 64, 1, False), (64, 8, 2, 64, 1, True)],
+         64: [(64, 8, 2, 64, 1, False), (64, 8, 2, 64, 1, True)],
+         32: [(32, 4, 2, 64, 2, False), (32, 8, 3, 64, 2, True), (32, 8, 2, 64, 2, False)],
+         16: [(16, 4, 2, 64, 2, False), (16, 4, 2, 32, 2, False), (16, 4, 4, 32, 3, True)]}
 HEADS = (128, 64, 32, 16)
 # many short + a few very long: where the unit rule matters (the old rule sized units from the longest)
 MIXED = {"60x1K+4x64K": [1024] * 60 + [65536] * 4, "28x2K+4x32K": [2048] * 28 + [32768] * 4,
@@ -134,12 +137,17 @@ def part_kernel(out_dir, world, grid_b=(1, 4, 16, 32, 64), grid_c=(1024, 4096, 1
     res = {"conditions": conditions(), "copy_bandwidth_bytes_per_s": copy_bw, "tuning": tune}
     for h in HEADS:
         for cfg_t in SWEEP[h]:
-            cfg = KernelConfig(*cfg_t)
+            cfg = KernelConfig(*cfg_t[:5], tma=cfg_t[5])
             for b, ctx in ((32, 16384), (16, 4096)):
                 try:
-                    tune.append(kernel_point([ctx] * b, h, cfg, copy_bw, check_rows=4))
+                    tune.append({**kernel_point([ctx] * b, h, cfg, copy_bw, check_rows=4), **last_launch_stats()})
+                    r = tune[-1]
+                    print(f"tune h={h} {cfg_t} B={b} ctx={ctx}: {r['time_us']:.1f} us bw {r['bandwidth_fraction_of_copy']:.3f} "
+                          f"{r['tflops']:.0f} TFLOP/s regs {r.get('n_regs')} spills {r.get('n_spills')} "
+                          f"smem {r.get('shared_bytes')} err {r['rel_err_vs_fp32']:.1e}", flush=True)
                 except Exception as e:  # a config that fails to compile is reported, not fatal
                     tune.append({"heads": h, "batch": b, "context": ctx, **vars(cfg), "error": repr(e)[:300]})
+                    print(f"tune h={h} {cfg_t}: failed {repr(e)[:200]}", flush=True)
             json.dump(res, open(os.path.join(out_dir, "kernel.json"), "w"), indent=1)
     best = {}
     for h in HEADS:
@@ -147,7 +155,7 @@ def part_kernel(out_dir, world, grid_b=(1, 4, 16, 32, 64), grid_c=(1024, 4096, 1
         # best = fastest summed over the two tuning points
         tot = {}
         for r in ok:
-            key = (r["block_h"], r["num_warps"], r["num_stages"], r["block_n"], r["ctas_per_sm"])
+            key = tuple(r[f] for f in KernelConfig.__dataclass_fields__)
             tot.setdefault(key, []).append(r["time_us"])
         key = min((k for k in tot if len(tot[k]) == 2), key=lambda k: sum(tot[k]))
         best[h] = KernelConfig(*key)

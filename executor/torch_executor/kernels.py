@@ -9,20 +9,22 @@ no local tokens returns o = 0, lse = -inf.
 What it does not do: sparse (DSA top-k) attention, fp8 KV, causal masking inside a chunk (one
 new token per request per step).
 
-The Triton kernel cuts every request's pages into work units of at most `c` pages (split-KV):
-`c` is chosen on device from the step's own lengths so the units fill the GPU evenly (a few
-candidate sizes between total/(2·slots) and the longest request are priced as
-max(largest unit, (total pages + units · overhead) / slots); see `_schedule`), so a batch of many
-short and a few very long requests is split where the work is rather than by the longest request.
-Each program handles BLOCK_H heads of one unit with an online softmax (bf16 tensor-core dots for
-q·k (C+R wide) and p·v (C wide), fp32 accumulators fed back into the dots); a second kernel merges
-each request's units by log-sum-exp. Head blocks of one unit are adjacent program ids so they
-read the same pages while those are in L2. Its launch shape is fixed by host ints only (no device
-reads: the grid is the bound 2·slots + B on the unit count; spare programs load and store
-nothing), so it can be captured in a CUDA graph with per-request lengths read on device each replay.
-Cost of that (2 x H200, benchmarks/kernel_ab.py vs the rule that sized units from the longest
-request): uniform batches 0.84-1.56x the time (median 1.12x: the spare programs, and at B=16,
-64K a unit count just past one wave), mixed lengths 0.11-0.35x.
+The Triton kernel cuts every request's pages into work units of at most `c` pages (split-KV).
+Three launches: a one-program schedule kernel picks `c` on device from the step's own lengths
+(candidates between total/(2·slots) and the longest request, and the old rule's size, priced by
+the slowest slot; see `mla_triton.schedule_kernel`) and writes a map from split program to
+(request, unit, output row), full-size units first; the split kernel gives each program BLOCK_H
+heads of one unit with an online softmax (bf16 tensor-core dots for q·k (C+R wide) and p·v (C
+wide), fp32 accumulators fed back into the dots; full tiles by TMA copies on Hopper at 64+ heads,
+the last partial tile by masked loads); a merge kernel combines each request's units by
+log-sum-exp. Head blocks of one unit are adjacent program ids so they read the same pages while
+those are in L2. The launch shapes are fixed by host ints only (the split grid is the bound
+2·slots + B on the unit count; spare programs load and store nothing), so the three can be
+captured in a CUDA graph with per-request lengths read on device at each replay.
+Measured side by side on 1 x H200 (benchmarks/kernel_ab.py; results/executor_gpu/kernel_ab.json)
+against the rule that sized units from the longest request on the host: batches of 16-64 at
+4K-64K 0.91-1.07x the time at 64 and 128 heads per program, 1.00-1.22x at 16 and 32 (the
+schedule launch and spare programs, a few microseconds); mixed lengths 0.10-0.28x.
 """
 
 from __future__ import annotations
@@ -93,6 +95,24 @@ class KernelConfig:
     """What one extra unit costs, in pages read: its fp32 partial output written and read back
     (64 heads x 512 x 4 B x 2 = 256 KiB, ~3.5 pages of 576-wide bf16 latent)."""
     min_pages_per_unit: int = 2
+    tma: bool | None = None
+    """Load full KV tiles by tensor-memory-accelerator copies instead of per-thread loads (the
+    request's last, partial tile always takes masked loads). None: on Hopper and later at
+    block_h >= 64, where it measured 4-13 % faster; below that it spilled and ran slower
+    (results/executor_gpu/kernel_configs_sweep.json)."""
+
+
+LAST_LAUNCH: list = [None]
+"""The compiled split kernel of the last launch (registers, spills, shared memory for benchmarks)."""
+
+
+def last_launch_stats() -> dict:
+    """Registers per thread, spilled registers and shared-memory bytes of the last split-kernel launch."""
+    k = LAST_LAUNCH[0]
+    if k is None:
+        return {}
+    return {"n_regs": getattr(k, "n_regs", None), "n_spills": getattr(k, "n_spills", None),
+            "shared_bytes": getattr(getattr(k, "metadata", None), "shared", None)}
 
 
 @functools.lru_cache(maxsize=1)
@@ -100,7 +120,7 @@ def _build_triton_kernels():
     # NOTE: imported on first use so importing this module needs no Triton (CPU runs).
     from . import mla_triton
 
-    return mla_triton.split_kernel, mla_triton.reduce_kernel
+    return mla_triton.schedule_kernel, mla_triton.split_kernel, mla_triton.reduce_kernel
 
 
 def triton_available() -> bool:
@@ -146,7 +166,7 @@ def mla_decode_triton(
 
     Returns (o [B, H, C] in q.dtype, lse [B, H] fp32). C and R must be powers of two >= 16.
     """
-    split_kernel, reduce_kernel = _build_triton_kernels()
+    schedule_kernel, split_kernel, reduce_kernel = _build_triton_kernels()
     b, h, width = q.shape
     c = kv_lora_rank
     r = width - c
@@ -161,23 +181,44 @@ def mla_decode_triton(
     slots = max(1, sms * config.ctas_per_sm // head_blocks)
     fixed_c = 0 if config.balance else max(1, -(-max_pages // choose_num_splits(
         b, head_blocks, max_pages, sms, config.ctas_per_sm)))
-    units = 2 * slots + b  # bound on the schedule's unit count (see _schedule's candidates)
+    units = 2 * slots + b  # bound on the schedule's unit count (see schedule_kernel's candidates)
     o_part = torch.empty(units, h, c, device=q.device, dtype=torch.float32)
     lse_part = torch.empty(units, h, device=q.device, dtype=torch.float32)
-    sched = (b, slots, fixed_c, config.unit_overhead_pages, config.min_pages_per_unit)
     block_b = max(2, 1 << (b - 1).bit_length())
-    split_kernel[(head_blocks, units)](
-        q, pool, block_table, seq_lens, o_part, lse_part,
-        sched[0], h, *sched[1:], scale * LOG2E,
+    meta = torch.empty(8 + 3 * units + 4 * block_b, device=q.device, dtype=torch.int32)
+    schedule_kernel[(1,)](seq_lens, meta, b, slots, fixed_c, config.unit_overhead_pages, config.min_pages_per_unit,
+                          units, PAGE=page, BLOCK_B=block_b, LOG2_B=block_b.bit_length() - 1,
+                          BLOCK_U=min(256, max(16, 1 << (units - 1).bit_length())), num_warps=4)
+    kv_desc = pe_desc = None
+    tma = config.tma if config.tma is not None else (
+        block_h >= 64 and q.is_cuda and torch.cuda.get_device_capability(q.device)[0] >= 9)
+    if tma:
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        rows = pool.reshape(-1, width)  # [P * page, C+R]: a tile is BLOCK_N rows of one page
+        bn = min(config.block_n, page)
+        kv_desc = TensorDescriptor(rows, list(rows.shape), list(rows.stride()), [bn, c])
+        pe_desc = TensorDescriptor(rows, list(rows.shape), list(rows.stride()), [bn, r])
+    LAST_LAUNCH[0] = split_kernel[(head_blocks, units)](
+        q, pool, kv_desc, pe_desc, block_table, seq_lens, meta, o_part, lse_part,
+        h, units, scale * LOG2E,
         q.stride(0), q.stride(1), pool.stride(0), block_table.stride(0),
         o_part.stride(0), o_part.stride(1), lse_part.stride(0),
-        C=c, R=r, PAGE=page, BLOCK_H=block_h, BLOCK_N=min(config.block_n, page), BLOCK_B=block_b,
-        num_warps=config.num_warps, num_stages=config.num_stages,
+        C=c, R=r, PAGE=page, BLOCK_H=block_h, BLOCK_N=min(config.block_n, page),
+        USE_TMA=tma, num_warps=config.num_warps, num_stages=config.num_stages,
     )
-    reduce_kernel[(b, h)](
-        o_part, lse_part, seq_lens, o, lse, *sched,
+    # NOTE: the merge's shape from the bound on units per request (the host can't see the real
+    # count): with many (few requests on many slots) each program takes 128 columns and 16 units
+    # per load, or its chain of loads outlasts the split (41 us for 256 units of one request);
+    # with few, one program per (request, head) over all 512 columns, or tens of thousands of
+    # programs mostly load masked lanes (1.3x the whole kernel at 64 x 4K). Threshold from the
+    # 1 x H200 runs (benchmarks/results/executor_gpu/kernel_ab.json).
+    per_req = -(-units // b)
+    block_c, block_u, block_l = (min(128, c), 16, 256) if per_req >= 64 else (c, 8, max(8, 1 << (per_req - 1).bit_length()))
+    reduce_kernel[(b, h, c // block_c)](
+        o_part, lse_part, seq_lens, meta, o, lse, units,
         o_part.stride(0), o_part.stride(1), lse_part.stride(0), o.stride(0), o.stride(1),
-        C=c, PAGE=page, BLOCK_B=block_b, BLOCK_U=8,
+        C=c, PAGE=page, BLOCK_B=block_b, BLOCK_C=block_c, BLOCK_U=block_u, BLOCK_L=block_l,
         num_warps=4,
     )
     return o, lse
