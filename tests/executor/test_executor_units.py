@@ -127,25 +127,34 @@ def test_plan_moves_each_new_holding_exactly_once(src, dst, t):
 
 
 @pytest.mark.gpu
-def test_triton_kernel_matches_fp32_reference_bf16():
+@pytest.mark.parametrize("tma", [None, False, True])
+def test_triton_kernel_matches_fp32_reference_bf16(tma):
+    """Every pool row past a request's length is NaN: the kernel must never read one unmasked."""
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
     from executor.torch_executor.kernels import KernelConfig, mla_decode_triton
     g = torch.Generator(device="cuda").manual_seed(1)
     cases = ((4, 128, (1, 64, 1000, 4097), True), (16, 64, tuple(range(1, 16 * 300, 300)), True),
              (13, 64, (65536,) + (0,) * 2 + (700,) * 10, True), (13, 64, (65536,) + (0,) * 2 + (700,) * 10, False),
-             (6, 16, (3, 64, 65, 20000, 1, 129), True))
+             (6, 16, (3, 64, 65, 20000, 1, 129), True),
+             (1, 16, (65536 + 17,), True))  # hundreds of units for one request: the merge's wide path
     for b, h, lens, balance in cases:
         maxp = max(pages_for(n, 64) for n in lens)
         slots = b * maxp + 8
         pool = torch.randn(slots, 64, 576, device="cuda", generator=g).bfloat16()
         q = torch.randn(b, h, 576, device="cuda", generator=g).bfloat16()
         bt = torch.randperm(slots, device="cuda")[:b * maxp].view(b, maxp).int()
+        for i, n in enumerate(lens):
+            if n % 64:
+                pool[bt[i, n // 64], n % 64:] = float("nan")
+            if pages_for(n, 64) < maxp:
+                pool[bt[i, pages_for(n, 64):]] = float("nan")
         lt = torch.tensor(lens, dtype=torch.int32, device="cuda")
         scale = 192 ** -0.5
-        o, lse = mla_decode_triton(q, pool, bt, lt, scale, 512, maxp, KernelConfig(balance=balance))
-        ro, rl = mla_decode_torch(q.float(), pool.float(), bt, lt, scale, 512)
-        assert float((o.float() - ro).norm() / ro.norm()) < 1e-2
+        o, lse = mla_decode_triton(q, pool, bt, lt, scale, 512, maxp, KernelConfig(balance=balance, tma=tma))
+        clean = torch.nan_to_num(pool.float(), nan=0.0)
+        ro, rl = mla_decode_torch(q.float(), clean, bt, lt, scale, 512)
+        assert float((o.float() - ro).norm() / ro.norm()) < 1e-2, (b, h, lens)
         fin = torch.isfinite(rl)
         assert torch.equal(torch.isfinite(lse), fin)  # requests with no tokens: lse -inf, o 0
         assert float((lse[fin] - rl[fin]).abs().max()) < 2e-2 * math.log(max(lens))
