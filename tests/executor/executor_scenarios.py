@@ -1,4 +1,5 @@
-"""Rank-side scenarios for the executor's CPU tests: run in spawned gloo process groups.
+"""Rank-side scenarios for the executor's tests: run in spawned process groups (gloo on CPU;
+NCCL on GPUs for the `gpu` test, with dims the Triton kernel takes).
 
 One spawn per world size runs every scenario and returns plain numbers and flags; the test
 modules assert on them. Helper names are unique across tests/ (no package here).
@@ -21,7 +22,7 @@ SEED = 7
 
 
 def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float((a.double() - b.double()).norm() / b.double().norm())
+    return float((a.double().cpu() - b.double().cpu()).norm() / b.double().cpu().norm())
 
 
 def _runner(g, layout, num_slots=256, dims=None):
@@ -32,34 +33,39 @@ def _runner(g, layout, num_slots=256, dims=None):
 
 
 def _kv_bytes_step(dims) -> int:
-    # a few pages per chunk so switches take several steps
-    return 3 * dims.kv_bytes_per_page(4)
+    # a few tokens' pages per chunk so switches take several steps (3 pages of 4 tokens; 1 page
+    # of 16 on GPUs, where 3 would move CP -> TP in one chunk and the chunk-1 fault never fires)
+    return max(1, 12 // dims.page_size) * dims.kv_bytes_per_page(4)
 
 
-def scenario_all(g) -> dict:
+def scenario_all(g, dims=None) -> dict:
+    """dims: default tiny_dims(num_heads=8) (CPU); on GPUs pass dims with page, latent and rope
+    widths >= 16 (the Triton kernel's dot minimum). The reference runs on the ranks' device (seeded
+    weights are drawn per device type)."""
     torch.manual_seed(0)
     out: dict = {"world_size": g.world_size}
-    dims = tiny_dims(num_heads=8)
-    ref = ReferenceDecoder(dims, seed=SEED)
+    dims = dims or tiny_dims(num_heads=8)
+    ref = ReferenceDecoder(dims, seed=SEED, device=g.device)
     ref.add_requests(dict(LENGTHS))
     ref_out = [ref.step() for _ in range(STEPS)]
 
     # 1. every layout against the reference; outputs identical on all ranks
     base: dict[str, list[torch.Tensor]] = {}
     for kind in LAYOUTS:
-        runner = _runner(g, kind)
+        runner = _runner(g, kind, dims=dims)
         outs = []
         for _ in range(STEPS):
-            outs.append(runner.step())
+            outs.append(runner.step().clone())  # on CUDA: the graph's output buffer
             check_global_placement(runner)
         base[kind] = outs
         out[f"layout_err/{kind}"] = max(rel_err(o, rf) for o, rf in zip(outs, ref_out))
-        gathered = [torch.empty_like(outs[-1]) for _ in range(g.world_size)]
-        torch.distributed.all_gather(gathered, outs[-1].contiguous(), group=g.ctrl)
+        last = outs[-1].cpu().contiguous()  # the control group is host-side
+        gathered = [torch.empty_like(last) for _ in range(g.world_size)]
+        torch.distributed.all_gather(gathered, last, group=g.ctrl)
         out[f"ranks_agree/{kind}"] = all(torch.equal(x, gathered[0]) for x in gathered)
 
     # 1b. fewer requests than ranks: some owners attend nobody
-    ref1 = ReferenceDecoder(dims, seed=SEED)
+    ref1 = ReferenceDecoder(dims, seed=SEED, device=g.device)
     ref1.add_requests({0: 9})
     ref1_out = [ref1.step() for _ in range(2)]
     for kind in LAYOUTS:
@@ -69,7 +75,7 @@ def scenario_all(g) -> dict:
 
     # 2. each of the 12 switches mid-decode
     for src, dst in PAIRS:
-        runner = _runner(g, src)
+        runner = _runner(g, src, dims=dims)
         outs, kv_same, states, chunks = [], None, [], None
         for s in range(STEPS):
             if s == SWITCH_AT:
@@ -83,7 +89,7 @@ def scenario_all(g) -> dict:
                 after = kv_checksum(collect_logical_kv(runner))
                 kv_same = before == after
                 states.append(runner.switch.state.value)
-            outs.append(runner.step())
+            outs.append(runner.step().clone())  # on CUDA: the graph's output buffer
             check_global_placement(runner)
         key = f"{src}->{dst}"
         out[f"switch_err/{key}"] = max(rel_err(o, b) for o, b in zip(outs, base[src]))
@@ -95,7 +101,7 @@ def scenario_all(g) -> dict:
         out[f"switch_free_after/{key}"] = runner.alloc.num_free
 
     # 3. faults: a failing transfer, injected page denial, a pool too small for TP
-    probe = _runner(g, "cp")
+    probe = _runner(g, "cp", dims=dims)
     fit = len(probe.alloc.reserved) + 1 + sum(
         1 for q, n in LENGTHS.items() for lp in range(-(-(n + STEPS) // dims.page_size))
         if probe.state.table.holds(g.rank, g.world_size, q, lp))
@@ -108,7 +114,7 @@ def scenario_all(g) -> dict:
         ("deny_pages", "dp", "cp", Faults(deny_pages_rank=g.world_size - 1), 256),
         ("small_pool", "cp", "tp", None, cp_fit_slots),
     ):
-        runner = _runner(g, src, num_slots=slots)
+        runner = _runner(g, src, num_slots=slots, dims=dims)
         free0 = runner.alloc.num_free
         kv0 = None
         outs = []
@@ -116,7 +122,7 @@ def scenario_all(g) -> dict:
             if s == SWITCH_AT:
                 kv0 = collect_logical_kv(runner)
                 runner.switch_to(dst, bytes_per_step=_kv_bytes_step(dims), faults=faults)
-            outs.append(runner.step())
+            outs.append(runner.step().clone())  # on CUDA: the graph's output buffer
             check_global_placement(runner)
         kv1 = collect_logical_kv(runner)
         out[f"fault_state/{name}"] = runner.switch.state.value
