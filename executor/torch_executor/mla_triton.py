@@ -14,7 +14,7 @@ def schedule_kernel(len_ptr, meta_ptr, B, SLOTS, FIXED_C, OVH, MIN_C, NU,
     program to its work, so the split programs only load their own entry (computing this in every
     program cost more than a short unit's work).
 
-    meta (int32): [0] c, then from 8 three arrays of NU (the grid's unit bound): request, unit
+    meta (int32): [0] c, [1] units, then from 8 three arrays of NU (the grid's unit bound): request, unit
     index within it, output row (-1: a spare program); then four of BLOCK_B per request: running
     end of full units, full units, running end of partial units, first output row (a request's
     rows are adjacent, for the merge). Programs take the full-size units first (request order),
