@@ -20,6 +20,10 @@ from runtime_policy.tables import NO_TOPK, StepTimeTable
 from runtime_policy.transitions import TransitionPlan
 
 SCALAR_RUN_STEPS = 8  # runs this short are priced in plain Python floats (faster than numpy below ~10 steps)
+# NOTE: longer runs too, up to this many steps + 2 × steps with a chunk: the numpy path costs ~20 µs
+# whatever k, the Python one ~0.5 µs per step and ~1.5 µs more per chunk (measured on 8 × H200
+# DeepSeek-V3.2 tables: equal at ~48 decode steps, or ~16–24 steps that all carry a chunk)
+SCALAR_RUN_UNITS = 48
 _add = np.add.reduce
 
 
@@ -39,14 +43,16 @@ class SimExecutor:
         self._c1 = tables.c1_s.tolist()
         self._c2 = tables.c2_s.tolist()
         self._alpha, self._over = float(tables.alpha), float(tables.overhead_s)
-        self.scalar_run_steps = SCALAR_RUN_STEPS
+        self.scalar_run_steps = SCALAR_RUN_STEPS  # 0: every run through the vectorized path
         # per layout, base_s rows and (prefill, prefix slopes) chunk rows as Python floats, filled on use
         self._rows: list[dict[int, list[float]]] = [{} for _ in range(tables.base_s.shape[1])]
         self._chunk_rows: list[dict[int, tuple]] = [{} for _ in range(tables.base_s.shape[1])]
         self._knee = float(tables.prefix_knee_tokens)
         # per layout, what a short run reads: its c1 and c2 rows, alpha, overhead, table bounds, rows
+        # (decode-only rows from the compiled lists, longer ones cached here)
+        dec = tables.base_rows_py
         self._scalar = [(*self._c1[i], *self._c2[i], self._alpha, self._over, tables.max_prefill_tokens,
-                         tables.max_tokens, self._rows[i]) for i in range(len(self._rows))]
+                         tables.max_tokens, dec, len(dec), self._rows[i]) for i in range(len(self._rows))]
 
     def run_steps(self, batch: StepBatch, prefill_tokens, prefill_context_tokens=None,
                   chunk_owner=None) -> list[float] | np.ndarray:
@@ -81,7 +87,15 @@ class SimExecutor:
         else:
             s1_0 = s1_end = s2_0 = 0.0
         chunk_owner = chunk_owner if owner_layout else None  # TP and CP spread every chunk
-        if k <= self.scalar_run_steps and not self.noise:
+        if k <= self.scalar_run_steps:
+            scalar = not self.noise
+        elif self.scalar_run_steps and k <= SCALAR_RUN_UNITS and not self.noise:
+            chunks = (k - prefill_tokens.count(0.0) if type(prefill_tokens) is list
+                      else int(np.count_nonzero(prefill_tokens)))
+            scalar = k + 2 * chunks <= SCALAR_RUN_UNITS
+        else:
+            scalar = False
+        if scalar:
             if type(prefill_tokens) is not list:
                 prefill_tokens = prefill_tokens.tolist()
             if prefill_context_tokens is not None and type(prefill_context_tokens) is not list:
@@ -150,7 +164,7 @@ class SimExecutor:
         vectorized path, which dominate when arrivals cut runs to a few steps. The max over the 4
         resources is spelled out as conditionals with max()'s semantics (the first, replaced by
         each greater one), which saves the builtin call."""
-        c10, c11, c12, c13, c20, c21, c22, c23, alpha, over, max_p, max_n, rows = self._scalar[layout]
+        c10, c11, c12, c13, c20, c21, c22, c23, alpha, over, max_p, max_n, dec, n_dec, rows = self._scalar[layout]
         out = [0.0] * k
         ds1 = s1_end - s1_0
         km1 = k - 1
@@ -170,9 +184,12 @@ class SimExecutor:
                 p, n = 0, b
             if n > max_n:
                 n = max_n
-            r = rows.get(n)
-            if r is None:
-                r = rows[n] = self.tables.base_s[n, layout].tolist()
+            if n < n_dec:
+                r = dec[n][layout]
+            else:
+                r = rows.get(n)
+                if r is None:
+                    r = rows[n] = self.tables.base_s[n, layout].tolist()
             r0, r1, r2, r3 = r
             s1 = s1_0 + ds1 * (j / km1) if km1 else s1_0
             s2 = s2_0 + b * j  # NOTE: whole numbers, so the int product adds as float(b) * float(j) would

@@ -24,30 +24,47 @@ def chunk_plan(chunk_tokens: list[float], prefill_q: list[int], pre_left: list[i
             done += need
         return prefix, [owner[prefill_q[0]]] * len(chunk_tokens), list(chunk_tokens), prefix
     prefix, own_rank, own_tokens, own_prefix = [], [], [], []
+    nq = len(prefill_q)
+    # NOTE: per step, the ranks its chunk runs on in order of first appearance, with their tokens
+    # and token-weighted prefix (small lists: a chunk spans a few requests); the busiest is the
+    # first with the most tokens, and min/max of two are spelled out (as the builtins choose)
     for need in chunk_tokens:
         acc = 0.0
         got = need
-        by_rank: dict[int, list[float]] = {}
-        while need > 0 and qi < len(prefill_q):
-            take = min(need, left)
-            acc += take * done
-            r = by_rank.setdefault(owner[prefill_q[qi]], [0.0, 0.0])
-            r[0] += take
-            r[1] += take * done
+        ranks: list[int] = []
+        toks: list[float] = []
+        wpfx: list[float] = []
+        while need > 0 and qi < nq:
+            take = left if left < need else need  # = min(need, left)
+            tw = take * done
+            acc += tw
+            r = owner[prefill_q[qi]]
+            if r in ranks:
+                j = ranks.index(r)
+                toks[j] += take
+                wpfx[j] += tw
+            else:
+                ranks.append(r)
+                toks.append(0.0 + take)
+                wpfx.append(0.0 + tw)
             need -= take
             left -= take
             done += take
             if left <= 0:
                 qi += 1
-                if qi < len(prefill_q):
+                if qi < nq:
                     left = pre_left[prefill_q[qi]]
                     done = ctx[prefill_q[qi]] - left
         prefix.append(acc / got if got > 0 else 0.0)
-        if by_rank:
-            rank, (tok, wpfx) = max(by_rank.items(), key=lambda kv: kv[1][0])
-            own_rank.append(rank)
+        if ranks:
+            j = 0
+            for m in range(1, len(ranks)):
+                if toks[m] > toks[j]:
+                    j = m
+            tok = toks[j]
+            own_rank.append(ranks[j])
             own_tokens.append(tok)
-            own_prefix.append(wpfx / tok if tok > 0 else 0.0)
+            own_prefix.append(wpfx[j] / tok if tok > 0 else 0.0)
         else:
             own_rank.append(0)
             own_tokens.append(0.0)

@@ -54,7 +54,9 @@ class PolicyState:
 
     context_tokens: np.ndarray  # [B] decoding requests' context lengths
     owner_kv_tokens: np.ndarray | list[float]  # [T] KV tokens each rank owns (one page of slack per request)
-    free_kv_bytes: np.ndarray | list[float]  # [T] free KV bytes per rank in the current layout
+    # [T] free KV bytes per rank in the current layout, for admitting the queue's head (a server
+    # may leave it stale while no request waits)
+    free_kv_bytes: np.ndarray | list[float]
     waiting_tokens: np.ndarray  # [W] tokens each waiting request needs, in admission order
     layout: int = 0
     switch_in_flight: bool = False

@@ -110,16 +110,24 @@ class _Waiting:
         self.new.append(i)
         self.dirty = True
 
-    def resort(self, keyfn, ctx: list[float], ctxf: np.ndarray) -> None:
-        """`ctx` and `ctxf`: every request's context, as a list and an array (equal for waiting ones)."""
+    def resort(self, keyfn, ctx: list[float], ctxf: np.ndarray, keys_are_arrival: bool) -> None:
+        """`ctx` and `ctxf`: every request's context, as a list and an array (equal for waiting ones);
+        `keys_are_arrival`: keyfn's keys are the arrival times (requests are numbered in arrival order)."""
         if self.pos >= len(self.ids) and len(self.new) == 1:
             self.ids = self.new  # one request: nothing to sort (the common case)
             self.needs = np.array([ctx[self.ids[0]]])
         else:
-            ids = np.array(self.ids[self.pos:] + self.new, dtype=np.int64)
-            ids = ids[np.argsort(keyfn(ids), kind="stable")]
-            self.ids = ids.tolist()
-            self.needs = ctxf[ids]
+            ids = self.ids[self.pos:] + self.new
+            if keys_are_arrival and ids == sorted(ids):
+                # NOTE: in request order, so in arrival order: the stable sort by arrival leaves them
+                # as they are (the new ones are arrivals after the queue's last, unless preempted)
+                self.ids = ids
+                self.needs = ctxf[ids]
+            else:
+                ids = np.array(ids, dtype=np.int64)
+                ids = ids[np.argsort(keyfn(ids), kind="stable")]
+                self.ids = ids.tolist()
+                self.needs = ctxf[ids]
         self.pos, self.new, self.dirty = 0, [], False
 
 
@@ -259,6 +267,7 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
     ema_w = [1.0 - 0.5 ** (k / PREFILL_STATS_HALF_LIFE_STEPS) for k in range(max_run + 1)]  # weight of a k-step run
     zeros_l = [[0.0] * k for k in range(max_run + 1)]
     dyn_keys, lstats, displaces = ordering.dynamic_keys, ordering.stats, ordering.displaces
+    arrival_keys = bool(getattr(ordering, "keys_are_arrival", False))
     steps = decode_steps = 0
     layout_s = [0.0] * len(LAYOUTS)
     # per layout: KV tokens one rank can hold (owner layouts), or all ranks together (the others)
@@ -454,7 +463,7 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
             stats_version = lstats.version
             waiting.dirty = waiting.dirty or waiting.pos < len(waiting.ids) or len(waiting.new) > 0
         if waiting.dirty:
-            waiting.resort(keyfn, ctx_l, ctxf)
+            waiting.resort(keyfn, ctx_l, ctxf, arrival_keys)
         # ---- admission (in priority order, head-of-line) ------------------------------------
         total = sum(okv)
         lay_owner, lay_share, lay_pool = is_owner_l[layout], share_l[layout], pools_l[layout] * wm
@@ -523,11 +532,12 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
         state.prefill_context_tokens = ema_tok_pfx / ema_tok if ema_tok > 0 else 0.0
         state.prefill_owner_share = ema_own / ema_tok if ema_tok > 0 else 1.0
         state.owner_kv_tokens = okv
-        cap = pools_l[layout] / bpt
-        if lay_owner:
-            state.free_kv_bytes = [(cap - x) * bpt for x in okv]
-        else:
-            state.free_kv_bytes = [(cap / lay_share - total) * (bpt * lay_share)] * T
+        if wt_pos < len(wt_needs):  # NOTE: only the queue's head reads it (PolicyState): stale while none waits
+            cap = pools_l[layout] / bpt
+            if lay_owner:
+                state.free_kv_bytes = [(cap - x) * bpt for x in okv]
+            else:
+                state.free_kv_bytes = [(cap / lay_share - total) * (bpt * lay_share)] * T
         if project and b and dsteps >= proj_at:
             proj_at = dsteps + PROJECTION_EVERY_STEPS
             lens = lstats.sorted_lengths
@@ -649,7 +659,14 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
             batch.owner_requests = dec_cnt
         else:
             batch.owner_context_tokens = batch.owner_requests = None
-        batch.context_capped_sum_last_tokens = capped_sum(dsteps + k - 1) if b and capped and k > 1 else -1.0
+        if b and capped and k > 1:
+            at = dsteps + k - 1
+            if unc_heap and unc_heap[0] < (at + 1) << SEQ_BITS:
+                batch.context_capped_sum_last_tokens = capped_sum(at)
+            else:  # = capped_sum(at): no context reaches top-k by then
+                batch.context_capped_sum_last_tokens = unc_c0 + unc_cnt * at + topk * (b - unc_cnt)
+        else:
+            batch.context_capped_sum_last_tokens = -1.0
         batch.context_offset_tokens = float(dsteps)
         if pre_total:
             full = pre_total // chunk  # = [min(max(pre_total − chunk · j, 0), chunk) for j < k]

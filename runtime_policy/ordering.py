@@ -61,12 +61,14 @@ class LengthStats:
 
     window: int = 1024
     refresh_every: int = 32
-    _buf: list[float] = field(init=False)  # NOTE: a list: one add per completion, an array per refresh
+    _buf: list[float] = field(init=False)  # NOTE: a list: one add per completion, a copy per refresh
     _n: int = field(default=0, init=False)
     _sorted: np.ndarray = field(init=False)
     _suffix: np.ndarray = field(init=False)
     _since: int = field(default=0, init=False)
     version: int = field(default=0, init=False)
+    _snapshot: list[float] | None = field(default=None, init=False)  # the window at the last refresh, unsorted
+    _suffix_stale: bool = field(default=False, init=False)
 
     def __post_init__(self) -> None:
         self._buf = [0.0] * self.window
@@ -81,20 +83,34 @@ class LengthStats:
             self._refresh()
 
     def _refresh(self) -> None:
-        self._sorted = np.sort(np.array(self._buf[: min(self._n, self.window)]))
-        self._suffix = np.concatenate([np.cumsum(self._sorted[::-1])[::-1], [0.0]])
+        # NOTE: a refresh keeps a copy of the window (~2 µs) and sorts it when first read (~75 µs
+        # with the suffix sums): with FCFS only the KV projection reads it, every 256 decode steps,
+        # so most refreshes are never sorted (the simulator's chat load: 16 sorts for 93 refreshes)
+        self._snapshot = self._buf[: min(self._n, self.window)]
         self._since = 0
         self.version += 1
+
+    def _sort(self) -> None:
+        self._sorted = np.sort(np.array(self._snapshot))
+        self._snapshot = None
+        self._suffix_stale = True
 
     @property
     def sorted_lengths(self) -> np.ndarray:
         """The window's lengths at the last refresh, ascending (read-only use)."""
+        if self._snapshot is not None:
+            self._sort()
         return self._sorted
 
     def expected_remaining(self, attained: np.ndarray, default: float) -> np.ndarray:
         """E[X − a | X > a] per attained value; `default` before any completion, and `a` itself
         (Lindy) for requests already longer than every observed one."""
         a = np.asarray(attained, dtype=np.float64)
+        if self._snapshot is not None:
+            self._sort()
+        if self._suffix_stale:
+            self._suffix = np.concatenate([np.cumsum(self._sorted[::-1])[::-1], [0.0]])
+            self._suffix_stale = False
         n = self._sorted.size
         if n == 0:
             return np.full(a.shape, default)
@@ -121,6 +137,11 @@ class Ordering:
             raise SpecError(f"order={self.name!r} is not one of {', '.join(ORDERS)}")
         if not np.isfinite(self.boost) or self.boost < 0:
             raise SpecError(f"boost={self.boost} must be a finite number ≥ 0")
+
+    @property
+    def keys_are_arrival(self) -> bool:
+        """Whether `keys` is the arrival time itself (then requests in arrival order are in key order)."""
+        return self.name == "fcfs"
 
     @property
     def dynamic_keys(self) -> bool:

@@ -107,7 +107,8 @@ class LayoutPolicy:
         self._buf = np.empty(k.max_batch + 1)
         # decode rows of the base table as nested Python lists
         self._n_base = k.max_batch + 1
-        self._base_py = t.base_s[: self._n_base].tolist()
+        rows = t.base_rows_py  # NOTE: compiled once per table (a per-policy copy cost ~6 ms)
+        self._base_py = rows[: self._n_base] if self._n_base <= len(rows) else t.base_s[: self._n_base].tolist()
         self._c1_py = t.c1_s.tolist()
         self._c2_py = t.c2_s.tolist()
         self._alpha, self._over = float(t.alpha), float(t.overhead_s)
@@ -117,7 +118,7 @@ class LayoutPolicy:
         self._chunk = t.max_prefill_tokens
         self._knee = float(t.prefix_knee_tokens)
         self._page = int(t.page_tokens)
-        self._row_cache: dict[int, list] = {}  # base_s rows by token count, as Python floats
+        self._row_cache: dict[int, list] = {}  # base_s rows by token count past _base_py, as Python floats
         self._chunk_cache: dict[tuple[int, int], list] = {}
         self._chunk_sizes: dict[int, int] = {}  # 1.03^e tokens, capped, by e
         self._spread = [i for i in range(n) if not self._owner[i]]
@@ -346,11 +347,14 @@ class LayoutPolicy:
         n = b + chunk
         if self._n_max < n:
             n = self._n_max
-        rows = self._row_cache.get(n)
-        if rows is None:
-            if len(self._row_cache) > 4096:
-                self._row_cache.clear()
-            rows = self._row_cache[n] = self.tables.base_s[n].tolist()
+        if n < self._n_base:
+            rows = self._base_py[n]
+        else:
+            rows = self._row_cache.get(n)
+            if rows is None:
+                if len(self._row_cache) > 4096:
+                    self._row_cache.clear()
+                rows = self._row_cache[n] = self.tables.base_s[n].tolist()
         crow = self._chunk_cache.get((chunk, own_p))
         return rows, self._chunk_rows(chunk, own_p) if crow is None else crow, lo, hi
 

@@ -39,7 +39,7 @@ Does not: decide anything, or know about requests (see policy.py, loop.py).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -113,6 +113,11 @@ class StepTimeTable:
     page_tokens: int
     memory_budget_bytes: float  # mem_fraction × HBM − reserve, per GPU
     base_s: np.ndarray  # [max_tokens+1, 4 layouts, 4 resources]
+    # base_s[: max_tokens − max_prefill_tokens + 1] (every decode-only step: n ≤ the max batch) as
+    # nested lists of Python floats, read-only: the pure-Python hot paths (the policy's decide, the
+    # simulator's short runs) read a row without a numpy round trip (NOTE: built once here, not
+    # once per policy or executor)
+    base_rows_py: list = field(repr=False, compare=False)
     prefill_s: np.ndarray  # [max_prefill+1, 4, 4]
     prefix_lo_s: np.ndarray  # [max_prefill+1, 4, 4] seconds per cached-prefix token up to the knee
     prefix_hi_s: np.ndarray  # [max_prefill+1, 4, 4] seconds per cached-prefix token beyond the knee
@@ -272,7 +277,7 @@ def compile_tables(dep: Deployment, model: StepTimeModel | None = None, max_batc
         kv_bytes_per_token=att.kv_bytes_per_token(dep.kv_dtype) * dep.model.num_layers,
         page_tokens=dep.page_tokens,
         memory_budget_bytes=dep.mem_fraction * hw.peak.hbm_bytes - dep.reserve_bytes,
-        base_s=base, prefill_s=pre, prefix_lo_s=pfx_lo, prefix_hi_s=pfx_hi, prefix_knee_tokens=float(knee), chunk_rows_s=chunk_rows, c1_s=c1, c2_s=c2, alpha=model.alpha, overhead_s=model.overhead_s,
+        base_s=base, base_rows_py=base[: max_batch + 1].tolist(), prefill_s=pre, prefix_lo_s=pfx_lo, prefix_hi_s=pfx_hi, prefix_knee_tokens=float(knee), chunk_rows_s=chunk_rows, c1_s=c1, c2_s=c2, alpha=model.alpha, overhead_s=model.overhead_s,
         model_label=model.label, info=info, hbm_bytes_per_s=pricing.hbm_bytes_per_s,
         link_bytes_per_s=pricing.link_bytes_per_s, message_latency_s=pricing.message_latency_s)
 
