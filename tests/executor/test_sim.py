@@ -50,18 +50,21 @@ def test_switch_charges_interference_and_stall(tables):
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
-@pytest.mark.parametrize("k", [1, 2, 3, 8])
+@pytest.mark.parametrize("k", [1, 2, 3, 8, 16, 30, 48])
 def test_short_runs_priced_in_python_equal_the_vectorized_path(tables, layout, k):
-    """Runs of ≤ SCALAR_RUN_STEPS steps are priced in plain floats: bit-identical to step_s."""
-    from executor.sim import SCALAR_RUN_STEPS
+    """Runs of ≤ SCALAR_RUN_STEPS steps, and of ≤ SCALAR_RUN_UNITS units (steps + 2 per chunk),
+    are priced in plain floats: bit-identical to step_s."""
+    from executor.sim import SCALAR_RUN_UNITS
 
-    assert k <= SCALAR_RUN_STEPS
+    assert k <= SCALAR_RUN_UNITS
     rng = np.random.default_rng(k)
     lay = LAYOUTS.index(layout)
     for b in (0, 1, 37):
         ctx = rng.integers(1, 6000, b).astype(np.float64)
         own = rng.integers(0, 8, b)
-        pre = np.array([float(x) for x in rng.choice([0, 0, 17, 1024], k)])
+        # longer runs mostly (k = 48: entirely) without chunks, to stay within SCALAR_RUN_UNITS
+        kinds = [0, 0, 17, 1024] if k <= 8 else [0] * 12 + [17, 1024] if k < 48 else [0]
+        pre = np.array([float(x) for x in rng.choice(kinds, k)])
         prefix = rng.integers(0, 70000, k).astype(np.float64)
         chunk_owner = (rng.integers(0, 8, k), np.minimum(pre, rng.integers(1, 1025, k)).astype(np.float64),
                        rng.integers(0, 70000, k).astype(np.float64))
