@@ -81,7 +81,8 @@ def main() -> None:
             kind = new.KernelConfig.__dataclass_fields__.get(field)
             if kind is None or not val:
                 ap.error(f"--variant {spec!r}: {field!r} is not a KernelConfig field with a value")
-            over[field] = bool(int(val)) if kind.type in ("bool", bool) else int(val)
+            # NOTE: annotations are strings here (`from __future__ import annotations`): "bool | None"
+            over[field] = bool(int(val)) if "bool" in str(kind.type) else int(val)
         variants[name] = (new, {h: new.KernelConfig(**{**vars(c), **over}) for h, c in variants["new"][1].items()})
     ref = next(iter(variants))
     pts = [(h, f"{b}x{ctx}", [ctx] * b) for h in BEST for b, ctx in UNIFORM]

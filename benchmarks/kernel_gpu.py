@@ -22,7 +22,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from executor.torch_executor import KernelConfig  # noqa: E402
-from executor.torch_executor.kernels import last_launch_stats, mla_decode_torch, mla_decode_triton  # noqa: E402
+from executor.torch_executor.kernels import mla_decode_torch, mla_decode_triton  # noqa: E402
 
 
 def conditions() -> dict:
@@ -107,7 +107,9 @@ def kernel_point(lengths: list[int], h: int, cfg, copy_bw: float, check_rows: in
     if check_rows:
         sub = min(b, check_rows)
         bt = perm[0][:sub].contiguous()
-        o, lse = mla_decode_triton(q[:sub], pool, bt, lens[:sub], SCALE, LATENT, maxp, cfg)
+        stats: dict = {}
+        o, lse = mla_decode_triton(q[:sub], pool, bt, lens[:sub], SCALE, LATENT, maxp, cfg, compile_stats=stats)
+        row.update(stats)
         ro, rl = mla_decode_torch(q[:sub].float(), pool.float(), bt, lens[:sub], SCALE, LATENT)
         row["rel_err_vs_fp32"] = float((o.float() - ro).norm() / ro.norm())
         row["lse_max_abs_err"] = float((lse - rl).abs().max())
@@ -140,7 +142,7 @@ def part_kernel(out_dir, world, grid_b=(1, 4, 16, 32, 64), grid_c=(1024, 4096, 1
             cfg = KernelConfig(*cfg_t[:5], tma=cfg_t[5])
             for b, ctx in ((32, 16384), (16, 4096)):
                 try:
-                    tune.append({**kernel_point([ctx] * b, h, cfg, copy_bw, check_rows=4), **last_launch_stats()})
+                    tune.append(kernel_point([ctx] * b, h, cfg, copy_bw, check_rows=4))
                     r = tune[-1]
                     print(f"tune h={h} {cfg_t} B={b} ctx={ctx}: {r['time_us']:.1f} us bw {r['bandwidth_fraction_of_copy']:.3f} "
                           f"{r['tflops']:.0f} TFLOP/s regs {r.get('n_regs')} spills {r.get('n_spills')} "

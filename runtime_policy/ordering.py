@@ -106,15 +106,14 @@ class LengthStats:
         """E[X − a | X > a] per attained value; `default` before any completion, and `a` itself
         (Lindy) for requests already longer than every observed one."""
         a = np.asarray(attained, dtype=np.float64)
-        if self._snapshot is not None:
-            self._sort()
+        srt = self.sorted_lengths
         if self._suffix_stale:
-            self._suffix = np.concatenate([np.cumsum(self._sorted[::-1])[::-1], [0.0]])
+            self._suffix = np.concatenate([np.cumsum(srt[::-1])[::-1], [0.0]])
             self._suffix_stale = False
-        n = self._sorted.size
+        n = srt.size
         if n == 0:
             return np.full(a.shape, default)
-        idx = np.searchsorted(self._sorted, a, side="right")
+        idx = np.searchsorted(srt, a, side="right")
         cnt = n - idx
         with np.errstate(invalid="ignore", divide="ignore"):
             mean_above = self._suffix[idx] / cnt

@@ -141,7 +141,6 @@ def plan_transition(tables: StepTimeTable, src: int, dst: int, kv_total_bytes: f
     `batch` and `step_s` size the KV written while the move runs (moved at the commit);
     `network_share` is the fraction of the current step spent on the link (contention)."""
     info = tables.info
-    t = float(tables.ranks)
     total, own = float(kv_total_bytes), float(kv_busiest_owner_bytes)
     w_src, w_dst = float(info.weights_bytes[src]), float(info.weights_bytes[dst])
     w_recv = max(w_dst - w_src, 0.0)

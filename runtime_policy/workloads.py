@@ -61,10 +61,14 @@ def _check_n(n: int) -> None:
         raise SpecError(f"requests={n} must be a whole number in [1, 10,000,000]")
 
 
-def chat(n: int, seed: int = 0, rate_per_s: float = CHAT_RATE_PER_S) -> Workload:
-    _check_n(n)
+def _check_rate(rate_per_s: float) -> None:
     if not math.isfinite(rate_per_s) or rate_per_s <= 0:
         raise SpecError(f"rate={rate_per_s} must be a positive number of requests per second")
+
+
+def chat(n: int, seed: int = 0, rate_per_s: float = CHAT_RATE_PER_S) -> Workload:
+    _check_n(n)
+    _check_rate(rate_per_s)
     rng = np.random.default_rng(seed)
     arrival = np.cumsum(rng.exponential(1.0 / rate_per_s, n))
     return Workload("chat", arrival - arrival[0], _lognormal(rng, 1024, 1.0, n), _lognormal(rng, 256, 1.0, n),
@@ -80,8 +84,7 @@ def shrinking(n: int, seed: int = 0) -> Workload:
 
 def bursty(n: int, seed: int = 0, rate_per_s: float = CHAT_RATE_PER_S, cv: float = 4.0) -> Workload:
     _check_n(n)
-    if not math.isfinite(rate_per_s) or rate_per_s <= 0:
-        raise SpecError(f"rate={rate_per_s} must be a positive number of requests per second")
+    _check_rate(rate_per_s)
     rng = np.random.default_rng(seed)
     shape = 1.0 / (cv * cv)
     gaps = rng.gamma(shape, 1.0 / (rate_per_s * shape), n)
@@ -92,8 +95,7 @@ def bursty(n: int, seed: int = 0, rate_per_s: float = CHAT_RATE_PER_S, cv: float
 
 def longprompt(n: int, seed: int = 0, rate_per_s: float = LONGPROMPT_RATE_PER_S) -> Workload:
     _check_n(n)
-    if not math.isfinite(rate_per_s) or rate_per_s <= 0:
-        raise SpecError(f"rate={rate_per_s} must be a positive number of requests per second")
+    _check_rate(rate_per_s)
     rng = np.random.default_rng(seed)
     arrival = np.cumsum(rng.exponential(1.0 / rate_per_s, n))
     prompts = np.rint(np.exp(rng.uniform(np.log(16384), np.log(65536), n))).astype(np.int64)

@@ -102,19 +102,6 @@ class KernelConfig:
     (results/executor_gpu/kernel_configs_sweep.json)."""
 
 
-LAST_LAUNCH: list = [None]
-"""The compiled split kernel of the last launch (registers, spills, shared memory for benchmarks)."""
-
-
-def last_launch_stats() -> dict:
-    """Registers per thread, spilled registers and shared-memory bytes of the last split-kernel launch."""
-    k = LAST_LAUNCH[0]
-    if k is None:
-        return {}
-    return {"n_regs": getattr(k, "n_regs", None), "n_spills": getattr(k, "n_spills", None),
-            "shared_bytes": getattr(getattr(k, "metadata", None), "shared", None)}
-
-
 @functools.lru_cache(maxsize=1)
 def _build_triton_kernels():
     # NOTE: imported on first use so importing this module needs no Triton (CPU runs).
@@ -160,9 +147,11 @@ def mla_decode_triton(
     kv_lora_rank: int,
     max_pages: int,
     config: KernelConfig = KernelConfig(),
+    compile_stats: dict | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Triton paged split-KV MLA decode. max_pages: host-known bound on pages of any request
-    (used only by the old unit rule, `config.balance=False`).
+    (used only by the old unit rule, `config.balance=False`). compile_stats: if given, filled with
+    the split kernel's registers per thread, spilled registers and shared-memory bytes (benchmarks).
 
     Returns (o [B, H, C] in q.dtype, lse [B, H] fp32). C and R must be powers of two >= 16.
     """
@@ -199,7 +188,7 @@ def mla_decode_triton(
         bn = min(config.block_n, page)
         kv_desc = TensorDescriptor(rows, list(rows.shape), list(rows.stride()), [bn, c])
         pe_desc = TensorDescriptor(rows, list(rows.shape), list(rows.stride()), [bn, r])
-    LAST_LAUNCH[0] = split_kernel[(head_blocks, units)](
+    split = split_kernel[(head_blocks, units)](
         q, pool, kv_desc, pe_desc, block_table, seq_lens, meta, o_part, lse_part,
         h, units, scale * LOG2E,
         q.stride(0), q.stride(1), pool.stride(0), block_table.stride(0),
@@ -207,6 +196,9 @@ def mla_decode_triton(
         C=c, R=r, PAGE=page, BLOCK_H=block_h, BLOCK_N=min(config.block_n, page),
         USE_TMA=tma, num_warps=config.num_warps, num_stages=config.num_stages,
     )
+    if compile_stats is not None:
+        compile_stats.update(n_regs=getattr(split, "n_regs", None), n_spills=getattr(split, "n_spills", None),
+                             shared_bytes=getattr(getattr(split, "metadata", None), "shared", None))
     # NOTE: the merge's shape from the bound on units per request (the host can't see the real
     # count): with many (few requests on many slots) each program takes 128 columns and 16 units
     # per load, or its chain of loads outlasts the split (41 us for 256 units of one request);

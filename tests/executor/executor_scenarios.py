@@ -22,7 +22,8 @@ SEED = 7
 
 
 def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float((a.double().cpu() - b.double().cpu()).norm() / b.double().cpu().norm())
+    a, b = a.double().cpu(), b.double().cpu()
+    return float((a - b).norm() / b.norm())
 
 
 def _runner(g, layout, num_slots=256, dims=None):
