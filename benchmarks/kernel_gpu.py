@@ -164,7 +164,7 @@ def kernel_point(lengths: list[int], h: int, cfg, ceil: dict, check_rows: int = 
         row["plan_host_us"] = (time.perf_counter() - t0) / 20 * 1e6
         run0 = fns[0]
     else:
-        row.update(vars(cfg))
+        row.update({k: v for k, v in vars(cfg).items() if k != "backend"})  # the launch shape
         fns = [(lambda bt=bt.contiguous(): mla_decode_triton(q, pool, bt, lens, SCALE, LATENT, maxp, cfg))
                for bt in perm]
         stats: dict = {}
@@ -322,12 +322,12 @@ def summarize(res: dict) -> dict:
                 out["fractions_b16_64_ctx16k_64k"][f"{be}@{h}"] = {"min": min(v), "median": statistics.median(v),
                                                                    "max": max(v)}
     for (h, b, c), p in sorted(by.items(), key=str):
-        if len(p) == 2:
+        if {"triton", "flashinfer"} <= p.keys():
             out["faster"][f"{h}h B={b} {c}"] = min(p, key=lambda k: p[k]["time_us"]) + \
                 f" {p['triton']['time_us'] / p['flashinfer']['time_us']:.2f}x"
     for thr in (16, 32, 64, 128, 256):
         slow = [f"{h}h B={b} {c}: {p['flashinfer']['time_us'] / p['triton']['time_us']:.2f}x"
-                for (h, b, c), p in by.items() if len(p) == 2 and h >= thr
+                for (h, b, c), p in by.items() if {"triton", "flashinfer"} <= p.keys() and h >= thr
                 and p["flashinfer"]["time_us"] > p["triton"]["time_us"]]
         out["rule_slower_than_triton"][str(thr)] = slow
     return out

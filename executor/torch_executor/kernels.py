@@ -115,7 +115,10 @@ class KernelConfig:
     """Dense decode kernel on CUDA: "triton" (this module's), "flashinfer" (FA3 MLA; raises where it
     can't run) or "auto" (`choose_backend`: FlashInfer where it runs and measured faster)."""
     flashinfer_min_heads: int = 32
-    """"auto" takes FlashInfer from this many heads per launch (see `choose_backend`)."""
+    """"auto" takes FlashInfer wherever it runs from this many heads per launch (`choose_backend`)."""
+    flashinfer_few_heads_max_tokens: int = 1 << 20
+    """Below flashinfer_min_heads, "auto" takes FlashInfer for launches of 4+ requests whose block
+    tables hold fewer tokens than this (requests x capacity pages x page size)."""
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -277,14 +280,19 @@ def flashinfer_unsupported(dtype: torch.dtype, kv_lora_rank: int, rope_dim: int,
 
 
 def choose_backend(config: KernelConfig, num_heads: int, dtype: torch.dtype, kv_lora_rank: int, rope_dim: int,
-                   device) -> str:
-    """"flashinfer" or "triton" for launches of num_heads heads per request on device.
+                   device, num_requests: int = 0, table_tokens: int = 0) -> str:
+    """"flashinfer" or "triton" for launches of num_heads heads per request on device, num_requests
+    requests whose block tables hold table_tokens tokens (requests x capacity pages x page size).
 
-    NOTE ("auto"): FlashInfer from `config.flashinfer_min_heads` heads where it can run. FA3 packs
-    heads x query tokens into 64-row tiles (2-CTA clusters of 128 rows above 64 heads;
-    include/flashinfer/attention/scheduler.cuh, `MLAPlan`), so at 16 heads three quarters of each
-    tile is padding; measured side by side on 1 x H200 (results/executor_gpu/kernel_grid.json) it
-    was 1.5-2.2x faster than the Triton kernel at 64-128 heads and lost at 16.
+    NOTE ("auto"): the rule is the faster kernel of each shape measured side by side on 1 x H200
+    (results/executor_gpu/kernel_grid.json: 4 head counts x B 1-64 x 1K-64K and 4 mixed batches).
+    From 32 heads FlashInfer was faster at every point but one (64 heads, B=1, 32K: 0.99x, within
+    noise): 1.1-2.4x. At 16 heads FA3's 64-row head tiles are three quarters padding (include/
+    flashinfer/attention/scheduler.cuh, `MLAPlan`: heads x query tokens packed into 64-row tiles,
+    2-CTA clusters above 64 heads): it lost at B=1 (0.94-0.98x) and from 1M table tokens (16 x
+    64K, 32 x 32K, 64 x 16K and up: 0.92-1.05x, the 28x2K+4x32K mix 0.94x) and won 1.07-1.41x
+    below; so there it runs for 4+ requests under `flashinfer_few_heads_max_tokens`, and no
+    measured point runs slower than the Triton kernel alone.
     """
     if config.backend == "triton":
         return "triton"
@@ -293,7 +301,12 @@ def choose_backend(config: KernelConfig, num_heads: int, dtype: torch.dtype, kv_
         if why is not None:
             raise ValueError(f"KernelConfig.backend='flashinfer' can't run here: {why}")
         return "flashinfer"
-    return "flashinfer" if why is None and num_heads >= config.flashinfer_min_heads else "triton"
+    if why is not None:
+        return "triton"
+    if num_heads >= config.flashinfer_min_heads:
+        return "flashinfer"
+    few_heads_ok = num_requests >= 4 and table_tokens < config.flashinfer_few_heads_max_tokens
+    return "flashinfer" if few_heads_ok else "triton"
 
 
 def decode_kernel(config: KernelConfig | dict | None, num_heads: int, num_requests: int, max_pages: int,
@@ -305,7 +318,8 @@ def decode_kernel(config: KernelConfig | dict | None, num_heads: int, num_reques
     cfg = (config.get(num_heads) if isinstance(config, dict) else config) or KernelConfig()
     if torch.device(device).type != "cuda":
         return None
-    if choose_backend(cfg, num_heads, dtype, dims.kv_lora_rank, dims.qk_rope_head_dim, device) != "flashinfer":
+    if choose_backend(cfg, num_heads, dtype, dims.kv_lora_rank, dims.qk_rope_head_dim, device, num_requests,
+                      num_requests * max_pages * dims.page_size) != "flashinfer":
         return None
     from .mla_flashinfer import FlashInferDecode
 

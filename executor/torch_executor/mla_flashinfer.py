@@ -4,7 +4,8 @@ What it does: `FlashInferDecode` binds one `flashinfer.mla.BatchMLAPagedAttentio
 to the fixed shapes of one step's inputs (n requests, up to `max_pages` pages each, h heads).
 `plan()` runs on the host before every step, outside any CUDA graph: it turns the host block
 table and lengths into FlashInfer's CSR metadata (`csr_from_block_table`) and lets FlashInfer's
-scheduler split the work over the SMs; `__call__(q, pool)` launches the kernel on the last plan,
+scheduler split the work over the SMs (the first plan through the public wrapper, later ones
+straight to its native scheduler, `_fast_plan`); `__call__(q, pool)` launches the kernel on the last plan,
 and is what a captured graph replays. Same contract as `kernels.mla_decode_triton`: q [n, h, C+R],
 pool [P, page, C+R] -> o [n, h, C] in q's dtype, lse [n, h] fp32 natural log (CP merges partial
 outputs by it), o = 0 and lse = -inf for a request with no local tokens.
@@ -37,6 +38,9 @@ import torch
 # 17,369,088 B at C = 512 on an H200. SGLang shares one buffer across its wrappers; here each step's
 # inputs own theirs (no module-level state), and graphs of one runner never run concurrently.
 FLOAT_WORKSPACE_BYTES = 32 << 20
+# what `FlashInferDecode._fast_plan` reads off FlashInfer 0.7.2's planned fa3 backend
+_FAST_PLAN_ATTRS = ("_cached_module", "_float_workspace_buffer", "_int_workspace_buffer",
+                    "_pin_memory_int_workspace_buffer", "_plan_info")
 
 
 def csr_from_block_table(block_table: np.ndarray, lens: np.ndarray, page_size: int
@@ -91,6 +95,7 @@ class FlashInferDecode:
                        torch.zeros(n * self.max_pages, **pinned), torch.zeros(n, **pinned)) for _ in range(2)]
         self._copied = [torch.cuda.Event() for _ in range(2)]
         self._turn = 0
+        self._fast = False  # set by the first plan when this FlashInfer has the attributes _fast_plan uses
 
     def plan(self, block_table: np.ndarray, lens: np.ndarray) -> None:
         """Plan the next launches from the host block table [n, >= pages] and local lengths [n]."""
@@ -114,17 +119,42 @@ class FlashInferDecode:
         self._copied[self._turn].synchronize()
         kv_indptr.numpy()[:] = indptr
         kv_len.numpy()[:] = lens
-        if indices is None:  # the device buffer already holds (or will hold, in-graph) the indices
-            src = self.kv_indices
-        else:
+        if indices is not None:
             kv_indices.numpy()[:indices.size] = indices
-            src = kv_indices[:indices.size]
-        self.wrapper.plan(metadata=self._metadata(qo, kv_indptr, src, kv_len), num_heads=self.num_heads,
-                          head_dim_ckv=self.kv_lora_rank, head_dim_kpe=self.rope_dim, page_size=self.page_size,
-                          causal=False, sm_scale=self.sm_scale, q_data_type=self.dtype, kv_data_type=self.dtype,
-                          lse_mode="basee")
+        backend = getattr(self.wrapper, "_planned_backend", None)
+        if self._fast and backend is not None:
+            self._fast_plan(backend, qo, kv_indptr, kv_indices[:indices.size] if indices is not None else None, kv_len)
+        else:  # the first plan: FlashInfer validates the whole contract and JIT-builds the kernel
+            src = self.kv_indices if indices is None else kv_indices[:indices.size]  # None: in-graph indices
+            self.wrapper.plan(metadata=self._metadata(qo, kv_indptr, src, kv_len), num_heads=self.num_heads,
+                              head_dim_ckv=self.kv_lora_rank, head_dim_kpe=self.rope_dim, page_size=self.page_size,
+                              causal=False, sm_scale=self.sm_scale, q_data_type=self.dtype, kv_data_type=self.dtype,
+                              lse_mode="basee")
+            self._fast = all(hasattr(self.wrapper._planned_backend, a) for a in _FAST_PLAN_ATTRS)
         self._copied[self._turn].record()
         self._turn ^= 1
+
+    def _fast_plan(self, backend, qo, kv_indptr, kv_indices, kv_len) -> None:
+        """Re-plan without the wrapper's Python layers: the native scheduler on the host lengths,
+        its work lists staged into the int workspace the captured launch reads, the pages into
+        the reserved kv_indices (every copy asynchronous, on the current stream).
+
+        NOTE: SGLang does the same at every graph replay (sglang python/sglang/srt/layers/attention/
+        flashinfer_mla_backend.py, `fast_mla_decode_plan`: `wrapper._cached_module.plan(...)` on the
+        host indptr / lengths), because the public plan's host cost (here 0.8-1.7 ms at B = 1-64 on
+        the H200 machine's CPU: validation, buffer snapshots, a new backend object) is the size of a
+        whole decode step, and the host must stay ahead of the device. The offsets it returns
+        depend only on the SM count and heads (see the module NOTE); a plan that moved them would
+        leave the captured graph reading stale offsets, so it is refused."""
+        if kv_indices is not None:
+            self.kv_indices[:kv_indices.numel()].copy_(kv_indices, non_blocking=True)
+        self.kv_indptr_device.copy_(kv_indptr, non_blocking=True)  # read by an in-graph indexer (sparse form)
+        info, _ = backend._cached_module.plan_with_staged_workspace_bytes(
+            backend._float_workspace_buffer, backend._int_workspace_buffer, backend._pin_memory_int_workspace_buffer,
+            qo, kv_indptr, kv_len, self.num_heads, self.kv_lora_rank, False)
+        if list(info) != list(backend._plan_info):
+            raise RuntimeError(f"FlashInfer's MLA plan layout moved ({list(backend._plan_info)} -> {list(info)}): "
+                               "a captured launch would read stale workspace offsets")
 
     def __call__(self, q: torch.Tensor, pool: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """q [n, h, C+R], pool [P, page, C+R] -> (o [n, h, C] in q.dtype, lse [n, h] fp32, natural log)."""

@@ -96,6 +96,7 @@ def test_graph_replays_follow_each_plan():
         fi.plan(bt.cpu().numpy(), lens.cpu().numpy())
         graph.replay()
         _check(o, lse, q, pool, bt, lens)
+    assert fi._fast  # plans after the first went straight to the native scheduler
 
 
 def test_partials_merge_by_lse_like_cp():

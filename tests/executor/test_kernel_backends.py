@@ -27,12 +27,19 @@ def test_backend_field_is_checked():
         KernelConfig(backend="cuda")
 
 
-def test_auto_takes_flashinfer_from_the_threshold_where_it_runs(monkeypatch):
+def test_auto_takes_the_kernel_measured_faster(monkeypatch):
     monkeypatch.setattr(kernels, "flashinfer_unsupported", lambda *a: None)
     auto = KernelConfig()
-    assert auto.flashinfer_min_heads == 32
-    pick = {h: kernels.choose_backend(auto, h, torch.bfloat16, 512, 64, "cuda") for h in (16, 31, 32, 64, 128)}
-    assert pick == {16: "triton", 31: "triton", 32: "flashinfer", 64: "flashinfer", 128: "flashinfer"}
+    assert (auto.flashinfer_min_heads, auto.flashinfer_few_heads_max_tokens) == (32, 1 << 20)
+
+    def pick(h, n, ctx):  # n requests of ctx tokens in 64-token pages
+        return kernels.choose_backend(auto, h, torch.bfloat16, 512, 64, "cuda", n, n * (ctx // 64) * 64)
+    # from 32 heads: FlashInfer at every shape, B = 1 and 64 x 64K included
+    assert {pick(h, n, c) for h in (32, 64, 128) for n in (1, 64) for c in (1024, 65536)} == {"flashinfer"}
+    # 16 heads: Triton at B = 1 and from 1M table tokens (16 x 64K = 64 x 16K = 1048576), FlashInfer below
+    assert [pick(16, 1, 4096), pick(16, 16, 65536), pick(16, 64, 16384), pick(16, 32, 32768)] == ["triton"] * 4
+    assert [pick(16, 4, 65536), pick(16, 16, 32768), pick(16, 64, 4096)] == ["flashinfer"] * 3
+    assert pick(16, 3, 1024) == "triton"
     assert kernels.choose_backend(KernelConfig(backend="triton"), 128, torch.bfloat16, 512, 64, "cuda") == "triton"
     assert kernels.choose_backend(KernelConfig(backend="flashinfer"), 16, torch.bfloat16, 512, 64, "cuda") == "flashinfer"
 
