@@ -121,8 +121,8 @@ def _steps(g, layers, kcfgs, ceil, points, layouts, budget_s=150.0, out_dir=None
                 break
             lengths = {i: n for i, n in enumerate(p["lengths"])}
             r.add_requests(lengths)
-            _time_steps(r, 3)
-            ts = _time_steps(r, 8)
+            _time_steps(r, 4)
+            ts = _time_steps(r, 16)
             kr = _kernel_on_step(r, ceil)
             kt_all = [None] * g.world_size
             torch.distributed.all_gather_object(kt_all, kr, group=g.ctrl)
