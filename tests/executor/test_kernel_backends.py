@@ -41,7 +41,8 @@ def test_auto_takes_the_kernel_measured_faster(monkeypatch):
     assert [pick(16, 4, 65536), pick(16, 16, 32768), pick(16, 64, 4096)] == ["flashinfer"] * 3
     assert pick(16, 3, 1024) == "triton"
     assert kernels.choose_backend(KernelConfig(backend="triton"), 128, torch.bfloat16, 512, 64, "cuda") == "triton"
-    assert kernels.choose_backend(KernelConfig(backend="flashinfer"), 16, torch.bfloat16, 512, 64, "cuda") == "flashinfer"
+    explicit = KernelConfig(backend="flashinfer")
+    assert kernels.choose_backend(explicit, 16, torch.bfloat16, 512, 64, "cuda") == "flashinfer"
 
 
 def test_auto_falls_back_and_explicit_flashinfer_refuses(monkeypatch):
@@ -111,11 +112,13 @@ def test_decode_flops_match_the_planner():
 
 
 def test_cpu_path_never_imports_flashinfer(tmp_path):
-    """A flashinfer stand-in that raises on import sits first on the path; the CPU executor (every
-    backend setting, a decode step through StepInputs and the kernel seam), the planner and the CLI
-    all run without touching it."""
+    """A flashinfer stand-in that leaves a mark and raises on import sits first on the path; the CPU
+    executor's kernel seam (decode_kernel and mla_decode under every backend setting, the FlashInfer
+    module itself), the planner, the runtime policy and the CLI all import and run without touching it."""
     (tmp_path / "flashinfer").mkdir()
-    (tmp_path / "flashinfer" / "__init__.py").write_text("raise RuntimeError('flashinfer imported')\n")
+    mark = tmp_path / "imported"
+    (tmp_path / "flashinfer" / "__init__.py").write_text(  # marks even an import whose error is swallowed
+        f"open({str(mark)!r}, 'w').close()\nraise RuntimeError('flashinfer imported')\n")
     code = textwrap.dedent("""
         import sys
         import torch
@@ -134,3 +137,4 @@ def test_cpu_path_never_imports_flashinfer(tmp_path):
     env = {"PYTHONPATH": f"{tmp_path}:{ROOT}", "PATH": "/usr/bin:/bin"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+    assert not mark.exists(), "something tried to import flashinfer"
