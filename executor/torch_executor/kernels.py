@@ -286,13 +286,13 @@ def choose_backend(config: KernelConfig, num_heads: int, dtype: torch.dtype, kv_
 
     NOTE ("auto"): the rule is the faster kernel of each shape measured side by side on 1 x H200
     (results/executor_gpu/kernel_grid.json: 4 head counts x B 1-64 x 1K-64K and 4 mixed batches).
-    From 32 heads FlashInfer was faster at every point but one (64 heads, B=1, 32K: 0.99x, within
-    noise): 1.1-2.4x. At 16 heads FA3's 64-row head tiles are three quarters padding (include/
-    flashinfer/attention/scheduler.cuh, `MLAPlan`: heads x query tokens packed into 64-row tiles,
-    2-CTA clusters above 64 heads): it lost at B=1 (0.94-0.98x) and from 1M table tokens (16 x
-    64K, 32 x 32K, 64 x 16K and up: 0.92-1.05x, the 28x2K+4x32K mix 0.94x) and won 1.07-1.41x
-    below; so there it runs for 4+ requests under `flashinfer_few_heads_max_tokens`, and no
-    measured point runs slower than the Triton kernel alone.
+    From 32 heads FlashInfer was 1.07-2.41x faster at every point but one (64 heads, B=1, 32K:
+    half a microsecond, 1 %, slower in two runs). At 16 heads FA3's 64-row head tiles are three
+    quarters padding (include/flashinfer/attention/scheduler.cuh, `MLAPlan`: heads x query tokens
+    packed into 64-row tiles, 2-CTA clusters above 64 heads): it lost at B=1 (0.94-0.98x) and from
+    1M table tokens (16 x 64K, 32 x 32K, 64 x 16K and up: 0.92-1.05x; the 28x2K+4x32K mix 0.94x)
+    and won 1.07-1.41x below; so there it runs for 4+ requests under
+    `flashinfer_few_heads_max_tokens`.
     """
     if config.backend == "triton":
         return "triton"
