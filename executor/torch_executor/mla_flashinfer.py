@@ -67,9 +67,6 @@ class FlashInferDecode:
     def __init__(self, num_requests: int, max_pages: int, num_heads: int, kv_lora_rank: int, rope_dim: int,
                  page_size: int, sm_scale: float, dtype: torch.dtype, device: torch.device | str,
                  workspace_bytes: int = FLOAT_WORKSPACE_BYTES):
-        from flashinfer.mla import BatchMLAPagedAttentionWrapper, MLAPlanMetadata
-
-        self._metadata = MLAPlanMetadata.csr
         dev = torch.device(device)
         self.num_requests, self.max_pages, self.num_heads = num_requests, max(1, max_pages), num_heads
         self.kv_lora_rank, self.rope_dim, self.page_size = kv_lora_rank, rope_dim, page_size
@@ -83,6 +80,9 @@ class FlashInferDecode:
         self.wrapper = None
         if n == 0:  # a DP rank that owns no request this step: nothing to plan or launch
             return
+        from flashinfer.mla import BatchMLAPagedAttentionWrapper, MLAPlanMetadata
+
+        self._metadata = MLAPlanMetadata.csr
         self.wrapper = BatchMLAPagedAttentionWrapper(
             torch.empty(workspace_bytes, dtype=torch.uint8, device=dev), use_cuda_graph=True,
             qo_indptr=torch.zeros(n + 1, **i32), kv_indptr=self.kv_indptr_device, kv_indices=self.kv_indices,
@@ -141,7 +141,7 @@ class FlashInferDecode:
 
         NOTE: SGLang does the same at every graph replay (sglang python/sglang/srt/layers/attention/
         flashinfer_mla_backend.py, `fast_mla_decode_plan`: `wrapper._cached_module.plan(...)` on the
-        host indptr / lengths), because the public plan's host cost (here 0.8-1.7 ms at B = 1-64 on
+        host indptr / lengths), because the public plan's host cost (here 0.75-1.7 ms at B = 1-64 on
         the H200 machine's CPU: validation, buffer snapshots, a new backend object) is the size of a
         whole decode step, and the host must stay ahead of the device. The offsets it returns
         depend only on the SM count and heads (see the module NOTE); a plan that moved them would
