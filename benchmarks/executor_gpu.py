@@ -1,19 +1,23 @@
 """GPU benchmark of the torch executor on one host (written for 2 x H200, generic in T).
 
-Parts (--parts, comma separated):
-- kernel (kernel_gpu.py): device-to-device copy ceiling, then the Triton paged split-KV MLA decode
-  kernel over batch x context at 128/T heads per program for T = 1, 2, 4, 8 (128: a DP/CP rank; 64, 32, 16: a
-  TP/DOP rank of 2, 4, 8 GPUs): time, KV bytes read, `bandwidth_fraction_of_copy`, error vs an
-  fp32 torch reference; a few launch configs tried per head count; and mixed lengths (many
-  short, a few very long) with the balanced unit rule and the old one side by side.
+Parts (--parts, comma separated); the copy and bf16 GEMM ceilings are measured first, every time:
+- tune (kernel_gpu.tune_triton): the Triton launch configs per head count (else --kernel-json's
+  best_config, default the committed kernel.json).
+- kernel (kernel_gpu.part_kernel): the Triton kernel and FlashInfer's FA3 MLA decode side by side
+  over batch x context at 128/T heads per launch for T = 1, 2, 4, 8 (128: a DP/CP rank; 64, 32, 16:
+  a TP/DOP rank of 2, 4, 8 GPUs), mixed lengths and DSA-style sparse launches: time, bytes, FLOPs,
+  roofline time and fraction, error vs an fp32 torch reference (kernel_grid.json).
 - layouts: bf16 outputs of each layout vs an fp32 single-device reference (DeepSeek dims, 2 layers).
-- steps: step time of each layout over a batch x context grid plus mixed workloads (many short,
-  few very long), each with the attention kernel's own bandwidth on that step's inputs;
-  written also as step-profile rows (CSV) for calibration.
+- steps: step time of each layout (--layouts) and kernel choice (--backends) over a batch x context
+  grid plus mixed workloads (many short, few very long), each with the attention kernel's own
+  time and roofline fraction on that step's inputs; written also as step-profile rows (CSV) for
+  calibration, one file per backend.
 - switch: all 12 transitions, >= 30 switches each (an Eulerian circuit of the 12 ordered pairs,
   repeated): commit stall as % of the step, background slowdown per step, total cost.
-Everything goes to --out (JSON per part + step_profile.csv); a table is printed, and one JSON
-summary is the last line. Steps are CUDA-graph replays (one graph per layout, batch and page
+Everything goes to --out (JSON per part + step_profile{tag}.csv); a table is printed, and one JSON
+summary is the last line. `--floors CSV` (CPU, no GPU part) prices every row of a step profile with
+the planner (calibration.triage) and writes the fraction of its floors each step reached.
+Steps are CUDA-graph replays (one graph per layout, batch and page
 capacity); kernel times are graph replays over several KV sets (no launch gaps, not L2-resident).
 """
 
@@ -34,7 +38,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from executor.torch_executor import KernelConfig, RankRunner, deepseek_v32  # noqa: E402
 from executor.torch_executor.dist import spawn_ranks  # noqa: E402
 from executor.torch_executor.kernels import mla_decode_triton  # noqa: E402
-from kernel_gpu import MIXED, conditions, copy_bandwidth, part_kernel, time_graph  # noqa: E402
+from kernel_gpu import MIXED, ceilings, conditions, part_kernel, roofline_fields, time_graph, tune_triton  # noqa: E402
 
 LAYOUTS = ("tp", "cp", "dp", "dop")
 CIRCUIT = ("tp", "cp", "tp", "dp", "tp", "dop", "cp", "dp", "cp", "dop", "dp", "dop", "tp")  # 12 distinct pairs
@@ -64,20 +68,28 @@ def _layouts_check(g, kcfg):
     return out
 
 
-def _kernel_on_step(runner) -> tuple[float, int]:
-    """Time the attention kernel alone (graph replays) on this rank's inputs of the current step (layer 0)."""
+def _kernel_on_step(runner, ceil) -> dict:
+    """Time the step's own attention kernel alone (graph replays) on this rank's inputs of the
+    current step (layer 0's pool): the planned FlashInfer object if the step has one, else the
+    Triton kernel; with its roofline fields."""
     dims = runner.dims
     sb = runner.exec.inputs.batch
     n = sb.block_table.shape[0]
     h = dims.num_heads if runner.layout in ("cp", "dp", "dop") else dims.num_heads // runner.g.world_size
     if n == 0:
-        return 0.0, 0
+        return {"kernel_us": 0.0}
     q = torch.randn(n, h, dims.latent_dim, device=runner.g.device, dtype=runner.dtype)
-    kc = runner.kernel_config.get(h) if isinstance(runner.kernel_config, dict) else runner.kernel_config
-    t = time_graph([lambda: mla_decode_triton(q, runner.pool[0], sb.block_table, sb.local_lens, dims.softmax_scale,
-                                              dims.kv_lora_rank, sb.max_pages, kc or KernelConfig())], reps=10)
-    kv_bytes = int(sb.local_lens.sum().item()) * dims.latent_dim * runner.pool.element_size()
-    return t, kv_bytes
+    if sb.kernel is not None:
+        fn = (lambda: sb.kernel(q, runner.pool[0]))
+    else:
+        kc = runner.kernel_config.get(h) if isinstance(runner.kernel_config, dict) else runner.kernel_config
+        fn = (lambda: mla_decode_triton(q, runner.pool[0], sb.block_table, sb.local_lens, dims.softmax_scale,
+                                        dims.kv_lora_rank, sb.max_pages, kc or KernelConfig()))
+    t = time_graph([fn], reps=10)
+    attended = int(sb.local_lens.sum().item())
+    rf = roofline_fields(attended, n, h, t, ceil)
+    return {"kernel_us": t * 1e6, "kernel_roofline_fraction": rf["roofline_fraction"],
+            "kernel_bandwidth_fraction": rf["bandwidth_fraction_of_copy"]}
 
 
 def _time_steps(runner, n) -> list[float]:
@@ -90,37 +102,43 @@ def _time_steps(runner, n) -> list[float]:
     return [evs[i].elapsed_time(evs[i + 1]) for i in range(n)]
 
 
-def _steps(g, layers, kcfg, copy_bw, points, budget_s=150.0, out_dir=None):
+def _steps(g, layers, kcfgs, ceil, points, layouts, budget_s=150.0, out_dir=None):
+    """Step rows for each kernel backend (kcfgs: {backend: {heads: KernelConfig}}) x layout x point."""
     dims = deepseek_v32(layers)
     rows = []
     t0 = time.time()
     max_tokens = max(sum(p["lengths"]) for p in points)
-    for kind in LAYOUTS:
-        share = 1.0 if kind == "tp" else 0.75  # DP/DOP/CP: ~1/T of the KV, with imbalance headroom
+    runs = [(be, kind) for be in kcfgs for kind in layouts]
+    for k, (be, kind) in enumerate(runs):
+        share = 1.0 if kind == "tp" or g.world_size == 1 else 0.75  # DP/DOP/CP: ~1/T of the KV, with headroom
         slots = int(share * max_tokens / dims.page_size) + 2 * max(len(p["lengths"]) for p in points) + 64
         r = RankRunner(dims, g, kind, num_slots=slots + r_weight_slots(dims, g, kind), dtype=torch.bfloat16,
-                       seed=1, kernel_config=kcfg)
+                       seed=1, kernel_config=kcfgs[be])
         for p in points:
-            over = torch.tensor([1 if time.time() - t0 > budget_s * (LAYOUTS.index(kind) + 1) / 4 else 0])
+            over = torch.tensor([1 if time.time() - t0 > budget_s * (k + 1) / len(runs) else 0])
             torch.distributed.all_reduce(over, group=g.ctrl)
             if over.item():
                 break
             lengths = {i: n for i, n in enumerate(p["lengths"])}
             r.add_requests(lengths)
-            _time_steps(r, 3)
-            ts = _time_steps(r, 8)
-            kt, kv_bytes = _kernel_on_step(r)
+            _time_steps(r, 4)
+            ts = _time_steps(r, 16)
+            kr = _kernel_on_step(r, ceil)
             kt_all = [None] * g.world_size
-            torch.distributed.all_gather_object(kt_all, (kt, kv_bytes), group=g.ctrl)
-            busiest = max(kt_all, key=lambda x: x[0])
+            torch.distributed.all_gather_object(kt_all, kr, group=g.ctrl)
+            busiest = max(kt_all, key=lambda x: x["kernel_us"])
             if g.rank == 0:
-                print(f"steps {kind} {p['name']} B={len(lengths)} t={time.time() - t0:.0f}s", flush=True)
-            rows.append({"attn": kind, "graph": r.exec.graph is not None, "capture_error": r.exec.capture_error,
+                print(f"steps {be} {kind} {p['name']} B={len(lengths)} {statistics.median(ts):.3f} ms "
+                      f"kernel {busiest['kernel_us']:.0f} us t={time.time() - t0:.0f}s", flush=True)
+            rows.append({"attn": kind, "backend": be,
+                         "kernel": "flashinfer" if r.exec.inputs.batch.kernel is not None else "triton",
+                         "graph": r.exec.graph is not None, "capture_error": r.exec.capture_error,
                          "batch": len(lengths), "context": int(sum(p["lengths"]) / len(lengths)),
                          "context_max": max(p["lengths"]), "workload": p["name"],
                          "step_ms": statistics.median(ts), "step_ms_min": min(ts),
-                         "kernel_us_busiest_rank": busiest[0] * 1e6,
-                         "kernel_bandwidth_fraction": (busiest[1] / busiest[0] / copy_bw) if busiest[0] else None})
+                         "kernel_us_busiest_rank": busiest["kernel_us"],
+                         "kernel_roofline_fraction": busiest.get("kernel_roofline_fraction"),
+                         "kernel_bandwidth_fraction": busiest.get("kernel_bandwidth_fraction")})
             if g.rank == 0 and out_dir:
                 json.dump(rows, open(os.path.join(out_dir, "steps_partial.json"), "w"))
             for q in list(r.order):
@@ -208,13 +226,15 @@ def _switch(g, layers, kcfg, batch, ctx, rounds, bytes_per_step, budget_s=110.0,
     return records
 
 
-def dist_main(g, parts, layers, kcfgs, copy_bw, step_points, switch_cfg, out_dir, steps_budget_s):
+def dist_main(g, parts, layers, kcfgs, backends, layouts, ceil, step_points, switch_cfg, out_dir, steps_budget_s):
     torch.cuda.set_device(g.device)
-    kcfg = {int(h): KernelConfig(**c) for h, c in kcfgs.items()}  # per heads a program sees
+    per_be = {be: {int(h): KernelConfig(**{**c, "backend": be}) for h, c in kcfgs.items()} for be in backends}
+    kcfg = per_be[backends[0]]  # layouts and switches: the first backend
     out = {}
     jobs = {"layouts": ("layouts_rel_err_bf16_vs_fp32", lambda: _layouts_check(g, kcfg)),
             "switch": ("switches", lambda: _switch(g, layers, kcfg, out_dir=out_dir, **switch_cfg)),
-            "steps": ("steps", lambda: _steps(g, layers, kcfg, copy_bw, step_points, steps_budget_s, out_dir))}
+            "steps": ("steps", lambda: _steps(g, layers, per_be, ceil, step_points, layouts, steps_budget_s,
+                                              out_dir))}
     for part in ("layouts", "switch", "steps"):
         if part in parts:
             key, job = jobs[part]
@@ -253,12 +273,69 @@ def summarize_switches(records):
     return out
 
 
+CSV_COLS = ["model", "hardware", "gpus", "attn", "moe", "batch", "context", "prefill_tokens", "weight_dtype",
+            "kv_dtype", "step_ms", "num_layers", "context_max", "workload", "kernel", "kernel_us_busiest_rank",
+            "kernel_roofline_fraction", "kernel_bandwidth_fraction", "ffn"]
+
+
+def write_profile(path, rows, model_config, world, layers) -> None:
+    """Step rows in the step-profile CSV format `floorfirst calibrate --profile` reads."""
+    f4 = (lambda x: f"{x:.4f}" if x else "")
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(CSV_COLS)
+        for rw in rows:
+            w.writerow([model_config, "h200", world, rw["attn"], "tp", rw["batch"], rw["context"], 0, "bf16", "bf16",
+                        f"{rw['step_ms']:.4f}", layers, rw["context_max"], rw["workload"], rw["kernel"],
+                        f"{rw['kernel_us_busiest_rank']:.1f}", f4(rw["kernel_roofline_fraction"]),
+                        f4(rw["kernel_bandwidth_fraction"]), "dense"])
+
+
+def step_floors(profile_csv: str, out_path: str) -> dict:
+    """Every row of a step profile against the planner's datasheet floors (calibration.triage, as
+    `floorfirst triage --profile`): floor_max / measured is the fraction of the optimistic floor a
+    step reached. CPU only; run from the repository root (the rows' model column is a path)."""
+    from calibration.triage import triage_profile
+    tr = triage_profile(profile_csv)
+    rows = [{"line": r["line"], "deployment": r["deployment"], "batch": r["batch"], "context": r["context_tokens"],
+             "measured_ms": r["measured_s"] * 1e3, "floor_max_ms": r["floor_max_s"] * 1e3,
+             "floor_sum_ms": r["floor_sum_s"] * 1e3, "floor_max_fraction": r["floor_max_s"] / r["measured_s"],
+             "verdict": r["verdict"]} for r in tr.rows]
+    fr = [r["floor_max_fraction"] for r in rows]
+    doc = {"profile": profile_csv, "pricing": "datasheet", "counts": tr.counts(), "issues": tr.issues, "rows": rows,
+           "floor_max_fraction": {"min": min(fr), "median": statistics.median(fr), "max": max(fr)} if fr else {}}
+    json.dump(doc, open(out_path, "w"), indent=1)
+    return doc
+
+
+def _print_kernel_table(kres) -> None:
+    by = {(r["heads"], r["batch"], r["context"], r["backend"]): r for r in kres.get("grid", []) if "error" not in r}
+    print("kernel heads batch context | triton us  roof | flashinfer us  roof | faster")
+    for (h, b, c, be), r in sorted(by.items()):
+        if be != "triton" or b not in (1, 16, 64) or c not in (4096, 16384, 65536):
+            continue
+        fi = by.get((h, b, c, "flashinfer"))
+        fis = f"{fi['time_us']:9.1f} {fi['roofline_fraction']:.2f}" if fi else "        -    -"
+        fast = f"{r['time_us'] / fi['time_us']:.2f}x" if fi else ""
+        print(f"       {h:5d} {b:5d} {c:7d} | {r['time_us']:9.1f} {r['roofline_fraction']:.2f} | {fis} | {fast}")
+    for r in kres.get("sparse", []):
+        if "error" not in r:
+            print(f"sparse {r['heads']:4d}h B={r['batch']:3d} ctx={r['context']:6d} top-{r['topk']}: "
+                  f"{r['time_us']:7.1f} us "
+                  f"roof {r['roofline_fraction']:.2f} err {r['rel_err_vs_fp32']:.1e}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--parts", default="kernel,layouts,steps,switch")
     ap.add_argument("--out", default=os.environ.get("OUT", "benchmarks/results"))
+    ap.add_argument("--tag", default="", help="suffix of the steps/step-profile file names")
     ap.add_argument("--layers", type=int, default=4)
-    ap.add_argument("--kernel-json", default=None, help="reuse best configs from an earlier kernel part")
+    ap.add_argument("--kernel-json", default="benchmarks/results/executor_gpu/kernel.json",
+                    help="the Triton kernel's best_config per head count (unless --parts has tune)")
+    ap.add_argument("--layouts", default="tp,cp,dp,dop")
+    ap.add_argument("--backends", default="auto", help="kernel backends of the step rows, comma separated")
+    ap.add_argument("--kernel-budget-s", type=float, default=400.0)
     ap.add_argument("--switch-rounds", type=int, default=30)
     ap.add_argument("--switch-batch", type=int, default=32)
     ap.add_argument("--switch-context", type=int, default=8192)
@@ -268,37 +345,31 @@ def main():
     ap.add_argument("--steps-budget-s", type=float, default=150.0)
     ap.add_argument("--model-config", default="benchmarks/results/executor_gpu/executor-stack-config.json",
                     help="config.json describing exactly the benchmarked stack (the rows' model column)")
+    ap.add_argument("--floors", default=None, metavar="PROFILE_CSV",
+                    help="CPU only: price a step profile's rows with the planner, write step_floors{tag}.json")
     a = ap.parse_args()
-    parts = a.parts.split(",")
     os.makedirs(a.out, exist_ok=True)
+    if a.floors:
+        doc = step_floors(a.floors, os.path.join(a.out, f"step_floors{a.tag}.json"))
+        print(json.dumps({k: doc[k] for k in ("counts", "floor_max_fraction")}))
+        return
+    parts = a.parts.split(",")
     world = torch.cuda.device_count()
     cond = conditions()
-    summary = {"conditions": cond, "layers": a.layers}
     t_start = time.time()
-    if "kernel" in parts:
-        kres = part_kernel(a.out, world)
+    ceil = ceilings()
+    summary = {"conditions": cond, "layers": a.layers, **ceil}
+    print(f"ceilings: copy {ceil['copy_bandwidth_bytes_per_s'] / 1e12:.2f} TB/s, "
+          f"bf16 GEMM {ceil['gemm_bf16_flops_per_s'] / 1e12:.0f} TFLOP/s", flush=True)
+    if "tune" in parts:
+        best = tune_triton(a.out, ceil)
     else:
-        kres = json.load(open(a.kernel_json)) if a.kernel_json else {
-            "copy_bandwidth_bytes_per_s": copy_bandwidth(), "best_config": {}}
-    copy_bw = kres["copy_bandwidth_bytes_per_s"]
-    summary["copy_bandwidth_TBps"] = copy_bw / 1e12
-    if "grid" in kres:
-        per_h = {}
-        for r in kres["grid"]:
-            if r["batch"] >= 16 and r["context"] >= 4096:
-                per_h.setdefault(str(r["heads"]), []).append(r["bandwidth_fraction_of_copy"])
-        summary["kernel_bw_fraction_b16_64_ctx4k_64k"] = {
-            h: {"min": min(v), "max": max(v), "median": statistics.median(v), "meets_0p70": min(v) >= 0.70}
-            for h, v in per_h.items()}
-        if kres.get("mixed"):
-            summary["kernel_mixed_balanced_vs_old"] = {
-                f"{r['workload']}@{r['heads']}": {"balanced_us": r["time_us"], "old_us": o["time_us"],
-                                                  "speedup": o["time_us"] / r["time_us"],
-                                                  "balanced_bw_fraction": r["bandwidth_fraction_of_copy"]}
-                for r, o in zip(kres["mixed"][0::2], kres["mixed"][1::2])}
-        summary["kernel_best_config"] = kres["best_config"]
-        summary["kernel_max_rel_err"] = max(r.get("rel_err_vs_fp32", 0) for r in kres["grid"] + kres["tuning"]
-                                            if "error" not in r)
+        best = {int(h): KernelConfig(**c) for h, c in json.load(open(a.kernel_json))["best_config"].items()}
+    kres = {}
+    if "kernel" in parts:
+        kres = part_kernel(a.out, best, ceil, budget_s=a.kernel_budget_s)
+        summary["kernel"] = kres.get("summary")
+        summary["flashinfer_unavailable"] = kres.get("flashinfer_unavailable")
     print(f"[{time.time() - t_start:.0f}s] kernel done", flush=True)
     dparts = [p for p in parts if p in ("layouts", "steps", "switch")]
     if dparts:
@@ -308,8 +379,9 @@ def main():
         points += [{"name": "uniform", "lengths": [c] * b} for b in bs for c in cs]
         sw = {"batch": a.switch_batch, "ctx": a.switch_context, "rounds": a.switch_rounds,
               "bytes_per_step": a.bytes_per_step, "budget_s": a.switch_budget_s}
-        res = spawn_ranks(dist_main, world, dparts, a.layers, kres.get("best_config", {}), copy_bw, points, sw,
-                          a.out, a.steps_budget_s, use_cuda=True)[0]
+        backends = a.backends.split(",")
+        res = spawn_ranks(dist_main, world, dparts, a.layers, {str(h): vars(c) for h, c in best.items()}, backends,
+                          a.layouts.split(","), ceil, points, sw, a.out, a.steps_budget_s, use_cuda=True)[0]
         for k in ("layouts_error", "switch_error", "steps_error"):
             if k in res:
                 summary[k] = res[k]
@@ -317,19 +389,12 @@ def main():
             summary["layouts_rel_err_bf16_vs_fp32"] = res["layouts_rel_err_bf16_vs_fp32"]
         if "steps" in res:
             rows = res["steps"]
-            json.dump({"conditions": cond, "layers": a.layers, "rows": rows},
-                      open(os.path.join(a.out, "steps.json"), "w"), indent=1)
-            with open(os.path.join(a.out, "step_profile.csv"), "w", newline="") as f:
-                w = csv.writer(f)
-                cols = ["model", "hardware", "gpus", "attn", "moe", "batch", "context", "prefill_tokens",
-                        "weight_dtype", "kv_dtype", "step_ms", "num_layers", "context_max", "workload",
-                        "kernel_bandwidth_fraction", "kernel_us_busiest_rank", "ffn"]
-                w.writerow(cols)
-                for rw in rows:
-                    w.writerow([a.model_config, "h200", world, rw["attn"], "tp", rw["batch"], rw["context"], 0,
-                                "bf16", "bf16", f"{rw['step_ms']:.4f}", a.layers, rw["context_max"], rw["workload"],
-                                f"{rw['kernel_bandwidth_fraction']:.4f}" if rw["kernel_bandwidth_fraction"] else "",
-                                f"{rw['kernel_us_busiest_rank']:.1f}", "dense"])
+            json.dump({"conditions": cond, "layers": a.layers, **ceil, "rows": rows},
+                      open(os.path.join(a.out, f"steps{a.tag}.json"), "w"), indent=1)
+            for i, be in enumerate(backends):
+                name = f"step_profile{a.tag}.csv" if i == 0 else f"step_profile{a.tag}_{be}.csv"
+                write_profile(os.path.join(a.out, name), [r for r in rows if r["backend"] == be], a.model_config,
+                              world, a.layers)
             summary["step_rows"] = len(rows)
         if "switches" in res:
             s = summarize_switches(res["switches"])
@@ -337,21 +402,13 @@ def main():
                        "records": res["switches"]}, open(os.path.join(a.out, "switches.json"), "w"), indent=1)
             summary["switches"] = s
     summary["wall_s"] = time.time() - t_start
-    json.dump(summary, open(os.path.join(a.out, "summary.json"), "w"), indent=1)
+    json.dump(summary, open(os.path.join(a.out, f"summary{a.tag}.json"), "w"), indent=1, default=str)
     # table last, then the JSON line
-    if "grid" in kres:
-        print("kernel  heads batch context  us  bw_frac")
-        for r in kres["grid"]:
-            if r["batch"] in (16, 64) and r["context"] in (4096, 65536):
-                print(f"        {r['heads']:5d} {r['batch']:5d} {r['context']:7d} {r['time_us']:7.1f} "
-                      f"{r['bandwidth_fraction_of_copy']:.3f}")
-        for key, v in summary.get("kernel_mixed_balanced_vs_old", {}).items():
-            print(f"mixed {key:22s} balanced {v['balanced_us']:8.1f} us old {v['old_us']:8.1f} us "
-                  f"x{v['speedup']:.2f} bw {v['balanced_bw_fraction']:.3f}")
+    _print_kernel_table(kres)
     for key, v in summary.get("switches", {}).items():
         print(f"switch {key:8s} n {v['committed']:3d} stall med {v['stall_pct_median']}% p99 {v['stall_pct_p99']}% "
               f"bg {v['background_slowdown_pct_median']:.2f}% step {v['step_ms_median']:.2f}ms")
-    print(json.dumps(summary, default=str))
+    print(json.dumps({k: summary[k] for k in summary if k not in ("kernel",)}, default=str)[:3000])
 
 
 if __name__ == "__main__":

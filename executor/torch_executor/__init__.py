@@ -1,10 +1,11 @@
 """Torch executor: MLA decode at real dimensions in four layouts on T ranks, with live switches.
 
 Modules, one concern each: `config` (dimensions), `layers` (weights and the MLA/FFN math),
-`kernels` (paged split-KV decode attention: Triton on CUDA, torch elsewhere), `kv_pages` (slots,
-placement, page tables), `layouts` (TP, CP, DP-attention, DOP), `transitions` (plans, background
-movement, commit/abort), `dist` (process groups, spawning), `runner` (the per-rank decode
-driver), `reference` (single-device check). Importing this package imports torch.
+`kernels` (paged split-KV decode attention: the backend choice, Triton on CUDA, torch elsewhere),
+`mla_flashinfer` (FlashInfer's FA3 MLA decode, planned per step and replayed in-graph; optional),
+`kv_pages` (slots, placement, page tables), `layouts` (TP, CP, DP-attention, DOP), `transitions`
+(plans, background movement, commit/abort), `dist` (process groups, spawning), `runner` (the
+per-rank decode driver), `reference` (single-device check). Importing this package imports torch.
 """
 
 from .config import DEEPSEEK_V32, MLADims, deepseek_v32, tiny_dims

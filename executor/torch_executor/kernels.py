@@ -25,17 +25,28 @@ Measured side by side on 1 x H200 (benchmarks/kernel_ab.py; results/executor_gpu
 against the rule that sized units from the longest request on the host: batches of 16-64 at
 4K-64K 0.91-1.07x the time at 64 and 128 heads per program, 1.00-1.22x at 16 and 32 (the
 schedule launch and spare programs, a few microseconds); mixed lengths 0.10-0.28x.
+
+Backends (`KernelConfig.backend`, resolved once per fixed-shape step inputs by `decode_kernel`):
+on CUDA, FlashInfer's FA3 MLA decode (`mla_flashinfer.py`, planned on the host before each step,
+replayed inside the step's CUDA graph) where `choose_backend` picks it, else the Triton kernel
+above, read in-graph from the step's device block table; plain torch on CPU. flashinfer is an
+optional dependency (`floorfirst[gpu]`) and is imported only when a FlashInfer kernel is built.
+`mla_decode_work` counts what one decode launch must move and compute, for roofline figures.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib.util
 import math
 from dataclasses import dataclass
 
 import torch
 
+from .config import MLADims
+
 LOG2E = 1.4426950408889634
+BACKENDS = ("auto", "flashinfer", "triton")
 
 
 def mla_decode_torch(
@@ -100,6 +111,18 @@ class KernelConfig:
     request's last, partial tile always takes masked loads). None: on Hopper and later at
     block_h >= 64, where it measured 4-13 % faster; below that it spilled and ran slower
     (results/executor_gpu/kernel_configs_sweep.json)."""
+    backend: str = "auto"
+    """Dense decode kernel on CUDA: "triton" (this module's), "flashinfer" (FA3 MLA; raises where it
+    can't run) or "auto" (`choose_backend`: FlashInfer where it runs and measured faster)."""
+    flashinfer_min_heads: int = 32
+    """"auto" takes FlashInfer wherever it runs from this many heads per launch (`choose_backend`)."""
+    flashinfer_few_heads_max_tokens: int = 1 << 20
+    """Below flashinfer_min_heads, "auto" takes FlashInfer for launches of 4+ requests whose block
+    tables hold fewer tokens than this (requests x capacity pages x page size)."""
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ValueError(f"KernelConfig.backend={self.backend!r} must be one of {', '.join(BACKENDS)}")
 
 
 @functools.lru_cache(maxsize=1)
@@ -231,3 +254,93 @@ def mla_decode(
         return mla_decode_triton(q, pool, block_table, seq_lens, scale, kv_lora_rank, max_pages,
                                  config or KernelConfig())
     return mla_decode_torch(q, pool, block_table[:, :max_pages], seq_lens, scale, kv_lora_rank)
+
+
+def flashinfer_unsupported(dtype: torch.dtype, kv_lora_rank: int, rope_dim: int, device) -> str | None:
+    """Why FlashInfer's FA3 MLA decode can't run these launches here, or None if it can.
+
+    NOTE: FlashInfer 0.7.2's own refusals (flashinfer/mla/_batch_mla/_backends/_fa_common.py,
+    `_validate_generated_fa_plan`): fa3 needs SM90, bf16 or fp16 queries and a KV cache of the same
+    dtype, head_dim_ckv in (128, 256, 512) and head_dim_kpe a multiple of 64. Checked without
+    importing flashinfer (find_spec only).
+    """
+    dev = torch.device(device)
+    if dev.type != "cuda":
+        return "not a CUDA device"
+    if torch.cuda.get_device_capability(dev)[0] != 9:
+        return "FA3 MLA needs an SM90 (Hopper) GPU"
+    if dtype not in (torch.bfloat16, torch.float16):
+        return f"FA3 MLA takes bf16 or fp16, not {dtype}"
+    if kv_lora_rank not in (128, 256, 512) or rope_dim % 64:
+        return f"FA3 MLA needs a latent of 128/256/512 and a rope width divisible by 64, not {kv_lora_rank}/" \
+               f"{rope_dim}"
+    if importlib.util.find_spec("flashinfer") is None:
+        return "flashinfer is not installed (pip install 'floorfirst[gpu]')"
+    return None
+
+
+def choose_backend(config: KernelConfig, num_heads: int, dtype: torch.dtype, kv_lora_rank: int, rope_dim: int,
+                   device, num_requests: int = 0, table_tokens: int = 0) -> str:
+    """"flashinfer" or "triton" for launches of num_heads heads per request on device, num_requests
+    requests whose block tables hold table_tokens tokens (requests x capacity pages x page size).
+
+    NOTE ("auto"): the rule is the faster kernel of each shape measured side by side on 1 x H200
+    (results/executor_gpu/kernel_grid.json: 4 head counts x B 1-64 x 1K-64K and 4 mixed batches).
+    From 32 heads FlashInfer was 1.07-2.41x faster at every point but one (64 heads, B=1, 32K:
+    half a microsecond, 1 %, slower in two runs). At 16 heads FA3's 64-row head tiles are three
+    quarters padding (include/flashinfer/attention/scheduler.cuh, `MLAPlan`: heads x query tokens
+    packed into 64-row tiles, 2-CTA clusters above 64 heads): it lost at B=1 (0.94-0.98x) and from
+    1M table tokens (16 x 64K, 32 x 32K, 64 x 16K and up: 0.92-1.05x; the 28x2K+4x32K mix 0.94x)
+    and won 1.07-1.41x below; so there it runs for 4+ requests under
+    `flashinfer_few_heads_max_tokens`.
+    """
+    if config.backend == "triton":
+        return "triton"
+    why = flashinfer_unsupported(dtype, kv_lora_rank, rope_dim, device)
+    if config.backend == "flashinfer":
+        if why is not None:
+            raise ValueError(f"KernelConfig.backend='flashinfer' can't run here: {why}")
+        return "flashinfer"
+    if why is not None:
+        return "triton"
+    if num_heads >= config.flashinfer_min_heads:
+        return "flashinfer"
+    few_heads_ok = num_requests >= 4 and table_tokens < config.flashinfer_few_heads_max_tokens
+    return "flashinfer" if few_heads_ok else "triton"
+
+
+def decode_kernel(config: KernelConfig | dict | None, num_heads: int, num_requests: int, max_pages: int,
+                  dims: MLADims, dtype: torch.dtype, device):
+    """The kernel object one fixed-shape step's inputs plan before each step and launch inside its
+    graph (`mla_flashinfer.FlashInferDecode`), or None where the Triton kernel (CUDA, reading the
+    device block table in-graph) or plain torch (CPU) runs. config: one KernelConfig, or one per
+    heads-per-launch count ({heads: KernelConfig})."""
+    cfg = (config.get(num_heads) if isinstance(config, dict) else config) or KernelConfig()
+    if torch.device(device).type != "cuda":
+        return None
+    if choose_backend(cfg, num_heads, dtype, dims.kv_lora_rank, dims.qk_rope_head_dim, device, num_requests,
+                      num_requests * max_pages * dims.page_size) != "flashinfer":
+        return None
+    from .mla_flashinfer import FlashInferDecode
+
+    return FlashInferDecode(num_requests, max_pages, num_heads, dims.kv_lora_rank, dims.qk_rope_head_dim,
+                            dims.page_size, dims.softmax_scale, dtype, device)
+
+
+def mla_decode_work(attended_tokens: int, batch: int, num_heads: int, kv_lora_rank: int, rope_dim: int,
+                    element_bytes: int) -> tuple[int, int]:
+    """(bytes, FLOPs) one absorbed-MLA decode launch must move and do: the attended latent rows read
+    once, the queries read, outputs and log-sum-exps written; per head and attended token a
+    (C+R)-wide score dot and a C-wide value axpy, 2·(C+R) + 2·C FLOPs (2176 at DeepSeek's 512/64,
+    planner.models.attention.mla `decode_flops`). attended_tokens: the batch's sum of lengths (DSA:
+    of min(length, top-k))."""
+    width = kv_lora_rank + rope_dim
+    nbytes = (attended_tokens * width * element_bytes + batch * num_heads * width * element_bytes
+              + batch * num_heads * kv_lora_rank * element_bytes + batch * num_heads * 4)
+    flops = num_heads * attended_tokens * (2 * width + 2 * kv_lora_rank)
+    return nbytes, flops
+
+
+def roofline_s(nbytes: float, flops: float, copy_bytes_per_s: float, gemm_flops_per_s: float) -> float:
+    """The faster of the two ceilings can't be beaten: max(bytes / copy rate, FLOPs / GEMM rate)."""
+    return max(nbytes / copy_bytes_per_s, flops / gemm_flops_per_s)

@@ -40,9 +40,12 @@ class StepBatch:
     own_rows: torch.Tensor | None = None  # DP: [n_own] batch rows this rank owns
     perm: torch.Tensor | None = None  # DOP: [B] batch rows sorted by owner
     counts: list[int] | None = None  # DOP: requests per owner rank, length T
+    kernel: object | None = None  # kernels.decode_kernel's object (planned per step, run in-graph), or None
 
 
 def _kernel(q, pool_l, sb: StepBatch, dims: MLADims, kcfg: KernelConfig | dict | None):
+    if sb.kernel is not None:
+        return sb.kernel(q, pool_l)
     if isinstance(kcfg, dict):  # per heads-per-program count: {heads: KernelConfig}
         kcfg = kcfg.get(q.shape[1])
     return mla_decode(q, pool_l, sb.block_table, sb.local_lens, dims.softmax_scale, dims.kv_lora_rank,
@@ -111,6 +114,12 @@ ATTENTION = {"tp": attention_tp, "cp": attention_cp, "dp": attention_dp, "dop": 
 def heads_sharded(kind: str) -> bool:
     """TP and DOP shard attention heads; CP and DP-attention replicate them."""
     return kind in ("tp", "dop")
+
+
+def kernel_heads(kind: str, num_heads: int, world_size: int) -> int:
+    """Heads per request the attention kernel sees: TP its shard; CP, DP and DOP (its own requests,
+    all heads after the all-to-all) every head."""
+    return num_heads // world_size if kind == "tp" else num_heads
 
 
 @dataclass

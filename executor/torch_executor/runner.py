@@ -22,11 +22,11 @@ import torch.distributed as dist
 
 from .config import MLADims
 from .dist import RankGroups
-from .kernels import KernelConfig
+from .kernels import KernelConfig, decode_kernel
 from .kv_pages import (OutOfPages, PageTable, SlotAllocator, check_layout_kind, gather_logical_kv, holders,
                        pages_for, write_history)
 from .layers import ffn_partial, kv_latent, make_layer_weights, rms_norm, token_embeddings
-from .layouts import ATTENTION, LayoutState, heads_sharded, weight_slots_needed
+from .layouts import ATTENTION, LayoutState, heads_sharded, kernel_heads, weight_slots_needed
 from .step_graph import StepExec
 from .step_inputs import StepInputs
 
@@ -157,6 +157,9 @@ class RankRunner:
         cap = longest + self.headroom_pages + extra_pages
         inputs = StepInputs(state, self.order, self.g.rank, self.g.world_size, page, cap, self.trash_token,
                             self.g.device)
+        heads = kernel_heads(state.kind, self.dims.num_heads, self.g.world_size)
+        inputs.batch.kernel = decode_kernel(self.kernel_config, heads, len(inputs.att), inputs.cap, self.dims,
+                                            self.dtype, self.g.device)
         ex = StepExec(inputs, self._forward, self.use_graphs)
         ex.prepare(self.seq_lens)
         return ex

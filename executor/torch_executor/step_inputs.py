@@ -125,7 +125,11 @@ class StepInputs:
         lo, hi = self._off["bt"]
         hv[lo:hi] = self._bt_host.reshape(-1)
         table, page = self.state.table, self.page_size
-        hv[slice(*self._off["lens"])] = [table.local_len(q, seq_lens[q] + 1, page) for q in self.att]
+        lens = np.fromiter((table.local_len(q, seq_lens[q] + 1, page) for q in self.att), dtype=np.int64,
+                           count=len(self.att))
+        hv[slice(*self._off["lens"])] = lens
+        if self.batch.kernel is not None:  # plan the step's kernel on the host, outside any graph
+            self.batch.kernel.plan(self._bt_host, lens)
         if self._copied is not None:
             self.dev.copy_(h, non_blocking=True)
             self._copied[self._turn].record()
