@@ -1,9 +1,11 @@
 """Synthetic DSA-style top-k index traces with a stated locality, and the overlap they show.
 
 What it does: `topk_trace` draws, for every step, layer and request, K token positions the way a
-sparse-attention indexer's top-k might move: a fraction `reuse` of step t's entries is a uniform
-sample of step t-1's set, the rest are fresh positions uniform over the context, in runs of
-`cluster_rows` consecutive tokens (1 = scattered, 64 = page-sized spans). Contexts of at most K
+sparse-attention indexer's top-k might move: the K entries are K / cluster_rows runs of
+`cluster_rows` consecutive tokens (1 = scattered, 64 = page-sized spans); each step a fraction
+`reuse` of the runs (a uniform sample) stays where it was and the others move to fresh positions
+uniform over the context. Whole runs persist, so the selected set's page footprint stays
+stationary instead of fragmenting over the steps. Contexts of at most K
 tokens select every token (DSA's short-sequence case), padded with -1. `step_overlap` measures
 what the planner calls locality: the fraction of a step's entries (or pages) that the previous
 step of the same request and layer already touched.
@@ -28,9 +30,9 @@ class TopKTraceSpec:
     topk: int = 2048
     """Entries per request per layer per step (DeepSeek-V3.2 index_topk)."""
     reuse: float = 0.9
-    """Fraction of a step's entries sampled from the previous step's set."""
+    """Fraction of a step's runs kept from the previous step (rounded to whole runs)."""
     cluster_rows: int = 1
-    """Fresh entries come in runs of this many consecutive positions."""
+    """Entries come in runs of this many consecutive positions (the last run of K may be shorter)."""
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -58,17 +60,19 @@ def topk_trace(spec: TopKTraceSpec, ctx_rows, num_layers: int, num_steps: int) -
     if ctx.ndim != 1 or (ctx <= 0).any():
         raise ValueError(f"ctx_rows must be a 1-d list of positive lengths, got {ctx_rows!r}")
     rng = np.random.default_rng(spec.seed)
-    k, b = spec.topk, len(ctx)
+    k, b, run = spec.topk, len(ctx), spec.cluster_rows
     ctx_r = np.tile(ctx, num_layers)  # rows r = layer * B + request
-    keep = int(round(spec.reuse * k))
+    runs = -(-k // run)
+    keep = int(round(spec.reuse * runs))
     out = np.empty((num_steps, num_layers * b, k), dtype=np.int64)
-    cur = _fresh(rng, ctx_r, k, spec.cluster_rows)
+    cur = _fresh(rng, ctx_r, runs * run, run).reshape(-1, runs, run)  # [R, runs, run]
     for t in range(num_steps):
         if t:
-            pick = np.argsort(rng.random(cur.shape), axis=1)[:, :keep]
-            cur = np.concatenate([np.take_along_axis(cur, pick, axis=1),
-                                  _fresh(rng, ctx_r, k - keep, spec.cluster_rows)], axis=1)
-        out[t] = cur
+            pick = np.argsort(rng.random(cur.shape[:2]), axis=1)[:, :keep]  # runs that stay
+            kept = np.take_along_axis(cur, pick[:, :, None], axis=1)
+            moved = _fresh(rng, ctx_r, (runs - keep) * run, run).reshape(-1, runs - keep, run)
+            cur = np.concatenate([kept, moved], axis=1)
+        out[t] = cur.reshape(-1, runs * run)[:, :k]
     short = ctx_r <= k
     if short.any():
         lane = np.arange(k, dtype=np.int64)[None, :]

@@ -79,11 +79,13 @@ def _kernel():
 
 def copy_units(src: torch.Tensor, dst: torch.Tensor, src_row: torch.Tensor, dst_row: torch.Tensor,
                bounds: torch.Tensor, lo_idx: int, hi_idx: int, unit_words: int, row_words: int,
-               max_units: int, grid: int | None = None, num_warps: int = 4, backend: str = "auto") -> None:
+               max_units: int, row_align: int = 1, grid: int | None = None, num_warps: int = 4,
+               backend: str = "auto") -> None:
     """dst rows dst_row[i] .. +unit_words words = src rows src_row[i] .., for i in [bounds[lo_idx], bounds[hi_idx]).
 
     src / dst: int32 word views (`words`); rows are row_words words apart; entries with a negative
-    row are skipped. max_units bounds hi - lo (it sizes the grid; fixed for graph capture).
+    row are skipped. max_units bounds hi - lo (it sizes the grid; fixed for graph capture). Every row
+    listed is a multiple of row_align (a page start), which lets the kernel use wider loads.
     backend: "triton" (the kernel; CUDA, or CPU under TRITON_INTERPRET=1), "torch" (indexing, host
     reads of the bounds), "auto" = triton on CUDA, torch elsewhere.
     """
@@ -91,7 +93,8 @@ def copy_units(src: torch.Tensor, dst: torch.Tensor, src_row: torch.Tensor, dst_
         raise ValueError(f"backend={backend!r} is not one of ('auto', 'triton', 'torch')")
     if backend == "triton" or (backend == "auto" and dst.device.type == "cuda"):
         units, block = tile_shape(unit_words)
-        vec = 4 if row_words % 4 == 0 else (2 if row_words % 2 == 0 else 1)
+        align = row_align * row_words
+        vec = 4 if align % 4 == 0 and unit_words % 4 == 0 else (2 if align % 2 == 0 and unit_words % 2 == 0 else 1)
         if grid is None:
             grid = max(1, min(-(-max_units // units), 4 * _num_sms(dst.device)))
         _kernel()[(grid,)](src, dst, src_row, dst_row, bounds, lo_idx, hi_idx, unit_words, row_words,

@@ -144,12 +144,13 @@ class HostKVTier:
             for layer in range(self.spec.num_layers):
                 src = self.host_w[layer] if source is None else words(source[layer])
                 copy_units(src, self.dev_w[layer], src_row, dst_row, bounds, 0, 1, self.unit_words, self.row_words,
-                           max_units=len(pages))
+                           max_units=len(pages), row_align=self.spec.page_rows)
 
     def fetch(self, layer: int, res: LayerResolution, b0: int, b1: int) -> None:
         """Gather the misses of requests [b0, b1) of this layer's resolution into their cache slots."""
         copy_units(self.host_w[layer], self.dev_w[layer], res.miss_src_row, res.miss_dst_row, res.miss_bounds,
-                   b0, b1, self.unit_words, self.row_words, max_units=(b1 - b0) * self.spec.topk)
+                   b0, b1, self.unit_words, self.row_words, max_units=(b1 - b0) * self.spec.topk,
+                   row_align=self.spec.page_rows)
 
     def append(self, new_rows: torch.Tensor) -> None:
         """Write one decoded token per admitted request: new_rows [L, B, E] on the device."""
