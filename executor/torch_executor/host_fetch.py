@@ -53,8 +53,12 @@ def _kernel():
     import triton.language as tl
 
     @triton.jit
-    def copy_units_kernel(src, dst, src_row, dst_row, bounds, lo_idx, hi_idx, unit_words, row_words,
+    def copy_units_kernel(src, dst, src_row, dst_row, bounds, lo_idx, hi_idx, unit_vecs, align_rows, align_vecs,
                           UNITS: tl.constexpr, BLOCK: tl.constexpr, VEC: tl.constexpr):
+        # sizes in VEC-word vectors: a listed row is a multiple of align_rows, whose span is align_vecs
+        # vectors; multiplying by the constexpr VEC is how the compiler learns it may issue VEC-word
+        # loads (tl.multiple_of on a select crashed Triton 3.6's layout pass)
+        unit_words = unit_vecs * VEC
         pid, nprog = tl.program_id(0), tl.num_programs(0)
         lo = tl.load(bounds + lo_idx)
         hi = tl.load(bounds + hi_idx)
@@ -66,8 +70,8 @@ def _kernel():
             s = tl.load(src_row + u, mask=live, other=-1)
             d = tl.load(dst_row + u, mask=live, other=-1)
             ok = (s >= 0) & (d >= 0)
-            s_off = tl.multiple_of(tl.where(ok, s, 0) * row_words, VEC)
-            d_off = tl.multiple_of(tl.where(ok, d, 0) * row_words, VEC)
+            s_off = (s // align_rows) * align_vecs * VEC
+            d_off = (d // align_rows) * align_vecs * VEC
             for w0 in range(0, unit_words, BLOCK):
                 w = w0 + lanes
                 m = ok[:, None] & (w < unit_words)[None, :]
@@ -93,12 +97,12 @@ def copy_units(src: torch.Tensor, dst: torch.Tensor, src_row: torch.Tensor, dst_
         raise ValueError(f"backend={backend!r} is not one of ('auto', 'triton', 'torch')")
     if backend == "triton" or (backend == "auto" and dst.device.type == "cuda"):
         units, block = tile_shape(unit_words)
-        align = row_align * row_words
-        vec = 4 if align % 4 == 0 and unit_words % 4 == 0 else (2 if align % 2 == 0 and unit_words % 2 == 0 else 1)
+        span = row_align * row_words
+        vec = next(v for v in (4, 2, 1) if span % v == 0 and unit_words % v == 0)
         if grid is None:
             grid = max(1, min(-(-max_units // units), 4 * _num_sms(dst.device)))
-        _kernel()[(grid,)](src, dst, src_row, dst_row, bounds, lo_idx, hi_idx, unit_words, row_words,
-                           UNITS=units, BLOCK=block, VEC=vec, num_warps=num_warps)
+        _kernel()[(grid,)](src, dst, src_row, dst_row, bounds, lo_idx, hi_idx, unit_words // vec, row_align,
+                           span // vec, UNITS=units, BLOCK=block, VEC=vec, num_warps=num_warps)
         return
     lo, hi = int(bounds[lo_idx]), int(bounds[hi_idx])
     s, d = src_row[lo:hi].cpu(), dst_row[lo:hi].cpu()
