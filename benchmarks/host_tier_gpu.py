@@ -295,10 +295,10 @@ class StepBench:
         torch.cuda.synchronize()
         s1 = tier.cache.stats.clone()
         comp = {}
-        for name in ("resolve", "resolve_fetch"):
-            ev = _events(4)
+        for j, name in enumerate(("resolve_fetch", "resolve")):  # fresh trace steps for each: a step
+            ev = _events(4)                                       # resolved once is all hits the next time
             for i, (a, b) in enumerate(ev):
-                idx.copy_(tr_dev[warm + timed + i])
+                idx.copy_(tr_dev[warm + timed + 4 * j + i])
                 a.record()
                 graphs[name].replay()
                 b.record()

@@ -315,10 +315,12 @@ class HostTierCache:
         overflow = o.clamp_min(n_miss - o.sum_rows(o.as_int(victim)), 0)  # [B]
         vpos = o.where(victim, o.cumsum_rows(o.as_int(victim)) - 1, K)
         victims = o.full((B, K + 1), S)  # rank -> local slot; S (the dump slot) past the victims
-        o.put_rows(victims, vpos, o.arange(S + 1)[None, :])
+        # NOTE: every write a scatter sends to a dump column carries the same value, so the result does
+        # not depend on which of the colliding writes lands (a GPU scatter picks any of them)
+        o.put_rows(victims, vpos, o.where(victim, o.arange(S + 1)[None, :], S))
 
         # install: miss of rank r takes victim r; evicted pages leave the directory first
-        vslot = o.take_rows(victims, o.where(first, rank, K))  # [B, K]; S where no miss or no victim
+        vslot = o.where(first, o.take_rows(victims, o.where(first, rank, K)), S)  # [B, K]; S: no miss / no victim
         placed = first & (vslot < S)
         old = o.take_rows(slot_page, vslot)
         o.put_rows(directory, o.where(placed & (old >= 0), old, NP), -1)

@@ -8,15 +8,37 @@ that no page is lost or held twice and that budgets hold.
 import numpy as np
 import pytest
 
-from executor.host_cache import (DISABLED, FREE, HostCacheSpec, HostTierCache, OutOfSlots, WorkingSetTooLarge,
-                                 budget_pages_for, pages_for)
+from executor.host_cache import (DISABLED, FREE, HostCacheSpec, HostTierCache, NumpyOps, OutOfSlots,
+                                 WorkingSetTooLarge, budget_pages_for, pages_for)
 from executor.sparse_trace import TopKTraceSpec, step_overlap, topk_trace
 
 
-def make(layers=1, rows=1, page_rows=1, max_pages=16, budget=4, topk=2, buckets=8, total=64):
+class StrictOps(NumpyOps):
+    """NumpyOps whose scatters fail when two writes to one place carry different values: numpy keeps the
+    last, a GPU scatter any of them, so the resolver must never depend on which one lands."""
+
+    @staticmethod
+    def _agree(idx, values):
+        order = np.argsort(idx, kind="stable")
+        i, v = idx[order], values[order]
+        clash = (i[1:] == i[:-1]) & (v[1:] != v[:-1])
+        assert not clash.any(), f"conflicting writes to index {i[1:][clash][:3]}"
+
+    def put_rows(self, a, idx, values):
+        v = np.broadcast_to(values, idx.shape)
+        for r in range(idx.shape[0]):
+            self._agree(idx[r], v[r])
+        super().put_rows(a, idx, values)
+
+    def put(self, a, idx, values):
+        self._agree(idx, np.broadcast_to(values, idx.shape))
+        super().put(a, idx, values)
+
+
+def make(layers=1, rows=1, page_rows=1, max_pages=16, budget=4, topk=2, buckets=8, total=64, ops=None):
     spec = HostCacheSpec(num_layers=layers, max_requests=rows, page_rows=page_rows, max_pages=max_pages,
                          max_budget_pages=budget, topk=topk, num_buckets=buckets)
-    return HostTierCache(spec, total_slots=total)
+    return HostTierCache(spec, total_slots=total, ops=ops)
 
 
 def run(cache, steps, layer=0):
@@ -146,7 +168,7 @@ def test_random_traces_match_the_plain_model_and_lose_nothing(page_rows, buckets
     max_pages = pages_for(300, page_rows)
     budgets = [max(k + 1, budget_pages_for(n, 0.6, page_rows)) for n in ctx]
     budgets = [min(b, max(k + 1, pages_for(n, page_rows))) for b, n in zip(budgets, ctx)]
-    c = make(layers, rows, page_rows, max_pages, max(budgets), k, buckets, total=sum(budgets) + 5)
+    c = make(layers, rows, page_rows, max_pages, max(budgets), k, buckets, total=sum(budgets) + 5, ops=StrictOps())
     for b, n in enumerate(ctx):
         c.admit(b, n, budgets[b])
     models = {(layer, b): ModelLRU(budgets[b], buckets) for layer in range(layers) for b in range(rows)}
