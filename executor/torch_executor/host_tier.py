@@ -148,13 +148,25 @@ class HostKVTier:
                            max_units=len(pages), row_align=self.spec.page_rows)
 
     def fetch(self, layer: int, res: LayerResolution, b0: int, b1: int) -> None:
-        """Gather the misses of requests [b0, b1) of this layer's resolution into their cache slots."""
+        """Gather the misses of requests [b0, b1) of this layer's resolution into their cache slots.
+
+        NOTE: always the zero-copy kernel: it is the fastest path measured for every unit of 584 B and
+        more (benchmarks/results/host_tier/README.md), and batched copies would need the miss list on
+        the host, a sync per layer. The one slower case, 132-B indexer keys, stays on the GPU in the
+        engines (SGLang HiSparse keeps DeepSeek-V4's C4 indexer device-resident).
+        """
         copy_units(self.host_w[layer], self.dev_w[layer], res.miss_src_row, res.miss_dst_row, res.miss_bounds,
                    b0, b1, self.unit_words, self.row_words, max_units=(b1 - b0) * self.spec.topk,
                    row_align=self.spec.page_rows)
 
     def append(self, new_rows: torch.Tensor) -> None:
-        """Write one decoded token per admitted request: new_rows [L, B, E] on the device."""
+        """Write one decoded token per admitted request: new_rows [L, B, E] on the device.
+
+        NOTE: write-through in stream order (host row, and the cache row when its page is resident),
+        so a later miss on that page fetches the new token too. SGLang HiSparse instead backs the
+        previous token up to host asynchronously ("eager backup", docs/advanced_features/
+        hisparse_guide.md); the bytes are the same, B rows per layer per step.
+        """
         host_row, dev_row = self.cache.append_token()
         B, d = self.spec.max_requests, self.dev.device
         src_row = torch.arange(B, dtype=torch.int64, device=d)

@@ -1,4 +1,4 @@
-"""The host tier's cache manager (executor.host_cache, numpy) and the synthetic top-k traces.
+"""The host tier's cache manager (executor.host_cache, numpy).
 
 Golden cases spell out the bucketed LRU's arithmetic; a plain-Python model of the same policy
 (dicts and sorted lists) checks the vectorized resolver on random traces, with the invariants
@@ -10,7 +10,7 @@ import pytest
 
 from executor.host_cache import (DISABLED, FREE, HostCacheSpec, HostTierCache, NumpyOps, OutOfSlots,
                                  WorkingSetTooLarge, budget_pages_for, pages_for)
-from executor.sparse_trace import TopKTraceSpec, step_overlap, topk_trace
+from executor.sparse_trace import TopKTraceSpec, topk_trace
 
 
 class StrictOps(NumpyOps):
@@ -206,17 +206,3 @@ def test_append_token_writes_through():
     assert host.tolist() == [5, -1]  # row 1 holds no request
     assert dev.tolist() == [[0 * 4 + 1, -1]]  # page 1 sits in device slot 0; offset 5 % 4
     assert c.ctx_rows.tolist() == [6, 0]
-
-
-def test_trace_reuse_clusters_and_short_contexts():
-    spec = TopKTraceSpec(topk=256, reuse=0.75, cluster_rows=16, seed=3)
-    tr = topk_trace(spec, [50_000, 100, 40_000], num_layers=2, num_steps=6)
-    assert tr.shape == (6, 2, 3, 256)
-    assert (tr[:, :, 1, :100] == np.arange(100)).all() and (tr[:, :, 1, 100:] == -1).all()
-    assert (tr[:, :, 0] < 50_000).all() and (tr[:, :, 2] < 40_000).all() and (tr[:, :, [0, 2]] >= 0).all()
-    long = tr[:, :, [0, 2]]
-    assert 0.75 <= step_overlap(long) <= 0.8  # reuse plus chance collisions
-    fresh = np.sort(long[1:, ..., 192:], axis=-1)  # the fresh quarter: runs of 16
-    assert (np.diff(fresh, axis=-1) == 1).mean() > 0.85
-    with pytest.raises(ValueError, match=r"TopKTraceSpec.reuse=1.5 must be in \[0, 1\]"):
-        TopKTraceSpec(reuse=1.5)
