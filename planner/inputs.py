@@ -51,8 +51,14 @@ _KIND = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "
          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
 
 
+def shown_path(path, limit: int = 160) -> str:
+    """A path as an error line shows it: whole, or its two ends around an ellipsis if very long."""
+    p = os.fspath(path)
+    return p if len(p) <= limit else p[: limit // 2] + "…" + p[-(limit // 2):]
+
+
 def _size(n: int) -> str:
-    return f"{n / MiB:.0f} MiB" if n >= MiB else f"{n / KiB:.0f} KiB" if n >= KiB else f"{n} bytes"
+    return f"{n // MiB} MiB" if n and n % MiB == 0 else f"{n // KiB} KiB" if n and n % KiB == 0 else f"{n:,} bytes"
 
 
 def _not_regular(mode: int) -> str | None:
@@ -62,18 +68,26 @@ def _not_regular(mode: int) -> str | None:
     return None if stat.S_ISREG(mode) else "not a regular file"
 
 
+def is_file(path) -> bool:
+    """Path.is_file, but False for a name no file system holds (a NUL, a component over 255 bytes)."""
+    try:
+        return Path(path).is_file()
+    except (OSError, ValueError):
+        return False
+
+
 def path_kind(path, what: str) -> str:
     """'missing', 'file', 'folder' or 'other' (a FIFO, a device…) for a name given as a file; a name
     no file system can hold (a NUL, a component over 255 bytes) is one SpecError line."""
     p = os.fspath(path)
     if "\0" in p:
-        raise SpecError(f"{what} {p!r}: a path cannot hold a NUL character")
+        raise SpecError(f"{what} {shown_path(p)!r}: a path cannot hold a NUL character")
     try:
         st = os.stat(p)
     except (FileNotFoundError, NotADirectoryError):
         return "missing"
     except OSError as exc:
-        raise SpecError(f"{what} {p[:300]}: {exc.strerror}") from None
+        raise SpecError(f"{what} {shown_path(p)}: {exc.strerror}") from None
     return "file" if stat.S_ISREG(st.st_mode) else "folder" if stat.S_ISDIR(st.st_mode) else "other"
 
 
@@ -82,34 +96,35 @@ def read_bytes_file(path, what: str, max_bytes: int) -> bytes:
 
     `what` names the file's kind as the user knows it ("calibration file", "workload file")."""
     p = os.fspath(path)
+    shown = shown_path(p)
     if "\0" in p:
-        raise SpecError(f"{what} {p!r}: a path cannot hold a NUL character")
+        raise SpecError(f"{what} {shown!r}: a path cannot hold a NUL character")
     try:
         st = os.stat(p)
     except (FileNotFoundError, NotADirectoryError):
-        raise SpecError(f"{what} not found: {p}") from None
+        raise SpecError(f"{what} not found: {shown}") from None
     except OSError as exc:
-        raise SpecError(f"cannot read {what} {p}: {exc.strerror}") from None
+        raise SpecError(f"cannot read {what} {shown}: {exc.strerror}") from None
     kind = _not_regular(st.st_mode)
     if kind:
-        raise SpecError(f"{what} {p} is {kind}, not a regular file")
+        raise SpecError(f"{what} {shown} is {kind}, not a regular file")
     if st.st_size > max_bytes:
-        raise SpecError(f"{what} {p} is {_size(st.st_size)}, over the {_size(max_bytes)} limit for a {what}")
+        raise SpecError(f"{what} {shown} is {_size(st.st_size)}, over the {_size(max_bytes)} limit for a {what}")
     try:
         # NOTE: O_NONBLOCK: if the path became a FIFO since the stat, opening it must not wait for a writer.
         fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
-        raise SpecError(f"cannot read {what} {p}: {exc.strerror}") from None
+        raise SpecError(f"cannot read {what} {shown}: {exc.strerror}") from None
     with os.fdopen(fd, "rb", buffering=0) as fh:
         kind = _not_regular(os.fstat(fd).st_mode)
         if kind:
-            raise SpecError(f"{what} {p} is {kind}, not a regular file")
+            raise SpecError(f"{what} {shown} is {kind}, not a regular file")
         try:
             data = fh.read(max_bytes + 1)
         except OSError as exc:
-            raise SpecError(f"cannot read {what} {p}: {exc.strerror}") from None
+            raise SpecError(f"cannot read {what} {shown}: {exc.strerror}") from None
     if data is None or len(data) > max_bytes:  # None: a non-blocking read found nothing ready
-        raise SpecError(f"{what} {p} grew past the {_size(max_bytes)} limit for a {what} while being read")
+        raise SpecError(f"{what} {shown} grew past the {_size(max_bytes)} limit for a {what} while being read")
     return data
 
 
@@ -127,7 +142,7 @@ def decode_text(data: bytes, what: str, path) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         line, col = line_column(data, exc.start)
-        raise SpecError(f"{what} {os.fspath(path)}: not UTF-8 text: byte 0x{data[exc.start]:02x} at line {line} "
+        raise SpecError(f"{what} {shown_path(path)}: not UTF-8 text: byte 0x{data[exc.start]:02x} at line {line} "
                         f"column {col}") from None
 
 
@@ -175,7 +190,7 @@ def parse_json_text(text: str, what: str, path, max_depth: int = JSON_MAX_DEPTH,
     try:
         return json_value(text, max_depth, finite)
     except SpecError as exc:
-        raise SpecError(f"{what} {os.fspath(path)}: {exc}") from None
+        raise SpecError(f"{what} {shown_path(path)}: {exc}") from None
 
 
 def json_value(text: str, max_depth: int = JSON_MAX_DEPTH, finite: bool = True) -> Any:
@@ -208,7 +223,7 @@ def parse_yaml_text(text: str, what: str, path, max_depth: int = YAML_MAX_DEPTH)
     """YAML text → Python objects (safe loader): nesting ≤ max_depth, no anchors/aliases, numbers finite."""
     import yaml
 
-    where = f"{what} {os.fspath(path)}"
+    where = f"{what} {shown_path(path)}"
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
         depth = 0
@@ -303,43 +318,44 @@ def check_output_path(path, what: str, *, suffixes: tuple[str, ...] | None = Non
     of ≤ 255 bytes with one of `suffixes` (if given), its folder exists and is writable, and it is
     not a folder, a FIFO or a device. Whether an existing file may be replaced is the caller's rule."""
     text = os.fspath(path)
+    shown = shown_path(text)
     if not text.strip():
         raise SpecError(f"{what}: the path is empty")
     if "\0" in text:
-        raise SpecError(f"{what} {text!r}: a path cannot hold a NUL character")
+        raise SpecError(f"{what} {shown!r}: a path cannot hold a NUL character")
     p = Path(text)
     if text.endswith(("/", os.sep)) or p.name in ("", ".", ".."):
-        raise SpecError(f"{what} {text}: names a folder, not a file")
+        raise SpecError(f"{what} {shown}: names a folder, not a file")
     n = len(os.fsencode(p.name))
     if n > NAME_MAX_BYTES:
         raise SpecError(f"{what}: the file name is {n} bytes long, over the {NAME_MAX_BYTES}-byte limit of a file name")
     if len(os.fsencode(os.path.abspath(text))) > PATH_MAX_BYTES:
         raise SpecError(f"{what}: the path is longer than {PATH_MAX_BYTES} bytes")
     if suffixes is not None and p.suffix.lower() not in suffixes:
-        raise SpecError(f"{what} {text}: use a {', '.join(suffixes[:-1])} or {suffixes[-1]} file name"
-                        if len(suffixes) > 1 else f"{what} {text}: use a {suffixes[0]} file name")
+        raise SpecError(f"{what} {shown}: use a {', '.join(suffixes[:-1])} or {suffixes[-1]} file name"
+                        if len(suffixes) > 1 else f"{what} {shown}: use a {suffixes[0]} file name")
     parent = p.parent
     try:
         pst = os.stat(parent)
     except FileNotFoundError:
-        raise SpecError(f"{what} {text}: folder {parent} does not exist") from None
+        raise SpecError(f"{what} {shown}: folder {shown_path(parent)} does not exist") from None
     except OSError as exc:
-        raise SpecError(f"{what} {text}: folder {parent}: {exc.strerror}") from None
+        raise SpecError(f"{what} {shown}: folder {shown_path(parent)}: {exc.strerror}") from None
     if not stat.S_ISDIR(pst.st_mode):
-        raise SpecError(f"{what} {text}: {parent} is not a folder")
+        raise SpecError(f"{what} {shown}: {shown_path(parent)} is not a folder")
     if not os.access(parent, os.W_OK | os.X_OK):
-        raise SpecError(f"{what} {text}: folder {parent} is not writable")
+        raise SpecError(f"{what} {shown}: folder {shown_path(parent)} is not writable")
     try:
         st = os.stat(p)
     except FileNotFoundError:
         return p
     except OSError as exc:
-        raise SpecError(f"{what} {text}: {exc.strerror}") from None
+        raise SpecError(f"{what} {shown}: {exc.strerror}") from None
     kind = _not_regular(st.st_mode)
     if kind:
-        raise SpecError(f"{what} {text} is {kind}, not a file that can be written")
+        raise SpecError(f"{what} {shown} is {kind}, not a file that can be written")
     if not os.access(p, os.W_OK):
-        raise SpecError(f"{what} {text} exists and is not writable")
+        raise SpecError(f"{what} {shown} exists and is not writable")
     return p
 
 
@@ -357,4 +373,4 @@ def write_text_file(path, text: str, what: str) -> None:
             os.unlink(tmp)
         except OSError:
             pass
-        raise SpecError(f"cannot write {what} {p}: {exc.strerror}") from None
+        raise SpecError(f"cannot write {what} {shown_path(p)}: {exc.strerror}") from None

@@ -63,9 +63,14 @@ def _check_n(n: int) -> None:
         raise SpecError(f"requests={n} must be a whole number in [1, 10,000,000]")
 
 
+# NOTE: a rate outside this range is no workload (one request a fortnight, or a billion a second),
+# and one near 0 makes 1/rate infinite: every arrival at t = inf and a simulation that never ends.
+MIN_RATE_PER_S, MAX_RATE_PER_S = 1e-6, 1e9
+
+
 def _check_rate(rate_per_s: float) -> None:
-    if not math.isfinite(rate_per_s) or rate_per_s <= 0:
-        raise SpecError(f"rate={rate_per_s} must be a positive number of requests per second")
+    if not math.isfinite(rate_per_s) or not MIN_RATE_PER_S <= rate_per_s <= MAX_RATE_PER_S:
+        raise SpecError(f"rate={rate_per_s:g} must be between {MIN_RATE_PER_S:g} and {MAX_RATE_PER_S:g} requests per second")
 
 
 def chat(n: int, seed: int = 0, rate_per_s: float = CHAT_RATE_PER_S) -> Workload:
@@ -150,8 +155,8 @@ def make_workload(name: str, n: int, seed: int = 0, rate_per_s: float | None = N
         _check_n(n)
     if isinstance(seed, bool) or int(seed) != seed or seed < 0:
         raise SpecError(f"seed={seed} must be a whole number ≥ 0")
-    if rate_per_s is not None and not (np.isfinite(rate_per_s) and rate_per_s > 0):
-        raise SpecError(f"rate={rate_per_s} must be a positive number of requests per second")
+    if rate_per_s is not None:
+        _check_rate(rate_per_s)
     if name == "chat":
         return chat(n, seed, rate_per_s or CHAT_RATE_PER_S)
     if name == "bursty":

@@ -16,7 +16,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from planner.errors import SpecError
-from planner.inputs import HARDWARE_MAX_BYTES, load_yaml_file, path_kind
+from planner.inputs import HARDWARE_MAX_BYTES, load_yaml_file, is_file, path_kind, shown_path
 
 DATA_DIR = Path(__file__).parent / "data"
 
@@ -132,12 +132,12 @@ def _stamp(path: str) -> tuple[int, int]:
 def load_hardware(name_or_path: str) -> HardwareSpec:
     """A built-in GPU by name (case-insensitive) or any YAML file by path."""
     builtin = DATA_DIR / f"{name_or_path.lower()}.yaml"
-    if "/" not in name_or_path and "\0" not in name_or_path and builtin.is_file():
+    if "/" not in name_or_path and is_file(builtin):
         return _load_cached(str(builtin), _stamp(str(builtin)))
     path = Path(name_or_path)
     kind = path_kind(path, "hardware file")
     if path.suffix in (".yaml", ".yml") or kind != "missing":
         if kind == "missing":
-            raise SpecError(f"hardware file not found: {name_or_path}")
+            raise SpecError(f"hardware file not found: {shown_path(name_or_path)}")
         return _load_cached(str(path.resolve()), _stamp(str(path)))
-    raise SpecError(f"unknown hardware '{name_or_path}'; built in: {', '.join(builtin_hardware_names())}, or a path to a YAML file")
+    raise SpecError(f"unknown hardware '{shown_path(name_or_path)}'; built in: {', '.join(builtin_hardware_names())}, or a path to a YAML file")

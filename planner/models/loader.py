@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from planner.errors import SpecError
-from planner.inputs import MODEL_CONFIG_MAX_BYTES, check_number, load_json_file, path_kind
+from planner.inputs import MODEL_CONFIG_MAX_BYTES, check_number, load_json_file, is_file, path_kind, shown_path
 from planner.models.attention.base import variant_from_hf_config
 from planner.models.mlp.base import mlp_from_hf_config
 from planner.models.spec import ModelSpec
@@ -60,8 +60,8 @@ CONFIG_INT_MAX = 2**31 - 1
 def check_config_fields(cfg: dict[str, Any], where: str) -> None:
     """Types, ranges and cross-field sanity of the config fields the planner reads, checked once
     before any variant sees them: a string, list or fraction in an integer field, a negative size,
-    more leading dense layers than layers, a layer mask of the wrong length. (The MoE's own rules,
-    such as top-k ≤ experts, live in planner.models.mlp.moe.)"""
+    more key-value heads than heads, a layer index or mask that doesn't fit the layers. (The MoE's
+    own rules — top-k ≤ experts, dense layers ≤ layers — live in planner.models.mlp.moe.)"""
     for key, lo in CONFIG_INT_FIELDS.items():
         v = cfg.get(key)
         if v is None or (key == "sliding_window" and v is False):
@@ -86,10 +86,6 @@ def check_config_fields(cfg: dict[str, Any], where: str) -> None:
         if isinstance(freq, bool) or not isinstance(freq, (int, float)):
             raise SpecError(f"{where}: field 'moe_layer_freq'={freq!r} must be an integer or a per-layer list")
         check_number(freq, f"{where}: field 'moe_layer_freq'", lo=1, hi=CONFIG_INT_MAX, integer=True)
-    dense = (cfg.get("first_k_dense_replace") or 0) + len(only or ())
-    if layers is not None and dense > layers and not isinstance(freq, list):
-        raise SpecError(f"{where}: {dense} dense layers (first_k_dense_replace + mlp_only_layers) "
-                        f"exceed num_hidden_layers={layers}")
     heads, kv = cfg.get("num_attention_heads"), cfg.get("num_key_value_heads")
     if heads is not None and kv is not None and kv > heads:
         raise SpecError(f"{where}: num_key_value_heads={kv} exceeds num_attention_heads={heads}")
@@ -110,7 +106,8 @@ def model_from_hf_config(cfg: dict[str, Any], name: str) -> ModelSpec:
     if isinstance(cfg.get("text_config"), dict):  # multimodal wrappers keep the LM in text_config
         cfg = {**cfg["text_config"], "architectures": cfg.get("architectures")}
     archs = cfg.get("architectures")
-    arch = str(archs[0]) if isinstance(archs, list) and archs else str(cfg.get("model_type") or "unknown")
+    arch = str(archs[0]) if isinstance(archs, list) and archs else archs if isinstance(archs, str) and archs else \
+        str(cfg.get("model_type") or "unknown")
     for f in _UNMODELLED_FIELDS:
         if f in cfg:
             raise SpecError(f"{where}: architecture {arch} has field '{f}' (state-space/linear attention), which the planner cannot model")
@@ -174,7 +171,7 @@ def _stamp(path: str) -> tuple[int, int]:
 def load_model(name_or_path: str) -> ModelSpec:
     """A built-in card (case-insensitive name) or a config.json path (a directory holding one works too)."""
     card = CARDS_DIR / f"{name_or_path.lower()}.json"
-    if "/" not in name_or_path and "\0" not in name_or_path and card.is_file():
+    if "/" not in name_or_path and is_file(card):
         return _load_path(str(card), name_or_path.lower(), _stamp(str(card)))
     path = Path(name_or_path)
     kind = path_kind(path, "model config")
@@ -183,5 +180,5 @@ def load_model(name_or_path: str) -> ModelSpec:
     if kind in ("file", "other"):  # a FIFO or a device is refused by the read, not called missing
         return _load_path(str(path.resolve()), str(name_or_path), _stamp(str(path)))
     if path.suffix == ".json" or "/" in name_or_path:
-        raise SpecError(f"model config not found: {name_or_path}")
-    raise SpecError(f"unknown model '{name_or_path}'; built in: {', '.join(builtin_model_names())}, or a path to a config.json")
+        raise SpecError(f"model config not found: {shown_path(name_or_path)}")
+    raise SpecError(f"unknown model '{shown_path(name_or_path)}'; built in: {', '.join(builtin_model_names())}, or a path to a config.json")
