@@ -33,7 +33,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from planner.errors import SpecError
-from planner.inputs import CALIBRATION_MAX_BYTES, load_json_file, write_text_file
+from planner.inputs import CALIBRATION_MAX_BYTES, field_error, load_json_file, shown, write_text_file
 
 SCHEMA_VERSION = 1
 ARTIFACT_KIND = "floorfirst.calibration"
@@ -228,15 +228,13 @@ def load_calibration(path) -> Calibration:
     """Read a calibration artifact; a missing, malformed or out-of-range file is one SpecError line."""
     raw = load_json_file(path, "calibration file", CALIBRATION_MAX_BYTES)
     if not isinstance(raw, dict) or raw.get("kind") != ARTIFACT_KIND:
-        raise SpecError(f"calibration {path}: not a floorfirst calibration (kind={raw.get('kind') if isinstance(raw, dict) else None!r})")
+        raise SpecError(f"calibration {path}: not a floorfirst calibration (kind={shown(raw.get('kind') if isinstance(raw, dict) else None)})")
     if raw.get("schema_version") != SCHEMA_VERSION:
-        raise SpecError(f"calibration {path}: schema_version={raw.get('schema_version')!r}, this floorfirst reads {SCHEMA_VERSION}")
+        raise SpecError(f"calibration {path}: schema_version={shown(raw.get('schema_version'))}, this floorfirst reads {SCHEMA_VERSION}")
     try:
         return Calibration.model_validate(raw)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(x) for x in err["loc"])
-        raise SpecError(f"calibration {path}: field '{loc}'={err.get('input')!r}: {err['msg']}") from None
+        raise SpecError(f"calibration {path}: {field_error(exc)}") from None
 
 
 def save_calibration(cal: Calibration, path) -> None:

@@ -115,7 +115,7 @@ def read_bytes_file(path, what: str, max_bytes: int) -> bytes:
         fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
         raise SpecError(f"cannot read {what} {shown}: {exc.strerror}") from None
-    with os.fdopen(fd, "rb", buffering=0) as fh:
+    with os.fdopen(fd, "rb") as fh:  # buffered: read(n) loops until n bytes or the end
         kind = _not_regular(os.fstat(fd).st_mode)
         if kind:
             raise SpecError(f"{what} {shown} is {kind}, not a regular file")
@@ -123,7 +123,7 @@ def read_bytes_file(path, what: str, max_bytes: int) -> bytes:
             data = fh.read(max_bytes + 1)
         except OSError as exc:
             raise SpecError(f"cannot read {what} {shown}: {exc.strerror}") from None
-    if data is None or len(data) > max_bytes:  # None: a non-blocking read found nothing ready
+    if len(data) > max_bytes:
         raise SpecError(f"{what} {shown} grew past the {_size(max_bytes)} limit for a {what} while being read")
     return data
 
@@ -200,7 +200,7 @@ def json_value(text: str, max_depth: int = JSON_MAX_DEPTH, finite: bool = True) 
     except json.JSONDecodeError as exc:
         raise SpecError(f"malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
     except _NonFinite as exc:
-        m = _JSON_NONFINITE.search(_mask_strings(text))
+        m = _JSON_NONFINITE.search(_mask_strings(text[:MiB]))  # NOTE: bounded: the text past it may be malformed
         at = f" at {_at(text, m.start())}" if m else ""
         raise SpecError(f"{exc.args[0]}{at} is not a number (JSON has no NaN or Infinity)") from None
     except RecursionError:
@@ -264,6 +264,15 @@ def shown(value: Any, limit: int = 60) -> str:
     return r if len(r) <= limit else r[: limit - 1] + "…"
 
 
+def field_error(exc) -> str:
+    """A pydantic ValidationError's first error as "field 'a.b'=value: message" (no value for a
+    missing field: pydantic's input there is the whole enclosing object)."""
+    err = exc.errors()[0]
+    loc = ".".join(str(x) for x in err["loc"])
+    value = "" if err["type"] == "missing" else "=" + shown(err.get("input"))
+    return f"field '{loc}'{value}: {err['msg']}"
+
+
 def _key_path(parts) -> str:
     return "".join(f"[{p}]" if isinstance(p, int) else (f".{p}" if i else str(p)) for i, p in enumerate(parts)) or "(top)"
 
@@ -297,19 +306,19 @@ def check_number(value: Any, what: str, *, lo: float | None = None, hi: float | 
     """A finite number (an int if `integer`) in [lo, hi] (or (lo, hi] with lo_open), else one SpecError
     line naming `what`, the value and the limit. Strings, lists and bools are refused, not coerced."""
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise SpecError(f"{what}={value!r} must be a {'whole number' if integer else 'number'}, "
+        raise SpecError(f"{what}={shown(value)} must be a {'whole number' if integer else 'number'}, "
                         f"not {type(value).__name__}")
     v = float(value) if not isinstance(value, (int, np.integer)) else int(value)
     if isinstance(v, float) and not math.isfinite(v):
-        raise SpecError(f"{what}={value!r} must be a finite number")
+        raise SpecError(f"{what}={shown(value)} must be a finite number")
     if integer:
         if isinstance(v, float) and v != int(v):
-            raise SpecError(f"{what}={value!r} must be a whole number")
+            raise SpecError(f"{what}={shown(value)} must be a whole number")
         v = int(v)
     if lo is not None and (v <= lo if lo_open else v < lo):
-        raise SpecError(f"{what}={value!r} must be {'>' if lo_open else '≥'} {lo:g}")
+        raise SpecError(f"{what}={shown(value)} must be {'>' if lo_open else '≥'} {lo:g}")
     if hi is not None and v > hi:
-        raise SpecError(f"{what}={value!r} must be ≤ {hi:g}")
+        raise SpecError(f"{what}={shown(value)} must be ≤ {hi:g}")
     return v
 
 

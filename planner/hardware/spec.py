@@ -16,7 +16,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from planner.errors import SpecError
-from planner.inputs import HARDWARE_MAX_BYTES, load_yaml_file, is_file, path_kind, shown_path
+from planner.inputs import HARDWARE_MAX_BYTES, field_error, is_file, load_yaml_file, path_kind, shown_path
 
 DATA_DIR = Path(__file__).parent / "data"
 
@@ -89,9 +89,7 @@ def _parse(path: Path) -> HardwareSpec:
     try:
         spec = HardwareSpec.model_validate(raw)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(x) for x in err["loc"])
-        raise SpecError(f"hardware file {path}: field '{loc}': {err['msg']}") from None
+        raise SpecError(f"hardware file {path}: {field_error(exc)}") from None
     for field, value in spec.peak.model_dump().items():
         if isinstance(value, float) and not math.isfinite(value):
             raise SpecError(f"hardware file {path}: field 'peak.{field}' is not finite")

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from planner.errors import SpecError
-from planner.inputs import MODEL_CONFIG_MAX_BYTES, check_number, load_json_file, is_file, path_kind, shown_path
+from planner.inputs import MODEL_CONFIG_MAX_BYTES, check_number, is_file, load_json_file, path_kind, shown, shown_path
 from planner.models.attention.base import variant_from_hf_config
 from planner.models.mlp.base import mlp_from_hf_config
 from planner.models.spec import ModelSpec
@@ -67,7 +67,7 @@ def check_config_fields(cfg: dict[str, Any], where: str) -> None:
         if v is None or (key == "sliding_window" and v is False):
             continue
         if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise SpecError(f"{where}: field '{key}'={v!r} must be an integer, not {type(v).__name__}")
+            raise SpecError(f"{where}: field '{key}'={shown(v)} must be an integer, not {type(v).__name__}")
         check_number(v, f"{where}: field '{key}'", lo=lo, hi=CONFIG_INT_MAX, integer=True)
     layers = cfg.get("num_hidden_layers")
     only = cfg.get("mlp_only_layers")
@@ -84,7 +84,7 @@ def check_config_fields(cfg: dict[str, Any], where: str) -> None:
             raise SpecError(f"{where}: field 'moe_layer_freq' has {len(freq)} entries for num_hidden_layers={layers}")
     elif freq is not None:
         if isinstance(freq, bool) or not isinstance(freq, (int, float)):
-            raise SpecError(f"{where}: field 'moe_layer_freq'={freq!r} must be an integer or a per-layer list")
+            raise SpecError(f"{where}: field 'moe_layer_freq'={shown(freq)} must be an integer or a per-layer list")
         check_number(freq, f"{where}: field 'moe_layer_freq'", lo=1, hi=CONFIG_INT_MAX, integer=True)
     heads, kv = cfg.get("num_attention_heads"), cfg.get("num_key_value_heads")
     if heads is not None and kv is not None and kv > heads:
