@@ -68,6 +68,8 @@ def invocations(draw, ws: Workspace):
         opts = list(dict.fromkeys(["--calibration", "--profile", *opts]))
     if cmd == "microbench":
         opts = list(dict.fromkeys(["--from", *opts]))  # without --from it would need a GPU
+    if cmd == "calibrate":
+        opts = list(dict.fromkeys(["--out", *opts]))  # the default, ./calibration.json, is in the checkout
     if cmd == "simulate" and "--requests" not in opts:
         args += ["--requests", "5"]
     for o in opts:
