@@ -13,6 +13,12 @@ e_* ∈ (0, 1] are achieved fractions of the datasheet rates, so a calibrated pr
 below the datasheet floor max (the floors themselves stay untouched: this module only reads a
 `StepCost`). α = 0 is perfect overlap, α = 1 none.
 
+Validated at load, once (`load_calibration`), to the same ranges the fit is bounded to: every number
+finite, efficiencies in [EFF_MIN, 1], message latency in [0, MAX_LATENCY_S], overhead in
+[0, MAX_OVERHEAD_S], datasheet rates at least a byte (or FLOP) per second (and a bf16 rate present);
+outside them a prediction is infinite or NaN (an efficiency of 1e-320 divides a time by it) and a
+simulation priced by it never ends.
+
 Imports numpy, pydantic and json only: the CLI and the runtime policy load this module on
 every start. Fitting lives in `calibration.fit`.
 """
@@ -21,13 +27,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from planner.errors import SpecError
+from planner.inputs import CALIBRATION_MAX_BYTES, field_error, load_json_file, shown, write_text_file
 
 SCHEMA_VERSION = 1
 ARTIFACT_KIND = "floorfirst.calibration"
@@ -39,21 +45,30 @@ PARAM_NAMES: tuple[str, ...] = (
 )
 
 
+# NOTE: the fit's own bounds (calibration.fit EFF_MIN, MAX_LATENCY_S; a test keeps them equal): an
+# artifact the fit could not have written is refused. Overhead is bounded by the fit at the fastest
+# measured step; 10 s per step is far past any decode step and keeps predictions meaningful.
+EFF_MIN = 1e-3
+MAX_LATENCY_S = 1e-2
+MAX_OVERHEAD_S = 10.0
+MIN_RATE_PER_S = 1.0
+
+
 class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
 
 class FittedParams(_Frozen):
     """The fitted step model's parameters (see the module docstring for the formula)."""
 
-    hbm_weight_efficiency: float = Field(gt=0, le=1, description="Achieved/datasheet HBM rate when streaming weights.")
-    hbm_kv_efficiency: float = Field(gt=0, le=1, description="Achieved/datasheet HBM rate for KV and other non-weight bytes.")
-    compute_linear_efficiency: float = Field(gt=0, le=1, description="Achieved/datasheet FLOP/s of projection, MLP and LM-head GEMMs.")
-    compute_attention_efficiency: float = Field(gt=0, le=1, description="Achieved/datasheet bf16 FLOP/s of the attention core.")
-    network_efficiency: float = Field(gt=0, le=1, description="Achieved/datasheet link bandwidth of collectives.")
-    message_latency_s: float = Field(ge=0, description="Seconds per collective launch (per latency step).")
+    hbm_weight_efficiency: float = Field(ge=EFF_MIN, le=1, description="Achieved/datasheet HBM rate when streaming weights.")
+    hbm_kv_efficiency: float = Field(ge=EFF_MIN, le=1, description="Achieved/datasheet HBM rate for KV and other non-weight bytes.")
+    compute_linear_efficiency: float = Field(ge=EFF_MIN, le=1, description="Achieved/datasheet FLOP/s of projection, MLP and LM-head GEMMs.")
+    compute_attention_efficiency: float = Field(ge=EFF_MIN, le=1, description="Achieved/datasheet bf16 FLOP/s of the attention core.")
+    network_efficiency: float = Field(ge=EFF_MIN, le=1, description="Achieved/datasheet link bandwidth of collectives.")
+    message_latency_s: float = Field(ge=0, le=MAX_LATENCY_S, description="Seconds per collective launch (per latency step).")
     overlap_alpha: float = Field(ge=0, le=1, description="α in t = overhead + max + α·(sum − max); 0 = perfect overlap.")
-    overhead_s: float = Field(ge=0, description="Fixed per-step overhead (launch gaps, sampling, scheduling), seconds.")
+    overhead_s: float = Field(ge=0, le=MAX_OVERHEAD_S, description="Fixed per-step overhead (launch gaps, sampling, scheduling), seconds.")
 
     def vector(self) -> np.ndarray:
         return np.array([getattr(self, n) for n in PARAM_NAMES], dtype=np.float64)
@@ -67,9 +82,16 @@ class DatasheetRates(_Frozen):
     """The datasheet rates of the hardware the fit was made on (copied from its spec, never changed)."""
 
     hardware: str = Field(description="Hardware spec name, e.g. 'h200'.")
-    hbm_bytes_per_s: float = Field(gt=0)
-    flops_per_s: dict[str, float] = Field(description="Dense peak FLOP/s by compute dtype.")
-    link_bytes_per_s: float = Field(gt=0, description="Scale-up bandwidth per direction.")
+    hbm_bytes_per_s: float = Field(ge=MIN_RATE_PER_S)
+    flops_per_s: dict[str, Annotated[float, Field(ge=MIN_RATE_PER_S)]] = Field(description="Dense peak FLOP/s by compute dtype; bf16 required.")
+    link_bytes_per_s: float = Field(ge=MIN_RATE_PER_S, description="Scale-up bandwidth per direction.")
+
+    @field_validator("flops_per_s")
+    @classmethod
+    def _has_bf16(cls, v: dict[str, float]) -> dict[str, float]:
+        if "bf16" not in v:
+            raise ValueError("needs a 'bf16' rate (the attention core is priced at it)")
+        return v
 
 
 class DataSource(_Frozen):
@@ -203,27 +225,17 @@ def predict_from_features(f: StepFeatures, x: np.ndarray) -> np.ndarray:
 
 
 def load_calibration(path) -> Calibration:
-    """Read a calibration artifact; a missing or malformed file is one SpecError line."""
-    p = Path(path)
-    try:
-        raw = json.loads(p.read_text())
-    except FileNotFoundError:
-        raise SpecError(f"calibration file not found: {path}") from None
-    except OSError as exc:
-        raise SpecError(f"cannot read calibration {path}: {exc.strerror}") from None
-    except json.JSONDecodeError as exc:
-        raise SpecError(f"calibration {path}: malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    """Read a calibration artifact; a missing, malformed or out-of-range file is one SpecError line."""
+    raw = load_json_file(path, "calibration file", CALIBRATION_MAX_BYTES)
     if not isinstance(raw, dict) or raw.get("kind") != ARTIFACT_KIND:
-        raise SpecError(f"calibration {path}: not a floorfirst calibration (kind={raw.get('kind') if isinstance(raw, dict) else None!r})")
+        raise SpecError(f"calibration {path}: not a floorfirst calibration (kind={shown(raw.get('kind') if isinstance(raw, dict) else None)})")
     if raw.get("schema_version") != SCHEMA_VERSION:
-        raise SpecError(f"calibration {path}: schema_version={raw.get('schema_version')!r}, this floorfirst reads {SCHEMA_VERSION}")
+        raise SpecError(f"calibration {path}: schema_version={shown(raw.get('schema_version'))}, this floorfirst reads {SCHEMA_VERSION}")
     try:
         return Calibration.model_validate(raw)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(x) for x in err["loc"])
-        raise SpecError(f"calibration {path}: field '{loc}': {err['msg']}") from None
+        raise SpecError(f"calibration {path}: {field_error(exc)}") from None
 
 
 def save_calibration(cal: Calibration, path) -> None:
-    Path(path).write_text(cal.model_dump_json(indent=1) + "\n")
+    write_text_file(path, cal.model_dump_json(indent=1) + "\n", "calibration file")

@@ -12,18 +12,21 @@ They name no deployment in floorfirst's terms, so `defaults` (the CLI's `--set k
 `--metadata key=value` pairs saved in the result supply model, hardware, gpus, attn and moe.
 
 Bad rows become `RowIssue`s with their line number; nothing is dropped silently. Metadata
-columns outside the schema are ignored and named once in the notes.
+columns outside the schema are ignored and named once in the notes. A file is read once, through
+planner.inputs (regular files only, PROFILE_MAX_BYTES, UTF-8 with or without a BOM, bounded JSON
+nesting, finite numbers); its sha256 is of the bytes read.
 """
 
 from __future__ import annotations
 
 import csv
 import hashlib
-import json
+import io
 from pathlib import Path
 
 from calibration.schema import LoadedRow, Profile, RowIssue, parse_row
 from planner.errors import SpecError
+from planner.inputs import PROFILE_MAX_BYTES, decode_text, json_value, parse_json_text, read_bytes_file
 
 SERVING_SUMMARY_KEYS = ("completed", "total_input_tokens", "total_output_tokens")
 
@@ -62,8 +65,8 @@ def serving_summary_to_raw(d: dict) -> dict:
 
 
 class _Collector:
-    def __init__(self, path: Path, kind: str, defaults: dict | None):
-        self.path, self.kind, self.defaults = path, kind, defaults or {}
+    def __init__(self, path: Path, kind: str, defaults: dict | None, sha256: str):
+        self.path, self.kind, self.defaults, self.sha256 = path, kind, defaults or {}, sha256
         self.profile = Profile()
         self.ignored: set[str] = set()
 
@@ -89,79 +92,72 @@ class _Collector:
         p = self.profile
         if self.ignored:
             p.notes.append(f"{self.path}: ignored columns outside the schema: {', '.join(sorted(self.ignored))}")
-        p.sources.append(dict(path=str(self.path), sha256=file_sha256(self.path), kind=self.kind, rows=len(p.rows),
+        p.sources.append(dict(path=str(self.path), sha256=self.sha256, kind=self.kind, rows=len(p.rows),
                               rows_rejected=len(p.issues)))
         return p
 
 
-def _load_csv(path: Path, defaults) -> Profile:
-    c = _Collector(path, "profile_csv", defaults)
-    with open(path, newline="") as fh:
-        reader = csv.DictReader(fh)
+def _load_csv(path: Path, text: str, defaults, sha: str) -> Profile:
+    c = _Collector(path, "profile_csv", defaults, sha)
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    try:
         if not reader.fieldnames:
             raise SpecError(f"{path}: empty CSV (no header)")
         for raw in reader:
             if not any((v or "").strip() for v in raw.values() if isinstance(v, str)):
                 continue  # a blank line is not a row
             c.add(raw, reader.line_num)
+    except csv.Error as exc:
+        raise SpecError(f"{path}: unreadable CSV at line {reader.line_num}: {exc}") from None
     return c.done()
 
 
-def _load_jsonl(path: Path, defaults) -> Profile:
-    c = _Collector(path, "profile_jsonl", defaults)
-    with open(path) as fh:
-        for i, text in enumerate(fh, start=1):
-            if not text.strip():
-                continue
-            try:
-                raw = json.loads(text)
-            except json.JSONDecodeError as exc:
-                c.profile.issues.append(RowIssue(str(path), i, f"malformed JSON: {exc.msg}"))
-                continue
-            if is_serving_summary(raw) if isinstance(raw, dict) else False:
-                c.kind = "sglang"
-            c.add(raw, i)
+def _load_jsonl(path: Path, text: str, defaults, sha: str) -> Profile:
+    c = _Collector(path, "profile_jsonl", defaults, sha)
+    for i, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            raw = json_value(line)
+        except SpecError as exc:
+            c.profile.issues.append(RowIssue(str(path), i, str(exc)))
+            continue
+        if is_serving_summary(raw) if isinstance(raw, dict) else False:
+            c.kind = "sglang"
+        c.add(raw, i)
     return c.done()
 
 
-def _load_json(path: Path, defaults) -> Profile:
-    try:
-        doc = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise SpecError(f"{path}: malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+def _load_json(path: Path, text: str, defaults, sha: str) -> Profile:
+    doc = parse_json_text(text, "profile file", path)
     if isinstance(doc, dict) and "traceEvents" in doc:
         raise SpecError(f"{path}: a profiler trace is not a step profile; use calibration.trace.trace_breakdown")
     if isinstance(doc, dict) and doc.get("kind") == "floorfirst.microbench":
         raise SpecError(f"{path}: a microbench result is not a step profile; pass it with --microbench")
     if isinstance(doc, dict) and is_serving_summary(doc):
-        c = _Collector(path, "vllm", defaults)
+        c = _Collector(path, "vllm", defaults, sha)
         c.add(doc, 1)
         return c.done()
     rows = doc.get("rows") if isinstance(doc, dict) else doc
     if not isinstance(rows, list):
         raise SpecError(f"{path}: expected a vLLM result, a list of rows or {{\"rows\": [...]}}")
-    c = _Collector(path, "profile_json", defaults)
+    c = _Collector(path, "profile_json", defaults, sha)
     for i, raw in enumerate(rows, start=1):  # NOTE: 'line' is the row's index in the list here
         c.add(raw, i)
     return c.done()
 
 
+_FORMATS = {".csv": _load_csv, ".jsonl": _load_jsonl, ".ndjson": _load_jsonl, ".json": _load_json}
+
+
 def load_profile(path, defaults: dict | None = None) -> Profile:
     """One file → Profile. Unreadable files raise SpecError; bad rows become issues."""
     p = Path(path)
-    if not p.is_file():
-        raise SpecError(f"profile file not found: {path}")
     suffix = p.suffix.lower()
-    try:
-        if suffix == ".csv":
-            return _load_csv(p, defaults)
-        if suffix in (".jsonl", ".ndjson"):
-            return _load_jsonl(p, defaults)
-        if suffix == ".json":
-            return _load_json(p, defaults)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(f"cannot read profile {path}: {exc}") from None
-    raise SpecError(f"{path}: unknown profile format '{suffix}' (use .csv, .jsonl or .json)")
+    if suffix not in _FORMATS:
+        raise SpecError(f"{path}: unknown profile format '{suffix}' (use .csv, .jsonl or .json)")
+    data = read_bytes_file(p, "profile file", PROFILE_MAX_BYTES)
+    return _FORMATS[suffix](p, decode_text(data, "profile file", p), defaults, hashlib.sha256(data).hexdigest())
 
 
 def load_profiles(paths, defaults: dict | None = None) -> Profile:

@@ -60,7 +60,20 @@ ReserveOpt = Annotated[float, typer.Option("--reserve-gib", help="HBM per GPU he
 PricingOpt = Annotated[PricingChoice, typer.Option("--pricing", help="Price floors at datasheet peaks or at the hardware file's achieved efficiencies.")]
 CalibrationOpt = Annotated[Optional[str], typer.Option("--calibration", help="A calibration artifact (floorfirst calibrate); adds predicted_s.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document (units in keys).")]
-PlotOpt = Annotated[Optional[str], typer.Option("--plot", help="Write a PNG plot to this path.")]
+PLOT_SUFFIXES = (".png", ".svg", ".pdf")
+
+
+def _plot_path(value: str | None) -> str | None:
+    """--plot is checked as the options are parsed, before any work (planner.inputs.check_output_path)."""
+    if value is not None:
+        from planner.inputs import check_output_path
+
+        check_output_path(value, "--plot", suffixes=PLOT_SUFFIXES)
+    return value
+
+
+PlotOpt = Annotated[Optional[str], typer.Option("--plot", help="Write a plot to this path (.png, .svg or .pdf).",
+                                                callback=_plot_path)]
 
 DEFAULTS = dict(model="deepseek-v3.2", hardware="h200", gpus=8, batch=32, context="32k", mem_fraction=0.88)
 
@@ -139,28 +152,18 @@ def load_calibration(path: str | None):
     return _load(path)
 
 
-def to_jsonable(x: Any) -> Any:
-    if isinstance(x, dict):
-        return {str(k): to_jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [to_jsonable(v) for v in x]
-    if isinstance(x, np.ndarray):
-        return to_jsonable(x.tolist())
-    if isinstance(x, (np.floating, float)):
-        v = float(x)
-        return v if math.isfinite(v) else None
-    if isinstance(x, (np.integer,)):
-        return int(x)
-    if isinstance(x, np.bool_):
-        return bool(x)
-    if isinstance(x, Enum):
-        return x.value
-    return x
-
-
 def emit_json(command: str, doc: dict[str, Any]) -> None:
+    """Print one document after the guard (cli.documents): a NaN, an infinity where no undefined
+    value is allowed, or a negative time/size/capacity ends the command as an internal error."""
+    from cli.documents import DocumentError, checked_document, report
+
     out = {"schema": f"floorfirst.{command}/{SCHEMA_VERSION}", **doc}
-    sys.stdout.write(json.dumps(to_jsonable(out), indent=1) + "\n")
+    try:
+        text = json.dumps(checked_document(command, out), indent=1, allow_nan=False)
+    except DocumentError as exc:
+        report(exc)
+        raise
+    sys.stdout.write(text + "\n")
 
 
 def console():

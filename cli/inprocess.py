@@ -1,9 +1,18 @@
-"""Run floorfirst commands in-process and hand back the JSON document `--json` prints.
+"""Run floorfirst commands without a subprocess per call and hand back the JSON document `--json`
+prints: `CommandRunner` in this process, `WorkerPool` in worker processes with limits.
 
-The MCP server (cli/mcp_server.py) answers every tool through this, so a tool's answer is the
-document `floorfirst <command> … --json` prints: same option parsing, defaults, spec validation
-and code path, and no subprocess. A user error is a `CommandError` carrying the one line the
-CLI would print.
+The MCP server (cli/mcp_server.py) answers every tool through a `WorkerPool`, so a tool's answer
+is the document `floorfirst <command> … --json` prints: same option parsing, defaults, spec
+validation and code path. A user error is a `CommandError` carrying the one line the CLI would
+print; so is a call stopped at its limit, and an internal error.
+
+NOTE: why worker processes. A command prints its document on sys.stdout, a process-wide stream,
+so one process runs one command at a time; and a thread can't be stopped when its call runs past
+its deadline. A pool of processes runs calls side by side, a deadline kills the one worker that
+ran past it (the next call starts a fresh one), a memory limit per worker bounds what one call
+may take, and no lock is held while a call runs: the pool's lock only guards its list of idle
+workers. A worker is a fresh interpreter (`python -m cli.inprocess`) speaking one JSON line per
+request and reply; idle ones are reused, and a spare is kept started so no call waits for one.
 
 Does not: know any command's options (callers pass argv), compute anything, or print.
 """
@@ -15,56 +24,315 @@ import importlib
 import importlib.util
 import io
 import json
+import os
+import select
+import subprocess
+import sys
 import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Iterable
 
 import typer
 
 from planner.errors import SpecError
 
+KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
+
 
 class CommandError(Exception):
-    """A user error in a command's input: one line, as the CLI would print it (exit code 2)."""
+    """A call that produced no document: one line, as the CLI would print it."""
+
+
+def _module(name: str) -> str:
+    return name if "." in name else f"cli.commands.{name}"
 
 
 class CommandRunner:
-    """The given `cli.commands` modules registered on a private app; `run(command, args)` → doc.
-
-    A module that is not there (a command group not yet written) is left out; `commands` says
-    which commands exist.
-    """
+    """The given command modules (`cli.commands.<name>`, or a dotted path) registered on a private
+    app; `run(command, args)` → doc. A module that is not there (a command group not yet written)
+    is left out; `commands` says which commands exist."""
 
     def __init__(self, modules: Iterable[str]):
         from cli.main import click_exceptions
 
         app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
         for name in modules:
-            if importlib.util.find_spec(f"cli.commands.{name}") is None:
+            try:
+                if importlib.util.find_spec(_module(name)) is None:
+                    continue
+            except ModuleNotFoundError:
                 continue
-            importlib.import_module(f"cli.commands.{name}").register(app)
+            importlib.import_module(_module(name)).register(app)
         self._group = typer.main.get_command(app)
         self._usage_error = click_exceptions()[0]
         # NOTE: commands print their document on sys.stdout; capturing it means redirecting a
-        # process-wide stream, so one command runs at a time.
+        # process-wide stream, so one command runs at a time in one process (WorkerPool runs more).
         self._lock = threading.Lock()
 
     @property
     def commands(self) -> set[str]:
         return set(getattr(self._group, "commands", {}))
 
-    def run(self, command: str, args: list[str]) -> dict[str, Any]:
-        """`floorfirst <command> <args> --json`, in-process: the parsed document."""
+    def run_text(self, command: str, args: list[str]) -> str:
+        """`floorfirst <command> <args> --json`, in-process: the document's text."""
+        from cli.documents import DocumentError
+
         if command not in self.commands:
             raise CommandError(f"no command {command!r} here")
         out = io.StringIO()
-        with self._lock, contextlib.redirect_stdout(out):
+        with self._lock, contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
             try:
                 self._group.main(args=[command, *args, "--json"], prog_name="floorfirst", standalone_mode=False)
             except SpecError as exc:
                 raise CommandError(str(exc)) from None
             except self._usage_error as exc:
                 raise CommandError(exc.format_message().splitlines()[0]) from None
-        return json.loads(out.getvalue())
+            except DocumentError as exc:
+                raise CommandError(exc.message) from None
+        return out.getvalue()
+
+    def run(self, command: str, args: list[str]) -> dict[str, Any]:
+        return json.loads(self.run_text(command, args))
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one call may use. NOTE: defaults far above any real call (a 10,000-request simulate
+    takes seconds and tens of MiB) and far below what would stall or starve the server."""
+
+    time_s: float = 300.0  # wall clock, from the call's start to its answer
+    args_bytes: int = 64 * KiB  # the command line the arguments become
+    output_bytes: int = 32 * MiB  # the JSON document
+    memory_bytes: int | None = 8 * GiB  # address space of the worker (RLIMIT_AS); None: no limit
+
+
+def _worker_main(modules: tuple[str, ...], memory_bytes: int | None) -> None:
+    """A worker process (`python -m cli.inprocess`): answer one JSON request line at a time —
+    {command, args, cwd, output_bytes} → {status, payload, fatal} — until its stdin closes."""
+    # NOTE: the replies travel on a private copy of fd 1; fd 1 and 2 then point at /dev/null, so
+    # nothing a command (or a C library) prints can corrupt a reply.
+    channel = os.fdopen(os.dup(1), "w", encoding="utf-8")
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+    if memory_bytes:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
+    runner = CommandRunner(modules)
+    if "models" in runner.commands:
+        # NOTE: warm-up: the built-in cards are read and cached before the worker says it is
+        # ready, so a spare worker's first call costs what every later one does.
+        try:
+            runner.run_text("models", [])
+        except CommandError:
+            pass
+    channel.write(json.dumps({"status": "ready", "payload": "", "fatal": False}) + "\n")
+    channel.flush()
+    for line in sys.stdin:
+        req = json.loads(line)
+        command, fatal = req["command"], False
+        try:
+            os.chdir(req["cwd"])
+            text = runner.run_text(command, req["args"])
+            if len(text) > req["output_bytes"]:
+                reply = ("error", f"{command}: the answer is {len(text) / MiB:.1f} MiB, over the "
+                                  f"{req['output_bytes'] / MiB:.0f} MiB limit per call; ask for less "
+                                  "(fewer requests, a smaller grid)")
+            else:
+                reply = ("ok", text)
+        except CommandError as exc:
+            reply = ("error", str(exc))
+        except MemoryError:
+            limit = f"the {memory_bytes / GiB:.0f} GiB limit per call" if memory_bytes else "this machine has"
+            reply, fatal = ("error", f"{command}: needed more memory than {limit}"), True
+        except BaseException as exc:  # a bug: one line for the caller, and a fresh worker next time
+            first = (str(exc).splitlines() or [""])[0][:200]
+            reply, fatal = ("error", f"internal error in {command}: {type(exc).__name__}: {first}"), True
+        channel.write(json.dumps({"status": reply[0], "payload": reply[1], "fatal": fatal}) + "\n")
+        channel.flush()
+        if fatal:
+            return
+
+
+class _Worker:
+    """One worker process and the read side of its reply channel."""
+
+    def __init__(self, modules: tuple[str, ...], memory_bytes: int | None):
+        root = str(Path(__file__).resolve().parent.parent)  # where the cli package lives
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
+        # NOTE: a fresh interpreter, not a fork: the server process runs threads (the MCP event
+        # loop, its tool threads), and a fork of a threaded process can inherit a held lock.
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "cli.inprocess", json.dumps({"modules": modules, "memory_bytes": memory_bytes})],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, close_fds=True)
+        self._buf = b""
+        self.ready = False
+
+    def wait_ready(self, deadline: float) -> bool:
+        """Until the worker has started and said so (False at the deadline). EOFError if it ended."""
+        if not self.ready:
+            self.ready = self.receive(deadline, MiB) is not None
+        return self.ready
+
+    def send(self, request: dict) -> None:
+        self.proc.stdin.write((json.dumps(request) + "\n").encode())
+        self.proc.stdin.flush()
+
+    def receive(self, deadline: float, limit_bytes: int) -> dict | None:
+        """The next reply, or None at the deadline. EOFError if the worker ended."""
+        fd = self.proc.stdout.fileno()
+        while b"\n" not in self._buf:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                return None
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                raise EOFError
+            self._buf += chunk
+            if len(self._buf) > limit_bytes:
+                raise EOFError
+        line, _, self._buf = self._buf.partition(b"\n")
+        return json.loads(line)
+
+    def stop(self) -> int | None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            pass
+        for f in (self.proc.stdin, self.proc.stdout):
+            try:
+                f.close()
+            except OSError:
+                pass
+        return self.proc.returncode
+
+
+class WorkerPool:
+    """`run(command, args)` → doc, each call in a worker process under `Limits`; at most `workers`
+    calls run at once (a call that finds every worker busy waits, within its own time limit), and
+    `spare` idle workers are kept started so a call does not wait for an interpreter to start."""
+
+    def __init__(self, modules: Iterable[str], workers: int = 4, limits: Limits = Limits(), spare: int = 1):
+        self.modules = tuple(modules)
+        self.limits = limits
+        self.workers = max(1, int(workers))
+        self.spare = max(0, min(int(spare), self.workers))
+        self._commands = CommandRunner(self.modules).commands
+        self._idle: list[_Worker] = []
+        self._live = 0  # started and not stopped: idle, busy or starting
+        self._closed = False
+        self._cond = threading.Condition(threading.Lock())
+
+    @property
+    def commands(self) -> set[str]:
+        return set(self._commands)
+
+    @property
+    def idle(self) -> int:
+        with self._cond:
+            return len(self._idle)
+
+    def warm(self) -> None:
+        """Start the spare workers now, in the background."""
+        threading.Thread(target=self._refill, daemon=True, name="floorfirst-pool-refill").start()
+
+    def run(self, command: str, args: list[str]) -> dict[str, Any]:
+        lim = self.limits
+        if command not in self._commands:
+            raise CommandError(f"no command {command!r} here")
+        size = sum(len(a.encode("utf-8", errors="replace")) + 1 for a in args)
+        if size > lim.args_bytes:
+            raise CommandError(f"{command}: the arguments are {size / KiB:.0f} KiB, over the "
+                               f"{lim.args_bytes / KiB:.0f} KiB limit per call")
+        deadline = time.monotonic() + lim.time_s
+        w = self._take(deadline)
+        self.warm()
+        try:
+            w.send({"command": command, "args": list(args), "cwd": os.getcwd(), "output_bytes": lim.output_bytes})
+            reply = w.receive(deadline, 2 * lim.output_bytes + MiB) if w.wait_ready(deadline) else None
+        except (EOFError, OSError, ValueError):
+            code = self._stop(w)
+            raise CommandError(f"internal error: the worker running {command} ended (exit code {code})") from None
+        if reply is None:
+            self._stop(w)
+            raise CommandError(f"{command} ran past the {lim.time_s:g} s limit per call and was stopped")
+        if reply["fatal"]:  # the worker exits after an internal error: its state is not trusted again
+            self._stop(w)
+        else:
+            self._give_back(w)
+        if reply["status"] != "ok":
+            raise CommandError(reply["payload"])
+        return json.loads(reply["payload"])
+
+    def close(self) -> None:
+        """Stop every idle worker; busy ones stop when their call returns."""
+        with self._cond:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for w in idle:
+            self._stop(w)
+
+    # ---- the only critical sections: counting, taking and returning workers ---------------------
+    def _take(self, deadline: float) -> _Worker:
+        with self._cond:
+            while not self._idle and self._live >= self.workers:
+                left = deadline - time.monotonic()
+                if left <= 0 or self._closed:
+                    raise CommandError(f"the server is busy: {self.workers} calls are running; try again")
+                self._cond.wait(left)
+            if self._idle:
+                return self._idle.pop()
+            self._live += 1
+        return self._start()
+
+    def _start(self) -> _Worker:
+        try:
+            return _Worker(self.modules, self.limits.memory_bytes)
+        except BaseException:
+            with self._cond:
+                self._live -= 1
+                self._cond.notify()
+            raise
+
+    def _refill(self) -> None:
+        while True:
+            with self._cond:
+                if self._closed or len(self._idle) >= self.spare or self._live >= self.workers:
+                    return
+                self._live += 1
+            try:
+                w = self._start()
+            except OSError:
+                return
+            try:  # a spare counts as idle once it is ready, not when its interpreter was launched
+                ready = w.wait_ready(time.monotonic() + max(60.0, self.limits.time_s))
+            except (EOFError, OSError, ValueError):
+                ready = False
+            if not ready:
+                self._stop(w)
+                return
+            self._give_back(w)
+
+    def _give_back(self, w: _Worker) -> None:
+        with self._cond:
+            if not self._closed and w.proc.poll() is None:
+                self._idle.append(w)
+                self._cond.notify()
+                return
+        self._stop(w)
+
+    def _stop(self, w: _Worker) -> int | None:
+        code = w.stop()
+        with self._cond:
+            self._live -= 1
+            self._cond.notify()
+        return code
 
 
 def option_args(options: dict[str, Any], rename: dict[str, str] | None = None) -> list[str]:
@@ -85,3 +353,8 @@ def option_args(options: dict[str, Any], rename: dict[str, str] | None = None) -
         else:
             argv += [flag, str(value)]
     return argv
+
+
+if __name__ == "__main__":
+    _cfg = json.loads(sys.argv[1])
+    _worker_main(tuple(_cfg["modules"]), _cfg["memory_bytes"])

@@ -23,6 +23,9 @@ app = typer.Typer(
 def _register_all() -> None:
     import cli.commands as pkg
 
+    if app.registered_commands:  # NOTE: once per process: main() run in-process (tests, fuzz) must not re-add them
+        return
+
     for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda i: i.name):
         mod = importlib.import_module(f"cli.commands.{info.name}")
         reg = getattr(mod, "register", None)

@@ -2,8 +2,11 @@
 simulation commands as MCP tools with typed inputs, served over stdio by `floorfirst mcp`.
 
 Each tool returns exactly the document `floorfirst <command> … --json` prints (the contracts in
-schemas/ and docs/json-contracts.md), produced in-process by cli.inprocess. A user error comes
-back as an MCP tool error carrying the CLI's one-line message.
+schemas/ and docs/json-contracts.md), produced by cli.inprocess's WorkerPool: each call runs in a
+worker process under a time limit, an argument-size limit, an output-size limit and a memory
+limit, calls run side by side (a FIFO given as a workload or a very long simulate never holds up
+`models`), and no lock is held while a call runs. A user error, a call stopped at a limit, an
+argument the schema refuses, and an internal error all come back as an MCP tool error of one line.
 
 Does not: compute anything itself, shell out, or expose `microbench` (it needs a GPU and torch;
 run it on the machine). Needs the `mcp` extra (`pip install 'floorfirst[mcp]'`); nothing else
@@ -18,12 +21,13 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any, Callable, Literal, Optional
 
 from mcp.server.mcpserver import MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.types import ToolAnnotations
-from pydantic import Field
+from pydantic import Field, ValidationError
 
 from cli.common import DEFAULTS
-from cli.inprocess import CommandError, CommandRunner, option_args
+from cli.inprocess import CommandError, CommandRunner, Limits, WorkerPool, option_args
+from planner.inputs import shown
 
 COMMAND_MODULES = ("specs", "floor", "walls", "triage", "calibration", "simulate")
 
@@ -134,9 +138,10 @@ def triage_profile(profile: Annotated[str, Field(description="A profile file (CS
     """Every row of a profile triaged against its datasheet floors (floorfirst.triage_profile/1)."""
 
 
-def calibrate(profile: Profiles, out: Annotated[str, Field(description="Where to write the calibration artifact (JSON).")],
+def calibrate(profile: Profiles, out: Annotated[str, Field(description="Where to write the calibration artifact (JSON); an existing file is replaced only if it is a floorfirst calibration, or with force.")],
               microbench: Annotated[Optional[str], Field(description="A microbench result used as priors.")] = None,
-              sets: Sets = None) -> dict[str, Any]:
+              sets: Sets = None,
+              force: Annotated[bool, Field(description="Replace out even if it is not a floorfirst calibration.")] = False) -> dict[str, Any]:
     """Fit efficiencies, message latency, overlap α and overhead to measured steps; writes the artifact to out (floorfirst.calibrate/1)."""
 
 
@@ -178,7 +183,7 @@ TOOLS = (
 )
 
 
-def _bind(spec: ToolSpec, runner: CommandRunner) -> Callable[..., dict[str, Any]]:
+def _bind(spec: ToolSpec, runner: "CommandRunner | WorkerPool") -> Callable[..., dict[str, Any]]:
     """The tool function: spec's signature, answered by running its command in-process."""
     sig = inspect.signature(spec.signature)
 
@@ -194,16 +199,52 @@ def _bind(spec: ToolSpec, runner: CommandRunner) -> Callable[..., dict[str, Any]
     return tool
 
 
-def build_server(runner: CommandRunner | None = None) -> MCPServer:
-    """An MCPServer with one tool per floorfirst command that exists in this checkout."""
-    runner = runner or CommandRunner(COMMAND_MODULES)
-    server = MCPServer("floorfirst", instructions=INSTRUCTIONS)
+def _validation_line(tool: str, exc: ValidationError) -> str:
+    errs = exc.errors()
+    e = errs[0]
+    loc = ".".join(str(x) for x in e["loc"]) or "(arguments)"
+    more = f" (and {len(errs) - 1} more)" if len(errs) > 1 else ""
+    return f"{tool}: argument '{loc}'={shown(e.get('input'))}: {e['msg']}{more}"
+
+
+class FloorfirstServer(MCPServer):
+    """MCPServer whose tool errors are one line: an argument the schema refuses names the argument,
+    its value and the rule (not pydantic's multi-line dump); a crash names its exception type."""
+
+    async def call_tool(self, name, arguments, context=None):
+        try:
+            return await super().call_tool(name, arguments, context)
+        except UnexpectedToolError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, ValidationError):
+                raise ToolError(_validation_line(name, cause)) from None
+            first = (str(cause).splitlines() or [""])[0][:200] if cause else ""
+            raise ToolError(f"{name}: internal error: {type(cause).__name__}: {first}") from None
+        except ToolError as exc:
+            if isinstance(exc.__cause__, ValidationError):
+                raise ToolError(_validation_line(name, exc.__cause__)) from None
+            raise
+
+
+def build_server(runner: "CommandRunner | WorkerPool | None" = None) -> MCPServer:
+    """An MCP server with one tool per floorfirst command that exists in this checkout, answered by
+    `runner` (default: a WorkerPool with the default Limits; a CommandRunner runs calls in this
+    process one at a time, for tests of the tools themselves)."""
+    if runner is None:
+        runner = WorkerPool(COMMAND_MODULES)
+        runner.warm()
+    server = FloorfirstServer("floorfirst", instructions=INSTRUCTIONS)
     for spec in TOOLS:
         if spec.command in runner.commands:
             server.add_tool(_bind(spec, runner), name=spec.signature.__name__, annotations=spec.annotations)
     return server
 
 
-def serve() -> None:
+def serve(workers: int = 4, limits: Limits = Limits()) -> None:
     """Serve over stdio until the client closes the connection."""
-    build_server().run("stdio")
+    pool = WorkerPool(COMMAND_MODULES, workers=workers, limits=limits)
+    pool.warm()
+    try:
+        build_server(pool).run("stdio")
+    finally:
+        pool.close()

@@ -87,7 +87,7 @@ def capacity(dep: Deployment, context) -> Capacity:
     distinct = max(pool, 0.0) * dep.ranks / rep / per_tok * dep.replicas
     ctx = np.atleast_1d(np.asarray(context, dtype=np.float64))
     return Capacity(
-        kv_pool_bytes_per_gpu=pool,
+        kv_pool_bytes_per_gpu=max(pool, 0.0),  # NOTE: never negative; weights that don't fit leave 0
         weights_resident_bytes_per_gpu=float(sum(weights_resident_bytes(dep).values())),
         kv_bytes_per_token=per_tok,
         kv_replication=rep,

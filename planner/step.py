@@ -234,7 +234,9 @@ def step_cost(dep: Deployment, load: DecodeLoad, prefill_tokens=0.0, pricing: Pr
         network_bytes=net_total,
         network_messages=msg_total,
         kv_resident_bytes=kv_res,
-        kv_pool_bytes=kv_pool_bytes(dep),
+        # NOTE: a pool is never negative: weights that don't fit leave none (kv_fits and the
+        # documents' weights_fit say why); the policy's tables read the signed kv_pool_bytes(dep).
+        kv_pool_bytes=max(kv_pool_bytes(dep), 0.0),
         weights_resident_bytes=float(sum(weights_resident_bytes(dep).values())),
         times=times,
         pricing=pricing.label,

@@ -11,7 +11,8 @@
   16K–64K tokens (retrieved documents, tool transcripts); outputs log-normal (median 512, σ 0.8):
   prefill-heavy, the regime where published work finds context parallelism wins.
 - trace CSV: columns `arrival_s,input_tokens,output_tokens` (header required); a bad row is one
-  SpecError naming its line.
+  SpecError naming its line. Read through planner.inputs (a regular file of at most
+  TRACE_MAX_BYTES, UTF-8 with or without a BOM): a FIFO or a device is refused, never waited on.
 
 Parameters are fixed a priori (NOTE: chosen to be typical of each shape, not tuned to any
 result); lengths are clipped to [1, 65536] prompt and [1, 65536] output tokens.
@@ -29,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from planner.errors import SpecError
+from planner.inputs import TRACE_MAX_BYTES, path_kind, read_text_file
 
 BUILTIN_WORKLOADS: tuple[str, ...] = ("chat", "shrinking", "bursty", "longprompt")
 MAX_TOKENS = 65536
@@ -61,9 +63,14 @@ def _check_n(n: int) -> None:
         raise SpecError(f"requests={n} must be a whole number in [1, 10,000,000]")
 
 
+# NOTE: a rate outside this range is no workload (one request a fortnight, or a billion a second),
+# and one near 0 makes 1/rate infinite: every arrival at t = inf and a simulation that never ends.
+MIN_RATE_PER_S, MAX_RATE_PER_S = 1e-6, 1e9
+
+
 def _check_rate(rate_per_s: float) -> None:
-    if not math.isfinite(rate_per_s) or rate_per_s <= 0:
-        raise SpecError(f"rate={rate_per_s} must be a positive number of requests per second")
+    if not math.isfinite(rate_per_s) or not MIN_RATE_PER_S <= rate_per_s <= MAX_RATE_PER_S:
+        raise SpecError(f"rate={rate_per_s:g} must be between {MIN_RATE_PER_S:g} and {MAX_RATE_PER_S:g} requests per second")
 
 
 def chat(n: int, seed: int = 0, rate_per_s: float = CHAT_RATE_PER_S) -> Workload:
@@ -106,13 +113,11 @@ def longprompt(n: int, seed: int = 0, rate_per_s: float = LONGPROMPT_RATE_PER_S)
 
 def from_csv(path: str | Path) -> Workload:
     p = Path(path)
+    text = read_text_file(p, "workload file", TRACE_MAX_BYTES)
     try:
-        text = p.read_text()
-    except FileNotFoundError:
-        raise SpecError(f"workload file not found: {path}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(f"cannot read workload {path}: {exc}") from None
-    rows = list(csv.reader(text.splitlines()))
+        rows = list(csv.reader(text.splitlines()))
+    except csv.Error as exc:
+        raise SpecError(f"{path}: unreadable CSV: {exc}") from None
     want = ["arrival_s", "input_tokens", "output_tokens"]
     if not rows or [c.strip() for c in rows[0]] != want:
         raise SpecError(f"{path}: line 1 must be the header {','.join(want)}")
@@ -143,11 +148,15 @@ def from_csv(path: str | Path) -> Workload:
 
 
 def make_workload(name: str, n: int, seed: int = 0, rate_per_s: float | None = None) -> Workload:
-    """A built-in workload by name, or a trace CSV by path."""
+    """A built-in workload by name, or a trace CSV by path (its first n requests; n = 0: all)."""
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
+        raise SpecError(f"requests={n!r} must be a whole number")
+    if n != 0:  # 0 takes a whole trace
+        _check_n(n)
     if isinstance(seed, bool) or int(seed) != seed or seed < 0:
         raise SpecError(f"seed={seed} must be a whole number ≥ 0")
-    if rate_per_s is not None and not (np.isfinite(rate_per_s) and rate_per_s > 0):
-        raise SpecError(f"rate={rate_per_s} must be a positive number of requests per second")
+    if rate_per_s is not None:
+        _check_rate(rate_per_s)
     if name == "chat":
         return chat(n, seed, rate_per_s or CHAT_RATE_PER_S)
     if name == "bursty":
@@ -156,7 +165,7 @@ def make_workload(name: str, n: int, seed: int = 0, rate_per_s: float | None = N
         return shrinking(n, seed)
     if name == "longprompt":
         return longprompt(n, seed, rate_per_s or LONGPROMPT_RATE_PER_S)
-    if name.endswith(".csv") or Path(name).exists():
+    if name.endswith(".csv") or path_kind(name, "workload file") != "missing":
         w = from_csv(name)
         return w.subset(np.arange(min(n, w.requests))) if n else w
     raise SpecError(f"workload={name!r} is not one of {', '.join(BUILTIN_WORKLOADS)} or a .csv trace")

@@ -1,4 +1,5 @@
-"""Shared test setup: GPU tests are skipped where there is no CUDA device."""
+"""Shared test setup: GPU tests are skipped where there is no CUDA device; the long fuzz run
+(`fuzz` marker) runs only when asked for with `-m fuzz`."""
 
 import pytest
 
@@ -12,6 +13,11 @@ def _cuda_available() -> bool:
 
 
 def pytest_collection_modifyitems(config, items):
+    if "fuzz" not in (config.getoption("-m") or ""):
+        skip_fuzz = pytest.mark.skip(reason="the long fuzz run: python -m pytest -m fuzz tests/fuzz")
+        for item in items:
+            if item.get_closest_marker("fuzz") is not None:
+                item.add_marker(skip_fuzz)
     if _cuda_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU")

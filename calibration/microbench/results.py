@@ -2,12 +2,21 @@
 
 `summarize` is pure Python over the rows (no torch), so it is tested on a CPU and re-run on any
 committed result. `calibrated_hardware_yaml` copies a hardware spec's datasheet peaks unchanged
-and replaces only its efficiency defaults with measured fractions, naming the file they came from.
+and replaces only its efficiency defaults with measured fractions, naming the file they came from;
+every value is written by the YAML emitter (a quote or backslash in a path stays text), and the
+document is validated as a hardware spec before it is returned, so the next command can read it.
+`load_result` reads a result file through planner.inputs and checks its summary.
 """
 
 from __future__ import annotations
 
+import hashlib
+import math
 import statistics
+
+from planner.errors import SpecError
+from planner.hardware.spec import MIN_EFFICIENCY
+from planner.inputs import MICROBENCH_MAX_BYTES, decode_text, parse_json_text, read_bytes_file, shown
 
 SCHEMA_VERSION = 1
 SMALL_COLLECTIVE_BYTES = 64 << 10  # payloads at or under this are latency-bound on NVLink
@@ -64,8 +73,27 @@ def summarize(rows: list[dict]) -> dict:
     return s
 
 
+def load_result(path) -> tuple[dict, str]:
+    """A microbench result file → (document, sha256 of its bytes); one SpecError line if it is not
+    one, or if a summary figure is not a positive finite number."""
+    data = read_bytes_file(path, "microbench file", MICROBENCH_MAX_BYTES)
+    doc = parse_json_text(decode_text(data, "microbench file", path), "microbench file", path)
+    if not isinstance(doc, dict) or doc.get("kind") != "floorfirst.microbench" or not isinstance(doc.get("summary"), dict):
+        raise SpecError(f"microbench {path}: not a floorfirst microbench result")
+    for k, v in doc["summary"].items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+            raise SpecError(f"microbench {path}: summary field '{k}'={shown(v)} must be a positive number")
+    if not isinstance(doc.get("rows", []), list):
+        raise SpecError(f"microbench {path}: field 'rows' must be a list")
+    return doc, hashlib.sha256(data).hexdigest()
+
+
 def _yaml_scalar(v) -> str:
-    return repr(float(v)) if isinstance(v, float) else str(v)
+    """One YAML scalar as the emitter writes it (quoted where plain text would be misread)."""
+    import yaml
+
+    text = yaml.safe_dump(float(v) if isinstance(v, float) else v, allow_unicode=True, width=1 << 30)
+    return text[: -len("\n...\n")] if text.endswith("\n...\n") else text.rstrip("\n")
 
 
 def calibrated_hardware_yaml(summary: dict, base, source: str) -> str:
@@ -86,13 +114,17 @@ def calibrated_hardware_yaml(summary: dict, base, source: str) -> str:
     over = [k for k, v in measured.items() if v > 1.0]
     if over:
         raise ValueError(f"measured {', '.join(over)} above the datasheet peak of {base.name}: check the spec")
-    eff.update({k: round(v, 4) for k, v in measured.items()})
-    lines = [f"name: {base.name}-calibrated",
-             f'description: "{base.description} — efficiencies measured by floorfirst microbench"',
-             "peak:  # datasheet, copied unchanged from " + base.name]
+    low = [f"{k} {v:.3g}" for k, v in measured.items() if not v >= MIN_EFFICIENCY]
+    if low:
+        raise ValueError(f"measured {', '.join(low)} of the datasheet peak of {base.name}: below {MIN_EFFICIENCY:g}, "
+                         "the measurement failed")
+    eff.update({k: float(f"{v:.4g}") for k, v in measured.items()})
+    lines = [f"name: {_yaml_scalar(base.name + '-calibrated')}",
+             f"description: {_yaml_scalar(base.description + ' — efficiencies measured by floorfirst microbench')}",
+             "peak:  # datasheet, copied unchanged from " + base.name.replace(chr(10), " ")]
     lines += [f"  {k}: {_yaml_scalar(v)}" for k, v in p.model_dump().items() if v is not None]
     lines.append("efficiency:  # measured / datasheet peak")
-    lines += [f"  {k}: {v}" for k, v in eff.items()]
+    lines += [f"  {k}: {_yaml_scalar(v)}" for k, v in eff.items()]
     lines.append("sources:")
     srcs = dict(base.sources)
     srcs["efficiency"] = (f"floorfirst microbench ({source}): " + ", ".join(
@@ -102,5 +134,20 @@ def calibrated_hardware_yaml(summary: dict, base, source: str) -> str:
     for k in ("all_reduce_small_eager_latency_s", "all_reduce_small_cuda_graph_latency_s"):
         if k in summary:
             srcs[f"measured_{k}"] = f"{summary[k] * 1e6:.1f} us ({source}); peak.collective_latency_s left as the datasheet file's"
-    lines += [f'  {k}: "{str(v).replace(chr(34), chr(39))}"' for k, v in srcs.items()]
-    return "\n".join(lines) + "\n"
+    lines += [f"  {_yaml_scalar(str(k))}: {_yaml_scalar(str(v))}" for k, v in srcs.items()]
+    text = "\n".join(lines) + "\n"
+    _check_loads(text)
+    return text
+
+
+def _check_loads(text: str) -> None:
+    """The YAML must be a hardware spec the next command accepts (ValueError naming why not)."""
+    import yaml
+    from pydantic import ValidationError
+
+    from planner.hardware.spec import HardwareSpec
+
+    try:
+        HardwareSpec.model_validate(yaml.safe_load(text))
+    except (yaml.YAMLError, ValidationError) as exc:
+        raise ValueError(f"the calibrated hardware YAML would not load: {str(exc).splitlines()[0]}") from None

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import json
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
 from cli.common import JsonOpt, console, emit_json
 from planner.errors import SpecError
+from planner.inputs import check_output_path, write_text_file
 
 ProfileOpt = Annotated[list[str], typer.Option("--profile", "-p", help="Profile file (CSV, JSONL, vLLM/SGLang result); repeatable.")]
 SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="key=value filling a field the rows lack (e.g. hardware=h200, gpus=8, attn=dp, moe=ep); repeatable.")]
@@ -57,28 +57,39 @@ def _report_issues(con, issues, notes) -> None:
         con.print(f"[dim]{n}[/]")
 
 
+def check_calibration_out(out: str, force: bool) -> None:
+    """`calibrate --out` is checked before the fit. NOTE: an existing file is replaced only if it is
+    a floorfirst calibration (re-fitting into the same file is the normal loop) or with --force:
+    a typo must not overwrite a profile, a config or anything else."""
+    p = check_output_path(out, "--out", suffixes=(".json",))
+    if force or not p.exists():
+        return
+    from calibration.artifact import ARTIFACT_KIND
+    from planner.inputs import CALIBRATION_MAX_BYTES, load_json_file
+
+    try:
+        kind = load_json_file(p, "calibration file", CALIBRATION_MAX_BYTES).get("kind")
+    except (SpecError, AttributeError):
+        kind = None
+    if kind != ARTIFACT_KIND:
+        raise SpecError(f"--out {out} exists and is not a floorfirst calibration; pass --force to replace it")
+
+
 def _read_microbench(path: str | None):
     if path is None:
         return None, None
     from calibration.artifact import DataSource
-    from calibration.loaders import file_sha256
+    from calibration.microbench.results import load_result
 
-    p = Path(path)
-    try:
-        doc = json.loads(p.read_text())
-    except FileNotFoundError:
-        raise SpecError(f"microbench file not found: {path}") from None
-    except json.JSONDecodeError as exc:
-        raise SpecError(f"microbench {path}: malformed JSON at line {exc.lineno}: {exc.msg}") from None
-    if not isinstance(doc, dict) or doc.get("kind") != "floorfirst.microbench" or "summary" not in doc:
-        raise SpecError(f"microbench {path}: not a floorfirst microbench result")
-    return doc, DataSource(path=str(path), sha256=file_sha256(p), kind="microbench", rows=len(doc.get("rows", [])),
+    doc, sha = load_result(path)
+    return doc, DataSource(path=str(path), sha256=sha, kind="microbench", rows=len(doc.get("rows", [])),
                            rows_rejected=0)
 
 
 def calibrate(
     profile: ProfileOpt = None,
-    out: Annotated[str, typer.Option("--out", "-o", help="Where to write the calibration artifact (JSON).")] = "calibration.json",
+    out: Annotated[str, typer.Option("--out", "-o", help="Where to write the calibration artifact (JSON); an existing file is replaced only if it is a floorfirst calibration (or with --force).")] = "calibration.json",
+    force: Annotated[bool, typer.Option("--force", help="Replace --out even if it is not a floorfirst calibration.")] = False,
     microbench: Annotated[Optional[str], typer.Option("--microbench", help="A microbench result: priors for the fit and values for parameters the profile can't determine.")] = None,
     sets: SetOpt = None,
     loss: Annotated[str, typer.Option("--loss", help="Robust loss: soft_l1, huber, cauchy, arctan or linear.")] = "soft_l1",
@@ -90,6 +101,7 @@ def calibrate(
 
     if loss not in ("soft_l1", "huber", "cauchy", "arctan", "linear"):
         raise SpecError(f"loss={loss!r} is not one of soft_l1, huber, cauchy, arctan, linear")
+    check_calibration_out(out, force)  # before the fit: a bad --out must not cost the whole fit
     prof, costs = _load(profile, sets)
     mb, mb_src = _read_microbench(microbench)
     with _progress("fitting", 1) as advance:
@@ -172,10 +184,15 @@ def microbench(
     import planner
     from calibration.microbench.results import calibrated_hardware_yaml
 
+    base = None
+    if yaml_out:
+        check_output_path(yaml_out, "--yaml-out", suffixes=(".yaml", ".yml"))
+        base = planner.load_hardware(hardware)
     if from_file:
         doc, _ = _read_microbench(from_file)
         out = from_file
     else:
+        check_output_path(out, "--out", suffixes=(".json",))
         try:
             import torch
         except ImportError:
@@ -187,13 +204,13 @@ def microbench(
         world = torch.cuda.device_count() if gpus is None else gpus
         with _progress("microbench", len(plan(quick, world))) as advance:
             doc = run_microbench(quick=quick, gpus=world, progress=advance)
-        Path(out).write_text(json.dumps(doc, indent=1) + "\n")
+        write_text_file(out, json.dumps(doc, indent=1) + "\n", "microbench file")
     if yaml_out:
         try:
-            text = calibrated_hardware_yaml(doc["summary"], planner.load_hardware(hardware), out)
+            text = calibrated_hardware_yaml(doc["summary"], base, out)
         except ValueError as exc:
             raise SpecError(str(exc)) from None
-        Path(yaml_out).write_text(text)
+        write_text_file(yaml_out, text, "hardware file")
     if json_out:
         emit_json("microbench", {"out": out, "yaml_out": yaml_out, "device": doc.get("device"), "gpus": doc.get("gpus"),
                                  "summary": doc["summary"]})

@@ -6,12 +6,18 @@ command runs, so the rest of the CLI starts without it.
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
 from planner.errors import SpecError
 
 
-def mcp() -> None:
+def mcp(
+    workers: Annotated[int, typer.Option("--workers", min=1, max=64, help="Calls that may run at once, each in its own worker process.")] = 4,
+    time_limit_s: Annotated[float, typer.Option("--time-limit-s", min=1, max=86400, help="Wall-clock limit of one call; a call past it is stopped.")] = 300.0,
+    memory_gib: Annotated[float, typer.Option("--memory-gib", min=0, max=4096, help="Address-space limit of one worker, GiB (0: none).")] = 8.0,
+) -> None:
     """Serve floor, compare, capacity, walls, regimes, triage, validate, simulate… as MCP tools over stdio."""
     try:
         from cli.mcp_server import serve
@@ -19,7 +25,9 @@ def mcp() -> None:
         if (exc.name or "").split(".")[0] != "mcp":
             raise
         raise SpecError("floorfirst mcp needs the MCP SDK: pip install 'floorfirst[mcp]'") from None
-    serve()
+    from cli.inprocess import GiB, Limits
+
+    serve(workers, Limits(time_s=time_limit_s, memory_bytes=int(memory_gib * GiB) or None))
 
 
 def register(app: typer.Typer) -> None:

@@ -64,6 +64,21 @@ def _plot(doc: dict, path: str) -> None:
         plt.close(fig)
 
 
+def _any_kv_pool(m, hw, moe, gpus, replicas, kv_dtype, mem_fraction) -> bool:
+    """Whether some layout the policy may pick leaves a KV pool (else every request would abort)."""
+    from planner.step import kv_pool_bytes
+    from runtime_policy.tables import LAYOUTS
+
+    for a in LAYOUTS:
+        try:
+            d = deployment(m, hw, a, moe, gpus, replicas, None, kv_dtype, mem_fraction, 64, 0.0)
+        except SpecError:
+            continue
+        if kv_pool_bytes(d) > 0:
+            return True
+    return False
+
+
 def simulate_cmd(
     model: ModelOpt = DEFAULTS["model"], hardware: HardwareOpt = DEFAULTS["hardware"], gpus: GpusOpt = DEFAULTS["gpus"],
     workload: Annotated[str, typer.Option("--workload", "-w", help="chat, shrinking, bursty, longprompt, or a trace CSV (arrival_s,input_tokens,output_tokens).")] = "chat",
@@ -99,6 +114,9 @@ def simulate_cmd(
             first_err = first_err or exc
     if dep is None:
         raise first_err
+    if attn is None and not _any_kv_pool(m, hw, moe.value if moe else None, gpus, replicas, kv_dtype, mem_fraction):
+        raise SpecError(f"{m.name} on {gpus} × {hw.name}: the weights leave no KV pool under any layout, so nothing "
+                        "can be served (more GPUs, lower-precision weights or a higher --mem-fraction)")
     step_model = calibrated_model(calibration) if calibration else datasheet_model()
     w = make_workload(workload, requests, seed, rate)
     if max_batch < 1 or max_batch > 65536:

@@ -9,13 +9,14 @@ price anything; `planner.resources` does.
 from __future__ import annotations
 
 import math
+import os
 from functools import lru_cache
 from pathlib import Path
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from planner.errors import SpecError
+from planner.inputs import HARDWARE_MAX_BYTES, field_error, is_file, load_yaml_file, path_kind, shown_path
 
 DATA_DIR = Path(__file__).parent / "data"
 
@@ -82,37 +83,59 @@ def builtin_hardware_names() -> list[str]:
 
 
 def _parse(path: Path) -> HardwareSpec:
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise SpecError(f"hardware file {path}: cannot read YAML ({exc.__class__.__name__}: {str(exc).splitlines()[0]})") from None
+    raw = load_yaml_file(path, "hardware file", HARDWARE_MAX_BYTES)
     if not isinstance(raw, dict):
         raise SpecError(f"hardware file {path}: expected a mapping at the top level")
     try:
         spec = HardwareSpec.model_validate(raw)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(x) for x in err["loc"])
-        raise SpecError(f"hardware file {path}: field '{loc}': {err['msg']}") from None
+        raise SpecError(f"hardware file {path}: {field_error(exc)}") from None
     for field, value in spec.peak.model_dump().items():
         if isinstance(value, float) and not math.isfinite(value):
             raise SpecError(f"hardware file {path}: field 'peak.{field}' is not finite")
+        lo, hi = PEAK_RANGES[field]
+        if value is not None and not lo <= value <= hi:
+            raise SpecError(f"hardware file {path}: field 'peak.{field}'={value:g} is outside [{lo:g}, {hi:g}]")
+    for field, value in spec.efficiency.model_dump().items():
+        if value < MIN_EFFICIENCY:
+            raise SpecError(f"hardware file {path}: field 'efficiency.{field}'={value:g} is below {MIN_EFFICIENCY:g}")
     return spec
 
 
+# NOTE: physical ranges of a file's peaks, orders of magnitude around every part in data/: a value
+# outside them is a unit slip (GB/s typed as B/s), and a rate near zero makes a floor infinite.
+PEAK_RANGES: dict[str, tuple[float, float]] = {
+    "hbm_bytes": (1e6, 1e15), "hbm_bandwidth_bytes_per_s": (1e6, 1e16), "bf16_flops_per_s": (1e6, 1e20),
+    "fp8_flops_per_s": (1e6, 1e20), "fp4_flops_per_s": (1e6, 1e20),
+    "scaleup_bandwidth_bytes_per_s_per_direction": (1e3, 1e16), "scaleup_domain_gpus": (1, 1e6),
+    "collective_latency_s": (0.0, 1.0), "host_link_bandwidth_bytes_per_s": (1e3, 1e16),
+}
+MIN_EFFICIENCY = 1e-3  # an achieved fraction below 0.1 % of a datasheet rate is a failed measurement
+
+
 @lru_cache(maxsize=64)
-def _load_cached(key: str) -> HardwareSpec:
+def _load_cached(key: str, stamp: tuple[int, int]) -> HardwareSpec:
+    """`stamp` (mtime, size) keys the cache, so an edited file is read again in a long-lived process."""
     return _parse(Path(key))
+
+
+def _stamp(path: str) -> tuple[int, int]:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return (0, 0)  # the read that follows says what is wrong
+    return (st.st_mtime_ns, st.st_size)
 
 
 def load_hardware(name_or_path: str) -> HardwareSpec:
     """A built-in GPU by name (case-insensitive) or any YAML file by path."""
     builtin = DATA_DIR / f"{name_or_path.lower()}.yaml"
-    if builtin.is_file():
-        return _load_cached(str(builtin))
+    if "/" not in name_or_path and is_file(builtin):
+        return _load_cached(str(builtin), _stamp(str(builtin)))
     path = Path(name_or_path)
-    if path.suffix in (".yaml", ".yml") or path.exists():
-        if not path.is_file():
-            raise SpecError(f"hardware file not found: {name_or_path}")
-        return _load_cached(str(path.resolve()))
-    raise SpecError(f"unknown hardware '{name_or_path}'; built in: {', '.join(builtin_hardware_names())}, or a path to a YAML file")
+    kind = path_kind(path, "hardware file")
+    if path.suffix in (".yaml", ".yml") or kind != "missing":
+        if kind == "missing":
+            raise SpecError(f"hardware file not found: {shown_path(name_or_path)}")
+        return _load_cached(str(path.resolve()), _stamp(str(path)))
+    raise SpecError(f"unknown hardware '{shown_path(name_or_path)}'; built in: {', '.join(builtin_hardware_names())}, or a path to a YAML file")

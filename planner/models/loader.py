@@ -1,18 +1,21 @@
 """Load a model: a built-in card by name, or any Hugging Face config.json by path, offline.
 
 Every field the planner needs is checked once here; a config the planner can't model gives one
-SpecError naming the architecture or the field.
+SpecError naming the architecture or the field. The file is read through planner.inputs (regular
+files only, a size limit, UTF-8, bounded nesting, finite numbers), and `check_config_fields`
+refuses a field of the wrong type or range before any variant reads it.
 """
 
 from __future__ import annotations
 
-import json
 import math
+import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from planner.errors import SpecError
+from planner.inputs import MODEL_CONFIG_MAX_BYTES, check_number, is_file, load_json_file, path_kind, shown, shown_path
 from planner.models.attention.base import variant_from_hf_config
 from planner.models.mlp.base import mlp_from_hf_config
 from planner.models.spec import ModelSpec
@@ -39,16 +42,76 @@ def _positive_int(cfg: dict[str, Any], key: str, where: str) -> int:
     return int(v)
 
 
+# Integer fields a variant reads, with the least value each may hold when present (None and absent
+# both mean "not given"). NOTE: the upper bound is far above any real model and keeps products of
+# sizes well inside float range.
+CONFIG_INT_FIELDS: dict[str, int] = {
+    **{k: 1 for k in ("num_hidden_layers", "hidden_size", "vocab_size", "num_attention_heads", "num_key_value_heads",
+                      "head_dim", "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
+                      "index_n_heads", "index_head_dim", "index_topk", "intermediate_size", "moe_intermediate_size",
+                      "shared_expert_intermediate_size", "n_routed_experts", "num_local_experts", "num_experts",
+                      "num_experts_per_tok", "experts_per_token", "moe_topk", "decoder_sparse_step", "sliding_window")},
+    **{k: 0 for k in ("first_k_dense_replace", "n_shared_experts", "num_nextn_predict_layers",
+                      "shared_expert_intermediate_size")},  # 0 shared width: no shared expert (Qwen3-Coder)
+}
+CONFIG_INT_MAX = 2**31 - 1
+
+
+def check_config_fields(cfg: dict[str, Any], where: str) -> None:
+    """Types, ranges and cross-field sanity of the config fields the planner reads, checked once
+    before any variant sees them: a string, list or fraction in an integer field, a negative size,
+    more key-value heads than heads, a layer index or mask that doesn't fit the layers. (The MoE's
+    own rules — top-k ≤ experts, dense layers ≤ layers — live in planner.models.mlp.moe.)"""
+    for key, lo in CONFIG_INT_FIELDS.items():
+        v = cfg.get(key)
+        if v is None or (key == "sliding_window" and v is False):
+            continue
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise SpecError(f"{where}: field '{key}'={shown(v)} must be an integer, not {type(v).__name__}")
+        check_number(v, f"{where}: field '{key}'", lo=lo, hi=CONFIG_INT_MAX, integer=True)
+    layers = cfg.get("num_hidden_layers")
+    only = cfg.get("mlp_only_layers")
+    if only is not None:
+        if not isinstance(only, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in only):
+            raise SpecError(f"{where}: field 'mlp_only_layers' must be a list of layer indices")
+        if layers is not None and any(not 0 <= i < layers for i in only):
+            raise SpecError(f"{where}: field 'mlp_only_layers' names a layer outside 0..{layers - 1}")
+    freq = cfg.get("moe_layer_freq")
+    if isinstance(freq, list):
+        if not all(isinstance(f, int) and f in (0, 1) for f in freq):
+            raise SpecError(f"{where}: field 'moe_layer_freq' as a list must hold 0 (dense) or 1 (MoE) per layer")
+        if layers is not None and len(freq) != layers:
+            raise SpecError(f"{where}: field 'moe_layer_freq' has {len(freq)} entries for num_hidden_layers={layers}")
+    elif freq is not None:
+        if isinstance(freq, bool) or not isinstance(freq, (int, float)):
+            raise SpecError(f"{where}: field 'moe_layer_freq'={shown(freq)} must be an integer or a per-layer list")
+        check_number(freq, f"{where}: field 'moe_layer_freq'", lo=1, hi=CONFIG_INT_MAX, integer=True)
+    heads, kv = cfg.get("num_attention_heads"), cfg.get("num_key_value_heads")
+    if heads is not None and kv is not None and kv > heads:
+        raise SpecError(f"{where}: num_key_value_heads={kv} exceeds num_attention_heads={heads}")
+    types = cfg.get("layer_types")
+    if types is not None and not (isinstance(types, list) and all(isinstance(t, str) for t in types)):
+        raise SpecError(f"{where}: field 'layer_types' must be a list of strings")
+    quant = cfg.get("quantization_config")
+    if quant is not None and not isinstance(quant, dict):
+        raise SpecError(f"{where}: field 'quantization_config' must be an object")
+    if isinstance(quant, dict) and not isinstance(quant.get("quant_method", ""), (str, type(None))):
+        raise SpecError(f"{where}: field 'quantization_config.quant_method' must be a string")
+
+
 def model_from_hf_config(cfg: dict[str, Any], name: str) -> ModelSpec:
     where = f"config {name}"
     if not isinstance(cfg, dict):
         raise SpecError(f"{where}: expected a JSON object")
     if isinstance(cfg.get("text_config"), dict):  # multimodal wrappers keep the LM in text_config
         cfg = {**cfg["text_config"], "architectures": cfg.get("architectures")}
-    arch = (cfg.get("architectures") or [cfg.get("model_type") or "unknown"])[0]
+    archs = cfg.get("architectures")
+    arch = str(archs[0]) if isinstance(archs, list) and archs else archs if isinstance(archs, str) and archs else \
+        str(cfg.get("model_type") or "unknown")
     for f in _UNMODELLED_FIELDS:
         if f in cfg:
             raise SpecError(f"{where}: architecture {arch} has field '{f}' (state-space/linear attention), which the planner cannot model")
+    check_config_fields(cfg, where)
     layers = _positive_int(cfg, "num_hidden_layers", where)
     hidden = _positive_int(cfg, "hidden_size", where)
     vocab = _positive_int(cfg, "vocab_size", where)
@@ -62,7 +125,10 @@ def model_from_hf_config(cfg: dict[str, Any], name: str) -> ModelSpec:
         raise SpecError(f"{where} ({arch}): {exc}") from None
     if attention is None:
         raise SpecError(f"{where}: architecture {arch} has no attention the planner can model (no 'num_attention_heads')")
-    mlp = mlp_from_hf_config(cfg, layers)
+    try:
+        mlp = mlp_from_hf_config(cfg, layers)
+    except SpecError as exc:
+        raise SpecError(f"{where} ({arch}): {str(exc).removeprefix('config.json: ')}") from None
     if mlp is None:
         raise SpecError(f"{where}: architecture {arch} has no MLP the planner can model (no 'intermediate_size' or experts)")
     if attention.num_heads % max(1, getattr(attention, "num_kv_heads", 1)):
@@ -87,26 +153,32 @@ def model_from_hf_config(cfg: dict[str, Any], name: str) -> ModelSpec:
 
 
 @lru_cache(maxsize=64)
-def _load_path(path: str, name: str) -> ModelSpec:
+def _load_path(path: str, name: str, stamp: tuple[int, int]) -> ModelSpec:
+    """`stamp` (mtime, size) keys the cache, so an edited file is read again in a long-lived process."""
+    # NOTE: finite=False: real configs hold Infinity in fields the planner never reads (Nemotron-H's
+    # time_step_limit); check_config_fields refuses a non-finite value in any field it does read.
+    return model_from_hf_config(load_json_file(path, "model config", MODEL_CONFIG_MAX_BYTES, finite=False), name)
+
+
+def _stamp(path: str) -> tuple[int, int]:
     try:
-        cfg = json.loads(Path(path).read_text())
-    except OSError as exc:
-        raise SpecError(f"cannot read {path}: {exc.strerror}") from None
-    except json.JSONDecodeError as exc:
-        raise SpecError(f"{path}: malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
-    return model_from_hf_config(cfg, name)
+        st = os.stat(path)
+    except OSError:
+        return (0, 0)  # the read that follows says what is wrong
+    return (st.st_mtime_ns, st.st_size)
 
 
 def load_model(name_or_path: str) -> ModelSpec:
     """A built-in card (case-insensitive name) or a config.json path (a directory holding one works too)."""
     card = CARDS_DIR / f"{name_or_path.lower()}.json"
-    if card.is_file():
-        return _load_path(str(card), name_or_path.lower())
+    if "/" not in name_or_path and is_file(card):
+        return _load_path(str(card), name_or_path.lower(), _stamp(str(card)))
     path = Path(name_or_path)
-    if path.is_dir() and (path / "config.json").is_file():
-        path = path / "config.json"
-    if path.is_file():
-        return _load_path(str(path.resolve()), str(name_or_path))
+    kind = path_kind(path, "model config")
+    if kind == "folder" and path_kind(path / "config.json", "model config") != "missing":
+        path, kind = path / "config.json", "file"
+    if kind in ("file", "other"):  # a FIFO or a device is refused by the read, not called missing
+        return _load_path(str(path.resolve()), str(name_or_path), _stamp(str(path)))
     if path.suffix == ".json" or "/" in name_or_path:
-        raise SpecError(f"model config not found: {name_or_path}")
-    raise SpecError(f"unknown model '{name_or_path}'; built in: {', '.join(builtin_model_names())}, or a path to a config.json")
+        raise SpecError(f"model config not found: {shown_path(name_or_path)}")
+    raise SpecError(f"unknown model '{shown_path(name_or_path)}'; built in: {', '.join(builtin_model_names())}, or a path to a config.json")

@@ -8,6 +8,13 @@ EP a rank holds E/T experts and reads its share of those; under TP it reads a 1/
 The uniform-routing assumption ignores routing skew (hot experts make the busiest EP rank read
 more; calibration absorbs it). Shared experts and dense layers are replicated under EP
 (SGLang's default), sharded under TP. FLOPs: 2 × active parameters per token, balanced.
+
+Which layers are dense: the leading `first_k_dense_replace` plus Qwen's `mlp_only_layers`, or, when
+`moe_layer_freq` is a per-layer list (MiniMax-M3, MiMo-V2-Flash), the layers whose entry is 0
+(NOTE: SGLang python/sglang/srt/models/minimax_m3.py, the decoder layer's
+`is_layer_sparse = moe_layer_freq[layer_id] != 0`; the list then decides alone).
+A MoE is refused unless 1 ≤ top-k ≤ experts and 0 ≤ dense layers ≤ layers: outside that the
+expected-distinct-experts formula and the layer counts have no meaning (NaN, negative bytes).
 """
 
 from __future__ import annotations
@@ -40,6 +47,15 @@ class MoE(MLPVariant):
     shared_experts: int = 0
     shared_intermediate_size: int = 0
 
+    def __post_init__(self):
+        if not 1 <= self.top_k <= self.num_experts:
+            raise SpecError(f"num_experts_per_tok={self.top_k} must be between 1 and the {self.num_experts} routed experts")
+        if self.moe_layers < 0 or self.dense_layers < 0:
+            raise SpecError(f"{self.dense_layers} dense layers exceed the model's "
+                            f"{self.dense_layers + self.moe_layers} layers")
+        if min(self.expert_intermediate_size, self.hidden_size) < 1 or min(self.shared_experts, self.shared_intermediate_size) < 0:
+            raise SpecError("MoE sizes must be positive (moe_intermediate_size, hidden_size) or ≥ 0 (shared experts)")
+
     @classmethod
     def from_hf_config(cls, cfg: dict[str, Any], num_layers: int) -> "MoE | None":
         experts = cfg.get("n_routed_experts") or cfg.get("num_local_experts") or cfg.get("num_experts")
@@ -52,9 +68,18 @@ class MoE(MLPVariant):
         width = cfg.get("moe_intermediate_size") or cfg.get("intermediate_size")
         if not width:
             raise SpecError("config.json: MoE config needs 'moe_intermediate_size' or 'intermediate_size'")
-        dense_layers = int(cfg.get("first_k_dense_replace") or 0)
-        dense_layers += len(cfg.get("mlp_only_layers") or [])
-        step = int(cfg.get("decoder_sparse_step") or cfg.get("moe_layer_freq") or 1)
+        freq = cfg.get("moe_layer_freq")
+        if isinstance(freq, list):  # a per-layer mask: 1 = MoE, 0 = dense (see the module docstring)
+            dense_layers, step = sum(1 for f in freq if not f), int(cfg.get("decoder_sparse_step") or 1)
+        else:
+            dense_layers = int(cfg.get("first_k_dense_replace") or 0)
+            dense_layers += len(cfg.get("mlp_only_layers") or [])
+            step = int(cfg.get("decoder_sparse_step") or freq or 1)
+        if dense_layers > num_layers:
+            raise SpecError(f"config.json: {dense_layers} dense layers (first_k_dense_replace + mlp_only_layers) "
+                            f"exceed num_hidden_layers={num_layers}")
+        if int(top_k) > int(experts):
+            raise SpecError(f"config.json: num_experts_per_tok={top_k} exceeds the {experts} routed experts")
         if step != 1:
             raise SpecError(f"config.json: MoE every {step} layers (decoder_sparse_step/moe_layer_freq) is not modelled")
         n_shared = int(cfg.get("n_shared_experts") or 0)

@@ -1,0 +1,180 @@
+"""Drive the CLI as a hostile user would and classify every outcome.
+
+`invoke(argv)` runs `floorfirst <argv>` in-process (cli.main.main, SystemExit caught), under a
+SIGALRM deadline so a hang is counted instead of waited on, and classifies the run:
+- ok: exit 0 and, with --json, one document that parses without NaN/Infinity, carries no negative
+  number outside the signed fields, no floor_max_s above floor_sum_s, and meets its JSON schema
+  (tests/agent/contracts: null only where the contract allows it);
+- user_error: exit 2 and exactly one stderr line starting "floorfirst: error: ";
+- traceback, hang, bad_output, internal (exit 70: the document guard caught a bug): failures.
+
+`Workspace` copies the corpus into a temporary folder (so a broken overwrite rule can't harm the
+committed files) and makes what can't be committed: a FIFO and a link to /dev/zero of every kind,
+a folder named like a file, a CSV field past the csv module's limit.
+
+Does not: decide which outcomes a test expects (test_fuzz_corpus.py does).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import shutil
+import signal
+import time
+import traceback
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cli.documents import SIGNED_KEYS, SIGNED_SUFFIXES
+from cli.main import main
+
+CORPUS = Path(__file__).resolve().parent / "corpus"
+ROOT = Path(__file__).resolve().parents[2]
+PROFILE = ROOT / "calibration" / "data" / "h200x2_step_profile.jsonl"
+FAILURES = ("traceback", "hang", "bad_output", "internal")
+
+
+class _Hang(BaseException):
+    pass
+
+
+@dataclass(frozen=True)
+class Outcome:
+    argv: tuple[str, ...]
+    kind: str
+    code: int | None
+    seconds: float
+    detail: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.kind} (exit {self.code}, {self.seconds:.1f} s): floorfirst {' '.join(self.argv)}\n  {self.detail}"
+
+
+def _alarm(signum, frame):
+    raise _Hang()
+
+
+def _doc_problem(doc) -> str:
+    """Why a parsed document is wrong ('' if it isn't): a negative unsigned number, max > sum."""
+    stack = [(doc, "")]
+    while stack:
+        x, key = stack.pop()
+        if isinstance(x, dict):
+            lo, hi = x.get("floor_max_s"), x.get("floor_sum_s")
+            if isinstance(lo, (int, float)) and isinstance(hi, (int, float)) and lo > hi * (1 + 1e-9) + 1e-15:
+                return f"floor_max_s={lo} > floor_sum_s={hi}"
+            stack.extend((v, str(k)) for k, v in x.items())
+        elif isinstance(x, list):
+            stack.extend((v, key) for v in x)
+        elif isinstance(x, (int, float)) and not isinstance(x, bool) and x < 0:
+            if not (key.endswith(SIGNED_SUFFIXES) or key in SIGNED_KEYS):
+                return f"{key}={x} is negative"
+    return ""
+
+
+def _reject_constant(name):
+    raise ValueError(f"{name} in the document")
+
+
+def classify(argv, code, out: str, err: str, seconds: float) -> Outcome:
+    argv = tuple(argv)
+    if code == 0:
+        if "--json" not in argv:
+            return Outcome(argv, "ok", 0, seconds)
+        try:
+            doc = json.loads(out, parse_constant=_reject_constant)
+        except ValueError as exc:
+            return Outcome(argv, "bad_output", 0, seconds, f"not one JSON document: {exc}")
+        problem = _doc_problem(doc)
+        if not problem:
+            from tests.agent.contracts import schema_name, validate
+
+            try:
+                validate(doc, schema_name(doc))
+            except Exception as exc:  # jsonschema's ValidationError, or a schema that is missing
+                problem = f"breaks its contract: {str(exc).splitlines()[0]}"
+        return Outcome(argv, "bad_output" if problem else "ok", 0, seconds, problem)
+    if code == 2:
+        one_line = err.startswith("floorfirst: error: ") and err.count("\n") == 1 and "Traceback" not in err
+        return Outcome(argv, "user_error" if one_line else "bad_output", 2, seconds, err.strip()[:300])
+    if code == 70:
+        return Outcome(argv, "internal", 70, seconds, err.strip()[:300])
+    return Outcome(argv, "traceback", code, seconds, err.strip()[-300:])
+
+
+def invoke(argv, timeout_s: float = 30.0) -> Outcome:
+    """`floorfirst <argv>` in this process, stopped (and counted as a hang) after timeout_s."""
+    out, err = io.StringIO(), io.StringIO()
+    old = signal.signal(signal.SIGALRM, _alarm)
+    signal.setitimer(signal.ITIMER_REAL, timeout_s)
+    t0 = time.monotonic()
+    code: int | None = 0
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            main(list(argv))
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except _Hang:
+        return Outcome(tuple(argv), "hang", None, time.monotonic() - t0, f"no answer within {timeout_s:g} s")
+    except Exception:
+        return Outcome(tuple(argv), "traceback", None, time.monotonic() - t0, traceback.format_exc(limit=-3)[-600:])
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    return classify(argv, code, out.getvalue(), err.getvalue(), time.monotonic() - t0)
+
+
+@dataclass
+class Tally:
+    """Outcomes of a run, counted by kind; `failures` are the ones to print."""
+
+    outcomes: list[Outcome] = field(default_factory=list)
+
+    def add(self, o: Outcome) -> Outcome:
+        self.outcomes.append(o)
+        return o
+
+    @property
+    def counts(self) -> Counter:
+        return Counter(o.kind for o in self.outcomes)
+
+    @property
+    def failures(self) -> list[Outcome]:
+        return [o for o in self.outcomes if o.kind in FAILURES]
+
+    def summary(self) -> str:
+        c = self.counts
+        return (f"{len(self.outcomes)} invocations: " + ", ".join(f"{k} {c.get(k, 0)}" for k in
+                ("ok", "user_error", *FAILURES)) + f"; slowest {max((o.seconds for o in self.outcomes), default=0):.1f} s")
+
+
+class Workspace:
+    """The corpus copied under `root`, plus the files that can't be committed (see the module doc)."""
+
+    KINDS = ("configs", "hardware", "calibrations", "profiles", "traces", "microbench")
+    SUFFIX = {"configs": ".json", "hardware": ".yaml", "calibrations": ".json", "profiles": ".csv",
+              "traces": ".csv", "microbench": ".json"}
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+        shutil.copytree(CORPUS, self.root / "corpus")
+        self.out = self.root / "out"
+        self.out.mkdir()
+        for kind in self.KINDS:
+            d = self.root / "corpus" / kind
+            os.mkfifo(d / f"fifo{self.SUFFIX[kind]}")
+            os.symlink("/dev/zero", d / f"dev_zero{self.SUFFIX[kind]}")
+            (d / f"folder{self.SUFFIX[kind]}").mkdir()
+        head = "model,hardware,gpus,attn,moe,batch,context,step_ms\n"
+        (self.root / "corpus" / "profiles" / "huge_field.csv").write_text(
+            head + "deepseek-v3," + "h" * 140_000 + ",8,dp,ep,32,8192,40.0\n")
+
+    def files(self, kind: str) -> list[Path]:
+        return sorted((self.root / "corpus" / kind).iterdir())
+
+    def path(self, rel: str) -> str:
+        return str(self.root / "corpus" / rel)
