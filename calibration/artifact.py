@@ -4,7 +4,8 @@ datasheet rates they are relative to, and the data they came from — and the pr
 Prediction for one step (all terms priced from the step's own bytes, FLOPs and messages):
 
   hbm_s      = weight_bytes / (e_w · B_hbm) + other_hbm_bytes / (e_kv · B_hbm)
-  compute_s  = linear FLOPs_d / (e_lin · F_d) summed over dtypes + attention-core FLOPs / (e_att · F_bf16)
+  compute_s  = linear FLOPs_d / (e_lin · F_d) summed over dtypes + attention FLOPs / (e_att · F_bf16)
+               + fixed latencies (DSA's top-k: a measured engine latency, not a datasheet rate, so unscaled)
   network_s  = network_bytes / (e_net · B_link)
   messages_s = network_messages · message_latency_s
   t          = overhead_s + max(terms) + α · (sum(terms) − max(terms))
@@ -116,7 +117,8 @@ class Calibration(_Frozen):
         p = self.params
         return {
             "hbm": f.weight_hbm_s / p.hbm_weight_efficiency + f.other_hbm_s / p.hbm_kv_efficiency,
-            "compute": f.linear_compute_s / p.compute_linear_efficiency + f.attention_compute_s / p.compute_attention_efficiency,
+            "compute": (f.linear_compute_s / p.compute_linear_efficiency + f.attention_compute_s / p.compute_attention_efficiency
+                        + f.latency_s),
             "network_bytes": f.network_bytes_s / p.network_efficiency,
             "network_messages": f.network_messages * p.message_latency_s,
         }
@@ -143,6 +145,7 @@ class StepFeatures:
     attention_compute_s: np.ndarray
     network_bytes_s: np.ndarray
     network_messages: np.ndarray  # a count, priced by the fitted latency
+    latency_s: np.ndarray  # fixed latencies inside the compute term (top-k), taken as declared
 
     def take(self, idx) -> "StepFeatures":
         return StepFeatures(*(getattr(self, n)[idx] for n in self.__dataclass_fields__))
@@ -153,13 +156,17 @@ class StepFeatures:
 
     def datasheet_terms_s(self) -> np.ndarray:
         """[4, P] datasheet times per resource (efficiency 1, the hardware file's latency not applied)."""
-        return np.stack([self.weight_hbm_s + self.other_hbm_s, self.linear_compute_s + self.attention_compute_s,
+        return np.stack([self.weight_hbm_s + self.other_hbm_s, self.linear_compute_s + self.attention_compute_s + self.latency_s,
                          self.network_bytes_s, np.zeros_like(self.network_bytes_s)])
 
 
+ATTENTION_FLOP_COMPONENTS = ("attention_core", "indexer", "head_padding")  # bf16 attention work (planner.step)
+
+
 def step_features(cost, rates: DatasheetRates) -> StepFeatures:
-    """Split a StepCost into the parts the calibrated model prices. The attention core is bf16
-    (planner.step prices it so); everything else in flops_by_dtype is linear work."""
+    """Split a StepCost into the parts the calibrated model prices. The attention work (core,
+    DSA's indexer scores, padded head rows) is bf16 (planner.step prices it so); everything else in
+    flops_by_dtype is linear work."""
     hbm = cost.components.get("hbm_bytes", {})
     weight_b = sum((v for k, v in hbm.items() if k.endswith("_weights")), np.zeros_like(cost.hbm_bytes))
     other_b = cost.hbm_bytes - weight_b
@@ -170,7 +177,8 @@ def step_features(cost, rates: DatasheetRates) -> StepFeatures:
         if not np.allclose(cost.times.hbm_s, expect, rtol=1e-6, atol=0.0):
             raise SpecError(f"calibration is for {rates.hardware} ({rates.hbm_bytes_per_s / 1e12:g} TB/s HBM); "
                             "this step was priced for other hardware")
-    att_flops = cost.components.get("flops", {}).get("attention_core", np.zeros_like(cost.hbm_bytes))
+    fl = cost.components.get("flops", {})
+    att_flops = sum((fl[k] for k in ATTENTION_FLOP_COMPONENTS if k in fl), np.zeros_like(cost.hbm_bytes))
     bf16 = rates.flops_per_s.get("bf16")
     lin = np.zeros_like(cost.hbm_bytes)
     for dtype, f in cost.flops_by_dtype.items():
@@ -186,6 +194,7 @@ def step_features(cost, rates: DatasheetRates) -> StepFeatures:
         attention_compute_s=att_s,
         network_bytes_s=np.asarray(cost.network_bytes / rates.link_bytes_per_s, dtype=np.float64),
         network_messages=np.asarray(cost.network_messages, dtype=np.float64),
+        latency_s=np.asarray(cost.fixed_latency_s, dtype=np.float64),
     )
 
 
@@ -194,7 +203,7 @@ def predict_from_features(f: StepFeatures, x: np.ndarray) -> np.ndarray:
     e_w, e_kv, e_lin, e_att, e_net, lat, alpha, over = x
     terms = np.stack([
         f.weight_hbm_s / e_w + f.other_hbm_s / e_kv,
-        f.linear_compute_s / e_lin + f.attention_compute_s / e_att,
+        f.linear_compute_s / e_lin + f.attention_compute_s / e_att + f.latency_s,
         f.network_bytes_s / e_net,
         f.network_messages * lat,
     ])

@@ -119,7 +119,7 @@ def price_profile(profile: Profile) -> ProfileCosts:
         groups.append(CostGroup(key, f"{Path(r.model).stem} {hw.name} {dep.label()}", cost,
                                 np.arange(start, start + len(idx))))
     if not kept:
-        return ProfileCosts([], StepFeatures(*(np.zeros(0) for _ in range(6))), np.zeros(0), np.zeros(0), np.zeros(0),
+        return ProfileCosts([], StepFeatures(*(np.zeros(0) for _ in StepFeatures.__dataclass_fields__)), np.zeros(0), np.zeros(0), np.zeros(0),
                             np.zeros((4, 0)), [], rates, np.zeros(0, dtype=object), issues)
     return ProfileCosts(kept, StepFeatures.concat(feats), np.concatenate(meas), np.concatenate(fmax),
                         np.concatenate(fsum), np.concatenate(times, axis=1), groups, rates,

@@ -166,8 +166,9 @@ def compare(
     pr = pricing_for(hw, pricing)
     docs = [cost_document(d, planner.step_cost(d, load, pre, pr, prefill_context=pre_ctx), cal, pre_ctx) for d in deps]
     feasible = [d for d in docs if d["resources"]["kv_capacity"]["fits"]]
-    best_max = min(feasible, key=lambda d: d["floor_max_s"]) if feasible else None
-    best_sum = min(feasible, key=lambda d: d["floor_sum_s"]) if feasible else None
+    # NOTE: layouts that tie on one floor (DCP and DOP move the same HBM bytes) are ordered by the other
+    best_max = min(feasible, key=lambda d: (d["floor_max_s"], d["floor_sum_s"])) if feasible else None
+    best_sum = min(feasible, key=lambda d: (d["floor_sum_s"], d["floor_max_s"])) if feasible else None
     out = {
         "model": m.name, "hardware": hw.name, "gpus": gpus, "batch": docs[0]["batch"],
         "context_mean_tokens": docs[0]["context_mean_tokens"], "prefill_tokens": pre, "prefill_context_tokens": pre_ctx,
