@@ -198,17 +198,70 @@ def step_features(cost, rates: DatasheetRates) -> StepFeatures:
     )
 
 
-def predict_from_features(f: StepFeatures, x: np.ndarray) -> np.ndarray:
-    """t = overhead + max + α(sum − max) for parameter vector `x` in PARAM_NAMES order."""
-    e_w, e_kv, e_lin, e_att, e_net, lat, alpha, over = x
-    terms = np.stack([
+def calibrated_terms_s(f: StepFeatures, x: np.ndarray) -> np.ndarray:
+    """[4, P] calibrated per-resource seconds (hbm, compute, network_bytes, network_messages)."""
+    e_w, e_kv, e_lin, e_att, e_net, lat, _, _ = x
+    return np.stack([
         f.weight_hbm_s / e_w + f.other_hbm_s / e_kv,
         f.linear_compute_s / e_lin + f.attention_compute_s / e_att + f.latency_s,
         f.network_bytes_s / e_net,
         f.network_messages * lat,
     ])
+
+
+def predict_from_features(f: StepFeatures, x: np.ndarray) -> np.ndarray:
+    """t = overhead + max + α(sum − max) for parameter vector `x` in PARAM_NAMES order."""
+    alpha, over = x[6], x[7]
+    terms = calibrated_terms_s(f, x)
     mx = terms.max(axis=0)
     return over + mx + alpha * (terms.sum(axis=0) - mx)
+
+
+@dataclass(frozen=True)
+class RowFeatures:
+    """Measured rows as weighted sums of priced steps: a step row is one step; a serving row's
+    TPOT is Σ weight·step time over the steps its engine runs per output token
+    (calibration.serving). The fit and every check predict rows through this."""
+
+    steps: StepFeatures  # [S]
+    step_row: np.ndarray  # [S] int, the row each step belongs to
+    weight: np.ndarray  # [S] steps per measured unit of its row
+    rows: int
+
+    @classmethod
+    def one_step_per_row(cls, steps: StepFeatures) -> "RowFeatures":
+        n = steps.weight_hbm_s.size
+        return cls(steps, np.arange(n), np.ones(n), n)
+
+    def sum_rows(self, per_step: np.ndarray) -> np.ndarray:
+        """[..., R] weighted row sums of [..., S] per-step values."""
+        per_step = np.asarray(per_step, dtype=np.float64)
+        if per_step.ndim == 1:
+            return np.bincount(self.step_row, weights=self.weight * per_step, minlength=self.rows)
+        return np.stack([self.sum_rows(v) for v in per_step])
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        """[R] predicted seconds per row."""
+        return self.sum_rows(predict_from_features(self.steps, x))
+
+    def terms(self, x: np.ndarray) -> np.ndarray:
+        """[4, R] calibrated per-resource seconds per row."""
+        return self.sum_rows(calibrated_terms_s(self.steps, x))
+
+    def take(self, idx) -> "RowFeatures":
+        """Rows `idx` (in that order), with their steps."""
+        idx = np.asarray(idx, dtype=np.int64)
+        new_pos = np.full(self.rows, -1, dtype=np.int64)
+        new_pos[idx] = np.arange(idx.size)
+        keep = np.flatnonzero(new_pos[self.step_row] >= 0)
+        return RowFeatures(self.steps.take(keep), new_pos[self.step_row[keep]], self.weight[keep], int(idx.size))
+
+    @classmethod
+    def concat(cls, parts: list["RowFeatures"]) -> "RowFeatures":
+        offs = np.cumsum([0] + [p.rows for p in parts])
+        return cls(StepFeatures.concat([p.steps for p in parts]),
+                   np.concatenate([p.step_row + o for p, o in zip(parts, offs)]),
+                   np.concatenate([p.weight for p in parts]), int(offs[-1]))
 
 
 def load_calibration(path) -> Calibration:

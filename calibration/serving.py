@@ -59,7 +59,7 @@ def default_chunk_tokens(engine: str, hbm_bytes: float, hardware_name: str, attn
 class StepKind:
     """One kind of step a serving row runs, and how many of them per output token of a request."""
 
-    batch: float  # decode requests in the step, per group
+    batch: float  # decode requests in the step, whole deployment (the step model takes the busiest group's)
     context: float  # their mean context, tokens
     prefill_tokens: float  # chunk tokens in the step
     prefill_context: float  # the chunk's cached prefix
@@ -90,9 +90,6 @@ def serving_steps(isl: float, osl: float, concurrency: float, replicas: int, eng
     f = rho / s
     if mixed and f > 1.0:
         f = 1.0  # prefill-bound: every step carries a full chunk (not a steady state)
-    decode = StepKind(c, ctx, 0.0, 0.0, q, (1.0 - f if mixed else 1.0) / tau)
-    if mixed:
-        chunked = StepKind(c, ctx, s, prefix, q, f / tau)
-    else:
-        chunked = StepKind(0.0, ctx, s, prefix, q, f / tau)
+    decode = StepKind(concurrency, ctx, 0.0, 0.0, q, (1.0 - f if mixed else 1.0) / tau)
+    chunked = StepKind(concurrency if mixed else 0.0, ctx, s, prefix, q, f / tau)
     return [k for k in (decode, chunked) if k.weight > 0 and math.isfinite(k.weight)]

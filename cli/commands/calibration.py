@@ -130,16 +130,22 @@ def validate(
     sets: SetOpt = None,
     folds: Annotated[int, typer.Option("--folds", help="k of k-fold cross-validation.")] = 5,
     seed: Annotated[int, typer.Option("--seed", help="Fold shuffle seed.")] = 0,
+    holdout: Annotated[Optional[list[str]], typer.Option("--holdout", help="Also hold out each group of: model, gpus or layout (fit on the others, predict it); repeatable.")] = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Per-row residuals of a calibration on a profile, k-fold cross-validated error, floor violations."""
+    """Per-row residuals of a calibration on a profile, k-fold and hold-out-by-group errors, floor violations."""
     from calibration.artifact import load_calibration
+    from calibration.validate import HOLDOUT_GROUPS
     from calibration.validate import validate as run_validate
 
+    bad = [h for h in holdout or () if h not in HOLDOUT_GROUPS]
+    if bad:
+        raise SpecError(f"--holdout {bad[0]!r} is not one of {', '.join(HOLDOUT_GROUPS)}")
     cal = load_calibration(calibration)
     prof, costs = _load(profile, sets)
     with _progress("cross-validating", folds) as advance:
-        rep = run_validate(cal, costs, folds, seed, progress=lambda k: advance(f"fold {k + 1}"))
+        rep = run_validate(cal, costs, folds, seed, progress=lambda k: advance(f"fold {k + 1}"),
+                           holdout=tuple(holdout or ()))
     issues = [str(i) for i in prof.issues + costs.issues]
     if json_out:
         emit_json("validate", {"calibration": calibration, **rep.to_json(), "rows_rejected": issues})
@@ -147,6 +153,14 @@ def validate(
     con = console()
     con.print(f"{rep.rows} rows; {rep.folds}-fold cross-validated |error|: median {rep.cv_median_abs_pct_error:.2f} %, "
               f"p90 {rep.cv_p90_abs_pct_error:.2f} %")
+    for h in rep.holdout:
+        if h["rows_predicted"]:
+            con.print(f"hold-out by {h['by']}: median {h['median_abs_pct_error']:.2f} %, p90 {h['p90_abs_pct_error']:.2f} % "
+                      f"over {h['rows_predicted']} rows")
+        for g in h["groups"]:
+            what = (f"skipped: {g['skipped']}" if "skipped" in g else
+                    f"median {g['median_abs_pct_error']:.2f} %, p90 {g['p90_abs_pct_error']:.2f} %")
+            con.print(f"  {h['by']}={g['group']} ({g['rows']} rows, fit on {g['trained_on_rows']}): {what}")
     con.print(f"this calibration on these rows: median {rep.median_abs_pct_error:.2f} %, p90 {rep.p90_abs_pct_error:.2f} %")
     con.print(f"inside the datasheet \\[max, sum]: {rep.fraction_inside_floors:.0%}; below floor_max: {len(rep.rows_below_floor)}")
     for v in rep.rows_below_floor:
