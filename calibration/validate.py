@@ -127,7 +127,7 @@ def holdout_predictions(costs: ProfileCosts, priors: dict[str, float], by: str, 
         train = np.flatnonzero(key != name)
         g: dict = {"group": name, "rows": int(test.size), "trained_on_rows": int(train.size)}
         if len(names) < 2:
-            g["skipped"] = f"only one {by} in the profile: nothing to hold it out from"
+            g["skipped"] = f"the profile has one {by} group: nothing to hold it out from"
         else:
             try:
                 x, *_ = fit_params(costs.features.take(train), costs.measured_s[train], priors, loss, f_scale, fixed)

@@ -37,7 +37,7 @@ def test_a_single_group_is_reported_not_raised(costs):
     cal = fit_calibration(c, prof.sources)
     h = holdout_predictions(c, cal.priors, "model")
     (g,) = h.groups
-    assert "only one model" in g["skipped"] and np.all(np.isnan(h.predicted_s)) and h.to_json()["median_abs_pct_error"] is None
+    assert "one model group" in g["skipped"] and np.all(np.isnan(h.predicted_s)) and h.to_json()["median_abs_pct_error"] is None
 
 
 def test_validate_reports_kfold_and_holdout_side_by_side(costs):
