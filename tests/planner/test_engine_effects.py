@@ -186,3 +186,30 @@ def test_attention_layouts_are_the_registry():
     from planner.layouts.base import attention_layouts
 
     assert set(planner.ATTN_LAYOUTS) == set(attention_layouts())
+
+
+def test_effect_times_at_the_datasheet_rates():
+    from planner.effects import effect_times_s
+
+    dep = deployment(attn="tp", gpus=8)
+    c = planner.step_cost(dep, DecodeLoad.equal(16, 65536))
+    e = effect_times_s(c, planner.Pricing.datasheet(dep.hardware))
+    hbm, bf16 = 4.8e12, 989e12
+    assert e["indexer"][0] == pytest.approx(16 * 65536 * 132 * V32_LAYERS / hbm + 16 * 65536 * 2 * 64 * 128 * V32_LAYERS / bf16)
+    assert e["topk"][0] == pytest.approx(V32_LAYERS * 38.0 * US)
+    unsharded = 7168 * (1536 + 576) + 1536 * 64 * 128 + 7168 * 128 + 7168 * 64  # q_a/kv_a + indexer, fp8
+    assert e["unsharded_weights"][0] == pytest.approx(unsharded * V32_LAYERS / hbm)
+    assert e["head_padding"][0] == pytest.approx(c.components["flops"]["head_padding"][0] / bf16)
+    dense = planner.step_cost(deployment(model="llama-3.1-70b", attn="tp", gpus=8), DecodeLoad.equal(4, 4096))
+    assert all(v[0] == 0.0 for v in effect_times_s(dense, planner.Pricing.datasheet(dep.hardware)).values())
+
+
+def test_compare_components_table(capsys):
+    from cli.main import main
+
+    with pytest.raises(SystemExit) as ok:
+        main(["compare", "--model", "glm-5", "--hardware", "b200", "--gpus", "8", "--batch", "16", "--context", "16k",
+              "--components"])
+    assert ok.value.code == 0
+    out = capsys.readouterr().out
+    assert "engine effects per layout" in out and "head_padding" in out and "flashmla_kv" in out
