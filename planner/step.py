@@ -6,6 +6,12 @@ Vectorized: a `DecodeLoad` of P operating points in, arrays of P out; no Python 
 points for equal-length sweeps. Bytes and FLOPs follow the cost declarations in
 planner.models and the busiest-rank shares in planner.layouts.
 
+Engine effects are components of their own: the attention weights a layout holds come from the
+variant's `weight_parts` (what head-sharding splits, what engines replicate), the decode kernel's
+idle head rows are `flops.head_padding` (planner.models.attention.kernels, by engine and GPU
+generation), and fixed per-layer latencies (DSA's top-k) are `latency_s.topk`, added to the
+compute resource's time.
+
 Ignores (NOTE, calibration absorbs them): activation reads/writes, norms, RoPE, softmax, the
 router GEMM, MTP draft layers, kernel launch gaps, routing skew across EP ranks.
 """

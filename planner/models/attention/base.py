@@ -2,9 +2,12 @@
 
 An attention variant is one small frozen object that answers, per layer and vectorized over
 context lengths `L` (tokens, numpy arrays), the few questions the step model asks: bytes of KV
-stored per request, bytes of KV read by one decode query, attention-core FLOPs of one decode
-query, FLOPs of a causal prefill chunk, weight parameters, and how many KV heads tensor
-parallelism can split. Variants register with `@register_attention`, and the Hugging Face loader
+stored per request, bytes of KV read by one decode query, attention FLOPs of one decode query
+and of a causal prefill chunk (by component: the per-head core, and work like DSA's indexer that
+no layout splits by heads), weight parameters (and which of them head-sharding splits, as
+engines run it), the widths of a decode query and output per head, the decode kernel an engine
+runs for it, a sparse variant's top-k and its latency, and how many KV heads tensor parallelism
+can split. Layouts read the model only through these. Variants register with `@register_attention`, and the Hugging Face loader
 asks each registered variant, most specific first, whether it claims a config. A new variant is
 one module in this package; nothing else is edited (modules are imported by `discover()`).
 

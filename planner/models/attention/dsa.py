@@ -20,7 +20,7 @@ with T or with B/T. `topk_latency_s` is a line through SGLang's committed H200 m
 2026-04-21_h200_stage_profile_full.txt, "baseline fast_topk", B = 1, 8, 32, 64): 15, 16, 16, 17 µs
 at 16K and 37, 38, 38, 39 µs at 64K, means 16.0 and 38.0 µs; rows of ≤ top-k scores take the
 trivial path and are priced at 0. Used on every GPU (TRT-LLM's TopKPerRow is 14.3 µs at 9.3K on
-B200, blog15 Table 1, within 10 % of this line's 12.8 µs). Not modelled: more rows than SMs (a
+B200, blog15 Table 1; this line gives 12.8 µs there). Not modelled: more rows than SMs (a
 second wave).
 """
 
