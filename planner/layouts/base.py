@@ -126,6 +126,9 @@ def prefill_work(inp: ShareInputs) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """(attention FLOPs by component, prefix KV bytes read) of the step's prefill chunk, one layer,
     whole. The chunk's queries read the request's cached prefix once (tiled, flash-style)."""
     att = inp.model.attention
+    if not np.any(inp.prefill_tokens > 0):  # NOTE: decode-only sweeps skip the causal-pair sums
+        zeros = np.zeros_like(inp.prefill_tokens)
+        return {k: zeros for k in att.prefill_flops_by_component(np.zeros(1), np.zeros(1))}, zeros
     flops = att.prefill_flops_by_component(inp.prefill_tokens, inp.prefill_context)
     prefix = np.where(inp.prefill_tokens > 0, stored_bytes(inp, inp.prefill_context), 0.0)
     return flops, prefix

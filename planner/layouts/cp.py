@@ -23,7 +23,7 @@ import numpy as np
 
 from planner.layouts.base import (ACTIVATION_BYTES, LSE_BYTES, TOPK_CANDIDATE_BYTES, AttentionLayout, AttentionShare,
                                   Collective, ShareInputs, add_parts, decode_flops, longest_row, new_token_bytes,
-                                  prefill_resident, read_bytes, register_attention_layout, stored_bytes,
+                                  prefill_resident, prefill_work, read_bytes, register_attention_layout, stored_bytes,
                                   tokens_hidden_bytes)
 
 
@@ -79,8 +79,7 @@ class ContextParallel(AttentionLayout):
         load, t, pg = inp.load, inp.ranks, inp.page_tokens
         pages_on_busiest = np.ceil(np.ceil(load.lengths / pg) / t)
         stored, read, write, dec, topk = token_split_work(inp, pages_on_busiest * pg)
-        pre = inp.model.attention.prefill_flops_by_component(inp.prefill_tokens, inp.prefill_context)
-        prefix = np.where(inp.prefill_tokens > 0, stored_bytes(inp, inp.prefill_context), 0.0)
+        pre, prefix = prefill_work(inp)
         read["prefill_prefix"] = prefix / t
         flops = add_parts(dec, {k: v / t for k, v in pre.items()})
         projected = inp.decode_tokens + inp.prefill_tokens / t

@@ -126,12 +126,12 @@ def test_capacity_wall_waits_when_the_layouts_with_room_are_slower(dsv32):
     chunks on one owner (DP/DOP), and admitting one request doesn't make up for it: wait for TP's
     KV to free up instead of moving. (With CP allowed the same state moves to CP: its indexer
     scores a chunk's prefix split over the ranks where TP's scores it whole on every rank.)"""
-    _, full = dsv32
+    from tests.runtime_policy.conftest import make_policy
+
+    _, full = make_policy()  # fresh: the session fixture's observed statistics depend on test order
     s = with_prefill(state([40000.0] * 11, TP, waiting=[40000.0], policy=full), 0.5, 1024.0, 30000.0)
     d = full.decide(s)
     assert d.switch and d.layout == CP
-    from tests.runtime_policy.conftest import make_policy
-
     _, pol = make_policy(allowed=("tp", "dp", "dop"))
     s = with_prefill(state([40000.0] * 11, TP, waiting=[40000.0], policy=pol), 0.5, 1024.0, 30000.0)
     assert s.free_kv_bytes.min() < 40064 * pol.tables.kv_bytes_per_token
