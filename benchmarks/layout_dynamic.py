@@ -6,12 +6,18 @@ simulator, FCFS ordering:
   (median 1,500, σ 1.2, ≤ 64K);
 - `chat` (the stationary mix): 2,000 Poisson requests at 20 req/s, prompts ~1,024, outputs ~256;
 - `longprompt` (a second mixed case, agentic/RAG): 400 Poisson requests at 1 req/s, prompts
-  log-uniform 16K–64K, outputs ~512 (σ 0.8) — the regime where published work finds CP wins.
+  log-uniform 16K–64K, outputs ~512 (σ 0.8) — the regime where published work finds CP wins;
+- `shrinking-long` (a shrinking batch of long-context requests, the DSA case): 400 requests at
+  t = 0, prompts log-uniform 16K–64K, outputs log-normal (median 1,500, σ 1.2, ≤ 64K): TP's KV
+  holds few of them, and every rank's replicated indexer and top-k grow with the batch.
 
 Step-time models: the datasheet floors (max + 0.5·(sum − max)) for both deployments, and, for
 DeepSeek-V3.2 on 8 × H200 only, the fitted H200 calibration (`--calibration`, default
-calibration/data/h200-probe-calibration.json: fitted on a 2-GPU MLA probe model, so applying it
-to the 8-GPU DS-V3.2 deployment extrapolates; it holds H200 rates, so it is not applied to B200).
+benchmarks/results/calibration/h200_probe.json, which benchmarks/calibration_report.py fits on
+the current cost model: fitted on a 2-GPU MLA probe model, so applying it to the 8-GPU DS-V3.2
+deployment extrapolates; it holds H200 rates, so it is not applied to B200). The runtime's tables
+price the four layouts it runs (tp, cp, dp, dop; not dcp) and leave DSA's top-k latency out
+(runtime_policy/tables.py).
 
 The oracle (executor/oracle.py): every recorded step repriced in the best layout whose KV holds
 its batch, switches free and instant, over each recorded trajectory (each fixed layout's run and
@@ -44,12 +50,26 @@ from runtime_policy.metrics import summarize
 from runtime_policy.ordering import Ordering
 from runtime_policy.policy import FixedPolicy, LayoutPolicy, PolicyKnobs, Reason
 from runtime_policy.tables import LAYOUTS, calibrated_model, datasheet_model
-from runtime_policy.workloads import make_workload
+from runtime_policy.workloads import Workload, make_workload
 
 DEPLOYMENTS = (("deepseek-v3.2", "h200"), ("glm-5", "b200"))
-WORKLOADS = (("shrinking", 2000), ("chat", 2000), ("longprompt", 400))
+WORKLOADS = (("shrinking", 2000), ("chat", 2000), ("longprompt", 400), ("shrinking-long", 400))
 SEED = 0
-DEFAULT_CALIBRATION = "calibration/data/h200-probe-calibration.json"
+DEFAULT_CALIBRATION = "benchmarks/results/calibration/h200_probe.json"
+
+
+def shrinking_long(n: int, seed: int) -> Workload:
+    """Every request at t = 0 with a 16K–64K prompt (log-uniform) and a log-normal output."""
+    rng = np.random.default_rng(seed)
+    prompts = np.rint(np.exp(rng.uniform(np.log(16384), np.log(65536), n))).astype(np.int64)
+    out = np.clip(np.rint(1500 * np.exp(1.2 * rng.standard_normal(n))), 1, 65536).astype(np.int64)
+    return Workload("shrinking-long", np.zeros(n), prompts, out,
+                    {"input_tokens": "log-uniform 16384-65536", "output_median_tokens": 1500, "output_sigma": 1.2,
+                     "output_cap_tokens": 65536})
+
+
+def workload(name: str, n: int, seed: int) -> Workload:
+    return shrinking_long(n, seed) if name == "shrinking-long" else make_workload(name, n, seed)
 KEYS = ("throughput_tokens_per_s", "makespan_s", "ttlt_p50_s", "ttlt_p99_s", "ttft_p99_s", "completed", "aborted",
         "preemptions", "layout_time_s")
 
@@ -139,9 +159,9 @@ def main() -> None:
             models.append(("calibrated", calibrated_model(args.calibration)))
         for label, step_model in models:
             for wl, n in WORKLOADS:
-                w = make_workload(wl, n, SEED)
+                w = workload(wl, n, SEED)
                 c = run_case(dep, step_model, w)
-                target = {"shrinking": 1.3, "chat": 0.97}.get(wl)
+                target = {"shrinking": 1.3, "shrinking-long": 1.3, "chat": 0.97}.get(wl)
                 print_case(f"{model} on 8 × {hw_name}, {wl} ({n} requests, seed {SEED}, kv {dep.kv_dtype}), "
                            f"step model {label}", c, target)
                 c.update({"model": model, "hardware": hw_name, "gpus": 8, "kv_dtype": dep.kv_dtype, "moe": "ep",

@@ -4,7 +4,8 @@ datasheet rates they are relative to, and the data they came from — and the pr
 Prediction for one step (all terms priced from the step's own bytes, FLOPs and messages):
 
   hbm_s      = weight_bytes / (e_w · B_hbm) + other_hbm_bytes / (e_kv · B_hbm)
-  compute_s  = linear FLOPs_d / (e_lin · F_d) summed over dtypes + attention-core FLOPs / (e_att · F_bf16)
+  compute_s  = linear FLOPs_d / (e_lin · F_d) summed over dtypes + attention FLOPs / (e_att · F_bf16)
+               + fixed latencies (DSA's top-k: a measured engine latency, not a datasheet rate, so unscaled)
   network_s  = network_bytes / (e_net · B_link)
   messages_s = network_messages · message_latency_s
   t          = overhead_s + max(terms) + α · (sum(terms) − max(terms))
@@ -138,7 +139,8 @@ class Calibration(_Frozen):
         p = self.params
         return {
             "hbm": f.weight_hbm_s / p.hbm_weight_efficiency + f.other_hbm_s / p.hbm_kv_efficiency,
-            "compute": f.linear_compute_s / p.compute_linear_efficiency + f.attention_compute_s / p.compute_attention_efficiency,
+            "compute": (f.linear_compute_s / p.compute_linear_efficiency + f.attention_compute_s / p.compute_attention_efficiency
+                        + f.latency_s),
             "network_bytes": f.network_bytes_s / p.network_efficiency,
             "network_messages": f.network_messages * p.message_latency_s,
         }
@@ -165,6 +167,7 @@ class StepFeatures:
     attention_compute_s: np.ndarray
     network_bytes_s: np.ndarray
     network_messages: np.ndarray  # a count, priced by the fitted latency
+    latency_s: np.ndarray  # fixed latencies inside the compute term (top-k), taken as declared
 
     def take(self, idx) -> "StepFeatures":
         return StepFeatures(*(getattr(self, n)[idx] for n in self.__dataclass_fields__))
@@ -175,13 +178,17 @@ class StepFeatures:
 
     def datasheet_terms_s(self) -> np.ndarray:
         """[4, P] datasheet times per resource (efficiency 1, the hardware file's latency not applied)."""
-        return np.stack([self.weight_hbm_s + self.other_hbm_s, self.linear_compute_s + self.attention_compute_s,
+        return np.stack([self.weight_hbm_s + self.other_hbm_s, self.linear_compute_s + self.attention_compute_s + self.latency_s,
                          self.network_bytes_s, np.zeros_like(self.network_bytes_s)])
 
 
+ATTENTION_FLOP_COMPONENTS = ("attention_core", "indexer", "head_padding")  # bf16 attention work (planner.step)
+
+
 def step_features(cost, rates: DatasheetRates) -> StepFeatures:
-    """Split a StepCost into the parts the calibrated model prices. The attention core is bf16
-    (planner.step prices it so); everything else in flops_by_dtype is linear work."""
+    """Split a StepCost into the parts the calibrated model prices. The attention work (core,
+    DSA's indexer scores, padded head rows) is bf16 (planner.step prices it so); everything else in
+    flops_by_dtype is linear work."""
     hbm = cost.components.get("hbm_bytes", {})
     weight_b = sum((v for k, v in hbm.items() if k.endswith("_weights")), np.zeros_like(cost.hbm_bytes))
     other_b = cost.hbm_bytes - weight_b
@@ -192,7 +199,8 @@ def step_features(cost, rates: DatasheetRates) -> StepFeatures:
         if not np.allclose(cost.times.hbm_s, expect, rtol=1e-6, atol=0.0):
             raise SpecError(f"calibration is for {rates.hardware} ({rates.hbm_bytes_per_s / 1e12:g} TB/s HBM); "
                             "this step was priced for other hardware")
-    att_flops = cost.components.get("flops", {}).get("attention_core", np.zeros_like(cost.hbm_bytes))
+    fl = cost.components.get("flops", {})
+    att_flops = sum((fl[k] for k in ATTENTION_FLOP_COMPONENTS if k in fl), np.zeros_like(cost.hbm_bytes))
     bf16 = rates.flops_per_s.get("bf16")
     lin = np.zeros_like(cost.hbm_bytes)
     for dtype, f in cost.flops_by_dtype.items():
@@ -208,20 +216,74 @@ def step_features(cost, rates: DatasheetRates) -> StepFeatures:
         attention_compute_s=att_s,
         network_bytes_s=np.asarray(cost.network_bytes / rates.link_bytes_per_s, dtype=np.float64),
         network_messages=np.asarray(cost.network_messages, dtype=np.float64),
+        latency_s=np.asarray(cost.fixed_latency_s, dtype=np.float64),
     )
+
+
+def calibrated_terms_s(f: StepFeatures, x: np.ndarray) -> np.ndarray:
+    """[4, P] calibrated per-resource seconds (hbm, compute, network_bytes, network_messages)."""
+    e_w, e_kv, e_lin, e_att, e_net, lat, _, _ = x
+    return np.stack([
+        f.weight_hbm_s / e_w + f.other_hbm_s / e_kv,
+        f.linear_compute_s / e_lin + f.attention_compute_s / e_att + f.latency_s,
+        f.network_bytes_s / e_net,
+        f.network_messages * lat,
+    ])
 
 
 def predict_from_features(f: StepFeatures, x: np.ndarray) -> np.ndarray:
     """t = overhead + max + α(sum − max) for parameter vector `x` in PARAM_NAMES order."""
-    e_w, e_kv, e_lin, e_att, e_net, lat, alpha, over = x
-    terms = np.stack([
-        f.weight_hbm_s / e_w + f.other_hbm_s / e_kv,
-        f.linear_compute_s / e_lin + f.attention_compute_s / e_att,
-        f.network_bytes_s / e_net,
-        f.network_messages * lat,
-    ])
+    alpha, over = x[6], x[7]
+    terms = calibrated_terms_s(f, x)
     mx = terms.max(axis=0)
     return over + mx + alpha * (terms.sum(axis=0) - mx)
+
+
+@dataclass(frozen=True)
+class RowFeatures:
+    """Measured rows as weighted sums of priced steps: a step row is one step; a serving row's
+    TPOT is Σ weight·step time over the steps its engine runs per output token
+    (calibration.serving). The fit and every check predict rows through this."""
+
+    steps: StepFeatures  # [S]
+    step_row: np.ndarray  # [S] int, the row each step belongs to
+    weight: np.ndarray  # [S] steps per measured unit of its row
+    rows: int
+
+    @classmethod
+    def one_step_per_row(cls, steps: StepFeatures) -> "RowFeatures":
+        n = steps.weight_hbm_s.size
+        return cls(steps, np.arange(n), np.ones(n), n)
+
+    def sum_rows(self, per_step: np.ndarray) -> np.ndarray:
+        """[..., R] weighted row sums of [..., S] per-step values."""
+        per_step = np.asarray(per_step, dtype=np.float64)
+        if per_step.ndim == 1:
+            return np.bincount(self.step_row, weights=self.weight * per_step, minlength=self.rows)
+        return np.stack([self.sum_rows(v) for v in per_step])
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        """[R] predicted seconds per row."""
+        return self.sum_rows(predict_from_features(self.steps, x))
+
+    def terms(self, x: np.ndarray) -> np.ndarray:
+        """[4, R] calibrated per-resource seconds per row."""
+        return self.sum_rows(calibrated_terms_s(self.steps, x))
+
+    def take(self, idx) -> "RowFeatures":
+        """Rows `idx` (in that order), with their steps."""
+        idx = np.asarray(idx, dtype=np.int64)
+        new_pos = np.full(self.rows, -1, dtype=np.int64)
+        new_pos[idx] = np.arange(idx.size)
+        keep = np.flatnonzero(new_pos[self.step_row] >= 0)
+        return RowFeatures(self.steps.take(keep), new_pos[self.step_row[keep]], self.weight[keep], int(idx.size))
+
+    @classmethod
+    def concat(cls, parts: list["RowFeatures"]) -> "RowFeatures":
+        offs = np.cumsum([0] + [p.rows for p in parts])
+        return cls(StepFeatures.concat([p.steps for p in parts]),
+                   np.concatenate([p.step_row + o for p, o in zip(parts, offs)]),
+                   np.concatenate([p.weight for p in parts]), int(offs[-1]))
 
 
 def load_calibration(path) -> Calibration:

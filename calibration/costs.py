@@ -1,6 +1,10 @@
-"""Price every row of a profile with the planner: rows → deployments → one vectorized
-`step_cost` per deployment → the features the fit scales, the datasheet floors and the
-measured times, as aligned arrays.
+"""Price every row of a profile with the planner: rows → deployments → the steps each row stands
+for → one vectorized `step_cost` per deployment → the features the fit scales, the datasheet
+floors and the measured times, as aligned arrays.
+
+A step row is one step. A serving row is the steps its engine runs per output token of a request
+(calibration.serving: decode steps and chunked-prefill steps, weighted), so its floors, features
+and predictions are weighted sums over those steps and its measurement is the TPOT.
 
 A row whose deployment can't be built (unknown model, a layout the model can't run…) becomes a
 `RowIssue` naming its line; the other rows go on. A relative model or hardware path is tried as
@@ -17,9 +21,12 @@ from pathlib import Path
 import numpy as np
 
 import planner
-from calibration.artifact import DatasheetRates, StepFeatures, step_features
+from calibration.artifact import DatasheetRates, RowFeatures, StepFeatures, step_features
 from calibration.schema import LoadedRow, Profile, RowIssue
+from calibration.serving import default_chunk_tokens, serving_steps
 from planner.errors import SpecError
+
+DEFAULT_ENGINE = "sglang"
 
 
 @dataclass(frozen=True)
@@ -28,22 +35,23 @@ class CostGroup:
 
     key: tuple
     label: str
-    cost: "planner.StepCost"
-    index: np.ndarray  # positions in ProfileCosts' arrays
+    cost: "planner.StepCost"  # one entry per step of these rows
+    index: np.ndarray  # positions of the rows in ProfileCosts' row arrays
 
 
 @dataclass(frozen=True)
 class ProfileCosts:
     rows: list[LoadedRow]
-    features: StepFeatures
-    measured_s: np.ndarray
-    floor_max_s: np.ndarray
-    floor_sum_s: np.ndarray
-    datasheet_times_s: np.ndarray  # [4, P] hbm, compute, network_bytes, network_messages
+    features: RowFeatures
+    measured_s: np.ndarray  # [R]
+    floor_max_s: np.ndarray  # [R] Σ weight · step floor_max
+    floor_sum_s: np.ndarray  # [R]
+    datasheet_times_s: np.ndarray  # [4, R] hbm, compute, network_bytes, network_messages
     groups: list[CostGroup]
     rates: dict[str, DatasheetRates]  # hardware name -> its datasheet rates
-    hardware: np.ndarray  # [P] hardware name per row
+    hardware: np.ndarray  # [R] hardware name per row
     issues: list[RowIssue]
+    labels: np.ndarray | None = None  # [R] deployment label per row
 
     @property
     def size(self) -> int:
@@ -51,10 +59,11 @@ class ProfileCosts:
 
     def take(self, idx) -> "ProfileCosts":
         """A subset of rows (for cross-validation); groups are not carried."""
-        idx = np.asarray(idx)
+        idx = np.asarray(idx, dtype=np.int64)
         return ProfileCosts([self.rows[i] for i in idx], self.features.take(idx), self.measured_s[idx],
                             self.floor_max_s[idx], self.floor_sum_s[idx], self.datasheet_times_s[:, idx], [],
-                            self.rates, self.hardware[idx], self.issues)
+                            self.rates, self.hardware[idx], self.issues,
+                            None if self.labels is None else self.labels[idx])
 
 
 def _resolve(name: str, source: str) -> str:
@@ -75,52 +84,75 @@ def rates_for(hw) -> DatasheetRates:
                           link_bytes_per_s=p.link_bytes_per_s)
 
 
+def row_steps(lr: LoadedRow, dep: planner.Deployment) -> list[tuple[float, float, float, float, float, float]]:
+    """(batch, context, prefill tokens, prefill context, query tokens, weight) of each step a row stands for."""
+    s = lr.serving
+    if s is None:
+        r = lr.row
+        return [(float(r.batch), r.context, r.prefill_tokens, 0.0, 1.0, 1.0)]
+    engine = s.engine or DEFAULT_ENGINE
+    hw = dep.hardware
+    chunk = s.chunk_tokens or default_chunk_tokens(engine, hw.peak.hbm_bytes, hw.name, dep.attn, dep.ranks)
+    kinds = serving_steps(s.isl, s.osl, s.concurrency, s.replicas, engine, chunk, s.spec_tokens, s.accept_len or 1.0)
+    return [(k.batch, k.context, k.prefill_tokens, k.prefill_context, k.query_tokens, k.weight) for k in kinds]
+
+
+def _price_group(rows: list[LoadedRow], first: LoadedRow):
+    r = first.row
+    model = planner.load_model(_resolve(r.model, first.source))
+    hw = planner.load_hardware(_resolve(r.hardware, first.source))
+    if r.num_layers is not None and r.num_layers != model.num_layers:
+        # NOTE: pricing a reduced stack as the full model would put every row far below its
+        # floor; refuse it with the fix instead.
+        raise SpecError(f"the row ran num_layers={r.num_layers} but model {r.model} has {model.num_layers}: "
+                        "name a config.json of the stack that ran")
+    dep = planner.make_deployment(model, hw, attn=r.attn, moe=r.moe, gpus=r.gpus, replicas=r.replicas,
+                                  weight_dtype=r.weight_dtype, kv_dtype=r.kv_dtype, attention_kernel=r.attention_kernel)
+    steps, owner = [], []
+    for j, lr in enumerate(rows):
+        for st in row_steps(lr, dep):
+            steps.append(st)
+            owner.append(j)
+    a = np.array(steps, dtype=np.float64)  # [S, 6]
+    load = planner.DecodeLoad.equal(a[:, 0], a[:, 1])
+    cost = planner.step_cost(dep, load, prefill_tokens=a[:, 2], prefill_context=a[:, 3], query_tokens=a[:, 4])
+    return dep, hw, cost, np.array(owner, dtype=np.int64), a[:, 5]
+
+
 def price_profile(profile: Profile) -> ProfileCosts:
-    """Group rows by deployment and price each group in one call."""
+    """Group rows by deployment and price each group's steps in one call."""
     by_key: dict[tuple, list[int]] = {}
     for i, lr in enumerate(profile.rows):
         by_key.setdefault(lr.row.deployment_key(), []).append(i)
     issues: list[RowIssue] = []
     kept: list[LoadedRow] = []
-    feats, meas, fmax, fsum, times, hw_names, groups = [], [], [], [], [], [], []
+    feats, meas, hw_names, labels, groups = [], [], [], [], []
+    fmax, fsum, times = [], [], []
     rates: dict[str, DatasheetRates] = {}
     for key, idx in by_key.items():
-        first = profile.rows[idx[0]]
-        r = first.row
+        rows = [profile.rows[i] for i in idx]
         try:
-            model = planner.load_model(_resolve(r.model, first.source))
-            hw = planner.load_hardware(_resolve(r.hardware, first.source))
-            if r.num_layers is not None and r.num_layers != model.num_layers:
-                # NOTE: pricing a reduced stack as the full model would put every row far below its
-                # floor; refuse it with the fix instead.
-                raise SpecError(f"the row ran num_layers={r.num_layers} but model {r.model} has {model.num_layers}: "
-                                "name a config.json of the stack that ran")
-            dep = planner.make_deployment(model, hw, attn=r.attn, moe=r.moe, gpus=r.gpus, replicas=r.replicas,
-                                          weight_dtype=r.weight_dtype, kv_dtype=r.kv_dtype)
-            rows = [profile.rows[i].row for i in idx]
-            load = planner.DecodeLoad.equal(np.array([x.batch for x in rows], dtype=float),
-                                            np.array([x.context for x in rows], dtype=float))
-            cost = planner.step_cost(dep, load, prefill_tokens=np.array([x.prefill_tokens for x in rows]))
+            dep, hw, cost, owner, weight = _price_group(rows, rows[0])
             rt = rates.setdefault(hw.name, rates_for(hw))
-            f = step_features(cost, rt)
+            rf = RowFeatures(step_features(cost, rt), owner, weight, len(rows))
         except SpecError as exc:
-            for i in idx:
-                lr = profile.rows[i]
-                issues.append(RowIssue(lr.source, lr.line, str(exc)))
+            issues += [RowIssue(lr.source, lr.line, str(exc)) for lr in rows]
             continue
         start = len(kept)
-        kept += [profile.rows[i] for i in idx]
-        feats.append(f)
-        meas.append(np.array([profile.rows[i].row.step_ms for i in idx]) / 1e3)
-        fmax.append(cost.floor_max_s)
-        fsum.append(cost.floor_sum_s)
-        times.append(cost.times.stacked())
-        hw_names += [hw.name] * len(idx)
-        groups.append(CostGroup(key, f"{Path(r.model).stem} {hw.name} {dep.label()}", cost,
-                                np.arange(start, start + len(idx))))
+        kept += rows
+        feats.append(rf)
+        meas.append(np.array([lr.row.step_ms for lr in rows]) / 1e3)
+        fmax.append(rf.sum_rows(cost.floor_max_s))
+        fsum.append(rf.sum_rows(cost.floor_sum_s))
+        times.append(rf.sum_rows(cost.times.stacked()))
+        hw_names += [hw.name] * len(rows)
+        label = f"{Path(rows[0].row.model).stem} {hw.name} {dep.label()}"
+        labels += [label] * len(rows)
+        groups.append(CostGroup(key, label, cost, np.arange(start, start + len(rows))))
     if not kept:
-        return ProfileCosts([], StepFeatures(*(np.zeros(0) for _ in range(6))), np.zeros(0), np.zeros(0), np.zeros(0),
-                            np.zeros((4, 0)), [], rates, np.zeros(0, dtype=object), issues)
-    return ProfileCosts(kept, StepFeatures.concat(feats), np.concatenate(meas), np.concatenate(fmax),
+        empty = StepFeatures(*(np.zeros(0) for _ in StepFeatures.__dataclass_fields__))
+        return ProfileCosts([], RowFeatures.one_step_per_row(empty), np.zeros(0), np.zeros(0), np.zeros(0),
+                            np.zeros((4, 0)), [], rates, np.zeros(0, dtype=object), issues, np.zeros(0, dtype=object))
+    return ProfileCosts(kept, RowFeatures.concat(feats), np.concatenate(meas), np.concatenate(fmax),
                         np.concatenate(fsum), np.concatenate(times, axis=1), groups, rates,
-                        np.array(hw_names, dtype=object), issues)
+                        np.array(hw_names, dtype=object), issues, np.array(labels, dtype=object))

@@ -21,8 +21,7 @@ from datetime import datetime, timezone
 import numpy as np
 
 import planner
-from calibration.artifact import (PARAM_NAMES, Calibration, DataSource, FitSummary, FittedParams, StepFeatures,
-                                  predict_from_features)
+from calibration.artifact import PARAM_NAMES, Calibration, DataSource, FitSummary, FittedParams, RowFeatures
 from calibration.costs import ProfileCosts
 from planner.errors import SpecError
 
@@ -67,10 +66,10 @@ def priors_from(hw_name: str, microbench: dict | None) -> tuple[dict[str, float]
     return vals, src
 
 
-def _residuals(z, free_idx, x_full, f: StepFeatures, measured):
+def _residuals(z, free_idx, x_full, f: RowFeatures, measured):
     x = x_full.copy()
     x[free_idx] = z * _SCALE[free_idx]
-    return np.log(predict_from_features(f, x) / measured)
+    return np.log(f.predict(x) / measured)
 
 
 def _bounds(measured):
@@ -79,14 +78,14 @@ def _bounds(measured):
     return lo, hi
 
 
-def fit_params(f: StepFeatures, measured: np.ndarray, priors: dict[str, float], loss: str = DEFAULT_LOSS,
+def fit_params(f: RowFeatures, measured: np.ndarray, priors: dict[str, float], loss: str = DEFAULT_LOSS,
                f_scale: float = DEFAULT_F_SCALE, fixed: set[str] | None = None) -> tuple[np.ndarray, list[str], dict[str, float], dict[str, str]]:
     """(x [8], free names, 1σ of free params, reasons for names held fixed). Raises SpecError on too little data."""
     from scipy.optimize import least_squares
 
     reasons: dict[str, str] = {}
     for name, feat in _SIGNAL.items():
-        if not np.any(getattr(f, feat) > 0):
+        if not np.any(getattr(f.steps, feat) > 0):
             reasons[name] = "no signal in the data"
     for name in fixed or ():
         reasons.setdefault(name, "held fixed by the caller")
@@ -153,7 +152,7 @@ def fit_calibration(costs: ProfileCosts, sources: list[dict], microbench: dict |
         base.update(priors)
         base_src.update(prior_sources or {k: "given" for k in priors})
     x, free, std, reasons = fit_params(costs.features, costs.measured_s, base, loss, f_scale)
-    pred = predict_from_features(costs.features, x)
+    pred = costs.features.predict(x)
     err = abs_pct_errors(pred, costs.measured_s)
     below = int(np.sum(costs.measured_s < costs.floor_max_s))
     notes = []

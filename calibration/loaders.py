@@ -9,7 +9,9 @@ Formats, picked by extension and content:
 Serving summaries (vLLM, SGLang) carry `completed, total_input_tokens, total_output_tokens,
 max_concurrency, median_tpot_ms|mean_tpot_ms, mean_ttft_ms`; isl and osl are the per-request means.
 They name no deployment in floorfirst's terms, so `defaults` (the CLI's `--set key=value`) or
-`--metadata key=value` pairs saved in the result supply model, hardware, gpus, attn and moe.
+`--metadata key=value` pairs saved in the result supply model, hardware, gpus, attn and moe (and
+spec_tokens, accept_len, chunk_tokens where they apply); the engine is the result's `backend`
+when it is one of sglang, vllm, trtllm.
 
 Bad rows become `RowIssue`s with their line number; nothing is dropped silently. Metadata
 columns outside the schema are ignored and named once in the notes. A file is read once, through
@@ -25,6 +27,7 @@ import io
 from pathlib import Path
 
 from calibration.schema import LoadedRow, Profile, RowIssue, parse_row
+from calibration.serving import ENGINES
 from planner.errors import SpecError
 from planner.inputs import PROFILE_MAX_BYTES, decode_text, json_value, parse_json_text, read_bytes_file
 
@@ -48,10 +51,13 @@ def serving_summary_to_raw(d: dict) -> dict:
     done = d.get("completed") or 0
     if not done:
         raise ValueError("serving result has completed=0 requests")
-    raw = {k: d[k] for k in ("model", "hardware", "gpus", "attn", "moe", "replicas", "weight_dtype", "kv_dtype")
+    raw = {k: d[k] for k in ("model", "hardware", "gpus", "attn", "moe", "replicas", "weight_dtype", "kv_dtype",
+                             "attention_kernel", "engine", "chunk_tokens", "spec_tokens", "accept_len")
            if d.get(k) is not None}
     if "model" not in raw and d.get("model_id"):
         raw["model"] = d["model_id"]
+    if "engine" not in raw and d.get("backend") in ENGINES:  # both benchmark tools record the backend they drove
+        raw["engine"] = d["backend"]
     raw["isl"] = d["total_input_tokens"] / done
     raw["osl"] = d["total_output_tokens"] / done
     conc = d.get("max_concurrency") or d.get("concurrency")

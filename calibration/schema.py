@@ -1,16 +1,18 @@
 """One schema for measured operating points, and the steady-state step a serving benchmark implies.
 
 A step row: `model, hardware, gpus, attn, moe, batch, context` (mean decode context), optional
-`prefill_tokens` (per group and step), `replicas`, `weight_dtype`, `kv_dtype`, and `step_ms`.
+`prefill_tokens` (per group and step), `replicas`, `weight_dtype`, `kv_dtype`,
+`attention_kernel` (the decode kernel that ran, planner.models.attention.kernels), and `step_ms`.
 A serving row: the same deployment fields with `isl, osl, concurrency` (total over the
-deployment), `tpot_ms` and optional `ttft_ms` in place of `batch, context, step_ms`.
+deployment), `tpot_ms` and optional `ttft_ms` in place of `batch, context, step_ms`, and how the
+engine ran it: `engine` (sglang, vllm, trtllm: how it schedules prefill), `chunk_tokens` (its
+prefill chunk; default the engine's), `spec_tokens` and `accept_len` (speculative decoding: k
+draft tokens verified per step, τ tokens accepted per step on average).
 
-Serving → step (in-flight batching, steady state): `concurrency` requests are always decoding,
-so batch = concurrency. A request lives `osl` decode steps, so each step retires and admits
-concurrency/osl requests on average, and their prefills ride in the same steps:
-prefill_tokens ≈ concurrency·isl/osl per step (divided among replica groups). A request's context
-grows from isl to isl+osl while it decodes: mean context ≈ isl + osl/2. The step time is the
-TPOT (TTFT is kept for reference; it mixes queueing into the figure and is not fitted).
+A serving row is priced as the steps its engine runs per output token (calibration.serving):
+decode steps at batch = concurrency and context isl + osl/2, and the chunked-prefill steps of
+the requests admitted meanwhile; the measurement is the TPOT. `ServingRow.to_step()` is that
+decode step alone, for display.
 
 Does not: read files (calibration.loaders) or price anything (calibration.costs).
 """
@@ -20,11 +22,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 STEP_FIELDS = ("model", "hardware", "gpus", "attn", "moe", "batch", "context", "step_ms")
 SERVING_FIELDS = ("model", "hardware", "gpus", "attn", "moe", "isl", "osl", "concurrency", "tpot_ms")
-OPTIONAL_FIELDS = ("prefill_tokens", "replicas", "weight_dtype", "kv_dtype", "num_layers", "ttft_ms")
+OPTIONAL_FIELDS = ("prefill_tokens", "replicas", "weight_dtype", "kv_dtype", "num_layers", "ttft_ms", "attention_kernel",
+                   "engine", "chunk_tokens", "spec_tokens", "accept_len")
 
 
 class _Row(BaseModel):
@@ -39,6 +44,7 @@ class _Row(BaseModel):
     weight_dtype: str | None = None
     kv_dtype: str | None = None
     num_layers: int | None = Field(default=None, ge=1, description="Decoder layers the measured stack ran; must equal the model's (a reduced stack needs its own config.json).")
+    attention_kernel: str | None = Field(default=None, description="Decode kernel that ran (its head tile); default the variant's engine default.")
 
 
 class StepRow(_Row):
@@ -51,7 +57,7 @@ class StepRow(_Row):
 
     def deployment_key(self) -> tuple:
         return (self.model, self.hardware, self.gpus, self.attn, self.moe, self.replicas, self.weight_dtype,
-                self.kv_dtype, self.num_layers)
+                self.kv_dtype, self.num_layers, self.attention_kernel)
 
 
 class ServingRow(_Row):
@@ -60,15 +66,28 @@ class ServingRow(_Row):
     isl: float = Field(gt=0, description="Mean input tokens per request.")
     osl: float = Field(gt=0, description="Mean output tokens per request.")
     concurrency: int = Field(ge=1, description="Requests in flight, whole deployment.")
-    tpot_ms: float = Field(gt=0, description="Time per output token after the first, ms.")
+    tpot_ms: float = Field(gt=0, description="Time per output token after the first, ms: (e2e − ttft)/(osl − 1) per request.")
     ttft_ms: float | None = Field(default=None, gt=0)
+    engine: Literal["sglang", "vllm", "trtllm"] | None = Field(default=None, description="The engine that served (how it schedules prefill); default sglang.")
+    chunk_tokens: int | None = Field(default=None, ge=1, description="Prefill tokens per step; default the engine's.")
+    spec_tokens: int = Field(default=0, ge=0, description="Draft tokens verified per decode step (speculative decoding).")
+    accept_len: float | None = Field(default=None, ge=1, description="Tokens accepted per decode step, mean (needs spec_tokens).")
+
+    @model_validator(mode="after")
+    def _spec(self) -> "ServingRow":
+        if self.spec_tokens and self.accept_len is None:
+            raise ValueError(f"spec_tokens={self.spec_tokens} needs accept_len (tokens accepted per step)")
+        if self.accept_len is not None and self.accept_len > self.spec_tokens + 1:
+            raise ValueError(f"accept_len={self.accept_len} exceeds spec_tokens + 1 = {self.spec_tokens + 1}")
+        return self
 
     def to_step(self) -> StepRow:
+        """The decode step of the steady state (display; pricing expands the row, calibration.serving)."""
         return StepRow(model=self.model, hardware=self.hardware, gpus=self.gpus, attn=self.attn, moe=self.moe,
                        replicas=self.replicas, weight_dtype=self.weight_dtype, kv_dtype=self.kv_dtype,
-                       num_layers=self.num_layers,
-                       batch=self.concurrency, context=self.isl + self.osl / 2.0,
-                       prefill_tokens=self.concurrency * self.isl / self.osl / self.replicas, step_ms=self.tpot_ms)
+                       num_layers=self.num_layers, attention_kernel=self.attention_kernel,
+                       batch=self.concurrency, context=self.isl + self.osl / 2.0, prefill_tokens=0.0,
+                       step_ms=self.tpot_ms)
 
 
 @dataclass(frozen=True)
@@ -123,7 +142,8 @@ def _clean(raw: dict) -> dict:
                 v = float(v)
             except ValueError:
                 pass
-        if isinstance(v, float) and math.isfinite(v) and v == int(v) and k not in ("context", "prefill_tokens", "isl", "osl"):
+        if isinstance(v, float) and math.isfinite(v) and v == int(v) and k not in ("context", "prefill_tokens", "isl", "osl",
+                                                                                 "accept_len"):
             v = int(v)
         out[k] = v
     return out
@@ -152,4 +172,6 @@ def parse_row(raw: dict, source: str, line: int, defaults: dict | None = None) -
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = ".".join(str(x) for x in err["loc"])
+        if not loc:  # a check across fields
+            return None, RowIssue(source, line, err["msg"].removeprefix("Value error, ")), ignored
         return None, RowIssue(source, line, f"field '{loc}'={err.get('input')!r}: {err['msg']}"), ignored

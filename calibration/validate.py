@@ -1,6 +1,9 @@
-"""Validate a calibration: per-row residuals of a given calibration on a profile, and k-fold
+"""Validate a calibration: per-row residuals of a given calibration on a profile, k-fold
 cross-validation (refit on k−1 folds, predict the held-out fold) so the error quoted is the error
-on rows the fit did not see.
+on rows the fit did not see, and hold-out by group (`holdout`: model, gpus or layout): refit on
+every other group, predict the held-out one. Random folds over a concurrency sweep put a row's
+neighbours in the training set and flatter any fit; a held-out group says whether the fit
+generalises to a model, a GPU count or a layout it never saw. Both are reported.
 
 Figures: median and p90 absolute % error, the fraction of rows inside their datasheet
 [floor_max, floor_sum], and every row *below* the uncalibrated floor_max listed with the
@@ -16,13 +19,18 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from calibration.artifact import PARAM_NAMES, Calibration, predict_from_features
+from calibration.artifact import PARAM_NAMES, Calibration
 from calibration.costs import ProfileCosts
 from calibration.fit import DEFAULT_F_SCALE, DEFAULT_LOSS, abs_pct_errors, fit_params
 from planner.errors import SpecError
 from planner.resources.vector import TIMED_RESOURCES
 
 DEFAULT_FOLDS = 5
+HOLDOUT_GROUPS = {  # what a hold-out group is, per row
+    "model": lambda lr: str(lr.row.model),
+    "gpus": lambda lr: str(lr.row.gpus),
+    "layout": lambda lr: f"{lr.row.attn}/{lr.row.moe}",
+}
 
 
 @dataclass(frozen=True)
@@ -45,6 +53,7 @@ class ValidationReport:
     fraction_inside_floors: float
     rows_below_floor: list[FloorViolation]
     residuals: list[dict] = field(default_factory=list)  # per row
+    holdout: list[dict] = field(default_factory=list)  # per grouping: HoldoutResult.to_json()
 
     def to_json(self) -> dict:
         return {
@@ -54,7 +63,24 @@ class ValidationReport:
             "fraction_inside_floors": self.fraction_inside_floors,
             "rows_below_floor": [v.__dict__ for v in self.rows_below_floor],
             "residuals": self.residuals,
+            "holdout": self.holdout,
         }
+
+
+@dataclass(frozen=True)
+class HoldoutResult:
+    """Hold-out by one grouping: each group predicted by a fit on all the others."""
+
+    by: str
+    predicted_s: np.ndarray  # [R], NaN where the group could not be held out
+    abs_pct_errors: np.ndarray  # of the rows that were predicted
+    groups: list[dict]  # group, rows, median/p90 |error| %, or the reason it was skipped
+
+    def to_json(self) -> dict:
+        e = self.abs_pct_errors
+        return {"by": self.by, "groups": self.groups, "rows_predicted": int(e.size),
+                "median_abs_pct_error": float(np.median(e)) if e.size else None,
+                "p90_abs_pct_error": float(np.percentile(e, 90)) if e.size else None}
 
 
 def floor_violations(costs: ProfileCosts) -> list[FloorViolation]:
@@ -82,12 +108,42 @@ def kfold_predictions(costs: ProfileCosts, priors: dict[str, float], folds: int 
             progress(k)
         train = np.setdiff1d(order, test)
         x, *_ = fit_params(costs.features.take(train), costs.measured_s[train], priors, loss, f_scale, fixed)
-        pred[test] = predict_from_features(costs.features.take(test), x)
+        pred[test] = costs.features.take(test).predict(x)
     return pred
 
 
+def holdout_predictions(costs: ProfileCosts, priors: dict[str, float], by: str, loss: str = DEFAULT_LOSS,
+                        f_scale: float = DEFAULT_F_SCALE, fixed: set[str] | None = None) -> HoldoutResult:
+    """Refit without each group of `by` (model, gpus, layout) and predict it. A grouping with one
+    group, or a group whose complement can't be fitted (too few rows), is reported, not raised."""
+    if by not in HOLDOUT_GROUPS:
+        raise SpecError(f"holdout={by!r} is not one of {', '.join(HOLDOUT_GROUPS)}")
+    key = np.array([HOLDOUT_GROUPS[by](lr) for lr in costs.rows], dtype=object)
+    pred = np.full(costs.size, np.nan)
+    groups: list[dict] = []
+    names = sorted(set(key.tolist()))
+    for name in names:
+        test = np.flatnonzero(key == name)
+        train = np.flatnonzero(key != name)
+        g: dict = {"group": name, "rows": int(test.size), "trained_on_rows": int(train.size)}
+        if len(names) < 2:
+            g["skipped"] = f"the profile has one {by} group: nothing to hold it out from"
+        else:
+            try:
+                x, *_ = fit_params(costs.features.take(train), costs.measured_s[train], priors, loss, f_scale, fixed)
+            except SpecError as exc:
+                g["skipped"] = str(exc)
+            else:
+                pred[test] = costs.features.take(test).predict(x)
+                e = abs_pct_errors(pred[test], costs.measured_s[test])
+                g.update(median_abs_pct_error=float(np.median(e)), p90_abs_pct_error=float(np.percentile(e, 90)))
+        groups.append(g)
+    ok = np.isfinite(pred)
+    return HoldoutResult(by, pred, abs_pct_errors(pred[ok], costs.measured_s[ok]), groups)
+
+
 def validate(cal: Calibration, costs: ProfileCosts, folds: int = DEFAULT_FOLDS, seed: int = 0,
-             progress=None) -> ValidationReport:
+             progress=None, holdout: tuple[str, ...] = ()) -> ValidationReport:
     """Residuals of `cal` on the profile, plus k-fold CV refitting with `cal`'s fixed values as priors."""
     if costs.size == 0:
         from calibration.fit import _no_rows
@@ -97,7 +153,7 @@ def validate(cal: Calibration, costs: ProfileCosts, folds: int = DEFAULT_FOLDS, 
     if hws != {cal.rates.hardware}:
         raise SpecError(f"calibration is for {cal.rates.hardware}; the profile has {', '.join(sorted(hws))}")
     x = cal.params.vector()
-    pred = predict_from_features(costs.features, x)
+    pred = costs.features.predict(x)
     # NOTE: folds restart from the fit's own priors, not from its answer, so no fold starts from a
     # solution that saw its held-out rows.
     priors = {**dict(zip(PARAM_NAMES, x)), **{k: v for k, v in cal.priors.items() if k not in cal.fixed}}
@@ -112,8 +168,13 @@ def validate(cal: Calibration, costs: ProfileCosts, folds: int = DEFAULT_FOLDS, 
          "cv_error_pct": float((c - m) / m * 100)}
         for lr, m, p, c, lo, hi in zip(costs.rows, costs.measured_s, pred, cv, costs.floor_max_s, costs.floor_sum_s)
     ]
+    held = [holdout_predictions(costs, priors, by, cal.fit.loss, cal.fit.f_scale, set(cal.fixed)) for by in holdout]
+    for h in held:
+        for r, p in zip(residuals, h.predicted_s):
+            r[f"holdout_{h.by}_predicted_s"] = float(p) if np.isfinite(p) else None
     return ValidationReport(
         rows=costs.size, folds=folds,
         cv_median_abs_pct_error=float(np.median(cv_err)), cv_p90_abs_pct_error=float(np.percentile(cv_err, 90)),
         median_abs_pct_error=float(np.median(err)), p90_abs_pct_error=float(np.percentile(err, 90)),
-        fraction_inside_floors=float(np.mean(inside)), rows_below_floor=floor_violations(costs), residuals=residuals)
+        fraction_inside_floors=float(np.mean(inside)), rows_below_floor=floor_violations(costs), residuals=residuals,
+        holdout=[h.to_json() for h in held])

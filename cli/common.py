@@ -25,6 +25,7 @@ SCHEMA_VERSION = 1
 class Attn(str, Enum):
     tp = "tp"
     cp = "cp"
+    dcp = "dcp"
     dp = "dp"
     dop = "dop"
 

@@ -43,7 +43,7 @@ Model = Annotated[str, Field(description="Built-in model (deepseek-v3, deepseek-
 Hardware = Annotated[str, Field(description="Built-in GPU (h20, h100, h200, b200, gb200, b300, mi300x, mi355x) or a path to a hardware YAML.")]
 Gpus = Annotated[int, Field(ge=1, description="GPUs in the deployment, all replicas.")]
 Replicas = Annotated[int, Field(ge=1, description="Replicas of the whole group; a group is gpus/replicas GPUs.")]
-Attn = Annotated[Literal["tp", "cp", "dp", "dop"], Field(description="Attention layout: tp, cp (context parallel), dp (DP-attention), dop (TP weights, each request's KV on one owner).")]
+Attn = Annotated[Literal["tp", "cp", "dcp", "dp", "dop"], Field(description="Attention layout: tp, cp (SPLASH's context parallel), dcp (vLLM's decode context parallel), dp (DP-attention), dop (TP weights, each request's KV on one owner).")]
 Moe = Annotated[Optional[Literal["ep", "tp"]], Field(description="MoE split; default ep for MoE models, tp for dense.")]
 Batch = Annotated[Optional[int], Field(ge=1, description="Concurrent decode requests (whole deployment); default 32 with one context length.")]
 Context = Annotated[str, Field(description="Context per request: one length (32768 or 32k), a comma list (4k,4k,64k) or a histogram (4k*60,64k*4).")]

@@ -69,7 +69,7 @@ def plot_regimes(reg, title: str, path: str) -> None:
     plt = _pyplot()
     from matplotlib.colors import ListedColormap
 
-    palette = ["#1f77b4", "#aec7e8", "#ff7f0e", "#ffbb78", "#2ca02c", "#98df8a", "#d62728", "#ff9896"]
+    palette = ["#1f77b4", "#aec7e8", "#ff7f0e", "#ffbb78", "#9467bd", "#c5b0d5", "#2ca02c", "#98df8a", "#d62728", "#ff9896"]
     k = len(reg.labels)
     cmap = ListedColormap(["#ffffff"] + palette[:k])
     fig, ax = plt.subplots(figsize=(7.5, 5))

@@ -12,10 +12,11 @@ from dataclasses import dataclass
 from planner.errors import SpecError
 from planner.hardware.spec import HardwareSpec
 from planner.layouts.base import AttentionLayout, MoESplit, attention_layouts, moe_splits
+from planner.models.attention.kernels import DecodeKernel, decode_kernel, gpu_arch
 from planner.models.spec import ModelSpec
 from planner.units import WEIGHT_BYTES_PER_PARAM, WEIGHT_DTYPES
 
-ATTN_LAYOUTS: tuple[str, ...] = ("tp", "cp", "dp", "dop")
+ATTN_LAYOUTS: tuple[str, ...] = ("tp", "cp", "dcp", "dp", "dop")
 MOE_SPLITS: tuple[str, ...] = ("ep", "tp")
 DEFAULT_MEM_FRACTION = 0.88  # SGLang's mem_fraction_static is typically 0.85–0.90 (reference/models.md)
 DEFAULT_PAGE_TOKENS = 64
@@ -34,6 +35,7 @@ class Deployment:
     mem_fraction: float
     page_tokens: int
     reserve_bytes: float
+    attention_kernel: str | None = None  # decode kernel override (planner.models.attention.kernels); None: the variant's engine default
 
     @property
     def ranks(self) -> int:
@@ -47,6 +49,16 @@ class Deployment:
     @property
     def moe_split(self) -> MoESplit:
         return moe_splits()[self.moe]
+
+    @property
+    def arch(self) -> str | None:
+        """The GPU generation (planner.models.attention.kernels.gpu_arch)."""
+        return gpu_arch(self.hardware)
+
+    @property
+    def decode_kernel(self) -> DecodeKernel:
+        """The decode attention kernel whose head tile the step pads to."""
+        return decode_kernel(self.attention_kernel or self.model.attention.decode_kernel(self.arch, self.kv_dtype))
 
     @property
     def weight_bytes_per_param(self) -> float:
@@ -65,7 +77,7 @@ def _finite_positive(name: str, value: float) -> None:
 def make_deployment(model: ModelSpec, hardware: HardwareSpec, *, attn: str = "tp", moe: str = "ep", gpus: int = 8,
                     replicas: int = 1, weight_dtype: str | None = None, kv_dtype: str | None = None,
                     mem_fraction: float = DEFAULT_MEM_FRACTION, page_tokens: int = DEFAULT_PAGE_TOKENS,
-                    reserve_bytes: float = 0.0) -> Deployment:
+                    reserve_bytes: float = 0.0, attention_kernel: str | None = None) -> Deployment:
     if attn not in ATTN_LAYOUTS:
         raise SpecError(f"attn={attn!r} is not a layout; choose one of {', '.join(ATTN_LAYOUTS)}")
     if moe not in MOE_SPLITS:
@@ -98,5 +110,7 @@ def make_deployment(model: ModelSpec, hardware: HardwareSpec, *, attn: str = "tp
         raise SpecError(f"moe=ep needs a mixture-of-experts model; {model.name} is dense (use --moe tp)")
     attention_layouts()[attn].check(model, ranks)
     model.mlp.check_tp(ranks, moe)
+    if attention_kernel is not None:
+        decode_kernel(attention_kernel)  # SpecError naming the known kernels
     return Deployment(model, hardware, attn, moe, gpus, replicas, wdt, kdt, float(mem_fraction), int(page_tokens),
-                      float(reserve_bytes))
+                      float(reserve_bytes), attention_kernel)

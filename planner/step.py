@@ -6,6 +6,12 @@ Vectorized: a `DecodeLoad` of P operating points in, arrays of P out; no Python 
 points for equal-length sweeps. Bytes and FLOPs follow the cost declarations in
 planner.models and the busiest-rank shares in planner.layouts.
 
+Engine effects are components of their own: the attention weights a layout holds come from the
+variant's `weight_parts` (what head-sharding splits, what engines replicate), the decode kernel's
+idle head rows are `flops.head_padding` (planner.models.attention.kernels, by engine and GPU
+generation), and fixed per-layer latencies (DSA's top-k) are `latency_s.topk`, added to the
+compute resource's time.
+
 Ignores (NOTE, calibration absorbs them): activation reads/writes, norms, RoPE, softmax, the
 router GEMM, MTP draft layers, kernel launch gaps, routing skew across EP ranks.
 """
@@ -44,7 +50,9 @@ class StepCost:
     times: ResourceTimes
     pricing: str
     replicas: int
-    components: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)  # resource -> name -> [P]
+    # resource -> name -> [P]: 'hbm_bytes', 'flops', 'network_bytes', 'network_messages', and
+    # 'latency_s' (fixed latencies, seconds, inside times.compute_s)
+    components: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
 
     @property
     def floor_max_s(self) -> np.ndarray:
@@ -53,6 +61,12 @@ class StepCost:
     @property
     def floor_sum_s(self) -> np.ndarray:
         return self.times.floor_sum_s
+
+    @property
+    def fixed_latency_s(self) -> np.ndarray:
+        """[P] seconds of fixed per-layer latencies (top-k) inside times.compute_s."""
+        lat = self.components.get("latency_s", {})
+        return sum(lat.values(), np.zeros_like(self.hbm_bytes))
 
     @property
     def kv_fits(self) -> np.ndarray:
@@ -81,28 +95,21 @@ def group_load(load: DecodeLoad, replicas: int) -> DecodeLoad:
     return DecodeLoad(lengths=load.lengths, counts=counts)
 
 
-def _attention_weight_params(m, in_frac: float, out_frac: float) -> dict[str, float]:
-    """Attention parameters one rank holds/reads, by component: input side × in_frac, the
-    per-head output path (W_UV, o-proj) × out_frac."""
-    out_p = m.attention.output_params() * m.num_layers
-    params = {}
-    for k, v in m.attention_params().items():
-        params[k] = (v - out_p) * in_frac + out_p * out_frac if k == "attention" else v * in_frac
-    return params
-
-
-def _attention_fractions(dep: Deployment) -> tuple[float, float]:
-    """Share of the input-side attention weights and of the per-head output path one rank holds
-    (and reads each step), from the layout's sharding."""
-    lay, t = dep.attention_layout, dep.ranks
-    return (1.0 / t if lay.weights_sharded else 1.0), (1.0 / t if lay.output_sharded else 1.0)
+def attention_weight_params(dep: Deployment) -> dict[str, float]:
+    """Attention parameters one rank holds (and reads each step), by component, all layers: a
+    head-sharding layout splits the variant's head-sharded parts over T and keeps the rest whole
+    (engines replicate the fused q_a/kv_a projection and DSA's indexer), a replicating layout
+    keeps everything whole."""
+    m, lay, t = dep.model, dep.attention_layout, dep.ranks
+    return {k: p.params * m.num_layers / (t if lay.weights_sharded and p.head_sharded else 1.0)
+            for k, p in m.attention.weight_parts().items()}
 
 
 def weights_resident_bytes(dep: Deployment) -> dict[str, float]:
     """Weight bytes resident on one rank, by component."""
     m, t, wb = dep.model, dep.ranks, dep.weight_bytes_per_param
     lay = dep.attention_layout
-    out = {f"{k}_weights": v * wb for k, v in _attention_weight_params(m, *_attention_fractions(dep)).items()}
+    out = {f"{k}_weights": v * wb for k, v in attention_weight_params(dep).items()}
     out.update({f"{k}_weights": v * wb for k, v in m.mlp.rank_resident_params(t, dep.moe).items()})
     emb = m.embedding_params / t if lay.head_sharded else m.embedding_params
     out["embedding_weights"] = emb * HEAD_BYTES_PER_PARAM
@@ -126,17 +133,16 @@ def decode_kv_resident_bytes(dep: Deployment, load: DecodeLoad) -> np.ndarray:
     return dep.attention_layout.share(inp).kv_stored_bytes * dep.model.num_layers
 
 
-def _rank_work(dep: Deployment, g: DecodeLoad, share: AttentionShare, group_tokens: np.ndarray, points: int):
-    """HBM bytes and FLOPs (by component) of one candidate rank."""
+def _rank_work(dep: Deployment, g: DecodeLoad, inp: ShareInputs, share: AttentionShare, points: int):
+    """HBM bytes, FLOPs (by component) and fixed latencies of one candidate rank."""
     m, t, lay = dep.model, dep.ranks, dep.attention_layout
     L = float(m.num_layers)
     wb = dep.weight_bytes_per_param
-    in_frac, out_frac = _attention_fractions(dep)
-    att_params = _attention_weight_params(m, in_frac, out_frac)
+    att_params = attention_weight_params(dep)
     hbm: dict[str, np.ndarray] = {}
     for k, v in att_params.items():
         hbm[f"{k}_weights"] = np.full(points, v * wb)
-    for k, v in m.mlp.rank_read_params(group_tokens, t, dep.moe).items():
+    for k, v in m.mlp.rank_read_params(inp.step_tokens, t, dep.moe).items():
         hbm[f"{k}_weights"] = v * wb
     head_frac = 1.0 / t if lay.head_sharded else 1.0
     hbm["lm_head_weights"] = np.full(points, m.head_params * head_frac * HEAD_BYTES_PER_PARAM)
@@ -145,20 +151,25 @@ def _rank_work(dep: Deployment, g: DecodeLoad, share: AttentionShare, group_toke
     hbm["kv_write"] = share.kv_write_bytes * L
 
     flops: dict[str, np.ndarray] = {}
-    in_params = _attention_weight_params(m, in_frac, 0.0)
-    out_params = {k: v - in_params[k] for k, v in att_params.items()}
-    out_tokens = share.projected_tokens if share.output_projected_tokens is None else share.output_projected_tokens
-    for k in att_params:
-        flops[f"{k}_proj"] = 2.0 * (share.projected_tokens * in_params[k] + out_tokens * out_params[k])
-    for k, v in m.mlp.rank_flops(group_tokens, t, dep.moe).items():
+    for k, v in att_params.items():
+        flops[f"{k}_proj"] = 2.0 * share.projected_tokens * v
+    for k, v in m.mlp.rank_flops(inp.step_tokens, t, dep.moe).items():
         flops[k] = v
-    decode_on_rank = g.batch if lay.head_sharded or lay.activations_replicated else share.projected_tokens
-    flops["lm_head"] = 2.0 * decode_on_rank * m.head_params * head_frac
-    flops["attention_core"] = share.attention_flops * L
-    bf16_names = {"lm_head", "attention_core"}
+    sampled = inp.decode_tokens if share.sampled_tokens is None else share.sampled_tokens
+    flops["lm_head"] = 2.0 * sampled * m.head_params * head_frac
+    for k, v in share.attention_flops.items():
+        flops[k] = v * L
+    # NOTE: the decode kernel computes whole head tiles (planner.models.attention.kernels): the
+    # padded rows do the real rows' per-(head, token) work on zeros.
+    heads, q = share.query_heads, inp.query_tokens
+    rows = dep.decode_kernel.padded_rows(heads, q, dep.arch)
+    waste = np.divide(rows, heads * q, out=np.ones_like(q), where=heads * q > 0) - 1.0
+    flops["head_padding"] = share.decode_core_flops * waste * L
+    bf16_names = {"lm_head", "head_padding", *share.attention_flops}
     by_dtype = {dep.weight_dtype: sum(v for k, v in flops.items() if k not in bf16_names)}
-    by_dtype["bf16"] = by_dtype.get("bf16", 0.0) + flops["lm_head"] + flops["attention_core"]
-    return hbm, flops, by_dtype, share.kv_stored_bytes * L
+    by_dtype["bf16"] = by_dtype.get("bf16", 0.0) + sum(flops[k] for k in bf16_names)
+    latency = {"topk": sum((m.attention.topk_latency_s(x) for x in share.topk_row_tokens), np.zeros(points)) * L}
+    return hbm, flops, by_dtype, latency, share.kv_stored_bytes * L
 
 
 def _network(dep: Deployment, inp: ShareInputs, g: DecodeLoad, points: int):
@@ -172,7 +183,7 @@ def _network(dep: Deployment, inp: ShareInputs, g: DecodeLoad, points: int):
     if dense_layers:
         groups.append((split.collectives(inp, lay.activations_replicated, False), dense_layers))
     if lay.head_sharded:
-        groups.append(([Collective("lm_head_gather", "all_gather", g.batch * m.vocab_size * LOGIT_BYTES, 1.0)], 1.0))
+        groups.append(([Collective("lm_head_gather", "all_gather", inp.decode_tokens * m.vocab_size * LOGIT_BYTES, 1.0)], 1.0))
     net_b: dict[str, np.ndarray] = {}
     net_m: dict[str, np.ndarray] = {}
     for colls, layers in groups:
@@ -190,21 +201,26 @@ def _select(keep_a: np.ndarray, a: dict, b: dict) -> dict:
 
 
 def step_cost(dep: Deployment, load: DecodeLoad, prefill_tokens=0.0, pricing: Pricing | None = None,
-              prefill_context=0.0) -> StepCost:
+              prefill_context=0.0, query_tokens=1.0) -> StepCost:
     """Price one step. `load` is the deployment's decode requests; `prefill_tokens` [P] or scalar
     is the prefill chunk (one request's) each group runs in the same step, and `prefill_context`
-    the tokens that request already has cached. For owner layouts the busiest rank is either the
-    decode-busiest owner or the owner running the chunk, whichever has the larger floor_max."""
+    the tokens that request already has cached; `query_tokens` [P] or scalar the query tokens each
+    decode request runs (1; k + 1 when a step verifies k draft tokens: projections, MoE and the
+    attention core see B·(k+1) tokens, the KV is read once per request). For owner layouts the
+    busiest rank is either the decode-busiest owner or the owner running the chunk, whichever has
+    the larger floor_max."""
     pricing = pricing or Pricing.datasheet(dep.hardware)
     m = dep.model
     g = group_load(load, dep.replicas)
     pts = load.points
     pre = np.broadcast_to(np.asarray(prefill_tokens, dtype=np.float64), (pts,)).copy()
     pre_ctx = np.broadcast_to(np.asarray(prefill_context, dtype=np.float64), (pts,)).copy()
+    q = np.broadcast_to(np.asarray(query_tokens, dtype=np.float64), (pts,)).copy()
     if not (np.all(np.isfinite(pre)) and np.all(pre >= 0) and np.all(np.isfinite(pre_ctx)) and np.all(pre_ctx >= 0)):
         raise SpecError("prefill tokens and prefill context must be finite and ≥ 0")
-    inp = ShareInputs(m, dep.ranks, g, pre, dep.kv_dtype, dep.page_tokens, pre_ctx)
-    group_tokens = inp.step_tokens
+    if not (np.all(np.isfinite(q)) and np.all(q >= 1)):
+        raise SpecError("query tokens per decode request must be finite and ≥ 1")
+    inp = ShareInputs(m, dep.ranks, g, pre, dep.kv_dtype, dep.page_tokens, pre_ctx, q)
     net_b, net_m = _network(dep, inp, g, pts)
     zeros = np.zeros(pts)
     net_total = sum(net_b.values()) if net_b else zeros
@@ -212,17 +228,20 @@ def step_cost(dep: Deployment, load: DecodeLoad, prefill_tokens=0.0, pricing: Pr
 
     best = None
     for share in dep.attention_layout.candidate_shares(inp):
-        hbm, flops, by_dtype, kv_res = _rank_work(dep, g, share, group_tokens, pts)
-        times = price(sum(hbm.values()), by_dtype, net_total, msg_total, pricing)
-        cand = (times, hbm, flops, by_dtype, kv_res)
+        hbm, flops, by_dtype, latency, kv_res = _rank_work(dep, g, inp, share, pts)
+        t = price(sum(hbm.values()), by_dtype, net_total, msg_total, pricing)
+        # NOTE: a fixed latency (top-k: one CTA per row, so neither bytes nor FLOPs set its time) is
+        # time the SMs spend: it adds to the compute resource's time, so floor_sum counts it whole
+        # and floor_max hides it only behind a larger resource, as perfect overlap would.
+        times = ResourceTimes(t.hbm_s, t.compute_s + sum(latency.values()), t.network_bytes_s, t.network_messages_s)
+        cand = (times, hbm, flops, by_dtype, latency, kv_res)
         if best is None:
             best = cand
             continue
         keep = best[0].floor_max_s >= times.floor_max_s
         picked = ResourceTimes(*(np.where(keep, x, y) for x, y in zip(best[0].stacked(), times.stacked())))
-        best = (picked, _select(keep, best[1], cand[1]), _select(keep, best[2], cand[2]),
-                _select(keep, best[3], cand[3]), np.where(keep, best[4], cand[4]))
-    times, hbm, flops, by_dtype, kv_res = best
+        best = (picked, *(_select(keep, best[i], cand[i]) for i in range(1, 5)), np.where(keep, best[5], cand[5]))
+    times, hbm, flops, by_dtype, latency, kv_res = best
     hbm_total = sum(hbm.values())
     return StepCost(
         batch=load.batch,
@@ -241,5 +260,6 @@ def step_cost(dep: Deployment, load: DecodeLoad, prefill_tokens=0.0, pricing: Pr
         times=times,
         pricing=pricing.label,
         replicas=dep.replicas,
-        components={"hbm_bytes": hbm, "flops": flops, "network_bytes": net_b, "network_messages": net_m},
+        components={"hbm_bytes": hbm, "flops": flops, "network_bytes": net_b, "network_messages": net_m,
+                    "latency_s": latency},
     )

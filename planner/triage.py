@@ -50,22 +50,28 @@ class Triage:
 
 
 def triage_step(cost: StepCost, measured_s, threshold: float = DEFAULT_THRESHOLD) -> Triage:
+    return triage_floors(measured_s, cost.floor_max_s, cost.floor_sum_s, cost.times.stacked(), threshold)
+
+
+def triage_floors(measured_s, floor_max_s, floor_sum_s, times_s, threshold: float = DEFAULT_THRESHOLD) -> Triage:
+    """`triage_step` on plain arrays: floors [P] and per-resource times [4, P] (a serving row's
+    are its steps' weighted sums)."""
     m = np.asarray(measured_s, dtype=np.float64)
     if not np.all(np.isfinite(m)) or np.any(m <= 0):
         raise SpecError("measured step time must be a positive finite number")
     if not np.isfinite(threshold) or threshold < 0:
         raise SpecError(f"threshold={threshold} must be ≥ 0")
     try:
-        m, lo, hi = (np.array(a) for a in np.broadcast_arrays(m, cost.floor_max_s, cost.floor_sum_s))
+        m, lo, hi = (np.array(a) for a in np.broadcast_arrays(m, floor_max_s, floor_sum_s))
     except ValueError:
-        raise SpecError(f"{m.size} measurements for {cost.floor_max_s.size} operating points") from None
+        raise SpecError(f"{m.size} measurements for {np.size(floor_max_s)} operating points") from None
     verdict = np.where(m < lo, "below_floor", np.where(m <= hi, "inside", "above_sum"))
     span = hi - lo
     with np.errstate(divide="ignore", invalid="ignore"):
         q = np.where(span > 0, (hi - m) / span, 1.0)
     q = np.where(verdict == "inside", q, np.nan)
     resid = np.where(verdict == "above_sum", (m - hi) / hi, np.nan)
-    stacked = np.broadcast_to(cost.times.stacked(), (len(TIMED_RESOURCES), m.size))  # [4, P]
+    stacked = np.broadcast_to(np.asarray(times_s, dtype=np.float64), (len(TIMED_RESOURCES), m.size))  # [4, P]
     violated = [[TIMED_RESOURCES[r] for r in range(stacked.shape[0]) if stacked[r, i] > m[i]] for i in range(m.size)]
     profile = (verdict == "above_sum") & (resid > threshold)
     largest = np.asarray(TIMED_RESOURCES, dtype=object)[np.argmax(stacked, axis=0)]

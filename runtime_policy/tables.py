@@ -48,7 +48,10 @@ from planner.deployment import Deployment
 from planner.errors import SpecError
 from planner.resources.vector import TIMED_RESOURCES
 
-LAYOUTS: tuple[str, ...] = planner.ATTN_LAYOUTS  # index order used by every table here
+# NOTE: the four layouts the policy, the transition plans and the executor know (their index order
+# is used by every table here); the planner registers more (dcp) than the runtime runs until the
+# runtime reads the layout registry (issue 15).
+LAYOUTS: tuple[str, ...] = ("tp", "cp", "dp", "dop")
 OWNER_LAYOUTS = frozenset({"dp", "dop"})
 NO_TOPK = 1e18
 DATASHEET_ALPHA = 0.5
@@ -200,7 +203,13 @@ def layout_deployments(dep: Deployment) -> list[Deployment | None]:
 
 
 def _terms(model: StepTimeModel, d: Deployment, load, prefill=0.0, pricing=None, prefill_context=0.0) -> np.ndarray:
-    return model.terms_s(planner.step_cost(d, load, prefill, pricing, prefill_context=prefill_context)).T  # [P, 4]
+    cost = planner.step_cost(d, load, prefill, pricing, prefill_context=prefill_context)
+    terms = model.terms_s(cost)
+    # NOTE: fixed per-layer latencies (DSA's top-k, set by the longest row, not by Σ L) can't be
+    # written in these per-token terms: they are left out of the tables (and so of the policy and
+    # the simulator) until the tables carry a longest-context term (issue 15).
+    terms[TIMED_RESOURCES.index("compute")] -= cost.fixed_latency_s
+    return terms.T  # [P, 4]
 
 
 def compile_tables(dep: Deployment, model: StepTimeModel | None = None, max_batch: int = 4096,

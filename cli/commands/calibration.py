@@ -18,7 +18,18 @@ from planner.errors import SpecError
 from planner.inputs import check_output_path, write_text_file
 
 ProfileOpt = Annotated[list[str], typer.Option("--profile", "-p", help="Profile file (CSV, JSONL, vLLM/SGLang result); repeatable.")]
-SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="key=value filling a field the rows lack (e.g. hardware=h200, gpus=8, attn=dp, moe=ep); repeatable.")]
+SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="key=value filling a field the rows lack (e.g. hardware=h200, gpus=8, attn=dp, moe=ep, engine=vllm); repeatable.")]
+SpecTokensOpt = Annotated[Optional[int], typer.Option("--spec-tokens", help="Serving rows ran speculative decoding with k draft tokens per step (a step verifies B·(k+1) tokens).")]
+AcceptLenOpt = Annotated[Optional[float], typer.Option("--accept-len", help="Tokens accepted per decode step with --spec-tokens (TPOT divides the step by it).")]
+
+
+def spec_defaults(sets, spec_tokens, accept_len) -> list[str]:
+    """--spec-tokens / --accept-len as --set pairs (a row's own fields win)."""
+    if accept_len is not None and not spec_tokens:
+        raise SpecError("--accept-len needs --spec-tokens")
+    extra = [f"spec_tokens={spec_tokens}"] if spec_tokens else []
+    extra += [f"accept_len={accept_len}"] if accept_len is not None else []
+    return list(sets or ()) + extra
 
 
 @contextmanager
@@ -93,17 +104,38 @@ def calibrate(
     microbench: Annotated[Optional[str], typer.Option("--microbench", help="A microbench result: priors for the fit and values for parameters the profile can't determine.")] = None,
     sets: SetOpt = None,
     loss: Annotated[str, typer.Option("--loss", help="Robust loss: soft_l1, huber, cauchy, arctan or linear.")] = "soft_l1",
+    spec_tokens: SpecTokensOpt = None, accept_len: AcceptLenOpt = None,
+    from_kernel_db: Annotated[Optional[str], typer.Option("--from-kernel-db", help="An aiconfigurator-core system (h200_sxm, b200_sxm, …): read its per-kernel tables into achieved rates (priors for --profile, or on their own).")] = None,
+    backend: Annotated[Optional[str], typer.Option("--backend", help="With --from-kernel-db: whose kernels, sglang, vllm or trtllm.")] = None,
+    wheel: Annotated[Optional[str], typer.Option("--wheel", help="With --from-kernel-db: the aiconfigurator-core wheel (default: the installed package).")] = None,
+    hardware: Annotated[Optional[str], typer.Option("--hardware", help="With --from-kernel-db: the datasheet spec the rates are relative to (default: from the system name).")] = None,
+    yaml_out: Annotated[Optional[str], typer.Option("--yaml-out", help="With --from-kernel-db: also write a calibrated hardware YAML.")] = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Fit achieved efficiencies, message latency, overlap α and per-step overhead to measured steps."""
+    """Fit achieved efficiencies, message latency, overlap α and per-step overhead to measured steps
+    (or, with --from-kernel-db, read a kernel database's achieved rates)."""
     from calibration.artifact import save_calibration
     from calibration.fit import fit_calibration
 
     if loss not in ("soft_l1", "huber", "cauchy", "arctan", "linear"):
         raise SpecError(f"loss={loss!r} is not one of soft_l1, huber, cauchy, arctan, linear")
     check_calibration_out(out, force)  # before the fit: a bad --out must not cost the whole fit
+    if from_kernel_db is None and any(v is not None for v in (backend, wheel, hardware, yaml_out)):
+        raise SpecError("--backend, --wheel, --hardware and --yaml-out go with --from-kernel-db")
+    kdb = None
+    if yaml_out:
+        check_output_path(yaml_out, "--yaml-out", suffixes=(".yaml", ".yml"))
+    if from_kernel_db is not None:
+        kdb = _kernel_db(from_kernel_db, backend, wheel, hardware, yaml_out, out if not profile else None, json_out)
+        if not profile:
+            return
+    sets = spec_defaults(sets, spec_tokens, accept_len)
     prof, costs = _load(profile, sets)
     mb, mb_src = _read_microbench(microbench)
+    if kdb is not None:
+        if mb is not None:
+            raise SpecError("give --microbench or --from-kernel-db as the fit's priors, not both")
+        mb, mb_src = kdb
     with _progress("fitting", 1) as advance:
         try:
             cal = fit_calibration(costs, prof.sources, mb, mb_src, loss=loss)
@@ -142,16 +174,23 @@ def validate(
     sets: SetOpt = None,
     folds: Annotated[int, typer.Option("--folds", help="k of k-fold cross-validation.")] = 5,
     seed: Annotated[int, typer.Option("--seed", help="Fold shuffle seed.")] = 0,
+    holdout: Annotated[Optional[list[str]], typer.Option("--holdout", help="Also hold out each group of: model, gpus or layout (fit on the others, predict it); repeatable.")] = None,
+    spec_tokens: SpecTokensOpt = None, accept_len: AcceptLenOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Per-row residuals of a calibration on a profile, k-fold cross-validated error, floor violations."""
+    """Per-row residuals of a calibration on a profile, k-fold and hold-out-by-group errors, floor violations."""
     from calibration.artifact import load_calibration
+    from calibration.validate import HOLDOUT_GROUPS
     from calibration.validate import validate as run_validate
 
+    bad = [h for h in holdout or () if h not in HOLDOUT_GROUPS]
+    if bad:
+        raise SpecError(f"--holdout {bad[0]!r} is not one of {', '.join(HOLDOUT_GROUPS)}")
     cal = load_calibration(calibration)
-    prof, costs = _load(profile, sets)
+    prof, costs = _load(profile, spec_defaults(sets, spec_tokens, accept_len))
     with _progress("cross-validating", folds) as advance:
-        rep = run_validate(cal, costs, folds, seed, progress=lambda k: advance(f"fold {k + 1}"))
+        rep = run_validate(cal, costs, folds, seed, progress=lambda k: advance(f"fold {k + 1}"),
+                           holdout=tuple(holdout or ()))
     issues = [str(i) for i in prof.issues + costs.issues]
     if json_out:
         emit_json("validate", {"calibration": calibration, **rep.to_json(), "rows_rejected": issues})
@@ -159,6 +198,14 @@ def validate(
     con = console()
     con.print(f"{rep.rows} rows; {rep.folds}-fold cross-validated |error|: median {rep.cv_median_abs_pct_error:.2f} %, "
               f"p90 {rep.cv_p90_abs_pct_error:.2f} %")
+    for h in rep.holdout:
+        if h["rows_predicted"]:
+            con.print(f"hold-out by {h['by']}: median {h['median_abs_pct_error']:.2f} %, p90 {h['p90_abs_pct_error']:.2f} % "
+                      f"over {h['rows_predicted']} rows")
+        for g in h["groups"]:
+            what = (f"skipped: {g['skipped']}" if "skipped" in g else
+                    f"median {g['median_abs_pct_error']:.2f} %, p90 {g['p90_abs_pct_error']:.2f} %")
+            con.print(f"  {h['by']}={g['group']} ({g['rows']} rows, fit on {g['trained_on_rows']}): {what}")
     con.print(f"this calibration on these rows: median {rep.median_abs_pct_error:.2f} %, p90 {rep.p90_abs_pct_error:.2f} %")
     con.print(f"inside the datasheet \\[max, sum]: {rep.fraction_inside_floors:.0%}; below floor_max: {len(rep.rows_below_floor)}")
     for v in rep.rows_below_floor:
@@ -169,6 +216,33 @@ def validate(
         con.print(f"[dim]worst: {r['source']}:{r['line']} gpus={r['gpus']} {r['attn']} B={r['batch']} ctx={r['context_tokens']:.0f}: "
                   f"measured {r['measured_s'] * 1e3:.3f} ms, cross-validated {r['cv_predicted_s'] * 1e3:.3f} ms ({r['cv_error_pct']:+.1f} %)[/]")
     _report_issues(con, issues, prof.notes)
+
+
+def _kernel_db(system, backend, wheel, hardware, yaml_out, out, json_out):
+    """Read the kernel tables; write the rates document (when `out`) and the YAML; return
+    (doc, DataSource) for use as the fit's priors."""
+    from calibration.artifact import DataSource
+    from calibration.kernel_db import read_kernel_db, write_outputs
+
+    if backend is None:
+        raise SpecError("--from-kernel-db needs --backend sglang|vllm|trtllm")
+    doc = read_kernel_db(system, backend, wheel, hardware)
+    write_outputs(doc, out, yaml_out)
+    if out is not None:
+        if json_out:
+            emit_json("calibrate_kernel_db", {"out": out, "yaml_out": yaml_out, **{k: doc[k] for k in
+                      ("system", "backend", "hardware", "wheel", "tables", "summary", "notes")}})
+        else:
+            con = console()
+            con.print(f"{doc['system']} / {doc['backend']} ({doc['wheel']}) → {out}" + (f", {yaml_out}" if yaml_out else ""))
+            for k, v in doc["summary"].items():
+                con.print(f"  {k:<42} {v:.4g}")
+            for t in doc["tables"]:
+                con.print(f"[dim]  table {t['path']} ({t['rows_used']} rows used)[/]")
+            for n in doc["notes"]:
+                con.print(f"[dim]{n}[/]")
+    return doc, DataSource(path=f"{doc['wheel']}:{system}/{backend}", sha256=doc["wheel_sha256"], kind="kernel_db",
+                           rows=sum(t["rows_used"] for t in doc["tables"]), rows_rejected=0)
 
 
 def microbench(

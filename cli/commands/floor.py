@@ -3,7 +3,7 @@ every layout side by side, and the KV capacity of every layout."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 import typer
@@ -20,8 +20,10 @@ from planner.units import GiB
 
 
 def cost_document(dep: planner.Deployment, cost: planner.StepCost, calibration=None,
-                  prefill_context: float = 0.0) -> dict[str, Any]:
+                  prefill_context: float = 0.0, pricing: planner.Pricing | None = None) -> dict[str, Any]:
     """The JSON view of one priced point (index 0)."""
+    from planner.effects import effect_times_s
+
     t = cost.times
     doc: dict[str, Any] = {
         "attn": dep.attn,
@@ -55,6 +57,9 @@ def cost_document(dep: planner.Deployment, cost: planner.StepCost, calibration=N
         "decode_tokens_per_s_at_max": scalar(cost.decode_tokens_per_s_at_max),
         "decode_tokens_per_s_at_sum": scalar(cost.decode_tokens_per_s_at_sum),
         "components": {res: {k: scalar(v) for k, v in comp.items()} for res, comp in cost.components.items()},
+        "engine_effects_s": {k: scalar(v) for k, v in
+                             effect_times_s(cost, pricing or planner.Pricing.datasheet(dep.hardware)).items()},
+        "decode_kernel": dep.decode_kernel.name,
     }
     if calibration is not None:
         doc["predicted_s"] = scalar(calibration.predict_s(cost))
@@ -93,7 +98,7 @@ def floor(
                        prefill_tokens, kv_dtype, weight_dtype, mem_fraction, page_tokens, reserve_gib, pricing,
                        prefill_context)
     doc = {"model": dep.model.name, "hardware": dep.hardware.name,
-           **cost_document(dep, cost, cal, prefill_args(prefill_tokens, prefill_context)[1])}
+           **cost_document(dep, cost, cal, prefill_args(prefill_tokens, prefill_context)[1], pricing_for(dep.hardware, pricing))}
     if json_out:
         emit_json("floor", doc)
         return
@@ -121,6 +126,10 @@ def floor(
               f"decode {doc['decode_tokens_per_s_at_max']:.0f} … {doc['decode_tokens_per_s_at_sum']:.0f} tokens/s")
     if "predicted_s" in doc:
         con.print(f"calibrated prediction {fmt_ms(doc['predicted_s'])}")
+    eff = doc["engine_effects_s"]
+    if any(eff.values()):
+        con.print("engine effects (" + doc["decode_kernel"] + " decode kernel): " + ", ".join(
+            f"{k} {fmt_ms(v)} ({v / doc['floor_sum_s']:.0%} of floor_sum)" for k, v in eff.items() if v))
     comp = Table(title="largest components")
     comp.add_column("resource")
     comp.add_column("component")
@@ -155,7 +164,9 @@ def compare(
     prefill_tokens: PrefillOpt = 0.0, prefill_context: PrefillContextOpt = "0", kv_dtype: KvDtypeOpt = None,
     weight_dtype: WeightDtypeOpt = None,
     mem_fraction: MemFractionOpt = DEFAULTS["mem_fraction"], page_tokens: PageOpt = 64, reserve_gib: ReserveOpt = 0.0,
-    pricing: PricingOpt = PricingChoice.datasheet, calibration: CalibrationOpt = None, json_out: JsonOpt = False,
+    pricing: PricingOpt = PricingChoice.datasheet, calibration: CalibrationOpt = None,
+    components: Annotated[bool, typer.Option("--components", help="Also show each layout's engine effects: DSA's indexer, top-k, padded head rows, unsharded attention weights (ms).")] = False,
+    json_out: JsonOpt = False,
 ) -> None:
     """Every layout side by side at one operating point."""
     cal = load_calibration(calibration)
@@ -164,10 +175,11 @@ def compare(
     deps, skipped = valid_deployments(m, hw, gpus, replicas, weight_dtype, kv_dtype, mem_fraction, page_tokens, reserve_gib)
     load = build_load(batch, context)
     pr = pricing_for(hw, pricing)
-    docs = [cost_document(d, planner.step_cost(d, load, pre, pr, prefill_context=pre_ctx), cal, pre_ctx) for d in deps]
+    docs = [cost_document(d, planner.step_cost(d, load, pre, pr, prefill_context=pre_ctx), cal, pre_ctx, pr) for d in deps]
     feasible = [d for d in docs if d["resources"]["kv_capacity"]["fits"]]
-    best_max = min(feasible, key=lambda d: d["floor_max_s"]) if feasible else None
-    best_sum = min(feasible, key=lambda d: d["floor_sum_s"]) if feasible else None
+    # NOTE: layouts that tie on one floor (DCP and DOP move the same HBM bytes) are ordered by the other
+    best_max = min(feasible, key=lambda d: (d["floor_max_s"], d["floor_sum_s"])) if feasible else None
+    best_sum = min(feasible, key=lambda d: (d["floor_sum_s"], d["floor_max_s"])) if feasible else None
     out = {
         "model": m.name, "hardware": hw.name, "gpus": gpus, "batch": docs[0]["batch"],
         "context_mean_tokens": docs[0]["context_mean_tokens"], "prefill_tokens": pre, "prefill_context_tokens": pre_ctx,
@@ -199,6 +211,15 @@ def compare(
             row.insert(3, fmt_ms(d["predicted_s"]))
         t.add_row(*row)
     con.print(t)
+    if components:
+        e = Table(title="engine effects per layout (ms at the pricing's rates; each overlaps the rest of its step)")
+        names = list(docs[0]["engine_effects_s"])
+        for c in ["attn/moe", "decode kernel", *names, "floor sum"]:
+            e.add_column(c, justify="left" if c in ("attn/moe", "decode kernel") else "right")
+        for d in docs:
+            e.add_row(f"{d['attn']}/{d['moe']}", d["decode_kernel"], *(fmt_ms(d["engine_effects_s"][k]) for k in names),
+                      fmt_ms(d["floor_sum_s"]))
+        con.print(e)
     for s in skipped:
         con.print(f"[dim]skipped {s['attn']}/{s['moe']}: {s['reason']}[/]")
     con.print("★ fastest by floor_max among layouts whose KV fits" if best_max else "no layout fits this load")

@@ -1,6 +1,9 @@
 """`floorfirst triage`: a measured step against its floors — overlap quality, a floor violated
 (and which resource), or a residual over the sum and the resource to profile. With
-`--profile FILE` every row of a profile is triaged (calibration.triage does the bulk work)."""
+`--profile FILE` every row of a profile is triaged (calibration.triage does the bulk work). With
+`--calibration FILE` the residual is read against the calibrated prediction: "profile" then means
+the engine did worse than a calibrated expectation, not than a datasheet floor every real step
+exceeds."""
 
 from __future__ import annotations
 
@@ -11,19 +14,19 @@ import typer
 from rich.table import Table
 
 from cli.commands.floor import _point, prefill_args
-from cli.common import (DEFAULTS, AttnOpt, BatchOpt, ContextOpt, GpusOpt, HardwareOpt, JsonOpt, KvDtypeOpt,
+from cli.common import (DEFAULTS, AttnOpt, BatchOpt, CalibrationOpt, ContextOpt, GpusOpt, HardwareOpt, JsonOpt, KvDtypeOpt,
                         MemFractionOpt, ModelOpt, MoeOpt, PageOpt, PrefillContextOpt, PrefillOpt, PricingChoice, PricingOpt, ReplicasOpt,
-                        ReserveOpt, WeightDtypeOpt, console, emit_json, fmt_ms, scalar)
+                        ReserveOpt, WeightDtypeOpt, console, emit_json, fmt_ms, load_calibration, scalar)
 from planner.errors import SpecError
 from planner.triage import DEFAULT_THRESHOLD, triage_step
 
 
-def _profile(path: str, threshold: float, json_out: bool) -> None:
+def _profile(path: str, threshold: float, json_out: bool, calibration: str | None) -> None:
     try:
         from calibration.triage import render_profile_triage, triage_profile
     except ImportError:
         raise SpecError("--profile needs the calibration package's bulk triage, which is not available") from None
-    result = triage_profile(path, threshold)
+    result = triage_profile(path, threshold, calibration=load_calibration(calibration), calibration_path=calibration)
     render_profile_triage(result, json_out)
 
 
@@ -37,13 +40,13 @@ def triage(
     kv_dtype: KvDtypeOpt = None,
     weight_dtype: WeightDtypeOpt = None, mem_fraction: MemFractionOpt = DEFAULTS["mem_fraction"],
     page_tokens: PageOpt = 64, reserve_gib: ReserveOpt = 0.0, pricing: PricingOpt = PricingChoice.datasheet,
-    json_out: JsonOpt = False,
+    calibration: CalibrationOpt = None, json_out: JsonOpt = False,
 ) -> None:
-    """Place a measured step between its floors and say whether to open a profiler."""
+    """Place a measured step between its floors (or against a calibrated prediction) and say whether to open a profiler."""
     if profile is not None:
         if measured_ms is not None:
             raise SpecError("give either --measured-ms (one point) or --profile (a file), not both")
-        _profile(profile, threshold, json_out)
+        _profile(profile, threshold, json_out, calibration)
         return
     if measured_ms is None:
         raise SpecError("--measured-ms is required (or --profile FILE)")
@@ -52,6 +55,7 @@ def triage(
     dep, cost = _point(model, hardware, attn.value, moe.value if moe else None, gpus, replicas, batch, context, prefill_tokens, kv_dtype,
                        weight_dtype, mem_fraction, page_tokens, reserve_gib, pricing, prefill_context)
     tr = triage_step(cost, measured_ms / 1e3, threshold)
+    cal = load_calibration(calibration)
     t = cost.times
     doc = {
         "model": dep.model.name, "hardware": dep.hardware.name, "gpus": dep.gpus, "attn": dep.attn, "moe": dep.moe,
@@ -70,6 +74,18 @@ def triage(
         "profile_resource": str(tr.profile_resource[0]) or None,
         "explanation": tr.explain(0),
     }
+    if cal is not None:
+        from calibration.triage import triage_calibrated
+
+        terms = cal.predict_terms_s(cost)
+        ct = triage_calibrated(measured_ms / 1e3, cal.predict_s(cost),
+                               np.stack([np.asarray(terms[r]) for r in ("hbm", "compute", "network_bytes", "network_messages")]),
+                               threshold)
+        doc["calibrated"] = {"calibration": calibration, "predicted_s": scalar(ct.predicted_s),
+                             "residual_fraction": scalar(ct.residual_fraction), "verdict": str(ct.verdict[0]),
+                             "explanation": ct.explain(0)}
+        # NOTE: against a calibration, "profile" means worse than the calibrated expectation
+        doc["profile"], doc["profile_resource"] = bool(ct.profile[0]), str(ct.profile_resource[0]) or None
     if json_out:
         emit_json("triage", doc)
         return
@@ -82,8 +98,12 @@ def triage(
     tab.add_row("floor max", fmt_ms(doc["floor_max_s"]))
     tab.add_row("floor sum", fmt_ms(doc["floor_sum_s"]))
     tab.add_row("[bold]measured[/]", fmt_ms(doc["measured_s"]))
+    if cal is not None:
+        tab.add_row("calibrated prediction", fmt_ms(doc["calibrated"]["predicted_s"]))
     con.print(tab)
     con.print(f"[bold]{doc['verdict']}[/]: {doc['explanation']}")
+    if cal is not None:
+        con.print(f"[bold]{doc['calibrated']['verdict']}[/]: {doc['calibrated']['explanation']}")
 
 
 def register(app: typer.Typer) -> None:

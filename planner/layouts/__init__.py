@@ -1,4 +1,4 @@
-"""Attention layouts (tp, cp, dp, dop) and MoE splits (ep, tp): busiest-rank loads and collectives."""
+"""Attention layouts (tp, cp, dcp, dp, dop) and MoE splits (ep, tp): busiest-rank loads and collectives."""
 
 from planner.layouts.base import attention_layouts, moe_splits
 

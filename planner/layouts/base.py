@@ -1,10 +1,14 @@
-"""Layout protocol and registries: attention layouts (tp, cp, dp, dop) and MoE splits (ep, tp).
+"""Layout protocol and registries: attention layouts (tp, cp, dcp, dp, dop) and MoE splits (ep, tp).
 
-An attention layout answers, for the busiest rank of a group of T ranks: what share of the
-attention weights it holds, whose KV it stores and reads, whose queries it projects, and which
-collectives each layer launches. A MoE split answers which collectives each MLP layer launches
-given whether activations are replicated across the group after attention. A new layout is one
-module in this package with `@register_attention_layout` / `@register_moe_split`.
+An attention layout answers, for the busiest rank of a group of T ranks: which of the attention
+weights it holds (head-sharded or replicated), whose KV it stores and reads, whose queries it
+projects, which attention work it runs (by component: the per-head core, DSA's indexer, with the
+query heads each decode query runs with so the step model can pad them to the kernel's head
+tile), which top-k selections it runs, and which collectives each layer launches. A MoE split
+answers which collectives each MLP layer launches given whether activations are replicated
+across the group after attention. A new layout is one module in this package with
+`@register_attention_layout` / `@register_moe_split`; everything it needs from the model comes
+through the attention-variant protocol (planner.models.attention.base).
 
 Collectives are declared with their payload S in bytes; the link bytes a rank sends follow from
 the kind (ring algorithms): all-reduce 2(T−1)/T·S, all-gather and reduce-scatter (T−1)/T·S with
@@ -24,8 +28,9 @@ from planner.registry import Registry
 
 CollectiveKind = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all"]
 
-ACTIVATION_BYTES = 2.0  # bf16 hidden states on the wire
-PARTIAL_BYTES = 4.0  # fp32 partial attention outputs and log-sum-exp for CP merges
+ACTIVATION_BYTES = 2.0  # bf16 hidden states, queries and partial outputs on the wire
+LSE_BYTES = 4.0  # fp32 log-sum-exp per (query, head) of a partial output (vLLM casts MLA's to fp32)
+TOPK_CANDIDATE_BYTES = 8.0  # one (score, index) pair as two fp32 (vLLM sparse_attn_indexer.py _merge_dcp_topk_global)
 
 
 def link_bytes_factor(kind: CollectiveKind, ranks: int) -> float:
@@ -53,9 +58,12 @@ class AttentionShare:
     kv_stored_bytes: np.ndarray  # resident KV bytes (page-rounded), one layer
     kv_read_bytes: dict[str, np.ndarray]  # by component ('kv', 'indexer', 'prefill_prefix'), one layer
     kv_write_bytes: np.ndarray  # new tokens' KV written this step, one layer
-    attention_flops: np.ndarray  # attention-core FLOPs incl. prefill, one layer
+    attention_flops: dict[str, np.ndarray]  # by component ('attention_core', 'indexer'), decode + prefill, one layer
+    decode_core_flops: np.ndarray  # the decode part of attention_core: what a decode kernel's head tile pads
+    query_heads: float  # query heads each decode query runs with on this rank
     projected_tokens: np.ndarray  # tokens whose projections this rank computes
-    output_projected_tokens: np.ndarray | None = None  # tokens through the output path (None: projected_tokens)
+    topk_row_tokens: tuple[np.ndarray, ...] = ()  # per top-k pass: scores in the longest row on this rank
+    sampled_tokens: np.ndarray | None = None  # decode queries whose logits this rank computes (None: all of them)
 
 
 @dataclass(frozen=True)
@@ -69,12 +77,17 @@ class ShareInputs:
     kv_dtype: str
     page_tokens: int
     prefill_context: np.ndarray | None = None  # [P] tokens that request already has cached (None: 0)
+    query_tokens: np.ndarray | None = None  # [P] query tokens per decode request (1; k+1 when verifying k drafts)
+    decode_tokens: np.ndarray = field(init=False)  # [P] decode query tokens of the group
     step_tokens: np.ndarray = field(init=False)  # [P] decode + prefill tokens the group runs this step
 
     def __post_init__(self) -> None:
         if self.prefill_context is None:
             object.__setattr__(self, "prefill_context", np.zeros_like(self.prefill_tokens))
-        object.__setattr__(self, "step_tokens", self.load.batch + self.prefill_tokens)
+        if self.query_tokens is None:
+            object.__setattr__(self, "query_tokens", np.ones_like(self.prefill_tokens))
+        object.__setattr__(self, "decode_tokens", self.load.batch * self.query_tokens)
+        object.__setattr__(self, "step_tokens", self.decode_tokens + self.prefill_tokens)
 
 
 def pages_rounded(tokens: np.ndarray, page_tokens: int) -> np.ndarray:
@@ -90,11 +103,33 @@ def read_bytes(inp: ShareInputs, tokens: np.ndarray) -> dict[str, np.ndarray]:
     return inp.model.attention.kv_read_bytes(tokens, inp.kv_dtype)
 
 
-def prefill_work(inp: ShareInputs) -> tuple[np.ndarray, np.ndarray]:
-    """(attention-core FLOPs, prefix KV bytes read) of the step's prefill chunk, one layer, whole.
-    The chunk's queries read the request's cached prefix once (tiled, flash-style)."""
+def decode_flops(inp: ShareInputs, counts: np.ndarray, core_split: float = 1.0,
+                 indexer_split: float = 1.0) -> dict[str, np.ndarray]:
+    """Attention FLOPs by component of the decode queries of `counts` [P, R] requests, one layer,
+    the per-head core divided `core_split` ways and the token-scoring parts `indexer_split` ways."""
+    parts = inp.model.attention.decode_flops_by_component(inp.load.lengths)
+    q = inp.query_tokens
+    return {k: (v * counts).sum(-1) * q / (core_split if k == "attention_core" else indexer_split)
+            for k, v in parts.items()}
+
+
+def add_parts(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    return {k: a.get(k, 0.0) + b.get(k, 0.0) for k in dict.fromkeys([*a, *b])}
+
+
+def longest_row(inp: ShareInputs, counts: np.ndarray) -> np.ndarray:
+    """[P] context of the longest decode request among `counts` (0 where there is none)."""
+    return np.where(counts > 0, inp.load.lengths, 0.0).max(-1)
+
+
+def prefill_work(inp: ShareInputs) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """(attention FLOPs by component, prefix KV bytes read) of the step's prefill chunk, one layer,
+    whole. The chunk's queries read the request's cached prefix once (tiled, flash-style)."""
     att = inp.model.attention
-    flops = att.prefill_flops(inp.prefill_tokens, inp.prefill_context)
+    if not np.any(inp.prefill_tokens > 0):  # NOTE: decode-only sweeps skip the causal-pair sums
+        zeros = np.zeros_like(inp.prefill_tokens)
+        return {k: zeros for k in att.prefill_flops_by_component(np.zeros(1), np.zeros(1))}, zeros
+    flops = att.prefill_flops_by_component(inp.prefill_tokens, inp.prefill_context)
     prefix = np.where(inp.prefill_tokens > 0, stored_bytes(inp, inp.prefill_context), 0.0)
     return flops, prefix
 
@@ -113,8 +148,7 @@ def new_token_bytes(inp: ShareInputs) -> float:
 class AttentionLayout:
     name: ClassVar[str]
     description: ClassVar[str]
-    weights_sharded: ClassVar[bool]  # input-side attention weights split over ranks (True) or replicated
-    output_sharded: ClassVar[bool]  # per-head output path (W_UV, o-proj) split over ranks
+    weights_sharded: ClassVar[bool]  # head-sharded attention weights split over ranks (True) or replicated
     activations_replicated: ClassVar[bool]  # after attention every rank holds every token's hidden state
     head_sharded: ClassVar[bool]  # LM head vocab-parallel over ranks
 

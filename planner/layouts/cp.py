@@ -1,63 +1,99 @@
-"""CP (decode context parallelism): input-side attention weights replicated; every request's KV
-pages interleaved across the T ranks, so each rank attends over ~1/T of every request. Partial
-outputs (latent output + log-sum-exp, fp32) are exchanged by an all-to-all that leaves each
-rank every token's partials for its T-th of the heads, merged exactly by log-sum-exp; the
-per-head output path (W_UV, o-proj) then runs on that head slice (so only 1/T of it is held),
-and an all-reduce of the hidden state finishes the block. Decode query projections run for
-every token on every rank, which is CP's price. A prefill chunk runs ring-style instead: its
-queries split over ranks and the request's KV slices all-gathered."""
+"""CP as SPLASH runs it (and floorfirst's torch executor, executor/torch_executor/layouts.py
+`attention_cp`): attention weights replicated on every rank; every request's KV pages
+interleaved over the T ranks. Each rank projects every decode query with all heads, attends
+over its ~1/T of each request's pages and all-gathers the partial outputs (bf16, the kernel's
+output width per head) and their log-sum-exps (fp32); every rank merges them exactly and runs
+the output path for every token itself, so no all-reduce closes the block. Decode query and
+output projections for every token on every rank are CP's price; KV held once is its gain.
+
+DSA under CP: each rank scores its own slice of the indexer keys, selects a local top-k, and
+the ranks all-gather their T·top-k candidates (score, index) for a second top-k, the exact
+decomposition vLLM ships for DCP (vllm/model_executor/layers/sparse_attn_indexer.py
+`_merge_dcp_topk_global`: "ships dcp_world_size * topk_tokens candidates instead of the whole
+score row"; SPLASH publishes no DSA code, so its indexer is taken to split the same way).
+
+A prefill chunk runs ring-style: its queries split over the ranks (projections and attention of
+P/T tokens each), the request's KV slices (prefix + chunk) all-gathered, and the chunk's hidden
+states all-gathered after the output projection so every rank holds every token again.
+"""
 
 from __future__ import annotations
 
 import numpy as np
 
-from planner.layouts.base import (PARTIAL_BYTES, AttentionLayout, AttentionShare, Collective, ShareInputs,
-                                  new_token_bytes, prefill_resident, prefill_work, read_bytes,
-                                  register_attention_layout, stored_bytes, tokens_hidden_bytes)
+from planner.layouts.base import (ACTIVATION_BYTES, LSE_BYTES, TOPK_CANDIDATE_BYTES, AttentionLayout, AttentionShare,
+                                  Collective, ShareInputs, add_parts, decode_flops, longest_row, new_token_bytes,
+                                  prefill_resident, prefill_work, read_bytes, register_attention_layout, stored_bytes,
+                                  tokens_hidden_bytes)
 
 
-def value_width(inp: ShareInputs) -> int:
+def token_split_work(inp: ShareInputs, stored_tokens: np.ndarray):
+    """(stored, read, write, decode flops, top-k passes) of one rank holding `stored_tokens` [P, R]
+    of each request (page-rounded) and ~1/T of every request's KV reads, scores and attended
+    tokens, one layer (shared by cp and dcp)."""
+    load, t = inp.load, inp.ranks
+    stored = (stored_bytes(inp, stored_tokens) * load.counts).sum(-1) + prefill_resident(inp) / t
+    # NOTE: each rank reads its ~1/T of every request's KV (for DSA: its slice of the indexer keys
+    # and ~1/T of the top-k latents the global selection picks); exact up to one page or token.
+    read = {k: (v * load.counts).sum(-1) / t for k, v in read_bytes(inp, load.lengths).items()}
+    dec = decode_flops(inp, load.counts, core_split=t, indexer_split=t)
+    write = inp.step_tokens * new_token_bytes(inp) / t
+    return stored, read, write, dec, topk_passes(inp)
+
+
+def topk_passes(inp: ShareInputs) -> tuple[np.ndarray, ...]:
+    """Scores per row of the two top-k passes of a token-split indexer: the local one over a
+    rank's ~L/T keys, then the merge over min(L, T·top-k) gathered candidates (no selection is
+    needed where L ≤ top-k: both passes then price at 0)."""
+    k = inp.model.attention.topk_tokens()
+    if k is None:
+        return ()
+    longest, t = longest_row(inp, inp.load.counts), inp.ranks
+    return np.ceil(longest / t), np.minimum(longest, t * k)
+
+
+def topk_merge_collectives(inp: ShareInputs, name: str) -> list[Collective]:
+    """The all-gather of every rank's local top-k candidates: a [rows, top-k] buffer per rank,
+    whatever the rows' lengths (short rows pad it), gathered over the group."""
+    k = inp.model.attention.topk_tokens()
+    if k is None:
+        return []
+    return [Collective(name, "all_gather", inp.ranks * inp.decode_tokens * k * TOPK_CANDIDATE_BYTES, 1.0)]
+
+
+def partial_output_bytes(inp: ShareInputs) -> np.ndarray:
+    """[P] one rank's partial outputs + log-sum-exps of every decode query, all heads."""
     att = inp.model.attention
-    return getattr(att, "kv_lora_rank", None) or getattr(att, "head_dim")
+    return inp.decode_tokens * att.num_heads * (att.decode_output_width() * ACTIVATION_BYTES + LSE_BYTES)
 
 
 @register_attention_layout
 class ContextParallel(AttentionLayout):
     name = "cp"
-    description = "weights replicated, KV pages interleaved over ranks, LSE merge"
+    description = "SPLASH CP: weights replicated, KV pages interleaved over ranks, partials all-gathered and LSE-merged"
     weights_sharded = False
-    output_sharded = True
     activations_replicated = True
     head_sharded = False
 
     def share(self, inp: ShareInputs) -> AttentionShare:
         load, t, pg = inp.load, inp.ranks, inp.page_tokens
         pages_on_busiest = np.ceil(np.ceil(load.lengths / pg) / t)
-        stored = (stored_bytes(inp, pages_on_busiest * pg) * load.counts).sum(-1)
-        # NOTE: each rank reads its ~1/T of every request's KV (for DSA: its slice of the
-        # indexer keys and of the top-k); the split is exact up to one page.
-        read = {k: (v * load.counts).sum(-1) / t for k, v in read_bytes(inp, load.lengths).items()}
-        att = inp.model.attention
-        pre_flops, prefix = prefill_work(inp)
+        stored, read, write, dec, topk = token_split_work(inp, pages_on_busiest * pg)
+        pre, prefix = prefill_work(inp)
         read["prefill_prefix"] = prefix / t
-        stored = stored + prefill_resident(inp) / t
-        flops = ((att.decode_flops(load.lengths) * load.counts).sum(-1) + pre_flops) / t
-        write = inp.step_tokens * new_token_bytes(inp) / t
-        # the prefill chunk runs ring-style: its queries split over ranks, the KV gathered
-        in_tokens = load.batch + inp.prefill_tokens / t
-        return AttentionShare(stored, read, write, flops, in_tokens, inp.step_tokens)
+        flops = add_parts(dec, {k: v / t for k, v in pre.items()})
+        projected = inp.decode_tokens + inp.prefill_tokens / t
+        return AttentionShare(stored, read, write, flops, dec["attention_core"], inp.model.attention.num_heads,
+                              projected, topk)
 
     def collectives(self, inp: ShareInputs) -> list[Collective]:
-        heads = inp.model.attention.num_heads
-        per_query = heads * (value_width(inp) + 1) * PARTIAL_BYTES  # partial output + lse, one query
-        tokens = inp.step_tokens
-        decode_partials = inp.load.batch * per_query
-        colls = [Collective("attn_allreduce", "all_reduce", tokens_hidden_bytes(inp, tokens), 1.0)]
-        if not np.any(inp.prefill_tokens > 0):
-            return [Collective("cp_lse_merge_a2a", "all_to_all", decode_partials, 1.0)] + colls
-        # NOTE: a prefill chunk has many queries and one prefix, so it runs ring-style: queries
-        # split over ranks and each rank's KV slice (prefix + chunk) all-gathered, which moves
-        # far fewer bytes than merging every query's partial output (P·heads·(v+1)·4 B) once P
-        # exceeds a handful of tokens.
-        return [Collective("cp_lse_merge_a2a", "all_to_all", decode_partials, 1.0),
-                Collective("cp_prefill_kv_allgather", "all_gather", prefill_resident(inp), 1.0)] + colls
+        colls = [Collective("cp_partials_allgather", "all_gather", inp.ranks * partial_output_bytes(inp), 1.0)]
+        colls += topk_merge_collectives(inp, "cp_topk_allgather")
+        if np.any(inp.prefill_tokens > 0):
+            # NOTE: a chunk has many queries and one prefix, so it runs ring-style: gathering each
+            # rank's KV slice (prefix + chunk) moves far fewer bytes than merging every query's
+            # partial output (P·heads·(v·2 + 4) B·T) once P exceeds a handful of tokens.
+            colls += [Collective("cp_prefill_kv_allgather", "all_gather", prefill_resident(inp), 1.0),
+                      Collective("cp_prefill_output_allgather", "all_gather",
+                                 tokens_hidden_bytes(inp, inp.prefill_tokens), 1.0)]
+        return colls

@@ -1,10 +1,11 @@
 """DOP (decoupled ownership): attention weights sharded by heads like TP, each request's KV on
 one owner like DP-attention, so neither weights nor KV are replicated. Each rank projects
 queries for its T-th of the heads for every token; an all-to-all routes them to the owners
-(absorbed MLA queries are kv_lora+rope wide), the owner attends over its cache, a second
-all-to-all returns the outputs (kv_lora wide) to the head owners, and the output projection's
-all-reduce finishes the block. A prefill chunk's attention runs on its request's owner, as in
-DP-attention (see planner.layouts.dp)."""
+(the decode kernel's query width per head: 576 for absorbed MLA), the owner attends over its
+cache with all heads (and, for DSA, scores its requests' tokens and selects their top-k), a
+second all-to-all returns the outputs (the kernel's output width, 512 for MLA) to the head
+owners, and the output projection's all-reduce finishes the block. A prefill chunk's attention
+runs on its request's owner, as in DP-attention (see planner.layouts.dp)."""
 
 from __future__ import annotations
 
@@ -13,26 +14,18 @@ from planner.layouts.base import (ACTIVATION_BYTES, AttentionLayout, AttentionSh
 from planner.layouts.dp import owner_attention, owner_candidates
 
 
-def _query_width(inp: ShareInputs) -> tuple[int, int]:
-    att = inp.model.attention
-    if hasattr(att, "kv_lora_rank"):
-        return att.kv_lora_rank + att.qk_rope_head_dim, att.kv_lora_rank
-    return att.head_dim, att.head_dim
-
-
 @register_attention_layout
 class DecoupledOwnership(AttentionLayout):
     name = "dop"
     description = "heads sharded like TP, each request's KV on one owner, queries routed by all-to-all"
     weights_sharded = True
-    output_sharded = True
     activations_replicated = True
     head_sharded = True
 
     def owner_share(self, inp: ShareInputs, with_prefill: bool) -> AttentionShare:
-        stored, read, write, flops, _ = owner_attention(inp, with_prefill)
-        tokens = inp.step_tokens
-        return AttentionShare(stored, read, write, flops, tokens)
+        w = owner_attention(inp, with_prefill)
+        return AttentionShare(w.stored, w.read, w.write, w.flops, w.decode_core, inp.model.attention.num_heads,
+                              inp.step_tokens, (w.longest,))
 
     def share(self, inp: ShareInputs) -> AttentionShare:
         return self.owner_share(inp, with_prefill=False)
@@ -41,11 +34,11 @@ class DecoupledOwnership(AttentionLayout):
         return owner_candidates(self, inp)
 
     def collectives(self, inp: ShareInputs) -> list[Collective]:
+        att = inp.model.attention
         tokens = inp.step_tokens
-        heads_per_rank = inp.model.attention.num_heads / inp.ranks
-        qw, ow = _query_width(inp)
-        q = tokens * heads_per_rank * qw * ACTIVATION_BYTES
-        o = tokens * heads_per_rank * ow * ACTIVATION_BYTES
+        heads_per_rank = att.num_heads / inp.ranks
+        q = tokens * heads_per_rank * att.decode_query_width() * ACTIVATION_BYTES
+        o = tokens * heads_per_rank * att.decode_output_width() * ACTIVATION_BYTES
         return [
             Collective("dop_query_a2a", "all_to_all", q, 1.0),
             Collective("dop_output_a2a", "all_to_all", o, 1.0),

@@ -1,7 +1,7 @@
 """DP-attention: attention weights replicated; each request's KV on one owner rank (balanced by
-KV bytes); the owner runs the whole attention for its requests. No attention collective: the
-gather happens on the MLP side (EP dispatch/combine, or all-gather/reduce-scatter into a
-TP-sharded MLP).
+KV bytes); the owner runs the whole attention for its requests (all heads, its requests' indexer
+scores and top-k). No attention collective: the gather happens on the MLP side (EP
+dispatch/combine, or all-gather/reduce-scatter into a TP-sharded MLP).
 
 The step's prefill chunk belongs to one request and so runs on that request's owner: its whole
 attention and its prefix read land on one rank. A scheduler puts it on the lightest owner, so
@@ -11,33 +11,49 @@ are offered as candidates and the step model keeps the slower.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-from planner.layouts.base import (AttentionLayout, AttentionShare, Collective, ShareInputs, new_token_bytes,
-                                  pages_rounded, prefill_resident, prefill_work, read_bytes, register_attention_layout, stored_bytes)
+from planner.layouts.base import (AttentionLayout, AttentionShare, Collective, ShareInputs, add_parts, decode_flops,
+                                  longest_row, new_token_bytes, pages_rounded, prefill_resident, prefill_work,
+                                  read_bytes, register_attention_layout, stored_bytes)
 from planner.load import busiest_owner_counts, lightest_owner_counts
 
 
-def owner_attention(inp: ShareInputs, with_prefill: bool) -> tuple[np.ndarray, dict, np.ndarray, np.ndarray, np.ndarray]:
-    """(stored, read, write, flops, owned decode requests) of one owner rank, one layer: the
-    decode-busiest owner, or (with_prefill) the lightest owner running the prefill chunk."""
-    load, att = inp.load, inp.model.attention
+@dataclass(frozen=True)
+class OwnerWork:
+    """One owner rank's attention, one layer, arrays [P]."""
+
+    stored: np.ndarray
+    read: dict
+    write: np.ndarray
+    flops: dict
+    decode_core: np.ndarray
+    owned: np.ndarray  # decode requests it owns
+    longest: np.ndarray  # context of its longest request
+
+
+def owner_attention(inp: ShareInputs, with_prefill: bool) -> OwnerWork:
+    """The decode-busiest owner, or (with_prefill) the lightest owner running the prefill chunk."""
+    load = inp.load
     per_req = stored_bytes(inp, pages_rounded(load.lengths, inp.page_tokens))
     pick = lightest_owner_counts if with_prefill else busiest_owner_counts
     counts = pick(load, per_req, inp.ranks)
     stored = (per_req * counts).sum(-1)
     read = {k: (v * counts).sum(-1) for k, v in read_bytes(inp, load.lengths).items()}
-    flops = (att.decode_flops(load.lengths) * counts).sum(-1)
+    dec = decode_flops(inp, counts)
+    flops = dec
     owned = counts.sum(-1)
-    new_tokens = owned
+    new_tokens = owned * inp.query_tokens
     if with_prefill:
-        pre_flops, prefix = prefill_work(inp)
+        pre, prefix = prefill_work(inp)
         read["prefill_prefix"] = prefix
-        flops = flops + pre_flops
-        new_tokens = owned + inp.prefill_tokens
+        flops = add_parts(dec, pre)
+        new_tokens = new_tokens + inp.prefill_tokens
         stored = stored + prefill_resident(inp)
     write = new_tokens * new_token_bytes(inp)
-    return stored, read, write, flops, owned
+    return OwnerWork(stored, read, write, flops, dec["attention_core"], owned, longest_row(inp, counts))
 
 
 def owner_candidates(layout: AttentionLayout, inp: ShareInputs) -> list[AttentionShare]:
@@ -52,14 +68,15 @@ class DataParallelAttention(AttentionLayout):
     name = "dp"
     description = "weights replicated, each request's KV on one owner"
     weights_sharded = False
-    output_sharded = False
     activations_replicated = False
     head_sharded = False
 
     def owner_share(self, inp: ShareInputs, with_prefill: bool) -> AttentionShare:
-        stored, read, write, flops, owned = owner_attention(inp, with_prefill)
-        projected = owned + (inp.prefill_tokens if with_prefill else 0.0)
-        return AttentionShare(stored, read, write, flops, projected)
+        w = owner_attention(inp, with_prefill)
+        own_queries = w.owned * inp.query_tokens
+        projected = own_queries + (inp.prefill_tokens if with_prefill else 0.0)
+        return AttentionShare(w.stored, w.read, w.write, w.flops, w.decode_core, inp.model.attention.num_heads,
+                              projected, (w.longest,), own_queries)
 
     def share(self, inp: ShareInputs) -> AttentionShare:
         return self.owner_share(inp, with_prefill=False)

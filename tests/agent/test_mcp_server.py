@@ -14,6 +14,8 @@ import time
 
 import anyio
 import pytest
+
+import planner
 from mcp import Client, StdioServerParameters
 
 from cli.inprocess import CommandError, CommandRunner, Limits, WorkerPool
@@ -76,7 +78,7 @@ def test_lists_every_tool_with_typed_inputs(pool):
     tools = {t.name: t for t in session(build_server(pool), body)}
     assert set(tools) == ALL_TOOLS
     floor = tools["floor"].input_schema["properties"]
-    assert floor["attn"]["enum"] == ["tp", "cp", "dp", "dop"] and floor["gpus"]["type"] == "integer"
+    assert floor["attn"]["enum"] == list(planner.ATTN_LAYOUTS) and floor["gpus"]["type"] == "integer"
     assert tools["triage"].input_schema["required"] == ["measured_ms"]
     assert tools["validate"].input_schema["required"] == ["calibration", "profile"]
     assert all(t.description for t in tools.values())

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import planner
-from calibration.artifact import PARAM_NAMES, predict_from_features
+from calibration.artifact import PARAM_NAMES
 from calibration.costs import price_profile
 from calibration.fit import fit_calibration
 from calibration.loaders import load_profile
@@ -33,7 +33,7 @@ def test_noise_and_outliers_dont_break_it(tmp_path):
     cal, costs = _fit(tmp_path, rows)
     clean = synthetic_rows()
     truth = np.array([r["step_ms"] for r in clean]) / 1e3
-    pred = predict_from_features(costs.features, cal.params.vector())
+    pred = costs.features.predict(cal.params.vector())
     err = np.abs(pred - truth) / truth
     assert np.median(err) < 0.02 and np.percentile(err, 90) < 0.05
     for name in ("hbm_weight_efficiency", "hbm_kv_efficiency", "overlap_alpha"):
@@ -45,7 +45,7 @@ def test_linear_loss_is_pulled_by_outliers_more_than_robust(tmp_path):
     robust, costs = _fit(tmp_path, rows)
     plain, _ = _fit(tmp_path, rows, loss="linear")
     truth = np.array([r["step_ms"] for r in synthetic_rows()]) / 1e3
-    e = lambda c: np.median(np.abs(predict_from_features(costs.features, c.params.vector()) - truth) / truth)  # noqa: E731
+    e = lambda c: np.median(np.abs(costs.features.predict(c.params.vector()) - truth) / truth)  # noqa: E731
     assert e(robust) < e(plain)
 
 

@@ -37,11 +37,12 @@ def test_jsonl_malformed_line_and_extra_columns(tmp_path):
     assert "kernel" in prof.notes[0]
 
 
-def test_serving_row_implies_steady_state_step():
+def test_serving_row_shows_its_steady_state_decode_step():
     s = ServingRow(**DEP, isl=1000, osl=500, concurrency=64, tpot_ms=40.0)
     st = s.to_step()
-    # batch = concurrency; context = isl + osl/2; prefill per step = concurrency·isl/osl
-    assert (st.batch, st.context, st.prefill_tokens, st.step_ms) == (64, 1250.0, 128.0, 40.0)
+    # batch = concurrency; context = isl + osl/2; the prefill chunks are priced as steps of their own
+    # (tests/calibration/test_serving_rows.py)
+    assert (st.batch, st.context, st.prefill_tokens, st.step_ms) == (64, 1250.0, 0.0, 40.0)
 
 
 def test_vllm_result_with_deployment_from_set(tmp_path):
@@ -52,7 +53,7 @@ def test_vllm_result_with_deployment_from_set(tmp_path):
     p.write_text(json.dumps(doc))
     prof = load_profile(p, parse_defaults([f"{k}={v}" for k, v in DEP.items()]))
     (lr,) = prof.rows
-    assert lr.row.batch == 32 and lr.row.context == 2100.0 and lr.row.prefill_tokens == 320.0
+    assert lr.row.batch == 32 and lr.row.context == 2100.0 and lr.serving.isl == 2000.0 and lr.serving.osl == 200.0
     assert lr.row.step_ms == 30.0 and lr.serving.ttft_ms == 900.0
     assert prof.sources[0]["kind"] == "vllm"
 

@@ -7,6 +7,8 @@ import sys
 
 import pytest
 
+import planner
+
 from cli.main import main
 
 
@@ -41,10 +43,10 @@ def test_floor_accepts_lists_and_histograms(capsys):
 
 def test_compare_lists_every_layout(capsys):
     d = run_json(capsys, "compare", "--batch", "64", "--context", "8k")
-    assert {(x["attn"], x["moe"]) for x in d["layouts"]} == {(a, m) for a in ("tp", "cp", "dp", "dop") for m in ("ep", "tp")}
+    assert {(x["attn"], x["moe"]) for x in d["layouts"]} == {(a, m) for a in planner.ATTN_LAYOUTS for m in ("ep", "tp")}
     assert d["best_by_max"] is not None
     dense = run_json(capsys, "compare", "--model", "llama-3.1-70b", "--batch", "8", "--context", "8k")
-    assert all(x["moe"] == "tp" for x in dense["layouts"]) and len(dense["skipped"]) == 4
+    assert all(x["moe"] == "tp" for x in dense["layouts"]) and len(dense["skipped"]) == len(planner.ATTN_LAYOUTS)
 
 
 def test_capacity_keys(capsys):

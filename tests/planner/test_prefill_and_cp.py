@@ -24,25 +24,31 @@ def test_causal_pairs_golden():
     assert causal_pairs(0, 100) == 0
 
 
-def test_mla_output_path_parameters():
-    att = planner.load_model("deepseek-v3").attention
-    # W_UV = kv_lora · heads · v = 512·128·128; o-proj = heads · v · hidden = 128·128·7168
-    assert att.output_params() == 512 * 128 * 128 + 128 * 128 * 7168
+def test_mla_weight_parts_replicate_the_fused_a_projection():
+    parts = planner.load_model("deepseek-v3").attention.weight_parts()
+    # q_a + kv_a (one fused GEMM, ReplicatedLinear): 7168·1536 + 7168·(512 + 64)
+    assert parts["attention_qkv_a"].params == 7168 * 1536 + 7168 * 576 and not parts["attention_qkv_a"].head_sharded
+    # q_b + kv_b + o_proj, split by heads: 1536·128·192 + 512·128·(128 + 128) + 128·128·7168
+    assert parts["attention"].params == 1536 * 128 * 192 + 512 * 128 * 256 + 128 * 128 * 7168
+    assert parts["attention"].head_sharded
 
 
-def test_cp_holds_input_weights_whole_and_output_path_sharded():
+def test_cp_holds_every_attention_weight_whole():
     dep = deployment(attn="cp", gpus=8)
-    att = dep.model.attention
-    total = att.weight_params()["attention"] * LAYERS
-    out = att.output_params() * LAYERS
-    assert weights_resident_bytes(dep)["attention_weights"] == pytest.approx((total - out) + out / 8)  # fp8: 1 B/param
+    w = weights_resident_bytes(dep)
+    parts = dep.model.attention.weight_parts()
+    for k in ("attention", "attention_qkv_a", "indexer"):  # fp8: 1 B/param
+        assert w[f"{k}_weights"] == pytest.approx(parts[k].params * LAYERS)
 
 
-def test_cp_decode_merge_is_one_all_to_all_of_partials():
+def test_cp_decode_merge_all_gathers_partials_and_lse():
     c = planner.step_cost(deployment(attn="cp", gpus=8), DecodeLoad.equal(64, 32768))
-    # each rank holds 64 queries × 128 heads × (512 latent + 1 lse) × 4 B and keeps 1/8 of it
-    assert c.components["network_bytes"]["cp_lse_merge_a2a"][0] == pytest.approx(7 / 8 * 64 * 128 * 513 * 4 * LAYERS)
-    assert c.components["network_messages"]["cp_lse_merge_a2a"][0] == LAYERS
+    # every rank sends its 64 queries × 128 heads × (512 latent × 2 B bf16 + 4 B fp32 lse) to 7 peers;
+    # the gathered tensor is 8 × that, and an all-gather moves 7/8 of it
+    assert c.components["network_bytes"]["cp_partials_allgather"][0] == pytest.approx(
+        7 / 8 * 8 * 64 * 128 * (512 * 2 + 4) * LAYERS)
+    assert c.components["network_messages"]["cp_partials_allgather"][0] == LAYERS
+    assert "attn_allreduce" not in c.components["network_bytes"]  # the output path runs whole on every rank
 
 
 def test_owner_layouts_run_a_prefill_chunk_on_one_owner():
@@ -50,10 +56,14 @@ def test_owner_layouts_run_a_prefill_chunk_on_one_owner():
     dp = planner.step_cost(deployment(attn="dp", gpus=8), load, prefill_tokens=8192, prefill_context=57344)
     tp = planner.step_cost(deployment(attn="tp", gpus=8), load, prefill_tokens=8192, prefill_context=57344)
     att = planner.load_model("deepseek-v3.2").attention
-    whole = att.prefill_flops(np.array(8192.0), np.array(57344.0)) * LAYERS
-    # DP: the chunk's whole attention on its owner; TP splits it by heads over 8 ranks
-    assert dp.components["flops"]["attention_core"][0] >= whole
-    assert tp.components["flops"]["attention_core"][0] < whole / 4
+    parts = att.prefill_flops_by_component(np.array(8192.0), np.array(57344.0))
+    core, indexer = parts["attention_core"] * LAYERS, parts["indexer"] * LAYERS
+    # DP: the chunk's whole attention on its owner; TP splits the core by heads over 8 ranks and runs
+    # the replicated indexer whole on every rank
+    assert dp.components["flops"]["attention_core"][0] >= core
+    assert dp.components["flops"]["indexer"][0] >= indexer
+    assert tp.components["flops"]["attention_core"][0] < core / 4
+    assert tp.components["flops"]["indexer"][0] >= indexer
     assert dp.floor_max_s[0] > tp.floor_max_s[0]
     assert dp.binding[0] == "compute"
 

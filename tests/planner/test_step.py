@@ -8,7 +8,9 @@ from planner.step import kv_pool_bytes
 from tests.planner.factories import deployment
 
 LAYERS = 61
-MLA_LAYER_PARAMS = 7168 * 1536 + 1536 * 128 * 192 + 7168 * 576 + 512 * 128 * 256 + 128 * 128 * 7168  # 187.1 M
+MLA_QKV_A_PARAMS = 7168 * 1536 + 7168 * 576  # fused q_a + kv_a, replicated under TP: 15.1 M
+MLA_HEAD_PARAMS = 1536 * 128 * 192 + 512 * 128 * 256 + 128 * 128 * 7168  # q_b, kv_b, o_proj, split by heads: 172.0 M
+MLA_LAYER_PARAMS = MLA_QKV_A_PARAMS + MLA_HEAD_PARAMS  # 187.1 M
 
 
 def test_golden_tp_step_components():
@@ -20,8 +22,10 @@ def test_golden_tp_step_components():
     assert hbm["kv_read"][0] == 4 * 2048 * 1152 * LAYERS
     # the indexer reads all 4096 keys of 132 B each
     assert hbm["indexer_read"][0] == 4 * 4096 * 132 * LAYERS
-    # attention weights: 187.1 M params/layer × 61 layers / 8 ranks × 1 B (fp8)
-    assert hbm["attention_weights"][0] == pytest.approx(MLA_LAYER_PARAMS * LAYERS / 8)
+    # attention weights (fp8, 1 B/param): the head-split 172.0 M params/layer / 8 ranks, and the fused
+    # q_a/kv_a projection's 15.1 M whole on every rank, × 61 layers
+    assert hbm["attention_weights"][0] == pytest.approx(MLA_HEAD_PARAMS * LAYERS / 8)
+    assert hbm["attention_qkv_a_weights"][0] == pytest.approx(MLA_QKV_A_PARAMS * LAYERS)
     # one all-reduce of B × 7168 × 2 B per layer after attention and one after the MLP; ring: 2·(T−1)/T
     net = c.components["network_bytes"]
     assert net["attn_allreduce"][0] == pytest.approx(2 * 7 / 8 * 4 * 7168 * 2 * LAYERS)
@@ -41,7 +45,8 @@ def test_golden_dp_owner_reads_only_its_requests():
     # ⌈12/8⌉ = 2 requests on the busiest owner, each reading its top-2048 latents
     assert c.components["hbm_bytes"]["kv_read"][0] == 2 * 2048 * 1152 * LAYERS
     # weights replicated: the full attention per rank
-    assert c.components["hbm_bytes"]["attention_weights"][0] == pytest.approx(MLA_LAYER_PARAMS * LAYERS)
+    hbm = c.components["hbm_bytes"]
+    assert hbm["attention_weights"][0] + hbm["attention_qkv_a_weights"][0] == pytest.approx(MLA_LAYER_PARAMS * LAYERS)
     # resident KV is page-rounded: 4096 is 64 whole pages
     assert c.kv_resident_bytes[0] == 2 * 4096 * (1152 + 132) * LAYERS
 
@@ -51,7 +56,7 @@ def test_cp_splits_kv_by_pages_and_dop_shards_weights():
     # 10 pages over 8 ranks: the busiest holds 2 pages
     assert cp.kv_resident_bytes[0] == 2 * 64 * (1152 + 132) * LAYERS
     dop = planner.step_cost(deployment(attn="dop", gpus=8), DecodeLoad.equal(8, 4096))
-    assert dop.components["hbm_bytes"]["attention_weights"][0] == pytest.approx(MLA_LAYER_PARAMS * LAYERS / 8)
+    assert dop.components["hbm_bytes"]["attention_weights"][0] == pytest.approx(MLA_HEAD_PARAMS * LAYERS / 8)
     assert dop.components["hbm_bytes"]["indexer_read"][0] == 4096 * 132 * LAYERS  # one request per owner
     assert {"dop_query_a2a", "dop_output_a2a", "attn_allreduce"} <= set(dop.components["network_bytes"])
 

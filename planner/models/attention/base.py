@@ -2,9 +2,12 @@
 
 An attention variant is one small frozen object that answers, per layer and vectorized over
 context lengths `L` (tokens, numpy arrays), the few questions the step model asks: bytes of KV
-stored per request, bytes of KV read by one decode query, attention-core FLOPs of one decode
-query, FLOPs of a causal prefill chunk, weight parameters, and how many KV heads tensor
-parallelism can split. Variants register with `@register_attention`, and the Hugging Face loader
+stored per request, bytes of KV read by one decode query, attention FLOPs of one decode query
+and of a causal prefill chunk (by component: the per-head core, and work like DSA's indexer that
+no layout splits by heads), weight parameters (and which of them head-sharding splits, as
+engines run it), the widths of a decode query and output per head, the decode kernel an engine
+runs for it, a sparse variant's top-k and its latency, and how many KV heads tensor parallelism
+can split. Layouts read the model only through these. Variants register with `@register_attention`, and the Hugging Face loader
 asks each registered variant, most specific first, whether it claims a config. A new variant is
 one module in this package; nothing else is edited (modules are imported by `discover()`).
 
@@ -35,6 +38,14 @@ def variant_from_hf_config(cfg: dict[str, Any]) -> "AttentionVariant | None":
 
 
 KV_DTYPE_BYTES = {"bf16": 2.0, "fp8": 1.0}
+
+
+@dataclass(frozen=True)
+class WeightPart:
+    """One group of a layer's attention weights and how head-sharding layouts hold it."""
+
+    params: float  # one layer
+    head_sharded: bool  # split by query heads under TP-like layouts; False: every rank holds it whole
 
 
 @dataclass(frozen=True)
@@ -76,14 +87,48 @@ class AttentionVariant:
         already has `prefix_tokens` cached, one layer."""
         raise NotImplementedError
 
-    def output_params(self) -> float:
-        """Parameters of the per-head output path (applied after attention, shardable by heads
-        once partial outputs are merged): part of `weight_params()['attention']`, one layer."""
-        raise NotImplementedError
+    def decode_flops_by_component(self, context_tokens: np.ndarray) -> dict[str, np.ndarray]:
+        """`decode_flops` by component. 'attention_core' is per query head: a head-sharding layout
+        splits it by heads and a decode kernel pads it to its head tile. Any other component
+        (DSA's 'indexer') scores tokens with heads of its own, whole on every rank that holds the
+        tokens."""
+        return {"attention_core": self.decode_flops(context_tokens)}
+
+    def prefill_flops_by_component(self, chunk_tokens: np.ndarray, prefix_tokens: np.ndarray) -> dict[str, np.ndarray]:
+        """`prefill_flops` by component, named as in `decode_flops_by_component`."""
+        return {"attention_core": self.prefill_flops(chunk_tokens, prefix_tokens)}
 
     def weight_params(self) -> dict[str, float]:
         """Projection parameters by component ('attention', 'indexer'…), one layer."""
         raise NotImplementedError
+
+    def weight_parts(self) -> dict[str, WeightPart]:
+        """The layer's weights in the groups a layout places differently: which ones a
+        head-sharding layout splits and which ones it replicates (engines replicate some that the
+        idea of TP would shard). Default: every component of `weight_params` split by heads."""
+        return {k: WeightPart(v, True) for k, v in self.weight_params().items()}
+
+    def decode_query_width(self) -> int:
+        """Elements of one head's query as the decode kernel reads it (absorbed MLA: latent + rope)."""
+        raise NotImplementedError
+
+    def decode_output_width(self) -> int:
+        """Elements of one head's attention output before the output path (absorbed MLA: latent)."""
+        raise NotImplementedError
+
+    def decode_kernel(self, arch: str | None, kv_dtype: str) -> str:
+        """The decode kernel engines run for this variant on a GPU generation (a name in
+        planner.models.attention.kernels); a deployment may override it."""
+        return "unpadded"
+
+    def topk_tokens(self) -> float | None:
+        """Tokens a sparse variant selects per query (DSA's index_topk), None for dense attention."""
+        return None
+
+    def topk_latency_s(self, row_tokens: np.ndarray) -> np.ndarray:
+        """Seconds one top-k selection over rows of `row_tokens` scores takes, one layer (rows in
+        parallel, one CTA each); 0 for dense attention."""
+        return np.zeros_like(as_tokens(row_tokens))
 
     def kv_bytes_per_token(self, kv_dtype: str) -> float:
         """Bytes stored per cached token per layer, all components (for capacity tables)."""

@@ -6,8 +6,22 @@ capacity wall (reference/models.md).
 
 KV record per token per layer: bf16 main 1152 + 132 indexer; the fp8 record (`fp8_dsa`) is 512
 fp8 latent + 4 fp32 scales + 64 bf16 rope = 656, + 132. Indexer FLOPs: 2·heads·dim per scored
-token (fp8 in practice, priced at the bf16 rate here to stay a lower bound). Ignores the top-k
-selection itself.
+token (fp8 in practice, priced at the bf16 rate here to stay a lower bound), its own component
+('indexer') because no engine splits it by heads: SGLang, vLLM and TRT-LLM replicate the indexer
+under TP (sglang python/sglang/srt/layers/attention/nsa/nsa_indexer.py Indexer.__init__: wq_b, wk,
+weights_proj are ReplicatedLinear, n_heads = index_n_heads unsharded; vllm
+vllm/model_executor/models/deepseek_v2.py Indexer: "no tensor parallel, just replicated"; TRT-LLM
+blog15 "TP is not applied to the indexer layers"), so every TP rank scores every request.
+
+Top-k: a radix select with one 1024-thread CTA per row (sglang .../nsa/cuda/csrc/topk.cu,
+TopK = 2048), so a selection over up to ~100 rows takes the time of one row and does not shrink
+with T or with B/T. `topk_latency_s` is a line through SGLang's committed H200 medians
+(python/sglang/srt/layers/attention/nsa/hisa/benchmarks/_results/
+2026-04-21_h200_stage_profile_full.txt, "baseline fast_topk", B = 1, 8, 32, 64): 15, 16, 16, 17 µs
+at 16K and 37, 38, 38, 39 µs at 64K, means 16.0 and 38.0 µs; rows of ≤ top-k scores take the
+trivial path and are priced at 0. Used on every GPU (TRT-LLM's TopKPerRow is 14.3 µs at 9.3K on
+B200, blog15 Table 1; this line gives 12.8 µs there). Not modelled: more rows than SMs (a
+second wave).
 """
 
 from __future__ import annotations
@@ -17,11 +31,15 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from planner.models.attention.base import as_tokens, causal_pairs, need, register_attention
+from planner.models.attention.base import WeightPart, as_tokens, causal_pairs, need, register_attention
+from planner.models.attention.kernels import HOPPER
 from planner.models.attention.mla import MLA
 
 INDEXER_KEY_BYTES = 128 + 4  # fp8 key + one fp32 scale
 DSA_FP8_RECORD_BYTES = 512 + 16 + 128  # fp8 latent + 4 fp32 scales + bf16 rope (DeepSeek dims)
+TOPK_AT_16K_S, TOPK_AT_64K_S = 16.0e-6, 38.0e-6  # SGLang fast_topk on H200, mean over B = 1…64
+TOPK_PER_TOKEN_S = (TOPK_AT_64K_S - TOPK_AT_16K_S) / (65536 - 16384)
+TOPK_BASE_S = TOPK_AT_16K_S - 16384 * TOPK_PER_TOKEN_S
 
 
 @register_attention
@@ -71,21 +89,52 @@ class DSA(MLA):
             "indexer": l * self.indexer_bytes_per_token(),
         }
 
-    def decode_flops(self, context_tokens):
-        l = as_tokens(context_tokens)
-        indexer = 2.0 * self.index_n_heads * self.index_head_dim * l
-        return super().decode_flops(l) + indexer
+    def indexer_flops_per_token(self) -> float:
+        """FLOPs of scoring one cached token for one query, all index heads."""
+        return 2.0 * self.index_n_heads * self.index_head_dim
 
-    def prefill_flops(self, chunk_tokens, prefix_tokens):
+    def decode_flops_by_component(self, context_tokens):
+        l = as_tokens(context_tokens)
+        return {"attention_core": super().decode_flops(l), "indexer": self.indexer_flops_per_token() * l}
+
+    def decode_flops(self, context_tokens):
+        return sum(self.decode_flops_by_component(context_tokens).values())
+
+    def prefill_flops_by_component(self, chunk_tokens, prefix_tokens):
         # the indexer scores every causal pair; latent attention covers at most top-k keys per query
         sparse = causal_pairs(chunk_tokens, prefix_tokens, self.index_topk)
         full = causal_pairs(chunk_tokens, prefix_tokens)
-        return self.num_heads * self._prefill_per_pair() * sparse + 2.0 * self.index_n_heads * self.index_head_dim * full
+        return {"attention_core": self.num_heads * self._prefill_per_pair() * sparse,
+                "indexer": self.indexer_flops_per_token() * full}
+
+    def prefill_flops(self, chunk_tokens, prefix_tokens):
+        return sum(self.prefill_flops_by_component(chunk_tokens, prefix_tokens).values())
+
+    def weight_parts(self):
+        parts = super().weight_parts()
+        q_in = self.q_lora_rank or self.hidden_size
+        # NOTE: replicated under TP in every engine (module docstring): wq_b, wk, weights_proj
+        parts["indexer"] = WeightPart(float(q_in * self.index_n_heads * self.index_head_dim
+                                            + self.hidden_size * self.index_head_dim
+                                            + self.hidden_size * self.index_n_heads), False)
+        return parts
 
     def weight_params(self):
-        params = super().weight_params()
-        q_in = self.q_lora_rank or self.hidden_size
-        params["indexer"] = float(q_in * self.index_n_heads * self.index_head_dim
-                                  + self.hidden_size * self.index_head_dim
-                                  + self.hidden_size * self.index_n_heads)
-        return params
+        parts = self.weight_parts()
+        return {"attention": parts["attention"].params + parts["attention_qkv_a"].params,
+                "indexer": parts["indexer"].params}
+
+    def decode_kernel(self, arch, kv_dtype):
+        # NOTE: SGLang's DSA defaults (docs/basic_usage/deepseek_v32.md; server_args
+        # _set_default_nsa_backends): the fp8 record decodes with flashmla_kv; bf16 KV on Hopper with
+        # fa3; bf16 on Blackwell with 'trtllm', whose tile is not declared (no padding priced).
+        if kv_dtype == "fp8_dsa":
+            return "flashmla_kv"
+        return "fa3_mla" if arch == HOPPER else "unpadded"
+
+    def topk_tokens(self):
+        return float(self.index_topk)
+
+    def topk_latency_s(self, row_tokens):
+        l = as_tokens(row_tokens)
+        return np.where(l > self.index_topk, TOPK_BASE_S + TOPK_PER_TOKEN_S * l, 0.0)

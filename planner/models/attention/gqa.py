@@ -58,8 +58,11 @@ class GQA(AttentionVariant):
     def prefill_flops(self, chunk_tokens, prefix_tokens):
         return 4.0 * self.num_heads * self.head_dim * causal_pairs(chunk_tokens, prefix_tokens)
 
-    def output_params(self):
-        return float(self.num_heads * self.head_dim * self.hidden_size)
+    def decode_query_width(self):
+        return self.head_dim
+
+    def decode_output_width(self):
+        return self.head_dim
 
     def weight_params(self):
         h, d = self.hidden_size, self.head_dim

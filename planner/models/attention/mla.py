@@ -6,7 +6,8 @@ Decode uses the absorbed form (W_UK folded into the query, W_UV applied after): 
 context token, a dot over kv_lora+rope for the score and an axpy over kv_lora for the value,
 2·(576) + 2·(512) = 2176 FLOPs at DeepSeek dims. Prefill uses the plain form, 2·(nope+rope) +
 2·v FLOPs per (head, pair). Projection FLOPs are 2 × parameters either way (the absorbed
-products use kv_b's parameters once each). Ignores: RoPE, softmax, norms.
+products use kv_b's parameters once each). Under TP the fused q_a/kv_a projection stays whole on
+every rank (`weight_parts`). Ignores: RoPE, softmax, norms.
 KV bytes/token/layer (reference/models.md): bf16 (512+64)·2 = 1152, fp8 576.
 """
 
@@ -15,8 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from planner.models.attention.base import (KV_DTYPE_BYTES, AttentionVariant, as_tokens, causal_pairs, need,
-                                           register_attention)
+from planner.models.attention.base import (KV_DTYPE_BYTES, AttentionVariant, WeightPart, as_tokens, causal_pairs,
+                                           need, register_attention)
+from planner.models.attention.kernels import HOPPER
 
 
 @register_attention
@@ -82,18 +84,34 @@ class MLA(AttentionVariant):
     def prefill_flops(self, chunk_tokens, prefix_tokens):
         return self.num_heads * self._prefill_per_pair() * causal_pairs(chunk_tokens, prefix_tokens)
 
-    def output_params(self):
-        # kv_b's value half (W_UV) and the output projection act per head after attention
-        return float(self.kv_lora_rank * self.num_heads * self.v_head_dim + self.num_heads * self.v_head_dim * self.hidden_size)
-
-    def weight_params(self):
+    def weight_parts(self):
+        # NOTE: the low-rank input projections (q_a and kv_a, fused into one GEMM) are replicated on
+        # every TP rank in SGLang (python/sglang/srt/models/deepseek_v2.py:
+        # fused_qkv_a_proj_with_mqa = ReplicatedLinear) and vLLM (vllm/model_executor/models/
+        # deepseek_v2.py: DeepSeekV2FusedQkvAProjLinear(..., disable_tp=True); without q_lora, q_proj
+        # is ColumnParallelLinear and kv_a_proj_with_mqa ReplicatedLinear); q_b / q_proj and kv_b
+        # are ColumnParallelLinear and o_proj RowParallelLinear (DeepseekV2MLAAttention.__init__).
         h, n = self.hidden_size, self.num_heads
         qk = self.qk_nope_head_dim + self.qk_rope_head_dim
-        if self.q_lora_rank:
-            q = h * self.q_lora_rank + self.q_lora_rank * n * qk
-        else:
-            q = h * n * qk
+        q_a = h * self.q_lora_rank if self.q_lora_rank else 0
+        q_b = (self.q_lora_rank or h) * n * qk
         kv_a = h * (self.kv_lora_rank + self.qk_rope_head_dim)
         kv_b = self.kv_lora_rank * n * (self.qk_nope_head_dim + self.v_head_dim)
         o = n * self.v_head_dim * h
-        return {"attention": float(q + kv_a + kv_b + o)}
+        return {"attention": WeightPart(float(q_b + kv_b + o), True),
+                "attention_qkv_a": WeightPart(float(q_a + kv_a), False)}
+
+    def weight_params(self):
+        return {"attention": sum(p.params for p in self.weight_parts().values())}
+
+    def decode_query_width(self):
+        return self.latent_width
+
+    def decode_output_width(self):
+        return self.kv_lora_rank
+
+    def decode_kernel(self, arch, kv_dtype):
+        # NOTE: SGLang decodes MLA on Hopper with FA3 (or FlashInfer), both 64-row tiles (see
+        # planner.models.attention.kernels); on Blackwell it runs TRT-LLM's MLA kernels, whose tile
+        # is not declared here, so no padding is priced there.
+        return "fa3_mla" if arch == HOPPER else "unpadded"

@@ -1,0 +1,283 @@
+"""Calibration priors for GPUs we don't own: NVIDIA's aiconfigurator-core wheel (Apache-2.0, on the
+package index) ships per-kernel measured tables for H100, H200, B200, B300, GB200, GB300, … per
+backend (sglang, vllm, trtllm). This module reads them into achieved rates per resource — the
+same summary keys a `floorfirst microbench` result carries, so they serve as the fit's priors or,
+through `calibrated_hardware_yaml`, as a calibrated hardware spec — and names every table and
+version it used.
+
+What it reads, and only that: wheel (or installed package) members
+`aiconfigurator_core/systems/data/<system>/<op>/<backend>/<version>/<table>_perf.parquet`, the
+newest version of each table. The wheel's end-to-end measured rows (`systems/silicon_sample.csv`)
+are what floorfirst's release check scores: they are never opened, listed into a rate, or fitted
+(`_member_ok` refuses every other member).
+
+Rates (latency columns are milliseconds; NCCL message sizes are elements, as the int8 and half
+series agree only read so):
+- GEMM (`gemm_perf`): FLOP/s = 2·m·n·k / latency, the best over m ≥ 1024 per dtype (bf16; fp8 the
+  best of fp8 and fp8_block); weight streaming = n·k·bytes / latency, the median over m ≤ 16 with
+  n·k ≥ 2^24 (a decode GEMM streams its weights).
+- MLA decode (`generation_mla_perf`): KV bytes = batch · context · 576 · kv bytes, FLOPs = batch ·
+  context · heads · 2176, each over latency, the best over rows of ≥ 2^20 cached tokens.
+- MoE (`moe_perf`, one rank, balanced routing): the distinct experts' bytes E(1 − (1 − k/E)^N) ·
+  3 · hidden · inter · bytes over latency, the median over N ≤ 16.
+- NCCL (`nccl_perf`): bus bytes/s 2(n−1)/n·S (all-reduce) or (n−1)/n·S (all-gather) over latency at
+  S ≥ 64 MiB, the best (the link rate is the all-gather's: NVLS all-reduce reduces in the switch);
+  the smallest all-reduce latency at ≤ 64 KiB; the backend's custom
+  all-reduce (`custom_allreduce_perf`) in CUDA-graph mode gives the graph latency.
+A rate is a lower bound on what the GPU can do (these are real kernels, not copy loops); the YAML
+caps efficiencies at 1 and says so.
+
+pyarrow is optional (`pip install pyarrow`), imported only by `read_parquet`; the arithmetic
+takes plain column dicts, so it is tested without it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import re
+import statistics
+import zipfile
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+from planner.errors import SpecError
+
+MEMBER = re.compile(r"^aiconfigurator_core/systems/data/(?P<system>[^/]+)/(?P<op>[^/]+)/(?P<backend>[^/]+)/"
+                    r"(?P<version>[^/]+)/(?P<table>[^/]+)_perf\.parquet$")
+BACKENDS = ("sglang", "vllm", "trtllm")
+HARDWARE_BY_SYSTEM = {"h100_sxm": "h100", "h200_sxm": "h200", "b200_sxm": "b200", "b300_sxm": "b300", "gb200": "gb200"}
+DTYPE_BYTES = {"bfloat16": 2.0, "float16": 2.0, "half": 2.0, "fp8": 1.0, "fp8_block": 1.0, "fp8_e4m3": 1.0, "int8": 1.0}
+MLA_LATENT, MLA_FLOPS_PER_HEAD_TOKEN = 576, 2176.0
+SMALL_BYTES, LARGE_BYTES = 64 << 10, 64 << 20
+
+
+def _member_ok(name: str) -> bool:
+    return MEMBER.match(name) is not None
+
+
+def _version_key(v: str) -> tuple:
+    return tuple(int(x) if x.isdigit() else -1 for x in re.split(r"[.\-+]|rc|post|dev", v) if x != "")
+
+
+class KernelDbSource:
+    """A wheel file or an installed aiconfigurator_core package, read member by member."""
+
+    def __init__(self, path: str | None):
+        if path is None:
+            import importlib.util
+
+            spec = importlib.util.find_spec("aiconfigurator_core")
+            if spec is None or not spec.submodule_search_locations:
+                raise SpecError("--from-kernel-db needs the aiconfigurator-core wheel: pip install aiconfigurator-core, "
+                                "or pass --wheel PATH")
+            self.root: Path | None = Path(list(spec.submodule_search_locations)[0]).parent
+            self.zip = None
+            self.label = f"aiconfigurator_core (installed at {self.root})"
+            self.sha256 = ""
+        else:
+            p = Path(path)
+            if not p.is_file():
+                raise SpecError(f"wheel not found: {path}")
+            try:
+                self.zip = zipfile.ZipFile(p)
+            except zipfile.BadZipFile:
+                raise SpecError(f"{path}: not a wheel (zip) file") from None
+            self.root = None
+            self.label = p.name
+            self.sha256 = hashlib.sha256(p.read_bytes()).hexdigest()
+
+    def names(self) -> list[str]:
+        if self.zip is not None:
+            return [n for n in self.zip.namelist() if _member_ok(n)]
+        base = self.root / "aiconfigurator_core" / "systems" / "data"
+        return [str(p.relative_to(self.root)).replace("\\", "/") for p in base.rglob("*_perf.parquet")
+                if _member_ok(str(p.relative_to(self.root)).replace("\\", "/"))]
+
+    def read(self, name: str) -> bytes:
+        if not _member_ok(name):  # NOTE: the end-to-end rows are held back for release checks
+            raise SpecError(f"refusing to read {name}: only per-kernel *_perf.parquet tables are read")
+        if self.zip is not None:
+            return self.zip.read(name)
+        return (self.root / name).read_bytes()
+
+
+def read_parquet(data: bytes) -> dict[str, np.ndarray]:
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise SpecError("--from-kernel-db reads parquet tables: pip install pyarrow") from None
+    t = pq.read_table(io.BytesIO(data))
+    return {c: np.asarray(t.column(c).to_pylist(), dtype=object if t.schema.field(c).type == "string" else None)
+            for c in t.column_names}
+
+
+def newest_tables(names: list[str], system: str, backend: str) -> dict[tuple[str, str], tuple[str, str]]:
+    """(op, table) -> (member, version) of the newest version of each table of `system`/`backend`."""
+    out: dict[tuple[str, str], tuple[str, str]] = {}
+    for n in names:
+        m = MEMBER.match(n)
+        if not m or m["system"] != system or m["backend"] not in (backend, "nccl"):
+            continue
+        key = (m["op"], m["table"] if m["backend"] == backend else f"nccl/{m['table']}")
+        if key not in out or _version_key(m["version"]) > _version_key(out[key][1]):
+            out[key] = (n, m["version"])
+    return out
+
+
+def _f(col) -> np.ndarray:
+    return np.asarray(col, dtype=np.float64)
+
+
+def _s(col) -> np.ndarray:
+    return np.asarray([str(x) for x in col], dtype=object)
+
+
+def gemm_rates(t: dict) -> tuple[dict, int]:
+    m, n, k, lat = _f(t["m"]), _f(t["n"]), _f(t["k"]), _f(t["latency"]) / 1e3
+    dt = _s(t["gemm_dtype"])
+    out, used = {}, 0
+    for name, dtypes in (("bf16", ("bfloat16",)), ("fp8", ("fp8", "fp8_block"))):
+        sel = np.isin(dt, dtypes) & (m >= 1024) & (lat > 0)
+        if sel.any():
+            out[f"{name}_flops_per_s"] = float(np.max(2 * m[sel] * n[sel] * k[sel] / lat[sel]))
+            used += int(sel.sum())
+    b = np.array([DTYPE_BYTES.get(x, 0.0) for x in dt])
+    sel = (m <= 16) & (n * k >= 1 << 24) & (b > 0) & (lat > 0)
+    if sel.any():
+        out["weight_stream_bytes_per_s"] = float(statistics.median((n[sel] * k[sel] * b[sel] / lat[sel]).tolist()))
+        used += int(sel.sum())
+    return out, used
+
+
+def mla_rates(t: dict) -> tuple[dict, int]:
+    b, ctx, h, lat = _f(t["batch_size"]), _f(t["step"]) + _f(t["isl"]), _f(t["num_heads"]), _f(t["latency"]) / 1e3
+    kvb = np.array([DTYPE_BYTES.get(x, 0.0) for x in _s(t["kv_cache_dtype"])])
+    sel = (b * ctx >= 1 << 20) & (kvb > 0) & (lat > 0)
+    if not sel.any():
+        return {}, 0
+    kv = b[sel] * ctx[sel] * MLA_LATENT * kvb[sel] / lat[sel]
+    fl = b[sel] * ctx[sel] * h[sel] * MLA_FLOPS_PER_HEAD_TOKEN / lat[sel]
+    return {"mla_attention_kv_bytes_per_s": float(kv.max()), "mla_attention_flops_per_s": float(fl.max())}, int(sel.sum())
+
+
+def moe_rates(t: dict) -> tuple[dict, int]:
+    n, hid, inter = _f(t["num_tokens"]), _f(t["hidden_size"]), _f(t["inter_size"])
+    k, e, lat = _f(t["topk"]), _f(t["num_experts"]), _f(t["latency"]) / 1e3
+    one_rank = (_f(t["moe_tp_size"]) == 1) & (_f(t["moe_ep_size"]) == 1) & (_s(t["distribution"]) == "balanced")
+    b = np.array([DTYPE_BYTES.get(x, 0.0) for x in _s(t["moe_dtype"])])
+    sel = one_rank & (n <= 16) & (b > 0) & (lat > 0)
+    if not sel.any():
+        return {}, 0
+    touched = e[sel] * (1.0 - (1.0 - k[sel] / e[sel]) ** n[sel])
+    rate = touched * 3.0 * hid[sel] * inter[sel] * b[sel] / lat[sel]
+    return {"moe_weight_stream_bytes_per_s": float(statistics.median(rate.tolist()))}, int(sel.sum())
+
+
+def nccl_rates(t: dict) -> tuple[dict, int]:
+    op, g, lat = _s(t["op_name"]), _f(t["num_gpus"]), _f(t["latency"]) / 1e3
+    size = _f(t["message_size"]) * np.array([DTYPE_BYTES.get(x, 0.0) for x in _s(t["nccl_dtype"])])
+    out, used = {}, 0
+    for name, factor in (("all_reduce", 2.0), ("all_gather", 1.0)):
+        sel = (op == name) & (size >= LARGE_BYTES) & (lat > 0) & (g > 1)
+        if sel.any():
+            out[f"{name}_bus_bytes_per_s"] = float(np.max(factor * (g[sel] - 1) / g[sel] * size[sel] / lat[sel]))
+            used += int(sel.sum())
+    small = (op == "all_reduce") & (size <= SMALL_BYTES) & (size > 0) & (lat > 0)
+    if small.any():
+        out["all_reduce_small_latency_s"] = float(lat[small].min())
+        used += int(small.sum())
+    # NOTE: on NVSwitch systems NCCL's all-reduce runs NVLS (the switch reduces), so its ring-
+    # equivalent bus bandwidth can exceed the link (H200: 460 GB/s over a 450 GB/s link); the link
+    # rate comes from the all-gather, which moves every byte over the link.
+    if "all_gather_bus_bytes_per_s" in out:
+        out["link_bytes_per_s"] = out["all_gather_bus_bytes_per_s"]
+    return out, used
+
+
+def custom_allreduce_rates(t: dict) -> tuple[dict, int]:
+    src, lat = _s(t["kernel_source"]), _f(t["latency"]) / 1e3
+    size = _f(t["message_size"]) * np.array([DTYPE_BYTES.get(x, 2.0) for x in _s(t["allreduce_dtype"])])
+    sel = np.array(["graph" in x.lower() for x in src]) & (size <= SMALL_BYTES) & (lat > 0)
+    if not sel.any():
+        return {}, 0
+    return {"all_reduce_small_cuda_graph_latency_s": float(lat[sel].min())}, int(sel.sum())
+
+
+READERS = {  # (op, table) -> reducer
+    ("gemm", "gemm"): gemm_rates,
+    ("mla", "generation_mla"): mla_rates,
+    ("moe", "moe"): moe_rates,
+    ("comm", "nccl/nccl"): nccl_rates,
+    ("comm", "custom_allreduce"): custom_allreduce_rates,
+}
+
+
+def kernel_db_summary(tables: dict[tuple[str, str], dict]) -> tuple[dict, list[str]]:
+    """Summary rates from column dicts keyed like READERS, and notes on what is missing."""
+    summary, notes = {}, []
+    for key, fn in READERS.items():
+        if key not in tables:
+            notes.append(f"no {key[0]}/{key[1]}_perf table: its rates stay at the hardware file's defaults")
+            continue
+        rates, _ = fn(tables[key])
+        summary.update(rates)
+    streams = [summary[k] for k in ("weight_stream_bytes_per_s", "mla_attention_kv_bytes_per_s",
+                                    "moe_weight_stream_bytes_per_s") if k in summary]
+    if streams:
+        summary["hbm_stream_bytes_per_s"] = max(streams)  # the best memory-bound kernel: the HBM efficiency
+    return summary, notes
+
+
+def read_kernel_db(system: str, backend: str, wheel: str | None = None, hardware: str | None = None) -> dict:
+    """The rates document: system, backend, the tables used (member, version, rows), summary."""
+    import planner
+
+    if backend not in BACKENDS:
+        raise SpecError(f"backend={backend!r} is not one of {', '.join(BACKENDS)}")
+    src = KernelDbSource(wheel)
+    names = src.names()
+    systems = sorted({MEMBER.match(n)["system"] for n in names})
+    if system not in systems:
+        raise SpecError(f"system={system!r} has no per-kernel tables; the wheel has {', '.join(systems)}")
+    hw_name = hardware or HARDWARE_BY_SYSTEM.get(system)
+    if hw_name is None:
+        raise SpecError(f"system {system!r} has no built-in hardware spec to be relative to: pass --hardware NAME|YAML")
+    hw = planner.load_hardware(hw_name)
+    found = newest_tables(names, system, backend)
+    tables, used = {}, []
+    for key in READERS:
+        if key in found:
+            member, version = found[key]
+            tables[key] = read_parquet(src.read(member))
+            _, n = READERS[key](tables[key])
+            used.append({"path": member, "op": key[0], "table": key[1], "version": version, "rows_used": n})
+    summary, notes = kernel_db_summary(tables)
+    return {"kind": "floorfirst.kernel_db", "schema_version": 1, "system": system, "backend": backend,
+            "hardware": hw.name, "wheel": src.label, "wheel_sha256": src.sha256,
+            "device": f"{system} ({backend} kernels, aiconfigurator-core)",
+            "created_utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "tables": used, "summary": summary, "notes": notes}
+
+
+def write_outputs(doc: dict, out: str | None, yaml_out: str | None) -> None:
+    """The rates document as JSON (when `out`), and a calibrated hardware YAML (when `yaml_out`)."""
+    from planner.inputs import write_text_file
+
+    if out is not None:
+        write_text_file(out, json.dumps(doc, indent=1) + "\n", "kernel-db rates file")
+    if yaml_out is not None:
+        import planner
+        from calibration.microbench.results import calibrated_hardware_yaml
+
+        source = f"aiconfigurator-core {doc['wheel']}: {doc['system']}/{doc['backend']} " + ", ".join(
+            f"{t['op']}/{t['table']} {t['version']}" for t in doc["tables"])
+        try:
+            text = calibrated_hardware_yaml(doc["summary"], planner.load_hardware(doc["hardware"]), source,
+                                            measured_by="aiconfigurator-core kernel tables")
+        except ValueError as exc:
+            raise SpecError(str(exc)) from None
+        write_text_file(yaml_out, text, "hardware file")
