@@ -40,7 +40,8 @@ NULLABLE: dict[str, tuple[str, ...]] = {
     "triage": ("overlap_quality", "residual_fraction"),
     "triage_profile": ("rows[].overlap_quality", "rows[].residual_fraction"),
     "validate": ("cv_median_abs_pct_error", "cv_p90_abs_pct_error", "fraction_inside_floors", "median_abs_pct_error",
-                 "p90_abs_pct_error", "residuals[].cv_error_pct", "residuals[].cv_predicted_s"),
+                 "p90_abs_pct_error", "residuals[].cv_error_pct", "residuals[].cv_predicted_s",
+                 "holdout[].median_abs_pct_error", "holdout[].p90_abs_pct_error"),
     "walls": ("layouts[].floor_max_s[]", "layouts[].floor_sum_s[]", "layouts[].kv_wall", "layouts[].predicted_s[]",
               "layouts[].walls.*"),
 }
