@@ -6,6 +6,12 @@ Vectorized: a `DecodeLoad` of P operating points in, arrays of P out; no Python 
 points for equal-length sweeps. Bytes and FLOPs follow the cost declarations in
 planner.models and the busiest-rank shares in planner.layouts.
 
+Network: each collective's link bytes split by the tier they cross (planner.layouts.base
+`link_bytes_by_tier`): inside a node on the scale-up links, between nodes on each GPU's NIC;
+both enter the network-bytes resource with their own rates (time = Σ over tiers), and a
+collective that spans nodes is one message at the scale-out latency. Components name the
+collective, with '@scaleout' on the share that crosses the NIC.
+
 Ignores (NOTE, calibration absorbs them): activation reads/writes, norms, RoPE, softmax, the
 router GEMM, MTP draft layers, kernel launch gaps, routing skew across EP ranks.
 """
@@ -18,7 +24,7 @@ import numpy as np
 
 from planner.deployment import Deployment
 from planner.errors import SpecError
-from planner.layouts.base import AttentionShare, Collective, ShareInputs, link_bytes_factor
+from planner.layouts.base import SCALEOUT, SCALEUP, AttentionShare, Collective, ShareInputs, link_bytes_by_tier
 from planner.load import DecodeLoad, busiest_owner_counts
 from planner.resources.vector import TIMED_RESOURCES, Pricing, ResourceTimes, price
 
@@ -36,8 +42,8 @@ class StepCost:
     hbm_bytes: np.ndarray
     flops: np.ndarray
     flops_by_dtype: dict[str, np.ndarray]
-    network_bytes: np.ndarray
-    network_messages: np.ndarray
+    network_bytes: np.ndarray  # all tiers
+    network_messages: np.ndarray  # all tiers
     kv_resident_bytes: np.ndarray  # busiest rank
     kv_pool_bytes: float  # per GPU
     weights_resident_bytes: float  # busiest rank
@@ -45,6 +51,24 @@ class StepCost:
     pricing: str
     replicas: int
     components: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)  # resource -> name -> [P]
+    network_bytes_by_tier: dict[str, np.ndarray] = field(default_factory=dict)  # 'scaleup' | 'scaleout' -> [P]
+    network_messages_by_tier: dict[str, np.ndarray] = field(default_factory=dict)
+    scaleout_bytes_ratio: float = 1.0  # datasheet scale-up ÷ scale-out bandwidth
+    scaleout_latency_ratio: float = 1.0  # datasheet scale-out ÷ scale-up message latency
+    memory_feasible: bool = True  # the engine's pool holds at least one page
+    infeasible_reason: str = ""
+
+    @property
+    def network_bytes_scaleup_equivalent(self) -> np.ndarray:
+        """Scale-up bytes that take as long as this step's bytes on both tiers (datasheet): what a
+        fit that scales one link efficiency multiplies."""
+        return self.network_bytes_by_tier[SCALEUP] + self.network_bytes_by_tier[SCALEOUT] * self.scaleout_bytes_ratio
+
+    @property
+    def network_messages_scaleup_equivalent(self) -> np.ndarray:
+        """Scale-up messages that take as long as this step's messages on both tiers (datasheet)."""
+        return (self.network_messages_by_tier[SCALEUP]
+                + self.network_messages_by_tier[SCALEOUT] * self.scaleout_latency_ratio)
 
     @property
     def floor_max_s(self) -> np.ndarray:
@@ -59,6 +83,11 @@ class StepCost:
         return (self.kv_resident_bytes <= self.kv_pool_bytes) & (self.kv_pool_bytes > 0)
 
     @property
+    def feasible(self) -> np.ndarray:
+        """[P] the step can run: the engine's pool exists and the step's KV fits in it."""
+        return self.kv_fits & self.memory_feasible
+
+    @property
     def binding(self) -> np.ndarray:
         """[P] name of the binding resource: the largest time, or 'kv_capacity' where KV doesn't fit."""
         names = np.asarray(TIMED_RESOURCES, dtype=object)[self.times.binding_index]
@@ -66,11 +95,13 @@ class StepCost:
 
     @property
     def decode_tokens_per_s_at_max(self) -> np.ndarray:
-        return self.batch / self.floor_max_s
+        """[P] decode tokens/s at the optimistic floor; NaN where the step can't run (no speed
+        for a deployment that doesn't fit)."""
+        return np.where(self.feasible, self.batch / self.floor_max_s, np.nan)
 
     @property
     def decode_tokens_per_s_at_sum(self) -> np.ndarray:
-        return self.batch / self.floor_sum_s
+        return np.where(self.feasible, self.batch / self.floor_sum_s, np.nan)
 
 
 def group_load(load: DecodeLoad, replicas: int) -> DecodeLoad:
@@ -110,11 +141,9 @@ def weights_resident_bytes(dep: Deployment) -> dict[str, float]:
 
 
 def kv_pool_bytes(dep: Deployment) -> float:
-    """KV pool per GPU: mem_fraction × HBM − resident weights − reserve − one spare page."""
-    m = dep.model
-    page = dep.page_tokens * m.attention.kv_bytes_per_token(dep.kv_dtype) * m.num_layers
-    return (dep.mem_fraction * dep.hardware.peak.hbm_bytes - sum(weights_resident_bytes(dep).values())
-            - dep.reserve_bytes - page)
+    """KV pool per GPU as the deployment's engine sizes it (planner.engines): whole pages, 0 when
+    the weights or the reserve leave no room (never negative)."""
+    return dep.memory.kv_pool_bytes
 
 
 def decode_kv_resident_bytes(dep: Deployment, load: DecodeLoad) -> np.ndarray:
@@ -162,7 +191,10 @@ def _rank_work(dep: Deployment, g: DecodeLoad, share: AttentionShare, group_toke
 
 
 def _network(dep: Deployment, inp: ShareInputs, g: DecodeLoad, points: int):
-    """Link bytes and collective launches (by collective) of a step; the same on every rank."""
+    """Link bytes and collective launches (by collective, and by tier) of a step; the same on
+    every rank. A collective's bytes split over the tiers it crosses; it is one message, on the
+    scale-out tier when the group spans nodes (NOTE: the measured cross-node latency is of the
+    whole hierarchical collective, so its intra-node steps are not charged again)."""
     m, t, lay, split = dep.model, dep.ranks, dep.attention_layout, dep.moe_split
     moe_layers = float(getattr(m.mlp, "moe_layers", 0))
     dense_layers = float(m.mlp.dense_layers)
@@ -173,15 +205,26 @@ def _network(dep: Deployment, inp: ShareInputs, g: DecodeLoad, points: int):
         groups.append((split.collectives(inp, lay.activations_replicated, False), dense_layers))
     if lay.head_sharded:
         groups.append(([Collective("lm_head_gather", "all_gather", g.batch * m.vocab_size * LOGIT_BYTES, 1.0)], 1.0))
+    nodes = dep.group_nodes
+    msg_tier = SCALEOUT if nodes > 1 else SCALEUP
     net_b: dict[str, np.ndarray] = {}
     net_m: dict[str, np.ndarray] = {}
+    tier_b = {SCALEUP: np.zeros(points), SCALEOUT: np.zeros(points)}
+    tier_m = {SCALEUP: np.zeros(points), SCALEOUT: np.zeros(points)}
     for colls, layers in groups:
         for c in colls:
-            b = c.payload_bytes * link_bytes_factor(c.kind, t) * c.per_step * layers
-            net_b[c.name] = net_b.get(c.name, 0.0) + b
+            for tier, factor in link_bytes_by_tier(c.kind, t, nodes).items():
+                if factor == 0.0 and (tier == SCALEOUT or nodes > 1):
+                    continue
+                name = c.name if tier == SCALEUP else f"{c.name}@{SCALEOUT}"
+                b = c.payload_bytes * factor * c.per_step * layers
+                net_b[name] = net_b.get(name, 0.0) + b
+                tier_b[tier] = tier_b[tier] + b
             msgs = np.full(points, c.per_step * layers if t > 1 else 0.0)
-            net_m[c.name] = net_m.get(c.name, 0.0) + msgs
-    return net_b, net_m
+            name = c.name if msg_tier == SCALEUP else f"{c.name}@{SCALEOUT}"
+            net_m[name] = net_m.get(name, 0.0) + msgs
+            tier_m[msg_tier] = tier_m[msg_tier] + msgs
+    return net_b, net_m, tier_b, tier_m
 
 
 def _select(keep_a: np.ndarray, a: dict, b: dict) -> dict:
@@ -205,15 +248,15 @@ def step_cost(dep: Deployment, load: DecodeLoad, prefill_tokens=0.0, pricing: Pr
         raise SpecError("prefill tokens and prefill context must be finite and ≥ 0")
     inp = ShareInputs(m, dep.ranks, g, pre, dep.kv_dtype, dep.page_tokens, pre_ctx)
     group_tokens = inp.step_tokens
-    net_b, net_m = _network(dep, inp, g, pts)
-    zeros = np.zeros(pts)
-    net_total = sum(net_b.values()) if net_b else zeros
-    msg_total = sum(net_m.values()) if net_m else zeros
+    net_b, net_m, tier_b, tier_m = _network(dep, inp, g, pts)
+    net_total = tier_b[SCALEUP] + tier_b[SCALEOUT]
+    msg_total = tier_m[SCALEUP] + tier_m[SCALEOUT]
 
     best = None
     for share in dep.attention_layout.candidate_shares(inp):
         hbm, flops, by_dtype, kv_res = _rank_work(dep, g, share, group_tokens, pts)
-        times = price(sum(hbm.values()), by_dtype, net_total, msg_total, pricing)
+        times = price(sum(hbm.values()), by_dtype, tier_b[SCALEUP], tier_m[SCALEUP], pricing,
+                      tier_b[SCALEOUT], tier_m[SCALEOUT])
         cand = (times, hbm, flops, by_dtype, kv_res)
         if best is None:
             best = cand
@@ -224,6 +267,7 @@ def step_cost(dep: Deployment, load: DecodeLoad, prefill_tokens=0.0, pricing: Pr
                 _select(keep, best[3], cand[3]), np.where(keep, best[4], cand[4]))
     times, hbm, flops, by_dtype, kv_res = best
     hbm_total = sum(hbm.values())
+    plan, sheet = dep.memory, Pricing.datasheet(dep.hardware)
     return StepCost(
         batch=load.batch,
         mean_context=load.mean_context,
@@ -234,10 +278,17 @@ def step_cost(dep: Deployment, load: DecodeLoad, prefill_tokens=0.0, pricing: Pr
         network_bytes=net_total,
         network_messages=msg_total,
         kv_resident_bytes=kv_res,
-        kv_pool_bytes=kv_pool_bytes(dep),
-        weights_resident_bytes=float(sum(weights_resident_bytes(dep).values())),
+        kv_pool_bytes=plan.kv_pool_bytes,
+        weights_resident_bytes=plan.weights_bytes,
         times=times,
         pricing=pricing.label,
         replicas=dep.replicas,
         components={"hbm_bytes": hbm, "flops": flops, "network_bytes": net_b, "network_messages": net_m},
+        network_bytes_by_tier=tier_b,
+        network_messages_by_tier=tier_m,
+        scaleout_bytes_ratio=sheet.link_bytes_per_s / sheet.scaleout_link_bytes_per_s,
+        scaleout_latency_ratio=(sheet.scaleout_message_latency_s / sheet.message_latency_s
+                                if sheet.message_latency_s > 0 else 1.0),
+        memory_feasible=plan.feasible,
+        infeasible_reason=plan.reason,
     )
