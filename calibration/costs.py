@@ -96,7 +96,7 @@ def price_profile(profile: Profile) -> ProfileCosts:
                 raise SpecError(f"the row ran num_layers={r.num_layers} but model {r.model} has {model.num_layers}: "
                                 "name a config.json of the stack that ran")
             dep = planner.make_deployment(model, hw, attn=r.attn, moe=r.moe, gpus=r.gpus, replicas=r.replicas,
-                                          weight_dtype=r.weight_dtype, kv_dtype=r.kv_dtype)
+                                          weight_dtype=r.weight_dtype, kv_dtype=r.kv_dtype, nodes=r.nodes)
             rows = [profile.rows[i].row for i in idx]
             load = planner.DecodeLoad.equal(np.array([x.batch for x in rows], dtype=float),
                                             np.array([x.context for x in rows], dtype=float))
