@@ -21,6 +21,10 @@ from planner.errors import SpecError
 from planner.units import GiB
 
 SCHEMA_VERSION = 1
+# NOTE: a contract's major version bumps when a key changes type or meaning (docs/json-contracts.md):
+# capacity/2 — `mem_fraction` is the engine fraction given (null: each layout's engine default),
+# no longer a share of the datasheet HBM.
+SCHEMA_VERSIONS = {"capacity": 2}
 
 
 class Attn(str, Enum):
@@ -170,7 +174,7 @@ def to_jsonable(x: Any) -> Any:
 
 
 def emit_json(command: str, doc: dict[str, Any]) -> None:
-    out = {"schema": f"floorfirst.{command}/{SCHEMA_VERSION}", **doc}
+    out = {"schema": f"floorfirst.{command}/{SCHEMA_VERSIONS.get(command, SCHEMA_VERSION)}", **doc}
     sys.stdout.write(json.dumps(to_jsonable(out), indent=1) + "\n")
 
 

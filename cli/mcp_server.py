@@ -100,7 +100,7 @@ def capacity(model: Model = DEFAULTS["model"], hardware: Hardware = DEFAULTS["ha
              kv_dtype: KvDtype = None, weight_dtype: WeightDtype = None,
              mem_fraction: MemFraction = DEFAULTS["mem_fraction"],
           engine: Engine = DEFAULTS["engine"].value, nodes: Nodes = None) -> dict[str, Any]:
-    """KV pool per GPU, KV copies, distinct tokens and max concurrency at a context, every layout (floorfirst.capacity/1)."""
+    """KV pool per GPU, KV copies, distinct tokens and max concurrency at a context, every layout (floorfirst.capacity/2)."""
 
 
 def walls(model: Model = DEFAULTS["model"], hardware: Hardware = DEFAULTS["hardware"], gpus: Gpus = DEFAULTS["gpus"],
