@@ -138,7 +138,7 @@ def kv_bytes_on_rank(dep: "Deployment") -> float:
 
 def whole_page_tokens(budget_bytes: float, cell_bytes: float, page_tokens: int, spare_pages: int = 0) -> float:
     """⌊budget / cell / page⌋ · page − spare pages, floored at 0."""
-    if budget_bytes <= 0 or cell_bytes <= 0:
+    if cell_bytes <= 0:
         return 0.0
     pages = math.floor(budget_bytes / cell_bytes / page_tokens) - spare_pages
     return float(max(pages, 0) * page_tokens)

@@ -219,3 +219,12 @@ def test_weights_that_dont_fit_are_an_answer_not_a_negative_pool():
 def test_a_reserve_larger_than_memory_is_an_answer():
     p = deployment(attn="tp", gpus=8, reserve_bytes=200 * GiB).memory
     assert not p.feasible and p.fraction <= 0 and "reserve" in p.reason
+
+
+def test_whole_pages_never_go_negative():
+    from planner.engines.base import whole_page_tokens
+
+    assert whole_page_tokens(64 * 10 * 3.5, 10, 64) == 192  # ⌊3.5 pages⌋ = 3 pages of 64 tokens
+    assert whole_page_tokens(64 * 10 * 3.5, 10, 64, spare_pages=1) == 128  # vLLM's null block
+    assert whole_page_tokens(10 * 10, 10, 64, spare_pages=1) == 0  # less than a page, minus one: none, not −64
+    assert whole_page_tokens(-1e9, 10, 64) == 0
