@@ -65,6 +65,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--out", help="also write the JSON document here")
     a = ap.parse_args()
+    load_before = os.getloadavg()[0]  # other work on the machine slows every figure here
     rates = sweep_points_per_s(a.points, a.repeats)
     cli = cli_wall_s(a.repeats)
     doc = {
@@ -82,6 +83,8 @@ def main() -> None:
             "multinode": "tp16_2nodes / dp16_2nodes: 16 x h20 over 2 nodes of 8",
             "sweep": "batch ~ U[1,1024), context ~ U[128, 262144), equal lengths; medians of repeats",
             "threads": "numpy elementwise ops run on one core",
+            "load_average_1m_before": load_before,
+            "load_average_1m_after": os.getloadavg()[0],
         },
     }
     print(f"{'attn':14} {'points/s':>14}")

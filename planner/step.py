@@ -209,8 +209,9 @@ def _network(dep: Deployment, inp: ShareInputs, g: DecodeLoad, points: int):
     msg_tier = SCALEOUT if nodes > 1 else SCALEUP
     net_b: dict[str, np.ndarray] = {}
     net_m: dict[str, np.ndarray] = {}
-    tier_b = {SCALEUP: np.zeros(points), SCALEOUT: np.zeros(points)}
-    tier_m = {SCALEUP: np.zeros(points), SCALEOUT: np.zeros(points)}
+    # NOTE: scalar zeros until a tier carries traffic: a single-node sweep pays no extra array ops
+    tier_b = {SCALEUP: 0.0, SCALEOUT: 0.0}
+    tier_m = {SCALEUP: 0.0, SCALEOUT: 0.0}
     for colls, layers in groups:
         for c in colls:
             for tier, factor in link_bytes_by_tier(c.kind, t, nodes).items():
@@ -224,7 +225,8 @@ def _network(dep: Deployment, inp: ShareInputs, g: DecodeLoad, points: int):
             name = c.name if msg_tier == SCALEUP else f"{c.name}@{SCALEOUT}"
             net_m[name] = net_m.get(name, 0.0) + msgs
             tier_m[msg_tier] = tier_m[msg_tier] + msgs
-    return net_b, net_m, tier_b, tier_m
+    as_points = lambda v: np.broadcast_to(np.asarray(v, dtype=np.float64), (points,))  # noqa: E731
+    return net_b, net_m, {k: as_points(v) for k, v in tier_b.items()}, {k: as_points(v) for k, v in tier_m.items()}
 
 
 def _select(keep_a: np.ndarray, a: dict, b: dict) -> dict:
@@ -249,14 +251,14 @@ def step_cost(dep: Deployment, load: DecodeLoad, prefill_tokens=0.0, pricing: Pr
     inp = ShareInputs(m, dep.ranks, g, pre, dep.kv_dtype, dep.page_tokens, pre_ctx)
     group_tokens = inp.step_tokens
     net_b, net_m, tier_b, tier_m = _network(dep, inp, g, pts)
-    net_total = tier_b[SCALEUP] + tier_b[SCALEOUT]
-    msg_total = tier_m[SCALEUP] + tier_m[SCALEOUT]
+    net_total = tier_b[SCALEUP] + tier_b[SCALEOUT] if dep.group_nodes > 1 else tier_b[SCALEUP]
+    msg_total = tier_m[SCALEUP] + tier_m[SCALEOUT] if dep.group_nodes > 1 else tier_m[SCALEUP]
 
     best = None
     for share in dep.attention_layout.candidate_shares(inp):
         hbm, flops, by_dtype, kv_res = _rank_work(dep, g, share, group_tokens, pts)
         times = price(sum(hbm.values()), by_dtype, tier_b[SCALEUP], tier_m[SCALEUP], pricing,
-                      tier_b[SCALEOUT], tier_m[SCALEOUT])
+                      *((tier_b[SCALEOUT], tier_m[SCALEOUT]) if dep.group_nodes > 1 else ()))
         cand = (times, hbm, flops, by_dtype, kv_res)
         if best is None:
             best = cand
