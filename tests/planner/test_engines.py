@@ -228,3 +228,15 @@ def test_whole_pages_never_go_negative():
     assert whole_page_tokens(64 * 10 * 3.5, 10, 64, spare_pages=1) == 128  # vLLM's null block
     assert whole_page_tokens(10 * 10, 10, 64, spare_pages=1) == 0  # less than a page, minus one: none, not −64
     assert whole_page_tokens(-1e9, 10, 64) == 0
+
+
+def test_sglang_pool_agrees_with_sglangs_own_log():
+    """sgl-project/sglang PR #11309 logs DeepSeek-V3.2-Exp on 8 × B200, `--tp 8 --dp 8
+    --enable-dp-attention`, default fraction: "KV Cache is allocated. #tokens: 975424, KV size:
+    43.67 GB" (GiB: 975,424 × 61 × (656 + 132) B). This model, from the B200's nvidia-smi and torch
+    totals (leads), SGLang's DP-attention reserve (mem_fraction_static 0.751) and its fp8 cell,
+    lands within 0.5 % of it."""
+    p = deployment(attn="dp", gpus=8, hardware="b200").memory
+    assert p.fraction == round((183_359 - (27_136 + 512 * 8 * 3 + 512 * 8 * 1.5)) / 183_359, 3) == 0.751
+    assert p.kv_pool_tokens == pytest.approx(975_424, rel=0.005)
+    assert p.kv_pool_bytes / GiB == pytest.approx(975_424 * 61 * (656 + 132) / GiB, rel=0.005)
