@@ -225,7 +225,9 @@ def _network(dep: Deployment, inp: ShareInputs, g: DecodeLoad, points: int):
             name = c.name if msg_tier == SCALEUP else f"{c.name}@{SCALEOUT}"
             net_m[name] = net_m.get(name, 0.0) + msgs
             tier_m[msg_tier] = tier_m[msg_tier] + msgs
-    as_points = lambda v: np.broadcast_to(np.asarray(v, dtype=np.float64), (points,))  # noqa: E731
+    def as_points(v):
+        return np.broadcast_to(np.asarray(v, dtype=np.float64), (points,))
+
     return net_b, net_m, {k: as_points(v) for k, v in tier_b.items()}, {k: as_points(v) for k, v in tier_m.items()}
 
 
