@@ -1,7 +1,7 @@
 """Dynamic layout switching vs every fixed layout, and the per-step-best ("oracle") bound, in the
 simulator, FCFS ordering:
 
-- DeepSeek-V3.2 on 8 × H200 (bf16 KV) and GLM-5 on 8 × B200 (fp8_dsa KV), EP MoE, mem_fraction 0.88;
+- DeepSeek-V3.2 on 8 × H200 (bf16 KV) and GLM-5 on 8 × B200 (fp8_dsa KV), EP MoE, KV pools as SGLang sizes them (its default mem_fraction_static);
 - `shrinking` (the target case): 2,000 requests at t = 0, prompts ~512, outputs log-normal
   (median 1,500, σ 1.2, ≤ 64K);
 - `chat` (the stationary mix): 2,000 Poisson requests at 20 req/s, prompts ~1,024, outputs ~256;
@@ -165,7 +165,7 @@ def main() -> None:
                 print_case(f"{model} on 8 × {hw_name}, {wl} ({n} requests, seed {SEED}, kv {dep.kv_dtype}), "
                            f"step model {label}", c, target)
                 c.update({"model": model, "hardware": hw_name, "gpus": 8, "kv_dtype": dep.kv_dtype, "moe": "ep",
-                          "mem_fraction": dep.mem_fraction, "workload": wl, "workload_params": w.params,
+                          "mem_fraction": dep.memory.fraction, "engine": dep.engine, "workload": wl, "workload_params": w.params,
                           "requests": n, "seed": SEED, "step_model": label, "step_model_label": step_model.label,
                           "target": target,
                           "target_met": None if target is None else bool(c["dynamic_over_best_fixed"] >= target)})

@@ -30,8 +30,11 @@ def sweep_points_per_s(points: int, repeats: int) -> dict:
     context = rng.integers(128, 262_144, points)
     m, hw = planner.load_model("deepseek-v3.2"), planner.load_hardware("h200")
     out = {}
-    for attn in planner.ATTN_LAYOUTS:
-        dep = planner.make_deployment(m, hw, attn=attn, moe="ep", gpus=8)
+    # the single-node layouts, and two groups that span 2 × 8 H20 (collectives priced on two tiers)
+    cases = [(attn, planner.make_deployment(m, hw, attn=attn, moe="ep", gpus=8)) for attn in planner.ATTN_LAYOUTS]
+    h20 = planner.load_hardware("h20")
+    cases += [(f"{attn}16_2nodes", planner.make_deployment(m, h20, attn=attn, moe="ep", gpus=16)) for attn in ("tp", "dp")]
+    for attn, dep in cases:
         times = []
         for _ in range(repeats):
             t0 = time.perf_counter()
@@ -62,6 +65,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--out", help="also write the JSON document here")
     a = ap.parse_args()
+    load_before = os.getloadavg()[0]  # other work on the machine slows every figure here
     rates = sweep_points_per_s(a.points, a.repeats)
     cli = cli_wall_s(a.repeats)
     doc = {
@@ -76,13 +80,16 @@ def main() -> None:
         "conditions": {
             "cpu": cpu_name(), "cores_visible": os.cpu_count(), "python": platform.python_version(),
             "numpy": np.__version__, "model": "deepseek-v3.2", "hardware": "h200", "gpus": 8, "moe": "ep",
+            "multinode": "tp16_2nodes / dp16_2nodes: 16 x h20 over 2 nodes of 8",
             "sweep": "batch ~ U[1,1024), context ~ U[128, 262144), equal lengths; medians of repeats",
             "threads": "numpy elementwise ops run on one core",
+            "load_average_1m_before": load_before,
+            "load_average_1m_after": os.getloadavg()[0],
         },
     }
-    print(f"{'attn':6} {'points/s':>14}")
+    print(f"{'attn':14} {'points/s':>14}")
     for k, v in rates.items():
-        print(f"{k:6} {v:14,.0f}")
+        print(f"{k:14} {v:14,.0f}")
     print(f"floorfirst floor wall time: {cli * 1e3:.0f} ms (median of {a.repeats})")
     line = json.dumps(doc)
     if a.out:

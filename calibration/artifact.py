@@ -214,8 +214,11 @@ def step_features(cost, rates: DatasheetRates) -> StepFeatures:
         other_hbm_s=np.asarray(other_b / rates.hbm_bytes_per_s, dtype=np.float64),
         linear_compute_s=np.maximum(lin - att_s, 0.0),
         attention_compute_s=att_s,
-        network_bytes_s=np.asarray(cost.network_bytes / rates.link_bytes_per_s, dtype=np.float64),
-        network_messages=np.asarray(cost.network_messages, dtype=np.float64),
+        # NOTE: a group spanning nodes has NIC bytes and messages too; they enter as the scale-up
+        # bytes and messages that take as long on the datasheet (planner.step.StepCost), so one
+        # fitted link efficiency and one latency scale both tiers.
+        network_bytes_s=np.asarray(cost.network_bytes_scaleup_equivalent / rates.link_bytes_per_s, dtype=np.float64),
+        network_messages=np.asarray(cost.network_messages_scaleup_equivalent, dtype=np.float64),
         latency_s=np.asarray(cost.fixed_latency_s, dtype=np.float64),
     )
 

@@ -91,8 +91,7 @@ def row_steps(lr: LoadedRow, dep: planner.Deployment) -> list[tuple[float, float
         r = lr.row
         return [(float(r.batch), r.context, r.prefill_tokens, 0.0, 1.0, 1.0)]
     engine = s.engine or DEFAULT_ENGINE
-    hw = dep.hardware
-    chunk = s.chunk_tokens or default_chunk_tokens(engine, hw.peak.hbm_bytes, hw.name, dep.attn, dep.ranks)
+    chunk = s.chunk_tokens or default_chunk_tokens(engine, dep)
     kinds = serving_steps(s.isl, s.osl, s.concurrency, s.replicas, engine, chunk, s.spec_tokens, s.accept_len or 1.0)
     return [(k.batch, k.context, k.prefill_tokens, k.prefill_context, k.query_tokens, k.weight) for k in kinds]
 
@@ -107,7 +106,8 @@ def _price_group(rows: list[LoadedRow], first: LoadedRow):
         raise SpecError(f"the row ran num_layers={r.num_layers} but model {r.model} has {model.num_layers}: "
                         "name a config.json of the stack that ran")
     dep = planner.make_deployment(model, hw, attn=r.attn, moe=r.moe, gpus=r.gpus, replicas=r.replicas,
-                                  weight_dtype=r.weight_dtype, kv_dtype=r.kv_dtype, attention_kernel=r.attention_kernel)
+                                  weight_dtype=r.weight_dtype, kv_dtype=r.kv_dtype, attention_kernel=r.attention_kernel,
+                                  nodes=r.nodes)
     steps, owner = [], []
     for j, lr in enumerate(rows):
         for st in row_steps(lr, dep):

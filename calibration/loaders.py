@@ -51,7 +51,7 @@ def serving_summary_to_raw(d: dict) -> dict:
     done = d.get("completed") or 0
     if not done:
         raise ValueError("serving result has completed=0 requests")
-    raw = {k: d[k] for k in ("model", "hardware", "gpus", "attn", "moe", "replicas", "weight_dtype", "kv_dtype",
+    raw = {k: d[k] for k in ("model", "hardware", "gpus", "attn", "moe", "replicas", "nodes", "weight_dtype", "kv_dtype",
                              "attention_kernel", "engine", "chunk_tokens", "spec_tokens", "accept_len")
            if d.get(k) is not None}
     if "model" not in raw and d.get("model_id"):

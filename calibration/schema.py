@@ -1,8 +1,10 @@
 """One schema for measured operating points, and the steady-state step a serving benchmark implies.
 
 A step row: `model, hardware, gpus, attn, moe, batch, context` (mean decode context), optional
-`prefill_tokens` (per group and step), `replicas`, `weight_dtype`, `kv_dtype`,
-`attention_kernel` (the decode kernel that ran, planner.models.attention.kernels), and `step_ms`.
+`prefill_tokens` (per group and step), `replicas`, `nodes` (scale-up domains the deployment
+spans; default as few as hold `gpus`, so 16 GPUs of an 8-GPU node are 2 nodes), `weight_dtype`,
+`kv_dtype`, `attention_kernel` (the decode kernel that ran, planner.models.attention.kernels), and
+`step_ms`.
 A serving row: the same deployment fields with `isl, osl, concurrency` (total over the
 deployment), `tpot_ms` and optional `ttft_ms` in place of `batch, context, step_ms`, and how the
 engine ran it: `engine` (sglang, vllm, trtllm: how it schedules prefill), `chunk_tokens` (its
@@ -28,8 +30,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 STEP_FIELDS = ("model", "hardware", "gpus", "attn", "moe", "batch", "context", "step_ms")
 SERVING_FIELDS = ("model", "hardware", "gpus", "attn", "moe", "isl", "osl", "concurrency", "tpot_ms")
-OPTIONAL_FIELDS = ("prefill_tokens", "replicas", "weight_dtype", "kv_dtype", "num_layers", "ttft_ms", "attention_kernel",
-                   "engine", "chunk_tokens", "spec_tokens", "accept_len")
+OPTIONAL_FIELDS = ("prefill_tokens", "replicas", "nodes", "weight_dtype", "kv_dtype", "num_layers", "ttft_ms",
+                   "attention_kernel", "engine", "chunk_tokens", "spec_tokens", "accept_len")
 
 
 class _Row(BaseModel):
@@ -41,6 +43,7 @@ class _Row(BaseModel):
     attn: str = Field(description="Attention layout: tp, cp, dp, dop.")
     moe: str = Field(description="MoE split: ep or tp.")
     replicas: int = Field(default=1, ge=1)
+    nodes: int | None = Field(default=None, ge=1, description="Scale-up domains the deployment spans (default: as few as hold gpus).")
     weight_dtype: str | None = None
     kv_dtype: str | None = None
     num_layers: int | None = Field(default=None, ge=1, description="Decoder layers the measured stack ran; must equal the model's (a reduced stack needs its own config.json).")
@@ -57,7 +60,7 @@ class StepRow(_Row):
 
     def deployment_key(self) -> tuple:
         return (self.model, self.hardware, self.gpus, self.attn, self.moe, self.replicas, self.weight_dtype,
-                self.kv_dtype, self.num_layers, self.attention_kernel)
+                self.kv_dtype, self.num_layers, self.attention_kernel, self.nodes)
 
 
 class ServingRow(_Row):
@@ -84,8 +87,8 @@ class ServingRow(_Row):
     def to_step(self) -> StepRow:
         """The decode step of the steady state (display; pricing expands the row, calibration.serving)."""
         return StepRow(model=self.model, hardware=self.hardware, gpus=self.gpus, attn=self.attn, moe=self.moe,
-                       replicas=self.replicas, weight_dtype=self.weight_dtype, kv_dtype=self.kv_dtype,
-                       num_layers=self.num_layers, attention_kernel=self.attention_kernel,
+                       replicas=self.replicas, nodes=self.nodes, weight_dtype=self.weight_dtype,
+                       kv_dtype=self.kv_dtype, num_layers=self.num_layers, attention_kernel=self.attention_kernel,
                        batch=self.concurrency, context=self.isl + self.osl / 2.0, prefill_tokens=0.0,
                        step_ms=self.tpot_ms)
 

@@ -30,29 +30,25 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from planner.units import GiB
 
 ENGINES: tuple[str, ...] = ("sglang", "vllm", "trtllm")
 MIXED_CHUNK_ENGINES = frozenset({"vllm", "trtllm"})
 
 
-def default_chunk_tokens(engine: str, hbm_bytes: float, hardware_name: str, attn: str, ranks: int) -> int:
-    """Prefill tokens an engine runs per step by default. The lead rewires this to issue 12's engine
-    model (`chunked_prefill_tokens(dep)`); until then the engines' rules live here, each cited:
-    - SGLang: `chunked_prefill_size` 8192 below 160 GiB of GPU memory (H20/H200), 16384 at or above
-      it (B200, MI300; python/sglang/srt/server_args.py ServerArgs._handle_gpu_memory_settings),
-      divided by dp_size under DP-attention (`_handle_data_parallelism`: chunked_prefill_size //= dp_size);
-    - vLLM: `max_num_batched_tokens` 8192 for the OpenAI API server on GPUs of ≥ 70 GiB other than
-      A100, else 2048 (vllm/engine/arg_utils.py EngineArgs.get_batch_defaults);
-    - TensorRT-LLM: `max_num_tokens` 8192 (tensorrt_llm/builder.py BuildConfig)."""
-    if engine == "sglang":
-        size = 16384 if hbm_bytes >= 160 * GiB else 8192
-        return max(size // ranks, 1) if attn == "dp" else size
-    if engine == "vllm":
-        return 8192 if hbm_bytes >= 70 * GiB and "a100" not in hardware_name.lower() else 2048
+def default_chunk_tokens(engine: str, dep) -> int:
+    """Prefill tokens an engine runs per step by default, for a row that ran on `dep`'s hardware and
+    layout. SGLang and vLLM: their engine models' `chunked_prefill_tokens` (planner.engines: SGLang
+    `chunked_prefill_size` 8192 below 160 GiB, 16384 at or above, divided by dp_size under
+    DP-attention; vLLM `max_num_batched_tokens` 8192 on ≥ 70 GiB GPUs other than Ampere, else 2048).
+    TensorRT-LLM has no memory model here: `max_num_tokens` 8192 (tensorrt_llm/builder.py BuildConfig)."""
+    from planner.engines.base import engines  # lazy: the engines import the step model
+
     if engine == "trtllm":
         return 8192
-    raise ValueError(f"engine={engine!r} is not one of {', '.join(ENGINES)}")
+    known = engines()
+    if engine not in known:
+        raise ValueError(f"engine={engine!r} is not one of {', '.join(ENGINES)}")
+    return int(known[engine].chunked_prefill_tokens(dep))
 
 
 @dataclass(frozen=True)

@@ -16,10 +16,15 @@ import numpy as np
 import typer
 
 import planner
+from planner.engines import DEFAULT_ENGINE, KV_DTYPE_MAPPING, engine_names
 from planner.errors import SpecError
 from planner.units import GiB
 
 SCHEMA_VERSION = 1
+# NOTE: a contract's major version bumps when a key changes type or meaning (docs/json-contracts.md):
+# capacity/2 — `mem_fraction` is the engine fraction given (null: each layout's engine default),
+# no longer a share of the datasheet HBM.
+SCHEMA_VERSIONS = {"capacity": 2}
 
 
 class Attn(str, Enum):
@@ -40,6 +45,10 @@ class PricingChoice(str, Enum):
     achieved = "achieved"
 
 
+# NOTE: the engine choices come from the engine registry (planner.engines), not a typed list.
+Engine = Enum("Engine", {n: n for n in engine_names()}, type=str)
+
+
 ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Built-in model name or path to a Hugging Face config.json.")]
 HardwareOpt = Annotated[str, typer.Option("--hardware", "-hw", help="Built-in GPU name or path to a hardware YAML file.")]
 GpusOpt = Annotated[int, typer.Option("--gpus", "-g", help="GPUs in the deployment (all replicas).")]
@@ -53,11 +62,13 @@ ContextOpt = Annotated[str, typer.Option(
          "or a histogram of LEN*COUNT items (4k*60,64k*4).")]
 PrefillOpt = Annotated[float, typer.Option("--prefill-tokens", help="Prefill chunk (one request's tokens) each group runs in the same step.")]
 PrefillContextOpt = Annotated[str, typer.Option("--prefill-context", help="Tokens the prefilling request already has cached (its prefix), e.g. 32k.")]
-KvDtypeOpt = Annotated[Optional[str], typer.Option("--kv-dtype", help="bf16, fp8, or fp8_dsa (DeepSeek sparse attention's fp8 record). Default: the engine convention.")]
+KvDtypeOpt = Annotated[Optional[str], typer.Option("--kv-dtype", help=f"KV cache dtype as engines spell it: {KV_DTYPE_MAPPING}. Default: auto.")]
 WeightDtypeOpt = Annotated[Optional[str], typer.Option("--weight-dtype", help="bf16, fp8 or fp4. Default: the checkpoint's.")]
-MemFractionOpt = Annotated[float, typer.Option("--mem-fraction", help="Share of HBM for weights + KV pool (SGLang mem_fraction_static).")]
-PageOpt = Annotated[int, typer.Option("--page-tokens", help="KV page size in tokens.")]
-ReserveOpt = Annotated[float, typer.Option("--reserve-gib", help="HBM per GPU held back from the KV pool, GiB.")]
+MemFractionOpt = Annotated[Optional[float], typer.Option("--mem-fraction", help="The engine's memory fraction (SGLang mem_fraction_static of the free memory, vLLM gpu_memory_utilization of total). Default: the engine's own default for this GPU and layout.")]
+PageOpt = Annotated[Optional[int], typer.Option("--page-tokens", help="KV page size in tokens. Default: the engine's (SGLang page_size, vLLM block_size).")]
+ReserveOpt = Annotated[Optional[float], typer.Option("--reserve-gib", help="GiB per GPU the engine keeps out of weights + KV (SGLang: the reserved memory its mem_fraction_static formula subtracts; vLLM: peak activations + non-torch memory). Default: the engine's estimate.")]
+EngineOpt = Annotated[Engine, typer.Option("--engine", help="Whose memory model sizes the KV pool and sets the defaults (page size, KV dtype).")]
+NodesOpt = Annotated[Optional[int], typer.Option("--nodes", help="Scale-up domains (nodes) the deployment spans; a group larger than a node prices its cross-node traffic on the NIC. Default: as few as hold --gpus.")]
 PricingOpt = Annotated[PricingChoice, typer.Option("--pricing", help="Price floors at datasheet peaks or at the hardware file's achieved efficiencies.")]
 CalibrationOpt = Annotated[Optional[str], typer.Option("--calibration", help="A calibration artifact (floorfirst calibrate); adds predicted_s.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document (units in keys).")]
@@ -76,7 +87,8 @@ def _plot_path(value: str | None) -> str | None:
 PlotOpt = Annotated[Optional[str], typer.Option("--plot", help="Write a plot to this path (.png, .svg or .pdf).",
                                                 callback=_plot_path)]
 
-DEFAULTS = dict(model="deepseek-v3.2", hardware="h200", gpus=8, batch=32, context="32k", mem_fraction=0.88)
+DEFAULTS = dict(model="deepseek-v3.2", hardware="h200", gpus=8, batch=32, context="32k", mem_fraction=None,
+                engine=Engine(DEFAULT_ENGINE))
 
 _NUM = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([kKmM]?)\s*$")
 
@@ -130,12 +142,15 @@ def load_specs(model: str, hardware: str) -> tuple[planner.ModelSpec, planner.Ha
 
 
 def deployment(model, hw, attn: str, moe: str | None, gpus: int, replicas: int, weight_dtype, kv_dtype, mem_fraction,
-               page_tokens, reserve_gib) -> planner.Deployment:
+               page_tokens, reserve_gib, engine=DEFAULT_ENGINE, nodes: int | None = None) -> planner.Deployment:
     if moe is None:
         moe = "ep" if model.mlp.kind == "moe" else "tp"
+    if reserve_gib is not None and not math.isfinite(reserve_gib):
+        raise SpecError(f"reserve_gib={reserve_gib} must be a finite number")
     return planner.make_deployment(model, hw, attn=attn, moe=moe, gpus=gpus, replicas=replicas,
                                    weight_dtype=weight_dtype, kv_dtype=kv_dtype, mem_fraction=mem_fraction,
-                                   page_tokens=page_tokens, reserve_bytes=reserve_gib * GiB)
+                                   page_tokens=page_tokens, reserve_bytes=None if reserve_gib is None else reserve_gib * GiB,
+                                   engine=getattr(engine, "value", engine), nodes=nodes)
 
 
 def pricing_for(hw: planner.HardwareSpec, choice: PricingChoice) -> planner.Pricing:
@@ -158,7 +173,7 @@ def emit_json(command: str, doc: dict[str, Any]) -> None:
     value is allowed, or a negative time/size/capacity ends the command as an internal error."""
     from cli.documents import DocumentError, checked_document, report
 
-    out = {"schema": f"floorfirst.{command}/{SCHEMA_VERSION}", **doc}
+    out = {"schema": f"floorfirst.{command}/{SCHEMA_VERSIONS.get(command, SCHEMA_VERSION)}", **doc}
     try:
         text = json.dumps(checked_document(command, out), indent=1, allow_nan=False)
     except DocumentError as exc:

@@ -31,6 +31,7 @@ EXIT_INTERNAL = 70
 # schemas/<command>.schema.json (tests/cli/test_documents.py keeps the two in step).
 NULLABLE: dict[str, tuple[str, ...]] = {
     "calibrate": ("param_std.*",),
+    "capacity": ("mem_fraction",),
     "floor": ("decode_tokens_per_s_at_max", "decode_tokens_per_s_at_sum", "resources.kv_capacity.used_fraction"),
     "compare": ("layouts[].decode_tokens_per_s_at_max", "layouts[].decode_tokens_per_s_at_sum",
                 "layouts[].resources.kv_capacity.used_fraction"),
@@ -46,7 +47,9 @@ NULLABLE: dict[str, tuple[str, ...]] = {
               "layouts[].walls.*"),
 }
 SIGNED_SUFFIXES = ("_pct",)
-SIGNED_KEYS = frozenset({"residual_fraction", "overlap_quality"})
+# NOTE: kv_budget_bytes (planner.engines' MemoryPlan) is what the engine sizes its pool from, and is
+# negative when the weights don't fit: the pool itself (kv_pool_bytes) is never negative.
+SIGNED_KEYS = frozenset({"residual_fraction", "overlap_quality", "kv_budget_bytes"})
 _FLOOR_TOLERANCE = 1e-9
 
 

@@ -27,6 +27,7 @@ from pydantic import Field, ValidationError
 
 from cli.common import DEFAULTS
 from cli.inprocess import CommandError, CommandRunner, Limits, WorkerPool, option_args
+from planner.engines import KV_DTYPE_MAPPING, KV_DTYPE_NAMES, engine_names
 from planner.inputs import shown
 
 COMMAND_MODULES = ("specs", "floor", "walls", "triage", "calibration", "simulate")
@@ -49,9 +50,11 @@ Batch = Annotated[Optional[int], Field(ge=1, description="Concurrent decode requ
 Context = Annotated[str, Field(description="Context per request: one length (32768 or 32k), a comma list (4k,4k,64k) or a histogram (4k*60,64k*4).")]
 Prefill = Annotated[float, Field(ge=0, description="Prefill tokens each group runs in the same step.")]
 PrefillContext = Annotated[Optional[str], Field(description="Tokens the prefilling request already has cached (its prefix), e.g. 32k.")]
-KvDtype = Annotated[Optional[Literal["bf16", "fp8", "fp8_dsa"]], Field(description="KV cache dtype; default the engine convention.")]
+KvDtype = Annotated[Optional[Literal[KV_DTYPE_NAMES]], Field(description=f"KV cache dtype as engines spell it ({KV_DTYPE_MAPPING}); default auto.")]
 WeightDtype = Annotated[Optional[Literal["bf16", "fp8", "fp4"]], Field(description="Weight dtype; default the checkpoint's.")]
-MemFraction = Annotated[float, Field(gt=0, le=1, description="Share of HBM for weights + KV pool.")]
+MemFraction = Annotated[Optional[float], Field(gt=0, le=1, description="The engine's memory fraction (SGLang mem_fraction_static, vLLM gpu_memory_utilization); default the engine's own for this GPU and layout.")]
+Engine = Annotated[Literal[engine_names()], Field(description="Whose memory model sizes the KV pool and sets page size and KV dtype defaults.")]
+Nodes = Annotated[Optional[int], Field(ge=1, description="Scale-up domains (nodes) the deployment spans; default as few as hold gpus.")]
 Pricing = Annotated[Literal["datasheet", "achieved"], Field(description="Floors at datasheet peaks or at the hardware file's achieved efficiencies.")]
 Calibration = Annotated[Optional[str], Field(description="A calibration artifact path (from calibrate); adds predicted_s.")]
 Layouts = Annotated[Optional[str], Field(description="Comma list of attn/moe to include, e.g. tp/ep,dp/ep; default all the model can run.")]
@@ -81,6 +84,7 @@ def floor(model: Model = DEFAULTS["model"], hardware: Hardware = DEFAULTS["hardw
           attn: Attn = "tp", moe: Moe = None, replicas: Replicas = 1, batch: Batch = None,
           context: Context = DEFAULTS["context"], prefill_tokens: Prefill = 0.0, prefill_context: PrefillContext = None,
           kv_dtype: KvDtype = None, weight_dtype: WeightDtype = None, mem_fraction: MemFraction = DEFAULTS["mem_fraction"],
+          engine: Engine = DEFAULTS["engine"].value, nodes: Nodes = None,
           pricing: Pricing = "datasheet", calibration: Calibration = None) -> dict[str, Any]:
     """One step on one layout: five resources on the busiest rank, floor_max_s / floor_sum_s, what binds, components (floorfirst.floor/1)."""
 
@@ -89,7 +93,8 @@ def compare(model: Model = DEFAULTS["model"], hardware: Hardware = DEFAULTS["har
             replicas: Replicas = 1, batch: Batch = None, context: Context = DEFAULTS["context"],
             prefill_tokens: Prefill = 0.0, prefill_context: PrefillContext = None, kv_dtype: KvDtype = None,
             weight_dtype: WeightDtype = None,
-            mem_fraction: MemFraction = DEFAULTS["mem_fraction"], pricing: Pricing = "datasheet",
+            mem_fraction: MemFraction = DEFAULTS["mem_fraction"],
+          engine: Engine = DEFAULTS["engine"].value, nodes: Nodes = None, pricing: Pricing = "datasheet",
             calibration: Calibration = None) -> dict[str, Any]:
     """Every layout side by side at one operating point; best_by_max / best_by_sum among those whose KV fits (floorfirst.compare/1)."""
 
@@ -97,8 +102,9 @@ def compare(model: Model = DEFAULTS["model"], hardware: Hardware = DEFAULTS["har
 def capacity(model: Model = DEFAULTS["model"], hardware: Hardware = DEFAULTS["hardware"], gpus: Gpus = DEFAULTS["gpus"],
              replicas: Replicas = 1, context: Annotated[str, Field(description="Context per request (32k).")] = DEFAULTS["context"],
              kv_dtype: KvDtype = None, weight_dtype: WeightDtype = None,
-             mem_fraction: MemFraction = DEFAULTS["mem_fraction"]) -> dict[str, Any]:
-    """KV pool per GPU, KV copies, distinct tokens and max concurrency at a context, every layout (floorfirst.capacity/1)."""
+             mem_fraction: MemFraction = DEFAULTS["mem_fraction"],
+          engine: Engine = DEFAULTS["engine"].value, nodes: Nodes = None) -> dict[str, Any]:
+    """KV pool per GPU, KV copies, distinct tokens and max concurrency at a context, every layout (floorfirst.capacity/2)."""
 
 
 def walls(model: Model = DEFAULTS["model"], hardware: Hardware = DEFAULTS["hardware"], gpus: Gpus = DEFAULTS["gpus"],
@@ -108,7 +114,8 @@ def walls(model: Model = DEFAULTS["model"], hardware: Hardware = DEFAULTS["hardw
           context: Annotated[str, Field(description="Fixed context when growing batch.")] = DEFAULTS["context"],
           load_range: Annotated[Optional[str], Field(description="LO:HI of the growing axis (default 1:4096 requests or 512:512k tokens).")] = None,
           layouts: Layouts = None, kv_dtype: KvDtype = None, weight_dtype: WeightDtype = None,
-          mem_fraction: MemFraction = DEFAULTS["mem_fraction"], calibration: Calibration = None,
+          mem_fraction: MemFraction = DEFAULTS["mem_fraction"],
+          engine: Engine = DEFAULTS["engine"].value, nodes: Nodes = None, calibration: Calibration = None,
           plot: Plot = None) -> dict[str, Any]:
     """As load grows: where each resource starts to bind and where KV runs out, per layout, in order (floorfirst.walls/1)."""
 
@@ -119,7 +126,8 @@ def regimes(model: Model = DEFAULTS["model"], hardware: Hardware = DEFAULTS["har
             context_range: Annotated[str, Field(description="LO:HI[:N] tokens, geometric.")] = "1k:256k:9",
             floor: Annotated[Literal["max", "sum"], Field(description="Rank layouts by the optimistic or pessimistic floor.")] = "max",
             layouts: Layouts = None, kv_dtype: KvDtype = None, weight_dtype: WeightDtype = None,
-            mem_fraction: MemFraction = DEFAULTS["mem_fraction"], calibration: Calibration = None,
+            mem_fraction: MemFraction = DEFAULTS["mem_fraction"],
+          engine: Engine = DEFAULTS["engine"].value, nodes: Nodes = None, calibration: Calibration = None,
             plot: Plot = None) -> dict[str, Any]:
     """The best layout over a batch × context grid, KV-infeasible cells marked (floorfirst.regimes/1)."""
 
@@ -129,6 +137,7 @@ def triage(measured_ms: Annotated[float, Field(gt=0, description="The measured s
            attn: Attn = "tp", moe: Moe = None, replicas: Replicas = 1, batch: Batch = None,
            context: Context = DEFAULTS["context"], prefill_tokens: Prefill = 0.0, prefill_context: PrefillContext = None,
            kv_dtype: KvDtype = None, weight_dtype: WeightDtype = None, mem_fraction: MemFraction = DEFAULTS["mem_fraction"],
+          engine: Engine = DEFAULTS["engine"].value, nodes: Nodes = None,
            pricing: Pricing = "datasheet", threshold: Threshold = 0.15) -> dict[str, Any]:
     """A measured step against its floors: verdict (below_floor | inside | above_sum), overlap quality or residual, and whether and what to profile (floorfirst.triage/1)."""
 

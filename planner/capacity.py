@@ -1,10 +1,12 @@
 """KV capacity: the pool per GPU, distinct tokens the group can hold, and the most requests
 that fit at a context length.
 
-  kv_pool = mem_fraction × HBM − weights resident on the rank − reserve − one spare page
-
-(SGLang's `mem_fraction_static` covers weights + KV; each per-rank pool carries one extra page;
-reference/models.md). Requests take whole pages (64 tokens by default). Replication is
+The pool is the deployment's engine's (planner.engines): SGLang's mem_fraction_static of the
+free memory before weights, minus the weights, in whole pages; or vLLM's gpu_memory_utilization
+of total memory minus weights, profiled activations and non-torch memory. Both start from the
+bytes torch reports (`HardwareSpec.usable_hbm_bytes`), not the datasheet's "GB". A deployment
+whose weights or reserve don't fit has no pool: capacity 0 and the plan's reason. Requests take
+whole pages (the engine's page size). Replication is
 respected: TP keeps T/s copies of every token, where s is how many ways it can split KV by heads
 (s = 1 for MLA's single latent), so its distinct tokens are s × pool/bytes-per-token instead of
 T × pool/bytes-per-token. Max concurrency is found on the step model itself (bisection on the
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner.deployment import Deployment
+from planner.engines.base import MemoryPlan
 from planner.layouts.base import ShareInputs
 from planner.layouts.tp import kv_split
 from planner.load import DecodeLoad
@@ -46,6 +49,7 @@ def kv_bytes_per_token(dep: Deployment) -> float:
 
 @dataclass(frozen=True)
 class Capacity:
+    memory: MemoryPlan  # how the engine sized the pool (and whether it could)
     kv_pool_bytes_per_gpu: float
     weights_resident_bytes_per_gpu: float
     kv_bytes_per_token: float  # all layers, one full copy
@@ -87,6 +91,7 @@ def capacity(dep: Deployment, context) -> Capacity:
     distinct = max(pool, 0.0) * dep.ranks / rep / per_tok * dep.replicas
     ctx = np.atleast_1d(np.asarray(context, dtype=np.float64))
     return Capacity(
+        memory=dep.memory,
         kv_pool_bytes_per_gpu=max(pool, 0.0),  # NOTE: never negative; weights that don't fit leave 0
         weights_resident_bytes_per_gpu=float(sum(weights_resident_bytes(dep).values())),
         kv_bytes_per_token=per_tok,

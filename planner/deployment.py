@@ -1,14 +1,21 @@
-"""A validated deployment: model, hardware, layout, dtypes and memory settings.
+"""A validated deployment: model, hardware, layout, topology, dtypes and the engine that sizes
+its memory.
 
 Validation happens once here (SpecError with the field and both values); the step model then
-takes the deployment as plain numbers and arrays.
+takes the deployment as plain numbers and arrays. A group of T ranks may span nodes: `nodes` is
+how many scale-up domains the whole deployment spans (default: as few as hold it), so a group
+spans `group_nodes` of them with `ranks_per_node` ranks on each. The memory plan (the KV pool as
+the engine computes it) is derived on first use; an infeasible plan is an answer, not an error.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
+from planner.engines.base import DEFAULT_ENGINE, EngineMemoryModel, MemoryPlan, engines
+from planner.engines.kv_dtype import resolve_kv_dtype
 from planner.errors import SpecError
 from planner.hardware.spec import HardwareSpec
 from planner.layouts.base import AttentionLayout, MoESplit, attention_layouts, moe_splits
@@ -18,8 +25,6 @@ from planner.units import WEIGHT_BYTES_PER_PARAM, WEIGHT_DTYPES
 
 ATTN_LAYOUTS: tuple[str, ...] = ("tp", "cp", "dcp", "dp", "dop")
 MOE_SPLITS: tuple[str, ...] = ("ep", "tp")
-DEFAULT_MEM_FRACTION = 0.88  # SGLang's mem_fraction_static is typically 0.85–0.90 (reference/models.md)
-DEFAULT_PAGE_TOKENS = 64
 
 
 @dataclass(frozen=True)
@@ -31,10 +36,12 @@ class Deployment:
     gpus: int
     replicas: int
     weight_dtype: str
-    kv_dtype: str
-    mem_fraction: float
+    kv_dtype: str  # the planner's record: 'bf16', 'fp8' or 'fp8_dsa'
     page_tokens: int
-    reserve_bytes: float
+    engine: str
+    nodes: int  # scale-up domains the whole deployment spans
+    mem_fraction: float | None  # explicit engine fraction; None = the engine's default
+    reserve_bytes: float | None  # explicit reserve per GPU; None = the engine's estimate
     attention_kernel: str | None = None  # decode kernel override (planner.models.attention.kernels); None: the variant's engine default
 
     @property
@@ -43,12 +50,30 @@ class Deployment:
         return self.gpus // self.replicas
 
     @property
+    def gpus_per_node(self) -> int:
+        return self.gpus // self.nodes
+
+    @property
+    def group_nodes(self) -> int:
+        """Scale-up domains one group spans (1 unless the group is larger than a node)."""
+        return max(1, self.ranks // self.gpus_per_node)
+
+    @property
+    def ranks_per_node(self) -> int:
+        """Ranks of one group inside one scale-up domain."""
+        return self.ranks // self.group_nodes
+
+    @property
     def attention_layout(self) -> AttentionLayout:
         return attention_layouts()[self.attn]
 
     @property
     def moe_split(self) -> MoESplit:
         return moe_splits()[self.moe]
+
+    @property
+    def weight_bytes_per_param(self) -> float:
+        return WEIGHT_BYTES_PER_PARAM[self.weight_dtype]
 
     @property
     def arch(self) -> str | None:
@@ -61,56 +86,93 @@ class Deployment:
         return decode_kernel(self.attention_kernel or self.model.attention.decode_kernel(self.arch, self.kv_dtype))
 
     @property
-    def weight_bytes_per_param(self) -> float:
-        return WEIGHT_BYTES_PER_PARAM[self.weight_dtype]
+    def engine_model(self) -> EngineMemoryModel:
+        return engines()[self.engine]
+
+    @cached_property
+    def memory(self) -> MemoryPlan:
+        """The KV pool and reserve per GPU as the engine computes them (see planner.engines)."""
+        return self.engine_model.plan(self)
 
     def label(self) -> str:
         rep = f"×{self.replicas}" if self.replicas > 1 else ""
-        return f"{self.attn}/{self.moe} T={self.ranks}{rep}"
+        span = f" over {self.group_nodes} nodes" if self.group_nodes > 1 else ""
+        return f"{self.attn}/{self.moe} T={self.ranks}{rep}{span}"
 
 
-def _finite_positive(name: str, value: float) -> None:
-    if value is None or not math.isfinite(value) or value <= 0:
-        raise SpecError(f"{name}={value} must be a positive finite number")
+def _whole(name: str, value) -> int:
+    if isinstance(value, bool) or value is None or int(value) != value or value < 1:
+        raise SpecError(f"{name}={value} must be a positive whole number")
+    return int(value)
+
+
+def _topology(hardware: HardwareSpec, gpus: int, replicas: int, nodes: int | None) -> int:
+    domain = hardware.peak.scaleup_domain_gpus
+    nodes = math.ceil(gpus / domain) if nodes is None else _whole("nodes", nodes)
+    if gpus % nodes:
+        raise SpecError(f"gpus={gpus} is not divisible by nodes={nodes}")
+    per_node = gpus // nodes
+    if per_node > domain:
+        raise SpecError(f"{per_node} GPUs per node exceeds {hardware.name}'s scale-up domain of {domain}; "
+                        f"use --nodes {math.ceil(gpus / domain)} or more")
+    ranks = gpus // replicas
+    if (ranks <= per_node and per_node % ranks) or (ranks > per_node and ranks % per_node):
+        raise SpecError(f"a group of {ranks} GPUs does not tile nodes of {per_node} GPUs "
+                        f"(gpus={gpus}, nodes={nodes}, replicas={replicas})")
+    return nodes
 
 
 def make_deployment(model: ModelSpec, hardware: HardwareSpec, *, attn: str = "tp", moe: str = "ep", gpus: int = 8,
                     replicas: int = 1, weight_dtype: str | None = None, kv_dtype: str | None = None,
-                    mem_fraction: float = DEFAULT_MEM_FRACTION, page_tokens: int = DEFAULT_PAGE_TOKENS,
-                    reserve_bytes: float = 0.0, attention_kernel: str | None = None) -> Deployment:
+                    mem_fraction: float | None = None, page_tokens: int | None = None,
+                    reserve_bytes: float | None = None, engine: str = DEFAULT_ENGINE,
+                    nodes: int | None = None, attention_kernel: str | None = None) -> Deployment:
     if attn not in ATTN_LAYOUTS:
         raise SpecError(f"attn={attn!r} is not a layout; choose one of {', '.join(ATTN_LAYOUTS)}")
     if moe not in MOE_SPLITS:
         raise SpecError(f"moe={moe!r} is not a split; choose one of {', '.join(MOE_SPLITS)}")
-    if isinstance(gpus, bool) or int(gpus) != gpus or gpus < 1:
-        raise SpecError(f"gpus={gpus} must be a positive whole number")
-    if isinstance(replicas, bool) or int(replicas) != replicas or replicas < 1:
-        raise SpecError(f"replicas={replicas} must be a positive whole number")
-    gpus, replicas = int(gpus), int(replicas)
+    known = engines()
+    if engine not in known:
+        raise SpecError(f"engine={engine!r} is not an engine model; choose one of {', '.join(sorted(known))}")
+    eng = known[engine]
+    gpus, replicas = _whole("gpus", gpus), _whole("replicas", replicas)
     if gpus % replicas:
         raise SpecError(f"gpus={gpus} is not divisible by replicas={replicas}")
-    ranks = gpus // replicas
-    domain = hardware.peak.scaleup_domain_gpus
-    if ranks > domain:
-        raise SpecError(f"a group of {ranks} GPUs exceeds {hardware.name}'s scale-up domain of {domain}; "
-                        f"use --replicas {math.ceil(gpus / domain)} or more (multi-node groups are not modelled)")
-    _finite_positive("mem_fraction", mem_fraction)
-    if mem_fraction > 1.0:
-        raise SpecError(f"mem_fraction={mem_fraction} must be ≤ 1")
-    if isinstance(page_tokens, bool) or int(page_tokens) != page_tokens or page_tokens < 1:
-        raise SpecError(f"page_tokens={page_tokens} must be a positive whole number")
-    if not math.isfinite(reserve_bytes) or reserve_bytes < 0:
-        raise SpecError(f"reserve={reserve_bytes} must be ≥ 0")
+    nodes = _topology(hardware, gpus, replicas, nodes)
+    if mem_fraction is not None:
+        if not math.isfinite(mem_fraction) or not 0 < mem_fraction <= 1.0:
+            raise SpecError(f"mem_fraction={mem_fraction} must be in (0, 1]")
+        mem_fraction = float(mem_fraction)
+    if reserve_bytes is not None:
+        if not math.isfinite(reserve_bytes) or reserve_bytes < 0:
+            raise SpecError(f"reserve={reserve_bytes} must be ≥ 0")
+        reserve_bytes = float(reserve_bytes)
+    eng.check(mem_fraction, reserve_bytes)
+    page = eng.default_page_tokens(model, hardware) if page_tokens is None else _whole("page_tokens", page_tokens)
     wdt = weight_dtype or model.default_weight_dtype
     if wdt not in WEIGHT_DTYPES:
         raise SpecError(f"weight_dtype={wdt!r} is not one of {', '.join(WEIGHT_DTYPES)}")
-    kdt = kv_dtype or model.default_kv_dtype(hardware.name)
-    model.attention.check_kv_dtype(kdt)
+    kdt = resolve_kv_dtype(model, kv_dtype, eng, hardware)
     if model.mlp.kind == "dense" and moe == "ep":
         raise SpecError(f"moe=ep needs a mixture-of-experts model; {model.name} is dense (use --moe tp)")
+    ranks = gpus // replicas
     attention_layouts()[attn].check(model, ranks)
     model.mlp.check_tp(ranks, moe)
     if attention_kernel is not None:
         decode_kernel(attention_kernel)  # SpecError naming the known kernels
-    return Deployment(model, hardware, attn, moe, gpus, replicas, wdt, kdt, float(mem_fraction), int(page_tokens),
-                      float(reserve_bytes), attention_kernel)
+    return Deployment(model, hardware, attn, moe, gpus, replicas, wdt, kdt, page, engine, nodes, mem_fraction,
+                      reserve_bytes, attention_kernel)
+
+
+def replace_deployment(dep: Deployment, **changes) -> Deployment:
+    """The same deployment with some settings changed, validated again (the memory plan is
+    recomputed: an engine's default fraction depends on the layout). `gpus` without `nodes`
+    keeps the GPUs per node; the explicit overrides (fraction, reserve) carry over."""
+    if "gpus" in changes and "nodes" not in changes:
+        changes["nodes"] = max(1, changes["gpus"] // dep.gpus_per_node)
+    kw = dict(attn=dep.attn, moe=dep.moe, gpus=dep.gpus, replicas=dep.replicas, weight_dtype=dep.weight_dtype,
+              kv_dtype=dep.kv_dtype, mem_fraction=dep.mem_fraction, page_tokens=dep.page_tokens,
+              reserve_bytes=dep.reserve_bytes, engine=dep.engine, nodes=dep.nodes,
+              attention_kernel=dep.attention_kernel)
+    kw.update(changes)
+    return make_deployment(dep.model, dep.hardware, **kw)

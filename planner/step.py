@@ -11,6 +11,11 @@ variant's `weight_parts` (what head-sharding splits, what engines replicate), th
 idle head rows are `flops.head_padding` (planner.models.attention.kernels, by engine and GPU
 generation), and fixed per-layer latencies (DSA's top-k) are `latency_s.topk`, added to the
 compute resource's time.
+Network: each collective's link bytes split by the tier they cross (planner.layouts.base
+`link_bytes_by_tier`): inside a node on the scale-up links, between nodes on each GPU's NIC;
+both enter the network-bytes resource with their own rates (time = Σ over tiers), and a
+collective that spans nodes is one message at the scale-out latency. Components name the
+collective, with '@scaleout' on the share that crosses the NIC.
 
 Ignores (NOTE, calibration absorbs them): activation reads/writes, norms, RoPE, softmax, the
 router GEMM, MTP draft layers, kernel launch gaps, routing skew across EP ranks.
@@ -24,7 +29,7 @@ import numpy as np
 
 from planner.deployment import Deployment
 from planner.errors import SpecError
-from planner.layouts.base import AttentionShare, Collective, ShareInputs, link_bytes_factor
+from planner.layouts.base import SCALEOUT, SCALEUP, AttentionShare, Collective, ShareInputs, link_bytes_by_tier
 from planner.load import DecodeLoad, busiest_owner_counts
 from planner.resources.vector import TIMED_RESOURCES, Pricing, ResourceTimes, price
 
@@ -42,8 +47,8 @@ class StepCost:
     hbm_bytes: np.ndarray
     flops: np.ndarray
     flops_by_dtype: dict[str, np.ndarray]
-    network_bytes: np.ndarray
-    network_messages: np.ndarray
+    network_bytes: np.ndarray  # all tiers
+    network_messages: np.ndarray  # all tiers
     kv_resident_bytes: np.ndarray  # busiest rank
     kv_pool_bytes: float  # per GPU
     weights_resident_bytes: float  # busiest rank
@@ -53,6 +58,24 @@ class StepCost:
     # resource -> name -> [P]: 'hbm_bytes', 'flops', 'network_bytes', 'network_messages', and
     # 'latency_s' (fixed latencies, seconds, inside times.compute_s)
     components: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
+    network_bytes_by_tier: dict[str, np.ndarray] = field(default_factory=dict)  # 'scaleup' | 'scaleout' -> [P]
+    network_messages_by_tier: dict[str, np.ndarray] = field(default_factory=dict)
+    scaleout_bytes_ratio: float = 1.0  # datasheet scale-up ÷ scale-out bandwidth
+    scaleout_latency_ratio: float = 1.0  # datasheet scale-out ÷ scale-up message latency
+    memory_feasible: bool = True  # the engine's pool holds at least one page
+    infeasible_reason: str = ""
+
+    @property
+    def network_bytes_scaleup_equivalent(self) -> np.ndarray:
+        """Scale-up bytes that take as long as this step's bytes on both tiers (datasheet): what a
+        fit that scales one link efficiency multiplies."""
+        return self.network_bytes_by_tier[SCALEUP] + self.network_bytes_by_tier[SCALEOUT] * self.scaleout_bytes_ratio
+
+    @property
+    def network_messages_scaleup_equivalent(self) -> np.ndarray:
+        """Scale-up messages that take as long as this step's messages on both tiers (datasheet)."""
+        return (self.network_messages_by_tier[SCALEUP]
+                + self.network_messages_by_tier[SCALEOUT] * self.scaleout_latency_ratio)
 
     @property
     def floor_max_s(self) -> np.ndarray:
@@ -73,6 +96,11 @@ class StepCost:
         return (self.kv_resident_bytes <= self.kv_pool_bytes) & (self.kv_pool_bytes > 0)
 
     @property
+    def feasible(self) -> np.ndarray:
+        """[P] the step can run: the engine's pool exists and the step's KV fits in it."""
+        return self.kv_fits & self.memory_feasible
+
+    @property
     def binding(self) -> np.ndarray:
         """[P] name of the binding resource: the largest time, or 'kv_capacity' where KV doesn't fit."""
         names = np.asarray(TIMED_RESOURCES, dtype=object)[self.times.binding_index]
@@ -80,11 +108,13 @@ class StepCost:
 
     @property
     def decode_tokens_per_s_at_max(self) -> np.ndarray:
-        return self.batch / self.floor_max_s
+        """[P] decode tokens/s at the optimistic floor; NaN where the step can't run (no speed
+        for a deployment that doesn't fit)."""
+        return np.where(self.feasible, self.batch / self.floor_max_s, np.nan)
 
     @property
     def decode_tokens_per_s_at_sum(self) -> np.ndarray:
-        return self.batch / self.floor_sum_s
+        return np.where(self.feasible, self.batch / self.floor_sum_s, np.nan)
 
 
 def group_load(load: DecodeLoad, replicas: int) -> DecodeLoad:
@@ -117,11 +147,9 @@ def weights_resident_bytes(dep: Deployment) -> dict[str, float]:
 
 
 def kv_pool_bytes(dep: Deployment) -> float:
-    """KV pool per GPU: mem_fraction × HBM − resident weights − reserve − one spare page."""
-    m = dep.model
-    page = dep.page_tokens * m.attention.kv_bytes_per_token(dep.kv_dtype) * m.num_layers
-    return (dep.mem_fraction * dep.hardware.peak.hbm_bytes - sum(weights_resident_bytes(dep).values())
-            - dep.reserve_bytes - page)
+    """KV pool per GPU as the deployment's engine sizes it (planner.engines): whole pages, 0 when
+    the weights or the reserve leave no room (never negative)."""
+    return dep.memory.kv_pool_bytes
 
 
 def decode_kv_resident_bytes(dep: Deployment, load: DecodeLoad) -> np.ndarray:
@@ -173,7 +201,10 @@ def _rank_work(dep: Deployment, g: DecodeLoad, inp: ShareInputs, share: Attentio
 
 
 def _network(dep: Deployment, inp: ShareInputs, g: DecodeLoad, points: int):
-    """Link bytes and collective launches (by collective) of a step; the same on every rank."""
+    """Link bytes and collective launches (by collective, and by tier) of a step; the same on
+    every rank. A collective's bytes split over the tiers it crosses; it is one message, on the
+    scale-out tier when the group spans nodes (NOTE: the measured cross-node latency is of the
+    whole hierarchical collective, so its intra-node steps are not charged again)."""
     m, t, lay, split = dep.model, dep.ranks, dep.attention_layout, dep.moe_split
     moe_layers = float(getattr(m.mlp, "moe_layers", 0))
     dense_layers = float(m.mlp.dense_layers)
@@ -184,15 +215,30 @@ def _network(dep: Deployment, inp: ShareInputs, g: DecodeLoad, points: int):
         groups.append((split.collectives(inp, lay.activations_replicated, False), dense_layers))
     if lay.head_sharded:
         groups.append(([Collective("lm_head_gather", "all_gather", inp.decode_tokens * m.vocab_size * LOGIT_BYTES, 1.0)], 1.0))
+    nodes = dep.group_nodes
+    msg_tier = SCALEOUT if nodes > 1 else SCALEUP
     net_b: dict[str, np.ndarray] = {}
     net_m: dict[str, np.ndarray] = {}
+    # NOTE: scalar zeros until a tier carries traffic: a single-node sweep pays no extra array ops
+    tier_b = {SCALEUP: 0.0, SCALEOUT: 0.0}
+    tier_m = {SCALEUP: 0.0, SCALEOUT: 0.0}
     for colls, layers in groups:
         for c in colls:
-            b = c.payload_bytes * link_bytes_factor(c.kind, t) * c.per_step * layers
-            net_b[c.name] = net_b.get(c.name, 0.0) + b
+            for tier, factor in link_bytes_by_tier(c.kind, t, nodes).items():
+                if factor == 0.0 and (tier == SCALEOUT or nodes > 1):
+                    continue
+                name = c.name if tier == SCALEUP else f"{c.name}@{SCALEOUT}"
+                b = c.payload_bytes * factor * c.per_step * layers
+                net_b[name] = net_b.get(name, 0.0) + b
+                tier_b[tier] = tier_b[tier] + b
             msgs = np.full(points, c.per_step * layers if t > 1 else 0.0)
-            net_m[c.name] = net_m.get(c.name, 0.0) + msgs
-    return net_b, net_m
+            name = c.name if msg_tier == SCALEUP else f"{c.name}@{SCALEOUT}"
+            net_m[name] = net_m.get(name, 0.0) + msgs
+            tier_m[msg_tier] = tier_m[msg_tier] + msgs
+    def as_points(v):
+        return np.broadcast_to(np.asarray(v, dtype=np.float64), (points,))
+
+    return net_b, net_m, {k: as_points(v) for k, v in tier_b.items()}, {k: as_points(v) for k, v in tier_m.items()}
 
 
 def _select(keep_a: np.ndarray, a: dict, b: dict) -> dict:
@@ -221,15 +267,15 @@ def step_cost(dep: Deployment, load: DecodeLoad, prefill_tokens=0.0, pricing: Pr
     if not (np.all(np.isfinite(q)) and np.all(q >= 1)):
         raise SpecError("query tokens per decode request must be finite and ≥ 1")
     inp = ShareInputs(m, dep.ranks, g, pre, dep.kv_dtype, dep.page_tokens, pre_ctx, q)
-    net_b, net_m = _network(dep, inp, g, pts)
-    zeros = np.zeros(pts)
-    net_total = sum(net_b.values()) if net_b else zeros
-    msg_total = sum(net_m.values()) if net_m else zeros
+    net_b, net_m, tier_b, tier_m = _network(dep, inp, g, pts)
+    net_total = tier_b[SCALEUP] + tier_b[SCALEOUT] if dep.group_nodes > 1 else tier_b[SCALEUP]
+    msg_total = tier_m[SCALEUP] + tier_m[SCALEOUT] if dep.group_nodes > 1 else tier_m[SCALEUP]
 
     best = None
     for share in dep.attention_layout.candidate_shares(inp):
         hbm, flops, by_dtype, latency, kv_res = _rank_work(dep, g, inp, share, pts)
-        t = price(sum(hbm.values()), by_dtype, net_total, msg_total, pricing)
+        t = price(sum(hbm.values()), by_dtype, tier_b[SCALEUP], tier_m[SCALEUP], pricing,
+                  *((tier_b[SCALEOUT], tier_m[SCALEOUT]) if dep.group_nodes > 1 else ()))
         # NOTE: a fixed latency (top-k: one CTA per row, so neither bytes nor FLOPs set its time) is
         # time the SMs spend: it adds to the compute resource's time, so floor_sum counts it whole
         # and floor_max hides it only behind a larger resource, as perfect overlap would.
@@ -243,6 +289,7 @@ def step_cost(dep: Deployment, load: DecodeLoad, prefill_tokens=0.0, pricing: Pr
         best = (picked, *(_select(keep, best[i], cand[i]) for i in range(1, 5)), np.where(keep, best[5], cand[5]))
     times, hbm, flops, by_dtype, latency, kv_res = best
     hbm_total = sum(hbm.values())
+    plan, sheet = dep.memory, Pricing.datasheet(dep.hardware)
     return StepCost(
         batch=load.batch,
         mean_context=load.mean_context,
@@ -253,13 +300,18 @@ def step_cost(dep: Deployment, load: DecodeLoad, prefill_tokens=0.0, pricing: Pr
         network_bytes=net_total,
         network_messages=msg_total,
         kv_resident_bytes=kv_res,
-        # NOTE: a pool is never negative: weights that don't fit leave none (kv_fits and the
-        # documents' weights_fit say why); the policy's tables read the signed kv_pool_bytes(dep).
-        kv_pool_bytes=max(kv_pool_bytes(dep), 0.0),
-        weights_resident_bytes=float(sum(weights_resident_bytes(dep).values())),
+        kv_pool_bytes=plan.kv_pool_bytes,
+        weights_resident_bytes=plan.weights_bytes,
         times=times,
         pricing=pricing.label,
         replicas=dep.replicas,
         components={"hbm_bytes": hbm, "flops": flops, "network_bytes": net_b, "network_messages": net_m,
                     "latency_s": latency},
+        network_bytes_by_tier=tier_b,
+        network_messages_by_tier=tier_m,
+        scaleout_bytes_ratio=sheet.link_bytes_per_s / sheet.scaleout_link_bytes_per_s,
+        scaleout_latency_ratio=(sheet.scaleout_message_latency_s / sheet.message_latency_s
+                                if sheet.message_latency_s > 0 else 1.0),
+        memory_feasible=plan.feasible,
+        infeasible_reason=plan.reason,
     )

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import planner
-from planner.deployment import Deployment
+from planner.deployment import Deployment, replace_deployment
 from planner.errors import SpecError
 from planner.resources.vector import TIMED_RESOURCES
 
@@ -114,7 +114,7 @@ class StepTimeTable:
     topk: float
     kv_bytes_per_token: float  # all layers, one copy
     page_tokens: int
-    memory_budget_bytes: float  # mem_fraction × HBM − reserve, per GPU
+    memory_budget_bytes: float  # weights + KV the engine allows per GPU (planner.engines MemoryPlan.static_budget_bytes)
     base_s: np.ndarray  # [max_tokens+1, 4 layouts, 4 resources]
     # base_s[: max_tokens − max_prefill_tokens + 1] (every decode-only step: n ≤ the max batch) as
     # nested lists of Python floats, read-only: the pure-Python hot paths (the policy's decide, the
@@ -181,10 +181,7 @@ class StepTimeTable:
 
 
 def _group_deployment(dep: Deployment) -> Deployment:
-    return dep if dep.replicas == 1 else planner.make_deployment(
-        dep.model, dep.hardware, attn=dep.attn, moe=dep.moe, gpus=dep.ranks, replicas=1,
-        weight_dtype=dep.weight_dtype, kv_dtype=dep.kv_dtype, mem_fraction=dep.mem_fraction,
-        page_tokens=dep.page_tokens, reserve_bytes=dep.reserve_bytes)
+    return dep if dep.replicas == 1 else replace_deployment(dep, gpus=dep.ranks, replicas=1)
 
 
 def layout_deployments(dep: Deployment) -> list[Deployment | None]:
@@ -193,10 +190,7 @@ def layout_deployments(dep: Deployment) -> list[Deployment | None]:
     out: list[Deployment | None] = []
     for name in LAYOUTS:
         try:
-            out.append(planner.make_deployment(g.model, g.hardware, attn=name, moe=g.moe, gpus=g.ranks, replicas=1,
-                                               weight_dtype=g.weight_dtype, kv_dtype=g.kv_dtype,
-                                               mem_fraction=g.mem_fraction, page_tokens=g.page_tokens,
-                                               reserve_bytes=g.reserve_bytes))
+            out.append(replace_deployment(g, attn=name))
         except SpecError:
             out.append(None)
     return out
@@ -285,7 +279,7 @@ def compile_tables(dep: Deployment, model: StepTimeModel | None = None, max_batc
         ranks=dep.ranks, num_layers=dep.model.num_layers, max_tokens=n_max, max_prefill_tokens=max_prefill_tokens, topk=topk,
         kv_bytes_per_token=att.kv_bytes_per_token(dep.kv_dtype) * dep.model.num_layers,
         page_tokens=dep.page_tokens,
-        memory_budget_bytes=dep.mem_fraction * hw.peak.hbm_bytes - dep.reserve_bytes,
+        memory_budget_bytes=dep.memory.static_budget_bytes,
         base_s=base, base_rows_py=base[: max_batch + 1].tolist(), prefill_s=pre, prefix_lo_s=pfx_lo, prefix_hi_s=pfx_hi, prefix_knee_tokens=float(knee), chunk_rows_s=chunk_rows, c1_s=c1, c2_s=c2, alpha=model.alpha, overhead_s=model.overhead_s,
         model_label=model.label, info=info, hbm_bytes_per_s=pricing.hbm_bytes_per_s,
         link_bytes_per_s=pricing.link_bytes_per_s, message_latency_s=pricing.message_latency_s)

@@ -1,22 +1,32 @@
 """`floorfirst floor`, `compare` and `capacity`: one operating point priced on one layout, on
-every layout side by side, and the KV capacity of every layout."""
+every layout side by side, and the KV capacity of every layout.
+
+Infeasible is an answer: a deployment whose weights or reserve don't fit, or a step whose KV
+exceeds the pool, is reported in words (`feasible: false` and the reason in JSON), never with a
+tokens/s figure. `compare` ranks the feasible layouts first; `floor` without `--attn` picks the
+fastest feasible layout, or says none is."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Optional
 
 import numpy as np
 import typer
 from rich.table import Table
 
 import planner
-from cli.common import (console, DEFAULTS, AttnOpt, BatchOpt, CalibrationOpt, ContextOpt, GpusOpt, HardwareOpt, JsonOpt,
-                        KvDtypeOpt, MemFractionOpt, ModelOpt, MoeOpt, PageOpt, PrefillContextOpt, PrefillOpt, PricingChoice, PricingOpt,
-                        ReplicasOpt, ReserveOpt, WeightDtypeOpt, build_load, deployment, emit_json, fmt_bytes,
-                        fmt_flops, fmt_ms, fmt_tokens, load_calibration, load_specs, parse_tokens, pricing_for, scalar)
+from cli.common import (console, DEFAULTS, Attn, BatchOpt, CalibrationOpt, ContextOpt, EngineOpt, GpusOpt, HardwareOpt,
+                        JsonOpt, KvDtypeOpt, MemFractionOpt, ModelOpt, MoeOpt, NodesOpt, PageOpt, PrefillContextOpt,
+                        PrefillOpt, PricingChoice, PricingOpt, ReplicasOpt, ReserveOpt, WeightDtypeOpt, build_load,
+                        deployment, emit_json, fmt_bytes, fmt_flops, fmt_ms, fmt_tokens, load_calibration, load_specs,
+                        parse_tokens, pricing_for, scalar)
+from cli.rendering import capacity_table, compare_table, deployment_title, infeasible_reason, memory_line
 from planner.capacity import capacity as kv_capacity
 from planner.errors import SpecError
+from planner.layouts.base import SCALEOUT, SCALEUP
 from planner.units import GiB
+
+AutoAttnOpt = Annotated[Optional[Attn], typer.Option("--attn", help="Attention layout. Default: the fastest layout whose KV fits (all are priced).")]
 
 
 def cost_document(dep: planner.Deployment, cost: planner.StepCost, calibration=None,
@@ -25,14 +35,20 @@ def cost_document(dep: planner.Deployment, cost: planner.StepCost, calibration=N
     from planner.effects import effect_times_s
 
     t = cost.times
+    fits = bool(scalar(cost.kv_fits))
+    feasible = bool(scalar(cost.feasible))
     doc: dict[str, Any] = {
         "attn": dep.attn,
         "moe": dep.moe,
         "gpus": dep.gpus,
         "replicas": dep.replicas,
         "ranks_per_group": dep.ranks,
+        "nodes": dep.nodes,
+        "nodes_per_group": dep.group_nodes,
+        "engine": dep.engine,
         "weight_dtype": dep.weight_dtype,
         "kv_dtype": dep.kv_dtype,
+        "page_tokens": dep.page_tokens,
         "pricing": cost.pricing,
         "batch": scalar(cost.batch),
         "context_mean_tokens": scalar(cost.mean_context),
@@ -42,15 +58,20 @@ def cost_document(dep: planner.Deployment, cost: planner.StepCost, calibration=N
             "hbm": {"bytes": scalar(cost.hbm_bytes), "time_s": scalar(t.hbm_s)},
             "compute": {"flops": scalar(cost.flops), "flops_by_dtype": {k: scalar(v) for k, v in cost.flops_by_dtype.items()},
                         "time_s": scalar(t.compute_s)},
-            "network_bytes": {"bytes": scalar(cost.network_bytes), "time_s": scalar(t.network_bytes_s)},
-            "network_messages": {"count": scalar(cost.network_messages), "time_s": scalar(t.network_messages_s)},
+            "network_bytes": {"bytes": scalar(cost.network_bytes), "time_s": scalar(t.network_bytes_s),
+                              "bytes_by_tier": {k: scalar(cost.network_bytes_by_tier[k]) for k in (SCALEUP, SCALEOUT)}},
+            "network_messages": {"count": scalar(cost.network_messages), "time_s": scalar(t.network_messages_s),
+                                 "count_by_tier": {k: scalar(cost.network_messages_by_tier[k]) for k in (SCALEUP, SCALEOUT)}},
             "kv_capacity": {"resident_bytes": scalar(cost.kv_resident_bytes), "pool_bytes": cost.kv_pool_bytes,
-                            "fits": bool(scalar(cost.kv_fits)),
+                            "fits": fits,
                             "used_fraction": scalar(cost.kv_resident_bytes) / cost.kv_pool_bytes if cost.kv_pool_bytes > 0 else None},
         },
         "weights_resident_bytes_per_gpu": cost.weights_resident_bytes,
-        "weights_fit": cost.kv_pool_bytes > 0,
+        "weights_fit": bool(cost.memory_feasible),
         "kv_pool_gib_per_gpu": cost.kv_pool_bytes / GiB,
+        "feasible": feasible,
+        "infeasible_reason": None if feasible else infeasible_reason(cost),
+        "memory": dep.memory.describe(),
         "floor_max_s": scalar(cost.floor_max_s),
         "floor_sum_s": scalar(cost.floor_sum_s),
         "binding": str(cost.binding[0]),
@@ -76,37 +97,70 @@ def prefill_args(prefill_tokens: float, prefill_context: str) -> tuple[float, fl
 
 
 def _point(model, hardware, attn, moe, gpus, replicas, batch, context, prefill_tokens, kv_dtype, weight_dtype,
-           mem_fraction, page_tokens, reserve_gib, pricing, prefill_context="0"):
+           mem_fraction, page_tokens, reserve_gib, pricing, prefill_context="0", engine=DEFAULTS["engine"], nodes=None):
     m, hw = load_specs(model, hardware)
     pre, pre_ctx = prefill_args(prefill_tokens, prefill_context)
-    dep = deployment(m, hw, attn, moe, gpus, replicas, weight_dtype, kv_dtype, mem_fraction, page_tokens, reserve_gib)
+    dep = deployment(m, hw, attn, moe, gpus, replicas, weight_dtype, kv_dtype, mem_fraction, page_tokens, reserve_gib,
+                     engine, nodes)
     load = build_load(batch, context)
     return dep, planner.step_cost(dep, load, pre, pricing_for(hw, pricing), prefill_context=pre_ctx)
 
 
+def _auto_point(model, hardware, moe, gpus, replicas, batch, context, prefill_tokens, kv_dtype, weight_dtype,
+                mem_fraction, page_tokens, reserve_gib, pricing, prefill_context, engine, nodes):
+    """Every layout priced; the fastest feasible one by floor_max (the first valid one if none is)."""
+    m, hw = load_specs(model, hardware)
+    pre, pre_ctx = prefill_args(prefill_tokens, prefill_context)
+    deps, _ = valid_deployments(m, hw, gpus, replicas, weight_dtype, kv_dtype, mem_fraction, page_tokens, reserve_gib,
+                                engine, nodes, moe)
+    load = build_load(batch, context)
+    pr = pricing_for(hw, pricing)
+    priced = [(d, planner.step_cost(d, load, pre, pr, prefill_context=pre_ctx)) for d in deps]
+    ok = [x for x in priced if bool(scalar(x[1].feasible))]
+    if ok:
+        dep, cost = min(ok, key=lambda x: (scalar(x[1].floor_max_s), scalar(x[1].floor_sum_s)))
+        return dep, cost, f"fastest by floor_max of the {len(ok)} of {len(priced)} layouts that fit"
+    # NOTE: with nothing feasible, show the layout that comes closest: among those with a pool the
+    # smallest KV overrun, else the smallest weight deficit.
+    def closeness(x):
+        d, c = x
+        if d.memory.feasible:
+            return (1, -scalar(c.kv_resident_bytes) / c.kv_pool_bytes)
+        return (0, d.memory.kv_budget_bytes)
+
+    dep, cost = max(priced, key=closeness)
+    return dep, cost, f"none of the {len(priced)} layouts fits; the closest, {dep.attn}/{dep.moe}, is shown"
+
+
 def floor(
     model: ModelOpt = DEFAULTS["model"], hardware: HardwareOpt = DEFAULTS["hardware"], gpus: GpusOpt = DEFAULTS["gpus"],
-    attn: AttnOpt = "tp", moe: MoeOpt = None, replicas: ReplicasOpt = 1, batch: BatchOpt = None,
+    attn: AutoAttnOpt = None, moe: MoeOpt = None, replicas: ReplicasOpt = 1, batch: BatchOpt = None,
     context: ContextOpt = DEFAULTS["context"], prefill_tokens: PrefillOpt = 0.0, prefill_context: PrefillContextOpt = "0",
     kv_dtype: KvDtypeOpt = None, weight_dtype: WeightDtypeOpt = None, mem_fraction: MemFractionOpt = DEFAULTS["mem_fraction"],
-    page_tokens: PageOpt = 64, reserve_gib: ReserveOpt = 0.0, pricing: PricingOpt = PricingChoice.datasheet,
+    page_tokens: PageOpt = None, reserve_gib: ReserveOpt = None, pricing: PricingOpt = PricingChoice.datasheet,
+    engine: EngineOpt = DEFAULTS["engine"], nodes: NodesOpt = None,
     calibration: CalibrationOpt = None, json_out: JsonOpt = False,
 ) -> None:
     """The five-resource vector of one step on the busiest rank, its floors and what binds."""
     cal = load_calibration(calibration)
-    dep, cost = _point(model, hardware, attn.value, moe.value if moe else None, gpus, replicas, batch, context,
-                       prefill_tokens, kv_dtype, weight_dtype, mem_fraction, page_tokens, reserve_gib, pricing,
-                       prefill_context)
-    doc = {"model": dep.model.name, "hardware": dep.hardware.name,
+    if attn is None:
+        dep, cost, why = _auto_point(model, hardware, moe.value if moe else None, gpus, replicas, batch, context,
+                                     prefill_tokens, kv_dtype, weight_dtype, mem_fraction, page_tokens, reserve_gib,
+                                     pricing, prefill_context, engine, nodes)
+    else:
+        dep, cost = _point(model, hardware, attn.value, moe.value if moe else None, gpus, replicas, batch, context,
+                           prefill_tokens, kv_dtype, weight_dtype, mem_fraction, page_tokens, reserve_gib, pricing,
+                           prefill_context, engine, nodes)
+        why = "given by --attn"
+    doc = {"model": dep.model.name, "hardware": dep.hardware.name, "layout_choice": why,
            **cost_document(dep, cost, cal, prefill_args(prefill_tokens, prefill_context)[1], pricing_for(dep.hardware, pricing))}
     if json_out:
         emit_json("floor", doc)
         return
     con = console()
     r = doc["resources"]
-    t = Table(title=f"{dep.model.name} on {dep.gpus} × {dep.hardware.name}, {dep.label()}, "
-                    f"B={doc['batch']:.0f}, mean context {fmt_tokens(doc['context_mean_tokens'])} "
-                    f"[{dep.weight_dtype} weights, {dep.kv_dtype} KV, {cost.pricing}]")
+    t = Table(title=f"{deployment_title(dep)}, {dep.label()}, B={doc['batch']:.0f}, mean context "
+                    f"{fmt_tokens(doc['context_mean_tokens'])} [{dep.weight_dtype} weights, {dep.kv_dtype} KV, {cost.pricing}]")
     t.add_column("resource (busiest rank)")
     t.add_column("amount", justify="right")
     t.add_column("time", justify="right")
@@ -119,11 +173,19 @@ def floor(
         mark = " ◀" if name == doc["binding"] else ""
         t.add_row(name + mark, amount, fmt_ms(ts), f"{ts / mx:.0%}" if mx > 0 else "—")
     kv = r["kv_capacity"]
-    t.add_row("kv_capacity" + (" ◀ WALL" if not kv["fits"] else ""), f"{fmt_bytes(kv['resident_bytes'])} of {fmt_bytes(kv['pool_bytes'])}",
+    pool = fmt_bytes(kv["pool_bytes"]) if doc["weights_fit"] else "no pool"
+    t.add_row("kv_capacity" + (" ◀ WALL" if not kv["fits"] else ""), f"{fmt_bytes(kv['resident_bytes'])} of {pool}",
               "fits" if kv["fits"] else "DOES NOT FIT", f"{kv['used_fraction']:.0%}" if kv["used_fraction"] is not None else "—")
     con.print(t)
-    con.print(f"floor_max {fmt_ms(doc['floor_max_s'])}  floor_sum {fmt_ms(doc['floor_sum_s'])}  binding [bold]{doc['binding']}[/]  "
-              f"decode {doc['decode_tokens_per_s_at_max']:.0f} … {doc['decode_tokens_per_s_at_sum']:.0f} tokens/s")
+    con.print(memory_line(dep))
+    if attn is None:
+        con.print(f"layout: {dep.attn}/{dep.moe}, {why}")
+    if doc["feasible"]:
+        con.print(f"floor_max {fmt_ms(doc['floor_max_s'])}  floor_sum {fmt_ms(doc['floor_sum_s'])}  binding [bold]{doc['binding']}[/]  "
+                  f"decode {doc['decode_tokens_per_s_at_max']:.0f} … {doc['decode_tokens_per_s_at_sum']:.0f} tokens/s")
+    else:
+        con.print(f"[bold]not feasible[/]: {doc['infeasible_reason']} (no tokens/s for a step that can't run; "
+                  f"floors {fmt_ms(doc['floor_max_s'])} … {fmt_ms(doc['floor_sum_s'])} shown for reference)")
     if "predicted_s" in doc:
         con.print(f"calibrated prediction {fmt_ms(doc['predicted_s'])}")
     eff = doc["engine_effects_s"]
@@ -143,14 +205,16 @@ def floor(
     con.print(comp)
 
 
-def valid_deployments(m, hw, gpus, replicas, weight_dtype, kv_dtype, mem_fraction, page_tokens, reserve_gib):
-    """Every (attn, moe) the model can run here, and the ones it can't with the reason."""
+def valid_deployments(m, hw, gpus, replicas, weight_dtype, kv_dtype, mem_fraction, page_tokens, reserve_gib,
+                      engine=DEFAULTS["engine"], nodes=None, moe: str | None = None):
+    """Every (attn, moe) the model can run here (only `moe` if given), and the ones it can't
+    with the reason."""
     deps, skipped = [], []
     for a in planner.ATTN_LAYOUTS:
-        for mo in planner.MOE_SPLITS:
+        for mo in ([moe] if moe else planner.MOE_SPLITS):
             try:
                 deps.append(deployment(m, hw, a, mo, gpus, replicas, weight_dtype, kv_dtype, mem_fraction, page_tokens,
-                                       reserve_gib))
+                                       reserve_gib, engine, nodes))
             except SpecError as exc:
                 skipped.append({"attn": a, "moe": mo, "reason": str(exc)})
     if not deps:
@@ -163,27 +227,33 @@ def compare(
     replicas: ReplicasOpt = 1, batch: BatchOpt = None, context: ContextOpt = DEFAULTS["context"],
     prefill_tokens: PrefillOpt = 0.0, prefill_context: PrefillContextOpt = "0", kv_dtype: KvDtypeOpt = None,
     weight_dtype: WeightDtypeOpt = None,
-    mem_fraction: MemFractionOpt = DEFAULTS["mem_fraction"], page_tokens: PageOpt = 64, reserve_gib: ReserveOpt = 0.0,
+    mem_fraction: MemFractionOpt = DEFAULTS["mem_fraction"], page_tokens: PageOpt = None, reserve_gib: ReserveOpt = None,
+    engine: EngineOpt = DEFAULTS["engine"], nodes: NodesOpt = None,
     pricing: PricingOpt = PricingChoice.datasheet, calibration: CalibrationOpt = None,
     components: Annotated[bool, typer.Option("--components", help="Also show each layout's engine effects: DSA's indexer, top-k, padded head rows, unsharded attention weights (ms).")] = False,
     json_out: JsonOpt = False,
 ) -> None:
-    """Every layout side by side at one operating point."""
+    """Every layout side by side at one operating point: those that fit first, fastest first."""
     cal = load_calibration(calibration)
     m, hw = load_specs(model, hardware)
     pre, pre_ctx = prefill_args(prefill_tokens, prefill_context)
-    deps, skipped = valid_deployments(m, hw, gpus, replicas, weight_dtype, kv_dtype, mem_fraction, page_tokens, reserve_gib)
+    deps, skipped = valid_deployments(m, hw, gpus, replicas, weight_dtype, kv_dtype, mem_fraction, page_tokens,
+                                      reserve_gib, engine, nodes)
     load = build_load(batch, context)
     pr = pricing_for(hw, pricing)
     docs = [cost_document(d, planner.step_cost(d, load, pre, pr, prefill_context=pre_ctx), cal, pre_ctx, pr) for d in deps]
-    feasible = [d for d in docs if d["resources"]["kv_capacity"]["fits"]]
+    # NOTE: ranked, not listed: a layout that can't hold the load is no candidate, however fast.
+    docs.sort(key=lambda d: (not d["feasible"], d["floor_max_s"], d["floor_sum_s"]))
+    feasible = [d for d in docs if d["feasible"]]
     # NOTE: layouts that tie on one floor (DCP and DOP move the same HBM bytes) are ordered by the other
     best_max = min(feasible, key=lambda d: (d["floor_max_s"], d["floor_sum_s"])) if feasible else None
     best_sum = min(feasible, key=lambda d: (d["floor_sum_s"], d["floor_max_s"])) if feasible else None
     out = {
-        "model": m.name, "hardware": hw.name, "gpus": gpus, "batch": docs[0]["batch"],
+        "model": m.name, "hardware": hw.name, "gpus": gpus, "nodes": deps[0].nodes, "engine": deps[0].engine,
+        "batch": docs[0]["batch"],
         "context_mean_tokens": docs[0]["context_mean_tokens"], "prefill_tokens": pre, "prefill_context_tokens": pre_ctx,
         "layouts": docs, "skipped": skipped,
+        "out": [{"attn": d["attn"], "moe": d["moe"], "reason": d["infeasible_reason"]} for d in docs if not d["feasible"]],
         "best_by_max": {"attn": best_max["attn"], "moe": best_max["moe"]} if best_max else None,
         "best_by_sum": {"attn": best_sum["attn"], "moe": best_sum["moe"]} if best_sum else None,
     }
@@ -191,26 +261,7 @@ def compare(
         emit_json("compare", out)
         return
     con = console()
-    t = Table(title=f"{m.name} on {gpus} × {hw.name}, B={out['batch']:.0f}, mean context "
-                    f"{fmt_tokens(out['context_mean_tokens'])} ({pr.label} floors, busiest rank)")
-    cols = ["attn/moe", "floor max", "floor sum", "binding", "tokens/s @max", "KV used", "HBM", "compute", "net bytes", "net msgs"]
-    if cal is not None:
-        cols.insert(3, "predicted")
-    for c in cols:
-        t.add_column(c, justify="left" if c in ("attn/moe", "binding") else "right")
-    for d in docs:
-        r = d["resources"]
-        kv = r["kv_capacity"]
-        star = " ★" if best_max and d is best_max else ""
-        row = [f"{d['attn']}/{d['moe']}{star}", fmt_ms(d["floor_max_s"]), fmt_ms(d["floor_sum_s"]), d["binding"],
-               f"{d['decode_tokens_per_s_at_max']:.0f}",
-               (f"{kv['used_fraction']:.0%}" if kv["used_fraction"] is not None else "no pool") + ("" if kv["fits"] else " ✗"),
-               fmt_ms(r["hbm"]["time_s"]), fmt_ms(r["compute"]["time_s"]), fmt_ms(r["network_bytes"]["time_s"]),
-               fmt_ms(r["network_messages"]["time_s"])]
-        if cal is not None:
-            row.insert(3, fmt_ms(d["predicted_s"]))
-        t.add_row(*row)
-    con.print(t)
+    con.print(compare_table(out, deps[0], pr.label, cal is not None, best_max))
     if components:
         e = Table(title="engine effects per layout (ms at the pricing's rates; each overlaps the rest of its step)")
         names = list(docs[0]["engine_effects_s"])
@@ -220,6 +271,8 @@ def compare(
             e.add_row(f"{d['attn']}/{d['moe']}", d["decode_kernel"], *(fmt_ms(d["engine_effects_s"][k]) for k in names),
                       fmt_ms(d["floor_sum_s"]))
         con.print(e)
+    for d in out["out"]:
+        con.print(f"out: {d['attn']}/{d['moe']}: {d['reason']}")
     for s in skipped:
         con.print(f"[dim]skipped {s['attn']}/{s['moe']}: {s['reason']}[/]")
     con.print("★ fastest by floor_max among layouts whose KV fits" if best_max else "no layout fits this load")
@@ -229,43 +282,50 @@ def capacity(
     model: ModelOpt = DEFAULTS["model"], hardware: HardwareOpt = DEFAULTS["hardware"], gpus: GpusOpt = DEFAULTS["gpus"],
     replicas: ReplicasOpt = 1, context: ContextOpt = DEFAULTS["context"], kv_dtype: KvDtypeOpt = None,
     weight_dtype: WeightDtypeOpt = None, mem_fraction: MemFractionOpt = DEFAULTS["mem_fraction"],
-    page_tokens: PageOpt = 64, reserve_gib: ReserveOpt = 0.0, json_out: JsonOpt = False,
+    page_tokens: PageOpt = None, reserve_gib: ReserveOpt = None, engine: EngineOpt = DEFAULTS["engine"],
+    nodes: NodesOpt = None, json_out: JsonOpt = False,
 ) -> None:
-    """KV pool per GPU, distinct tokens and max concurrency at a context length, every layout."""
+    """KV pool per GPU (as the engine sizes it), distinct tokens and max concurrency at a context length, every layout."""
     m, hw = load_specs(model, hardware)
     ctx = parse_tokens(context)
-    deps, skipped = valid_deployments(m, hw, gpus, replicas, weight_dtype, kv_dtype, mem_fraction, page_tokens, reserve_gib)
+    deps, skipped = valid_deployments(m, hw, gpus, replicas, weight_dtype, kv_dtype, mem_fraction, page_tokens,
+                                      reserve_gib, engine, nodes)
     docs = []
     for d in deps:
         c = kv_capacity(d, [ctx])
+        plan = c.memory
         docs.append({
-            "attn": d.attn, "moe": d.moe, "gpus": d.gpus, "replicas": d.replicas, "kv_dtype": d.kv_dtype,
-            "weight_dtype": d.weight_dtype,
+            "attn": d.attn, "moe": d.moe, "gpus": d.gpus, "replicas": d.replicas, "nodes_per_group": d.group_nodes,
+            "kv_dtype": d.kv_dtype, "weight_dtype": d.weight_dtype, "page_tokens": d.page_tokens,
             "weights_gib_per_gpu": c.weights_resident_bytes_per_gpu / GiB,
-            "weights_fit": c.kv_pool_bytes_per_gpu > 0,
+            "weights_fit": plan.feasible,
+            "feasible": plan.feasible,
+            "infeasible_reason": plan.reason or None,
+            "mem_fraction": plan.fraction,
+            "reserve_gib_per_gpu": plan.reserve_bytes / GiB,
             "kv_pool_gib_per_gpu": c.kv_pool_bytes_per_gpu / GiB,
+            "kv_pool_tokens_per_gpu": plan.kv_pool_tokens,
             "kv_bytes_per_token": c.kv_bytes_per_token,
             "kv_replication": c.kv_replication,
             "distinct_tokens": c.distinct_tokens,
             "context_tokens": ctx,
             "max_concurrency": float(c.max_concurrency[0]),
+            "memory": plan.describe(),
         })
-    out = {"model": m.name, "hardware": hw.name, "gpus": gpus, "mem_fraction": mem_fraction, "page_tokens": page_tokens,
+    out = {"model": m.name, "hardware": hw.name, "gpus": gpus, "nodes": deps[0].nodes, "engine": deps[0].engine,
+           "mem_fraction": mem_fraction, "page_tokens": deps[0].page_tokens,
+           "datasheet_hbm_bytes_per_gpu": hw.peak.hbm_bytes, "usable_hbm_bytes_per_gpu": hw.usable_hbm_bytes,
            "context_tokens": ctx, "layouts": docs, "skipped": skipped}
     if json_out:
         emit_json("capacity", out)
         return
-    t = Table(title=f"{m.name} on {gpus} × {hw.name}: KV capacity at {fmt_tokens(ctx)} tokens/request "
-                    f"(mem_fraction {mem_fraction}, {page_tokens}-token pages)")
-    for col in ("attn/moe", "weights GiB/GPU", "KV pool GiB/GPU", "KV copies", "distinct tokens", "max concurrency"):
-        t.add_column(col, justify="left" if col == "attn/moe" else "right")
+    con = console()
+    con.print(capacity_table(out, deps[0]))
     for d in docs:
-        pool = f"{d['kv_pool_gib_per_gpu']:.1f}" if d["weights_fit"] else "weights don't fit"
-        t.add_row(f"{d['attn']}/{d['moe']}", f"{d['weights_gib_per_gpu']:.1f}", pool,
-                  f"{d['kv_replication']:.0f}", fmt_tokens(d["distinct_tokens"]), f"{d['max_concurrency']:.0f}")
-    console().print(t)
+        if not d["feasible"]:
+            con.print(f"out: {d['attn']}/{d['moe']}: {d['infeasible_reason']}")
     for s in skipped:
-        console().print(f"[dim]skipped {s['attn']}/{s['moe']}: {s['reason']}[/]")
+        con.print(f"[dim]skipped {s['attn']}/{s['moe']}: {s['reason']}[/]")
 
 
 def register(app: typer.Typer) -> None:

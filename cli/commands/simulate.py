@@ -108,7 +108,7 @@ def simulate_cmd(
     dep, first_err = None, None
     for a in ([attn] if attn else list(LAYOUTS)):
         try:
-            dep = deployment(m, hw, a, moe.value if moe else None, gpus, replicas, None, kv_dtype, mem_fraction, 64, 0.0)
+            dep = deployment(m, hw, a, moe.value if moe else None, gpus, replicas, None, kv_dtype, mem_fraction, None, None)
             break
         except SpecError as exc:
             first_err = first_err or exc

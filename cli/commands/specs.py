@@ -9,6 +9,7 @@ from rich.table import Table
 
 import planner
 from cli.common import console, JsonOpt, emit_json
+from planner.units import GiB
 
 
 def models(
@@ -44,7 +45,14 @@ def hardware(
         rows.append({
             "name": hw.name,
             "description": hw.description,
+            "vendor": hw.vendor,
+            "arch": hw.arch,
+            "compute_capability": list(hw.compute_capability) if hw.compute_capability else None,
             "hbm_bytes": p.hbm_bytes,
+            "usable_hbm_bytes": hw.usable_hbm_bytes,
+            "usable_hbm_declared": hw.memory.usable_hbm_bytes is not None,
+            "smi_total_mib": hw.smi_total_mib,
+            "cuda_context_bytes": hw.memory.context_bytes,
             "hbm_bandwidth_bytes_per_s": p.hbm_bandwidth_bytes_per_s,
             "flops_per_s": {d: hw.flops_per_s(d) for d in dtypes},
             "ridge_flops_per_byte": {d: hw.ridge_flops_per_byte(d) for d in dtypes},
@@ -52,24 +60,30 @@ def hardware(
             "scaleup_domain_gpus": p.scaleup_domain_gpus,
             "collective_latency_s": p.collective_latency_s,
             "host_link_bandwidth_bytes_per_s": p.host_link_bandwidth_bytes_per_s,
+            "scaleout_bandwidth_bytes_per_s_per_direction": hw.scaleout.nic_bandwidth_bytes_per_s_per_direction,
+            "scaleout_collective_latency_s": hw.scaleout.collective_latency_s,
             "efficiency": hw.efficiency.model_dump(),
             "sources": hw.sources,
         })
     if json_out:
         emit_json("hardware", {"hardware": rows})
         return
-    t = Table(title="hardware (datasheet, dense)")
-    for col in ("name", "HBM GB", "HBM TB/s", "BF16 TF/s", "FP8 TF/s", "FP4 TF/s", "ridge bf16/fp8 FLOP/B",
-                "link GB/s/dir", "domain"):
+    t = Table(title="hardware (datasheet, dense; usable HBM as torch reports it)")
+    for col in ("name", "arch", "HBM GB", "usable GiB", "HBM TB/s", "BF16 TF/s", "FP8 TF/s", "FP4 TF/s",
+                "ridge bf16/fp8 FLOP/B", "link GB/s/dir", "domain", "NIC GB/s/dir"):
         t.add_column(col, justify="left" if col == "name" else "right")
     for r in rows:
         f = r["flops_per_s"]
         ridge = r["ridge_flops_per_byte"]
-        t.add_row(r["name"], f"{r['hbm_bytes'] / 1e9:.0f}", f"{r['hbm_bandwidth_bytes_per_s'] / 1e12:.2f}",
+        usable = f"{r['usable_hbm_bytes'] / GiB:.1f}" + ("" if r["usable_hbm_declared"] else " (datasheet)")
+        cc = ".".join(str(x) for x in r["compute_capability"]) if r["compute_capability"] else "?"
+        t.add_row(r["name"], f"{r['arch']} {cc}", f"{r['hbm_bytes'] / 1e9:.0f}", usable,
+                  f"{r['hbm_bandwidth_bytes_per_s'] / 1e12:.2f}",
                   f"{f['bf16'] / 1e12:.0f}", f"{f['fp8'] / 1e12:.0f}" if "fp8" in f else "–",
                   f"{f['fp4'] / 1e12:.0f}" if "fp4" in f else "–",
                   f"{ridge['bf16']:.0f} / {ridge['fp8']:.0f}" if "fp8" in ridge else f"{ridge['bf16']:.0f}",
-                  f"{r['scaleup_bandwidth_bytes_per_s_per_direction'] / 1e9:.0f}", str(r["scaleup_domain_gpus"]))
+                  f"{r['scaleup_bandwidth_bytes_per_s_per_direction'] / 1e9:.0f}", str(r["scaleup_domain_gpus"]),
+                  f"{r['scaleout_bandwidth_bytes_per_s_per_direction'] / 1e9:.0f}")
     console().print(t)
 
 

@@ -14,9 +14,10 @@ import typer
 from rich.table import Table
 
 from cli.commands.floor import _point, prefill_args
-from cli.common import (DEFAULTS, AttnOpt, BatchOpt, CalibrationOpt, ContextOpt, GpusOpt, HardwareOpt, JsonOpt, KvDtypeOpt,
-                        MemFractionOpt, ModelOpt, MoeOpt, PageOpt, PrefillContextOpt, PrefillOpt, PricingChoice, PricingOpt, ReplicasOpt,
-                        ReserveOpt, WeightDtypeOpt, console, emit_json, fmt_ms, load_calibration, scalar)
+from cli.common import (DEFAULTS, AttnOpt, BatchOpt, CalibrationOpt, ContextOpt, EngineOpt, GpusOpt, HardwareOpt, JsonOpt,
+                        KvDtypeOpt, MemFractionOpt, ModelOpt, MoeOpt, NodesOpt, PageOpt, PrefillContextOpt, PrefillOpt,
+                        PricingChoice, PricingOpt, ReplicasOpt, ReserveOpt, WeightDtypeOpt, console, emit_json, fmt_ms,
+                        load_calibration, scalar)
 from planner.errors import SpecError
 from planner.triage import DEFAULT_THRESHOLD, triage_step
 
@@ -39,8 +40,9 @@ def triage(
     context: ContextOpt = DEFAULTS["context"], prefill_tokens: PrefillOpt = 0.0, prefill_context: PrefillContextOpt = "0",
     kv_dtype: KvDtypeOpt = None,
     weight_dtype: WeightDtypeOpt = None, mem_fraction: MemFractionOpt = DEFAULTS["mem_fraction"],
-    page_tokens: PageOpt = 64, reserve_gib: ReserveOpt = 0.0, pricing: PricingOpt = PricingChoice.datasheet,
-    calibration: CalibrationOpt = None, json_out: JsonOpt = False,
+    page_tokens: PageOpt = None, reserve_gib: ReserveOpt = None, pricing: PricingOpt = PricingChoice.datasheet,
+    engine: EngineOpt = DEFAULTS["engine"], nodes: NodesOpt = None, calibration: CalibrationOpt = None,
+    json_out: JsonOpt = False,
 ) -> None:
     """Place a measured step between its floors (or against a calibrated prediction) and say whether to open a profiler."""
     if profile is not None:
@@ -53,7 +55,7 @@ def triage(
     if not np.isfinite(measured_ms) or measured_ms <= 0:
         raise SpecError(f"measured_ms={measured_ms} must be a positive number")
     dep, cost = _point(model, hardware, attn.value, moe.value if moe else None, gpus, replicas, batch, context, prefill_tokens, kv_dtype,
-                       weight_dtype, mem_fraction, page_tokens, reserve_gib, pricing, prefill_context)
+                       weight_dtype, mem_fraction, page_tokens, reserve_gib, pricing, prefill_context, engine, nodes)
     tr = triage_step(cost, measured_ms / 1e3, threshold)
     cal = load_calibration(calibration)
     t = cost.times

@@ -11,10 +11,12 @@ import typer
 from rich.table import Table
 
 from cli.commands.floor import valid_deployments
-from cli.common import (console, DEFAULTS, CalibrationOpt, GpusOpt, HardwareOpt, JsonOpt, KvDtypeOpt, MemFractionOpt,
-                        ModelOpt, PageOpt, PlotOpt, ReplicasOpt, ReserveOpt, WeightDtypeOpt, emit_json,
-                        fmt_ms, load_calibration, load_specs, parse_tokens)
+from cli.common import (console, DEFAULTS, CalibrationOpt, EngineOpt, GpusOpt, HardwareOpt, JsonOpt, KvDtypeOpt,
+                        MemFractionOpt, ModelOpt, NodesOpt, PageOpt, PlotOpt, ReplicasOpt, ReserveOpt, WeightDtypeOpt,
+                        emit_json, fmt_ms, load_calibration, load_specs, parse_tokens)
+from cli.rendering import deployment_title
 from planner.errors import SpecError
+from planner.units import GiB
 from planner.regimes import regimes as compute_regimes
 from planner.walls import walls as compute_walls
 
@@ -77,14 +79,15 @@ def walls(
     context: Annotated[str, typer.Option("--context", "-c", help="Fixed context when growing batch.")] = DEFAULTS["context"],
     range_: Annotated[Optional[str], typer.Option("--range", help="LO:HI of the growing axis (default 1:4096 requests or 512:512k tokens).")] = None,
     layouts: LayoutsOpt = None, kv_dtype: KvDtypeOpt = None, weight_dtype: WeightDtypeOpt = None,
-    mem_fraction: MemFractionOpt = DEFAULTS["mem_fraction"], page_tokens: PageOpt = 64, reserve_gib: ReserveOpt = 0.0,
+    mem_fraction: MemFractionOpt = DEFAULTS["mem_fraction"], page_tokens: PageOpt = None, reserve_gib: ReserveOpt = None,
+    engine: EngineOpt = DEFAULTS["engine"], nodes: NodesOpt = None,
     calibration: CalibrationOpt = None, json_out: JsonOpt = False, plot: PlotOpt = None,
 ) -> None:
     """Where each resource becomes binding and where KV runs out, per layout, in order."""
     cal = load_calibration(calibration)
     m, hw = load_specs(model, hardware)
     deps = _select(valid_deployments(m, hw, gpus, replicas, weight_dtype, kv_dtype, mem_fraction, page_tokens,
-                                     reserve_gib)[0], layouts)
+                                     reserve_gib, engine, nodes)[0], layouts)
     if batch < 1:
         raise SpecError(f"batch={batch} must be ≥ 1")
     fixed = parse_tokens(context) if along == Along.batch else float(batch)
@@ -98,7 +101,9 @@ def walls(
         doc = {"attn": d.attn, "moe": d.moe, "walls": w.walls,
                "order": [{"resource": r, "load": x} for r, x in w.order],
                "first_wall": {"resource": w.first_wall[0], "load": w.first_wall[1]} if w.first_wall else None,
-               "binding_at_start": str(w.binding[0]), "kv_wall": w.walls.get("kv_capacity")}
+               "binding_at_start": str(w.binding[0]), "kv_wall": w.walls.get("kv_capacity"),
+               "feasible": d.memory.feasible, "infeasible_reason": d.memory.reason or None,
+               "kv_pool_gib_per_gpu": d.memory.kv_pool_bytes / GiB, "nodes_per_group": d.group_nodes}
         if cal is not None:
             doc["loads"] = w.loads
             doc["predicted_s"] = cal.predict_s(w.cost)
@@ -107,10 +112,11 @@ def walls(
         docs.append(doc)
     # layouts compared by which wall binds first, and where: earliest first
     ranking = sorted((x for x in docs if x["first_wall"]), key=lambda x: x["first_wall"]["load"])
-    out = {"model": m.name, "hardware": hw.name, "gpus": gpus, "along": along.value,
+    out = {"model": m.name, "hardware": hw.name, "gpus": gpus, "nodes": deps[0].nodes, "engine": deps[0].engine,
+           "along": along.value,
            ("context_tokens" if along == Along.batch else "batch"): fixed, "range": [lo, hi], "layouts": docs,
            "first_wall_order": [{"attn": x["attn"], "moe": x["moe"], **x["first_wall"]} for x in ranking]}
-    title = (f"{m.name} on {gpus} × {hw.name}: growing {along.value} at "
+    title = (f"{deployment_title(deps[0])}: growing {along.value} at "
              + (f"context {fixed:.0f}" if along == Along.batch else f"batch {fixed:.0f}"))
     if plot:
         from cli.plots import plot_walls
@@ -128,6 +134,9 @@ def walls(
     t.add_column("KV wall", justify="right")
     unit = "" if along == Along.batch else " tok"
     for d in docs:
+        if not d["feasible"]:
+            t.add_row(f"{d['attn']}/{d['moe']}", "—", "no KV pool: " + d["infeasible_reason"], "—")
+            continue
         order = "  →  ".join(f"{o['resource']} @ {o['load']:.0f}{unit}" for o in d["order"])
         kv = d["kv_wall"]
         t.add_row(f"{d['attn']}/{d['moe']}", d["binding_at_start"], order, f"{kv:.0f}{unit}" if kv else "none in range")
@@ -145,24 +154,26 @@ def regimes(
     context_range: Annotated[str, typer.Option("--context-range", help="LO:HI[:N] tokens, geometric.")] = "1k:256k:9",
     floor: Annotated[FloorKind, typer.Option("--floor", help="Rank layouts by the optimistic (max) or pessimistic (sum) floor.")] = FloorKind.max,
     layouts: LayoutsOpt = None, kv_dtype: KvDtypeOpt = None, weight_dtype: WeightDtypeOpt = None,
-    mem_fraction: MemFractionOpt = DEFAULTS["mem_fraction"], page_tokens: PageOpt = 64, reserve_gib: ReserveOpt = 0.0,
+    mem_fraction: MemFractionOpt = DEFAULTS["mem_fraction"], page_tokens: PageOpt = None, reserve_gib: ReserveOpt = None,
+    engine: EngineOpt = DEFAULTS["engine"], nodes: NodesOpt = None,
     calibration: CalibrationOpt = None, json_out: JsonOpt = False, plot: PlotOpt = None,
 ) -> None:
     """Best layout over a batch × context grid; capacity-infeasible cells marked."""
     cal = load_calibration(calibration)
     m, hw = load_specs(model, hardware)
     deps = _select(valid_deployments(m, hw, gpus, replicas, weight_dtype, kv_dtype, mem_fraction, page_tokens,
-                                     reserve_gib)[0], layouts)
+                                     reserve_gib, engine, nodes)[0], layouts)
     b = _grid(batch_range, "--batch-range", 11)
     c = _grid(context_range, "--context-range", 9)
     reg = compute_regimes(deps, b, c, floor.value)
     grid = [[reg.best_label(i, j) for j in range(c.size)] for i in range(b.size)]
-    out = {"model": m.name, "hardware": hw.name, "gpus": gpus, "floor": floor.value, "batch": b, "context_tokens": c,
+    out = {"model": m.name, "hardware": hw.name, "gpus": gpus, "nodes": deps[0].nodes, "engine": deps[0].engine,
+           "floor": floor.value, "batch": b, "context_tokens": c,
            "layouts": reg.labels, "best": grid,
            "step_time_s": {lab: reg.times_s[k] for k, lab in enumerate(reg.labels)}}
     if cal is not None:
         out["predicted_s"] = {lab: cal.predict_s(cost).reshape(b.size, c.size) for lab, cost in zip(reg.labels, reg.costs)}
-    title = f"{m.name} on {gpus} × {hw.name}"
+    title = deployment_title(deps[0])
     if plot:
         from cli.plots import plot_regimes
 

@@ -2,8 +2,17 @@
 
 Datasheet peaks (`peak`) and achieved-efficiency defaults (`efficiency`) are separate fields:
 floors are priced on the peaks, so a measurement can never legitimately beat them; the
-efficiencies are defaults that calibration replaces with fitted values. This module does not
-price anything; `planner.resources` does.
+efficiencies are defaults that calibration replaces with fitted values. Beside them:
+- `memory`: HBM as the runtime reports it (torch `total_memory`, nvidia-smi MiB, the CUDA
+  context), which is what engines size KV pools from; the datasheet `peak.hbm_bytes` is kept;
+- `scaleout`: the tier beyond the scale-up domain (the NIC per GPU and a cross-node collective's
+  latency), for groups that span nodes;
+- `vendor`, `arch`, `compute_capability`: the generation engine defaults key on (SGLang's DSA
+  KV dtype follows the compute capability, never the GPU's name).
+Every field may be set in a user YAML; `sources` names where each figure comes from.
+
+This module does not price anything (`planner.resources` does) and applies no engine rule
+(`planner.engines` does).
 """
 
 from __future__ import annotations
@@ -13,10 +22,13 @@ import os
 from functools import lru_cache
 from pathlib import Path
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from planner.errors import SpecError
 from planner.inputs import HARDWARE_MAX_BYTES, field_error, is_file, load_yaml_file, path_kind, shown_path
+from planner.units import MiB
 
 DATA_DIR = Path(__file__).parent / "data"
 
@@ -44,7 +56,31 @@ class EfficiencySpec(_Frozen):
 
     hbm: float = Field(default=1.0, gt=0, le=1.0, description="Achieved HBM bandwidth / peak.")
     flops: float = Field(default=1.0, gt=0, le=1.0, description="Achieved tensor FLOP/s / peak.")
-    network: float = Field(default=1.0, gt=0, le=1.0, description="Achieved link bandwidth / peak.")
+    network: float = Field(default=1.0, gt=0, le=1.0, description="Achieved scale-up link bandwidth / peak.")
+    scaleout: float = Field(default=1.0, gt=0, le=1.0, description="Achieved NIC bandwidth / peak (scale-out tier).")
+
+
+# NOTE: the H200 figures were measured on the lent H200 (shared/reference/hardware.md "Memory an
+# engine can allocate"): mem_get_info right after context creation reports 149,557,477,376 B
+# free of 150,109,880,320 B, so the context takes 552,402,944 B (0.51 GiB). Other GPUs carry it
+# as a lead until measured.
+H200_CONTEXT_BYTES = 150_109_880_320 - 149_557_477_376
+
+
+class MemorySpec(_Frozen):
+    """HBM as the runtime sees it. Engines size pools from these, not from the datasheet's "GB"."""
+
+    usable_hbm_bytes: float | None = Field(default=None, gt=0, description="torch.cuda.get_device_properties().total_memory, bytes; None: not declared (the datasheet hbm_bytes is used).")
+    smi_total_mib: float | None = Field(default=None, gt=0, description="nvidia-smi memory.total, MiB (SGLang's default fractions read it); None: usable bytes in MiB.")
+    context_bytes: float = Field(default=H200_CONTEXT_BYTES, ge=0, description="Taken by the CUDA context and driver before the first allocation, bytes.")
+
+
+class ScaleOutSpec(_Frozen):
+    """The network tier beyond one scale-up domain (per GPU). Defaults: ConnectX-7 NDR and a
+    two-node NCCL small all-reduce (shared/reference/hardware.md "Beyond one node")."""
+
+    nic_bandwidth_bytes_per_s_per_direction: float = Field(default=50e9, gt=0, description="NIC bandwidth per GPU, one direction (400 Gb/s = 50 GB/s).")
+    collective_latency_s: float = Field(default=46e-6, ge=0, description="Latency of one small collective that crosses nodes (a few-KiB all-reduce over two nodes).")
 
 
 class HardwareSpec(_Frozen):
@@ -52,8 +88,13 @@ class HardwareSpec(_Frozen):
 
     name: str = Field(description="Short name, e.g. 'h200'.")
     description: str = Field(default="", description="Human-readable product name.")
+    vendor: Literal["nvidia", "amd"] = Field(default="nvidia", description="Runtime family (CUDA or ROCm): engines pick kernels and page sizes by it.")
+    arch: Literal["ampere", "hopper", "blackwell", "cdna3", "cdna4", "unknown"] = Field(default="unknown", description="GPU generation.")
+    compute_capability: tuple[int, int] | None = Field(default=None, description="(major, minor) as torch.cuda.get_device_capability() reports it; engine defaults key on the major.")
     peak: PeakSpec
     efficiency: EfficiencySpec = Field(default_factory=EfficiencySpec)
+    memory: MemorySpec = Field(default_factory=MemorySpec)
+    scaleout: ScaleOutSpec = Field(default_factory=ScaleOutSpec)
     sources: dict[str, str] = Field(default_factory=dict, description="Field name -> where the figure comes from.")
 
     @field_validator("name")
@@ -62,6 +103,20 @@ class HardwareSpec(_Frozen):
         if not v.strip():
             raise ValueError("name must not be empty")
         return v
+
+    @property
+    def usable_hbm_bytes(self) -> float:
+        """HBM bytes the runtime reports (torch total_memory); the datasheet figure if undeclared."""
+        return self.memory.usable_hbm_bytes if self.memory.usable_hbm_bytes is not None else self.peak.hbm_bytes
+
+    @property
+    def smi_total_mib(self) -> float:
+        """nvidia-smi memory.total in MiB (what SGLang's defaults read); usable bytes if undeclared."""
+        return self.memory.smi_total_mib if self.memory.smi_total_mib is not None else math.floor(self.usable_hbm_bytes / MiB)
+
+    @property
+    def compute_capability_major(self) -> int | None:
+        return self.compute_capability[0] if self.compute_capability else None
 
     def flops_per_s(self, dtype: str) -> float:
         """Dense peak FLOP/s for a compute dtype; a missing low-precision path falls back to the
@@ -90,15 +145,20 @@ def _parse(path: Path) -> HardwareSpec:
         spec = HardwareSpec.model_validate(raw)
     except ValidationError as exc:
         raise SpecError(f"hardware file {path}: {field_error(exc)}") from None
+    for part in ("peak", "memory", "scaleout"):
+        for field, value in getattr(spec, part).model_dump().items():
+            if isinstance(value, float) and not math.isfinite(value):
+                raise SpecError(f"hardware file {path}: field '{part}.{field}' is not finite")
     for field, value in spec.peak.model_dump().items():
-        if isinstance(value, float) and not math.isfinite(value):
-            raise SpecError(f"hardware file {path}: field 'peak.{field}' is not finite")
         lo, hi = PEAK_RANGES[field]
         if value is not None and not lo <= value <= hi:
             raise SpecError(f"hardware file {path}: field 'peak.{field}'={value:g} is outside [{lo:g}, {hi:g}]")
     for field, value in spec.efficiency.model_dump().items():
         if value < MIN_EFFICIENCY:
             raise SpecError(f"hardware file {path}: field 'efficiency.{field}'={value:g} is below {MIN_EFFICIENCY:g}")
+    if spec.usable_hbm_bytes > 1.2 * spec.peak.hbm_bytes:
+        raise SpecError(f"hardware file {path}: memory.usable_hbm_bytes={spec.usable_hbm_bytes:.4g} is more than 1.2 × "
+                        f"peak.hbm_bytes={spec.peak.hbm_bytes:.4g}: check the units (bytes, not MiB or GB)")
     return spec
 
 

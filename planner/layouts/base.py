@@ -13,6 +13,18 @@ through the attention-variant protocol (planner.models.attention.base).
 Collectives are declared with their payload S in bytes; the link bytes a rank sends follow from
 the kind (ring algorithms): all-reduce 2(T−1)/T·S, all-gather and reduce-scatter (T−1)/T·S with
 S the full gathered tensor, all-to-all (T−1)/T·S with S what one rank holds for all peers.
+
+A group spanning n nodes with g ranks on each (T = n·g) runs them hierarchically, and each tier
+carries its own share (`link_bytes_by_tier`):
+- all-reduce: intra-node reduce-scatter, inter-node all-reduce of the 1/g shard, intra-node
+  all-gather → scale-up 2(g−1)/g·S, scale-out 2(n−1)/(n·g)·S (NCCL's tree/ring over rails);
+- all-gather, reduce-scatter: inter-node exchange of same-index chunks, then intra-node →
+  scale-up (g−1)/g·S, scale-out (n−1)/T·S;
+- all-to-all: every peer gets S/T; the (T−g) peers off the node are reached over the NIC →
+  scale-up (g−1)/T·S, scale-out (T−g)/T·S. NOTE: this is what decode's DeepEP low-latency
+  kernels send (one copy per selected expert, deepseek-ai/DeepEP); its normal-mode kernels send
+  one copy per remote node and forward over NVLink, fewer NIC bytes, used for prefill.
+With n = 1 every formula is the single-tier one above.
 """
 
 from __future__ import annotations
@@ -33,12 +45,32 @@ LSE_BYTES = 4.0  # fp32 log-sum-exp per (query, head) of a partial output (vLLM 
 TOPK_CANDIDATE_BYTES = 8.0  # one (score, index) pair as two fp32 (vLLM sparse_attn_indexer.py _merge_dcp_topk_global)
 
 
+SCALEUP = "scaleup"  # NVLink / xGMI inside one scale-up domain
+SCALEOUT = "scaleout"  # each GPU's NIC between domains
+TIERS: tuple[str, ...] = (SCALEUP, SCALEOUT)
+
+
 def link_bytes_factor(kind: CollectiveKind, ranks: int) -> float:
+    """Link bytes per payload byte a rank sends in a group on one node (single tier)."""
     if ranks <= 1:
         return 0.0
     if kind == "all_reduce":
         return 2.0 * (ranks - 1) / ranks
     return (ranks - 1) / ranks
+
+
+def link_bytes_by_tier(kind: CollectiveKind, ranks: int, nodes: int = 1) -> dict[str, float]:
+    """Link bytes per payload byte a rank sends on each tier, for T = `ranks` over `nodes`
+    scale-up domains with T/nodes ranks on each (hierarchical algorithms, module docstring)."""
+    if nodes <= 1 or ranks <= 1:
+        return {SCALEUP: link_bytes_factor(kind, ranks), SCALEOUT: 0.0}
+    t, n = float(ranks), float(nodes)
+    g = t / n
+    if kind == "all_reduce":
+        return {SCALEUP: 2.0 * (g - 1.0) / g, SCALEOUT: 2.0 * (n - 1.0) / (n * g)}
+    if kind in ("all_gather", "reduce_scatter"):
+        return {SCALEUP: (g - 1.0) / g, SCALEOUT: (n - 1.0) / t}
+    return {SCALEUP: (g - 1.0) / t, SCALEOUT: (t - g) / t}
 
 
 @dataclass(frozen=True)

@@ -4,12 +4,19 @@ each token's hidden state); with replicated activations each rank applies its lo
 every token and an all-reduce sums them. TP: every expert sharded over ranks; replicated
 activations end with an all-reduce, owner-partitioned ones are all-gathered in and
 reduce-scattered out. Dense layers follow the same rule (replicated under EP, so DP-attention +
-EP runs them locally)."""
+EP runs them locally).
+
+NOTE: the dispatch carries FP8 tokens with one fp32 scale per 128 channels and the combine BF16,
+as DeepEP's kernels do (deepseek-ai/DeepEP README: "FP8 dispatch / BF16 combine"; SGLang
+`--moe-a2a-backend deepep`, vLLM `deepep_low_latency`); decode's low-latency kernels send one
+copy per selected expert, which is what the all-to-all prices."""
 
 from __future__ import annotations
 
 from planner.layouts.base import (ACTIVATION_BYTES, Collective, MoESplit, ShareInputs, register_moe_split,
                                   tokens_hidden_bytes)
+
+DISPATCH_BYTES_PER_ELEMENT = 1.0 + 4.0 / 128.0  # fp8 value + an fp32 scale per 128 channels
 
 
 @register_moe_split
@@ -21,9 +28,9 @@ class ExpertParallel(MoESplit):
         if not layer_is_moe:
             return []
         k = inp.model.mlp.top_k
-        local = (inp.step_tokens / inp.ranks) * k * inp.model.hidden_size * ACTIVATION_BYTES
-        return [Collective("ep_dispatch_a2a", "all_to_all", local, 1.0),
-                Collective("ep_combine_a2a", "all_to_all", local, 1.0)]
+        copies = (inp.step_tokens / inp.ranks) * k * inp.model.hidden_size
+        return [Collective("ep_dispatch_a2a", "all_to_all", copies * DISPATCH_BYTES_PER_ELEMENT, 1.0),
+                Collective("ep_combine_a2a", "all_to_all", copies * ACTIVATION_BYTES, 1.0)]
 
 
 @register_moe_split

@@ -57,13 +57,6 @@ class ModelSpec(BaseModel):
     def active_params_per_token(self) -> float:
         return float(sum(self.attention_params().values()) + self.mlp.active_params_per_token() + self.head_params)
 
-    def default_kv_dtype(self, hardware_name: str) -> str:
-        """Engine conventions (reference/models.md): DSA keeps the fp8 record on Blackwell and
-        bf16 on Hopper (SGLang); everything else keeps KV in bf16."""
-        if self.attention.kind == "dsa":
-            return "fp8_dsa" if hardware_name.lower() in ("b200", "gb200", "b300") else "bf16"
-        return "bf16"
-
     def summary(self) -> dict[str, Any]:
         p = self.weight_params()
         return {

@@ -4,6 +4,10 @@ Four resources price into time on the hardware — HBM bytes / bandwidth, FLOPs 
 dtype), network bytes / link bandwidth, network messages × per-collective latency. The fifth,
 KV capacity, is a wall, not a time: it decides whether the step fits at all.
 
+The network has two tiers: the scale-up links inside a node and each GPU's NIC between nodes.
+Each tier's bytes and messages are priced at its own rate and summed into the one network-bytes
+and one network-messages time (a group on one node has no scale-out share).
+
   floor_max_s = max of the four times  (perfect overlap: a lower bound)
   floor_sum_s = sum of the four times  (no overlap)
 
@@ -30,21 +34,33 @@ class Pricing:
 
     hbm_bytes_per_s: float
     flops_per_s: dict[str, float]  # by compute dtype
-    link_bytes_per_s: float  # per direction
-    message_latency_s: float
+    link_bytes_per_s: float  # scale-up, per direction
+    message_latency_s: float  # scale-up
     label: str = "datasheet"
+    scaleout_bytes_per_s: float | None = None  # NIC per GPU, per direction (None: the scale-up rate)
+    scaleout_latency_s: float | None = None  # a collective that crosses nodes (None: the scale-up latency)
+
+    @property
+    def scaleout_link_bytes_per_s(self) -> float:
+        return self.link_bytes_per_s if self.scaleout_bytes_per_s is None else self.scaleout_bytes_per_s
+
+    @property
+    def scaleout_message_latency_s(self) -> float:
+        return self.message_latency_s if self.scaleout_latency_s is None else self.scaleout_latency_s
 
     @classmethod
     def datasheet(cls, hw: HardwareSpec) -> "Pricing":
-        p = hw.peak
+        p, so = hw.peak, hw.scaleout
         return cls(p.hbm_bandwidth_bytes_per_s, {d: hw.flops_per_s(d) for d in ("bf16", "fp8", "fp4")},
-                   p.scaleup_bandwidth_bytes_per_s_per_direction, p.collective_latency_s, "datasheet")
+                   p.scaleup_bandwidth_bytes_per_s_per_direction, p.collective_latency_s, "datasheet",
+                   so.nic_bandwidth_bytes_per_s_per_direction, so.collective_latency_s)
 
     @classmethod
     def achieved(cls, hw: HardwareSpec) -> "Pricing":
-        p, e = hw.peak, hw.efficiency
+        p, e, so = hw.peak, hw.efficiency, hw.scaleout
         return cls(p.hbm_bandwidth_bytes_per_s * e.hbm, {d: hw.flops_per_s(d) * e.flops for d in ("bf16", "fp8", "fp4")},
-                   p.scaleup_bandwidth_bytes_per_s_per_direction * e.network, p.collective_latency_s, "achieved")
+                   p.scaleup_bandwidth_bytes_per_s_per_direction * e.network, p.collective_latency_s, "achieved",
+                   so.nic_bandwidth_bytes_per_s_per_direction * e.scaleout, so.collective_latency_s)
 
 
 @dataclass(frozen=True)
@@ -75,11 +91,15 @@ class ResourceTimes:
 
 
 def price(hbm_bytes: np.ndarray, flops_by_dtype: dict[str, np.ndarray], network_bytes: np.ndarray,
-          network_messages: np.ndarray, pricing: Pricing) -> ResourceTimes:
+          network_messages: np.ndarray, pricing: Pricing, scaleout_bytes=0.0, scaleout_messages=0.0) -> ResourceTimes:
+    """Times of the four timed resources. `network_bytes`/`network_messages` are the scale-up
+    tier's; the scale-out tier's bytes and messages add at their own rates."""
     compute = sum(f / pricing.flops_per_s[d] for d, f in flops_by_dtype.items())
+    net_s = network_bytes / pricing.link_bytes_per_s + scaleout_bytes / pricing.scaleout_link_bytes_per_s
+    msg_s = network_messages * pricing.message_latency_s + scaleout_messages * pricing.scaleout_message_latency_s
     return ResourceTimes(
         hbm_s=np.asarray(hbm_bytes / pricing.hbm_bytes_per_s, dtype=np.float64),
         compute_s=np.asarray(compute, dtype=np.float64),
-        network_bytes_s=np.asarray(network_bytes / pricing.link_bytes_per_s, dtype=np.float64),
-        network_messages_s=np.asarray(network_messages * pricing.message_latency_s, dtype=np.float64),
+        network_bytes_s=np.asarray(net_s, dtype=np.float64),
+        network_messages_s=np.asarray(msg_s, dtype=np.float64),
     )

@@ -4,6 +4,7 @@ commands and pictures exist."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 
 from tests.agent.contracts import ROOT, SCHEMAS
@@ -22,7 +23,8 @@ def test_contracts_reference_is_generated_from_the_current_schemas():
     text = r.DOC.read_text()
     assert r.updated(text) == text, "docs/json-contracts.md is stale: run python schemas/render_docs.py"
     for name in r.ORDER:
-        assert f"`floorfirst.{name}/1`" in text
+        const = json.loads((SCHEMAS / f"{name}.schema.json").read_text())["properties"]["schema"]["const"]
+        assert f"`{const}`" in text
 
 
 def test_walkthrough_pictures_exist_and_are_linked():

@@ -9,6 +9,7 @@ import json
 import jsonschema
 import pytest
 
+from cli.common import SCHEMA_VERSION, SCHEMA_VERSIONS
 from tests.agent.contracts import MICROBENCH, PROFILE, SCHEMAS, closed, load_schema, run_cli, validate
 
 # One or more invocations per contract; several where an option changes the document's shape.
@@ -16,12 +17,18 @@ CASES = {
     "models": [["models"], ["models", "--model", "llama-3.1-70b"]],
     "hardware": [["hardware"], ["hardware", "--hardware", "h20"]],
     "floor": [["floor"], ["floor", "--attn", "dp", "--context", "4k*60,64k*4", "--prefill-tokens", "2048"],
-              ["floor", "--model", "llama-3.1-70b", "--attn", "tp", "--pricing", "achieved"]],
+              ["floor", "--model", "llama-3.1-70b", "--attn", "tp", "--pricing", "achieved"],
+              ["floor", "--gpus", "4"],  # no layout fits: feasible false, tokens/s null
+              ["floor", "--hardware", "h20", "--gpus", "16", "--attn", "tp", "--engine", "vllm"]],  # two nodes
     "compare": [["compare", "--batch", "64", "--context", "32k"],
                 ["compare", "--model", "llama-3.1-70b", "--batch", "8", "--context", "8k"],
-                ["compare", "--batch", "4096", "--context", "128k"]],  # nothing fits: best_by_* null
-    "capacity": [["capacity", "--context", "32k"], ["capacity", "--model", "qwen3-235b-a22b", "--context", "8k"]],
-    "walls": [["walls", "--context", "32k"], ["walls", "--along", "context", "--batch", "16", "--layouts", "tp/ep,dop/ep"]],
+                ["compare", "--batch", "4096", "--context", "128k"],  # nothing fits: best_by_* null
+                ["compare", "--hardware", "h20", "--gpus", "16", "--batch", "64", "--context", "8k"]],
+    "capacity": [["capacity", "--context", "32k"], ["capacity", "--model", "qwen3-235b-a22b", "--context", "8k"],
+                 ["capacity", "--hardware", "h20", "--gpus", "16", "--context", "8k"],  # dp/ep: weights don't fit
+                 ["capacity", "--engine", "vllm", "--gpus", "4", "--context", "8k"]],  # nothing fits
+    "walls": [["walls", "--context", "32k"], ["walls", "--along", "context", "--batch", "16", "--layouts", "tp/ep,dop/ep"],
+              ["walls", "--hardware", "h20", "--gpus", "16", "--layouts", "tp/ep,dp/ep", "--range", "1:256"]],
     "regimes": [["regimes", "--batch-range", "1:1024:4", "--context-range", "1k:256k:4"],
                 ["regimes", "--floor", "sum", "--batch-range", "1:64:3", "--context-range", "4k:64k:3", "--layouts", "dp/ep,dop/ep"]],
     "triage": [["triage", "--measured-ms", "30", "--attn", "dp", "--batch", "32", "--context", "8k"],    # above_sum
@@ -47,7 +54,7 @@ def _cases():
 @pytest.mark.parametrize("name,argv", list(_cases()))
 def test_json_output_meets_its_schema(name, argv):
     doc = run_cli([*argv, "--json"])
-    assert doc["schema"] == f"floorfirst.{name}/1"
+    assert doc["schema"] == f"floorfirst.{name}/{SCHEMA_VERSIONS.get(name, SCHEMA_VERSION)}"
     validate(doc, name)
 
 
@@ -97,7 +104,8 @@ def test_schema_is_valid_2020_12_and_describes_every_key(path):
     assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
     jsonschema.Draft202012Validator.check_schema(schema)
     name = path.name.removesuffix(".schema.json")
-    assert schema["properties"]["schema"] == {"const": f"floorfirst.{name}/1", "description": schema["properties"]["schema"]["description"]}
+    version = SCHEMA_VERSIONS.get(name, SCHEMA_VERSION)  # capacity/2: its mem_fraction changed meaning (issue 12)
+    assert schema["properties"]["schema"] == {"const": f"floorfirst.{name}/{version}", "description": schema["properties"]["schema"]["description"]}
     assert "schema" in schema["required"]
 
     def walk(node, where):
@@ -118,9 +126,10 @@ def test_schema_is_valid_2020_12_and_describes_every_key(path):
 def test_floor_and_compare_share_one_point_contract():
     floor, compare = load_schema("floor"), load_schema("compare")
     point = compare["$defs"]["point"]
-    own = {k: v for k, v in floor["properties"].items() if k not in ("schema", "model", "hardware")}
+    top = ("schema", "model", "hardware", "layout_choice")  # layout_choice: how floor picked its one layout
+    own = {k: v for k, v in floor["properties"].items() if k not in top}
     assert own == point["properties"]
-    assert set(floor["required"]) - {"schema", "model", "hardware"} == set(point["required"])
+    assert set(floor["required"]) - set(top) == set(point["required"])
 
 
 def test_schemas_reject_a_broken_document():

@@ -184,7 +184,7 @@ def test_a_blocking_call_and_a_long_call_leave_models_answering_within_a_second(
 
 
 def test_limits_and_crashes_are_one_line_errors_and_the_worker_is_replaced():
-    p = WorkerPool(["specs", STUBS], workers=1, limits=Limits(time_s=60.0, args_bytes=4096, output_bytes=2000,
+    p = WorkerPool(["specs", STUBS], workers=1, limits=Limits(time_s=60.0, args_bytes=4096, output_bytes=3000,  # one GPU (~2.6 KB) fits, every card (~3.2 KB) does not
                                                                memory_bytes=2 << 30))
     try:
         with pytest.raises(CommandError, match=r"^internal error in crash: RuntimeError: boom$"):

@@ -18,16 +18,27 @@ GiB = float(1 << 30)
 ROW = dict(model="deepseek-v3", hardware="h200", gpus=8, attn="tp", moe="ep")
 
 
+def _dep(hw="h200", attn="tp", engine="sglang", **hw_changes):
+    h = planner.load_hardware(hw)
+    if hw_changes:
+        h = h.model_copy(update=hw_changes)
+    return planner.make_deployment(planner.load_model("deepseek-v3"), h, attn=attn, gpus=8, engine=engine)
+
+
 def test_engine_default_chunks():
-    # SGLang: 8192 below 160 GiB (H200), 16384 at or above (B200), // dp_size under DP-attention
-    assert default_chunk_tokens("sglang", 141e9, "h200", "tp", 8) == 8192
-    assert default_chunk_tokens("sglang", 180e9, "b200", "tp", 8) == 16384
-    assert default_chunk_tokens("sglang", 141e9, "h200", "dp", 8) == 1024
-    # vLLM's API server: 8192 on ≥ 70 GiB GPUs other than A100, else 2048
-    assert default_chunk_tokens("vllm", 141e9, "h200", "dp", 8) == 8192
-    assert default_chunk_tokens("vllm", 80 * GiB, "a100-80gb", "tp", 8) == 2048
-    assert default_chunk_tokens("vllm", 48 * GiB, "l40s", "tp", 8) == 2048
-    assert default_chunk_tokens("trtllm", 141e9, "h200", "tp", 8) == 8192
+    # SGLang: 8192 below 160 GiB of nvidia-smi memory (H200: 143,771 MiB), 16384 at or above
+    # (B200: 183,359 MiB), // dp_size under DP-attention (8192 // 8 = 1024)
+    assert default_chunk_tokens("sglang", _dep()) == 8192
+    assert default_chunk_tokens("sglang", _dep("b200")) == 16384
+    assert default_chunk_tokens("sglang", _dep(attn="dp")) == 1024
+    # vLLM's API server: 8192 on ≥ 70 GiB GPUs other than Ampere, else 2048 (the engine model's rule,
+    # read whatever engine sized the deployment's memory)
+    assert default_chunk_tokens("vllm", _dep(attn="dp")) == 8192
+    assert default_chunk_tokens("vllm", _dep("h100", arch="ampere")) == 2048
+    assert default_chunk_tokens("vllm", _dep("h100", engine="vllm",
+                                             memory=planner.load_hardware("h100").memory.model_copy(
+                                                 update={"usable_hbm_bytes": 48 * GiB}))) == 2048
+    assert default_chunk_tokens("trtllm", _dep()) == 8192
 
 
 def test_vllm_mixes_one_prompt_into_a_fraction_of_the_steps():

@@ -82,7 +82,9 @@ def test_models_and_hardware_json(capsys):
 @pytest.mark.parametrize("args", [
     ["floor", "--model", "nope"], ["floor", "--gpus", "0"], ["floor", "--gpus", "3"], ["floor", "--batch", "-2"],
     ["floor", "--context", "nan"], ["floor", "--context", "0"], ["floor", "--attn", "xx"], ["floor", "--batch", "x"],
-    ["floor", "--mem-fraction", "2"], ["floor", "--kv-dtype", "fp8"], ["floor", "--model", "llama-3.1-70b", "--moe", "ep"],
+    ["floor", "--mem-fraction", "2"], ["floor", "--kv-dtype", "fp9"], ["floor", "--model", "llama-3.1-70b", "--moe", "ep"],
+    ["floor", "--model", "deepseek-v3", "--kv-dtype", "fp8_ds_mla"], ["floor", "--engine", "trtllm"],
+    ["floor", "--gpus", "16", "--nodes", "1"], ["floor", "--mem-fraction", "0.9", "--reserve-gib", "10"],
     ["floor", "--hardware", "/no/such.yaml"], ["walls", "--range", "10:5"], ["regimes", "--batch-range", "1:2:999"],
     ["triage"], ["triage", "--measured-ms", "-3"], ["floor", "--prefill-tokens", "-5"], ["nope"],
     ["floor", "--context", "4k*x"], ["walls", "--plot", "/no/such/dir/w.png"],
@@ -127,3 +129,63 @@ def test_calibration_adds_predicted_s(capsys):
 def test_calibration_for_other_hardware_is_refused(capsys):
     code, _, err = run(capsys, "floor", "--calibration", CAL, "--hardware", "b200")
     assert code == 2 and "h200" in err
+
+
+def test_infeasible_is_an_answer_not_a_number(capsys):
+    # DeepSeek-V3.2 on 4 × H200: ~171 GB of weights per GPU; exit 0, words, no tokens/s, no negative pool
+    d = run_json(capsys, "floor", "--gpus", "4", "--attn", "tp")
+    assert d["feasible"] is False and "weights" in d["infeasible_reason"]
+    assert d["decode_tokens_per_s_at_max"] is None and d["decode_tokens_per_s_at_sum"] is None
+    assert d["resources"]["kv_capacity"]["pool_bytes"] == 0 and d["weights_fit"] is False
+    code, out, _ = run(capsys, "floor", "--gpus", "4", "--attn", "tp")
+    assert code == 0 and "not feasible" in out and "tokens/s" not in out.split("not feasible")[0]
+    auto = run_json(capsys, "floor", "--gpus", "4")
+    n = len(planner.ATTN_LAYOUTS) * len(planner.MOE_SPLITS)  # every layout the registries hold
+    assert auto["feasible"] is False and auto["layout_choice"].startswith(f"none of the {n} layouts fits")
+
+
+def test_floor_without_attn_picks_a_feasible_layout(capsys):
+    d = run_json(capsys, "floor", "--batch", "64", "--context", "32k")
+    c = run_json(capsys, "compare", "--batch", "64", "--context", "32k")
+    assert d["feasible"] and (d["attn"], d["moe"]) == (c["best_by_max"]["attn"], c["best_by_max"]["moe"])
+
+
+def test_compare_ranks_feasible_layouts_first_and_says_why_the_others_are_out(capsys):
+    c = run_json(capsys, "compare", "--batch", "64", "--context", "32k")
+    flags = [x["feasible"] for x in c["layouts"]]
+    assert flags == sorted(flags, reverse=True) and not all(flags)
+    ok = [x["floor_max_s"] for x in c["layouts"] if x["feasible"]]
+    assert ok == sorted(ok)
+    assert {(o["attn"], o["moe"]) for o in c["out"]} == {(x["attn"], x["moe"]) for x in c["layouts"] if not x["feasible"]}
+    assert all("exceeds its pool" in o["reason"] for o in c["out"])
+    code, out, _ = run(capsys, "compare", "--batch", "64", "--context", "32k")
+    assert code == 0 and "out: tp/ep: KV" in out
+
+
+def test_capacity_reports_usable_and_datasheet_bytes_and_the_engine(capsys):
+    d = run_json(capsys, "capacity", "--context", "32k")
+    assert d["usable_hbm_bytes_per_gpu"] == 150_109_880_320 and d["datasheet_hbm_bytes_per_gpu"] == 141e9
+    tp = next(x for x in d["layouts"] if (x["attn"], x["moe"]) == ("tp", "ep"))
+    assert tp["mem_fraction"] == 0.897 and tp["memory"]["engine"] == "sglang"
+    assert tp["memory"]["reserve_terms"]["chunked_prefill_activations_mib"] == 12288
+    v = run_json(capsys, "capacity", "--context", "32k", "--engine", "vllm")
+    assert v["engine"] == "vllm" and all(x["mem_fraction"] == 0.9 for x in v["layouts"])
+
+
+def test_two_node_deployments_are_answered(capsys):
+    for cmd in (["compare", "--batch", "64", "--context", "8k"], ["capacity", "--context", "8k"],
+                ["walls", "--context", "8k", "--layouts", "tp/ep,dp/ep", "--range", "1:256"],
+                ["regimes", "--batch-range", "1:256:3", "--context-range", "4k:32k:2"],
+                ["triage", "--measured-ms", "30", "--attn", "dp", "--batch", "64", "--context", "8k"]):
+        d = run_json(capsys, *cmd, "--model", "deepseek-v3.2", "--hardware", "h20", "--gpus", "16")
+        assert d.get("nodes", 2) == 2
+    tp16 = run_json(capsys, "floor", "--hardware", "h20", "--gpus", "16", "--attn", "tp", "--context", "8k")
+    assert tp16["nodes_per_group"] == 2 and tp16["resources"]["network_bytes"]["bytes_by_tier"]["scaleout"] > 0
+    assert tp16["resources"]["network_messages"]["count_by_tier"]["scaleout"] == 123
+    d = run_json(capsys, "floor", "--gpus", "8", "--nodes", "2", "--attn", "tp")
+    assert d["nodes_per_group"] == 2
+
+
+def test_kv_dtype_fp8_on_a_dsa_model_is_the_dsa_record(capsys):
+    d = run_json(capsys, "capacity", "--kv-dtype", "fp8", "--context", "32k")
+    assert all(x["kv_dtype"] == "fp8_dsa" and x["kv_bytes_per_token"] == (656 + 132) * 61 for x in d["layouts"])

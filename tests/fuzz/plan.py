@@ -98,9 +98,9 @@ def edge_runs(ws: Workspace) -> list[tuple[list[str], str]]:
         (["microbench", "--from", ws.path("microbench/valid.json"), "--yaml-out", "/nonexistent/h.yaml"], "error"),
         (["microbench", "--from", ws.path("microbench/valid.json"), "--yaml-out", f"{o}/next.yaml"], "ok"),
         (["floor", "--hardware", f"{o}/next.yaml"], "ok"),  # the YAML microbench wrote loads
-        (["simulate", "--model", "kimi-k2", "-n", "5"], "error"),  # weights leave no KV pool anywhere
-        (["capacity", "--model", "kimi-k2"], "ok"),  # ... which capacity and compare show as a pool of 0
-        (["compare", "--model", "kimi-k2"], "ok"),
+        (["simulate", "--model", "kimi-k2", "--gpus", "4", "-n", "5"], "error"),  # weights leave no KV pool anywhere
+        (["capacity", "--model", "kimi-k2", "--gpus", "4"], "ok"),  # ... which capacity and compare show as a pool of 0
+        (["compare", "--model", "kimi-k2", "--gpus", "4"], "ok"),
         (["simulate", "-n", "5", "--calibration", ws.path("calibrations/efficiency_subnormal.json")], "error"),
         (["compare", "--model", cfg], "error"),
         (["capacity", "--model", ws.path("configs/first_k_dense_1000.json")], "error"),

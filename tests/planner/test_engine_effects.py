@@ -119,15 +119,17 @@ def test_head_padding_is_declared_per_kernel():
         decode_kernel("nope")
 
 
-def test_gpu_arch_reads_a_declared_field_then_the_name():
+def test_gpu_arch_reads_declared_fields_never_the_name():
     assert gpu_arch(planner.load_hardware("h200")) == "sm90" and gpu_arch(planner.load_hardware("b200")) == "sm100"
     assert gpu_arch(planner.load_hardware("h200-calibrated")) == "sm90"
     assert gpu_arch(planner.load_hardware("mi300x")) is None
-
-    class Declared:
-        name = "h200"
-        arch = "SM100"
-    assert gpu_arch(Declared()) == "sm100"
+    h200 = planner.load_hardware("h200")
+    # the compute capability decides (SGLang: `device_sm_major >= 10` pads to 128), then `arch`
+    assert gpu_arch(h200.model_copy(update={"compute_capability": (10, 0)})) == "sm100"
+    assert gpu_arch(h200.model_copy(update={"compute_capability": None, "arch": "blackwell"})) == "sm100"
+    # a renamed GPU keeps its generation; a GPU named like a Hopper part without fields has none
+    assert gpu_arch(h200.model_copy(update={"name": "my-gpu"})) == "sm90"
+    assert gpu_arch(h200.model_copy(update={"compute_capability": None, "arch": "unknown"})) is None
 
 
 def test_a_dense_mla_step_profile_shape_has_no_padding_at_two_ranks():

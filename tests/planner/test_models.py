@@ -127,9 +127,3 @@ def test_registries_find_every_variant_module():
     assert {"gqa", "mla", "dsa", "sliding", "alternating"} <= set(attention_variants())
     assert {"dense", "moe"} <= set(mlp_variants())
 
-
-def test_engine_default_kv_dtype_for_dsa_follows_hardware():
-    m = planner.load_model("deepseek-v3.2")
-    assert m.default_kv_dtype("h200") == "bf16"  # SGLang on Hopper
-    assert m.default_kv_dtype("b200") == "fp8_dsa"  # SGLang on Blackwell
-    assert planner.load_model("llama-3.1-70b").default_kv_dtype("b200") == "bf16"

@@ -1,3 +1,5 @@
+import math
+
 import numpy as np
 import pytest
 
@@ -116,18 +118,24 @@ def test_replicas_split_the_batch():
 
 
 def test_kv_pool_arithmetic():
+    # NOTE: arithmetic changed with issue 12: the pool is SGLang's, mem_fraction_static of the free
+    # memory before weights (usable 150,109,880,320 B − context 552,402,944 B), in whole 64-token pages
     dep = deployment(attn="tp", gpus=8, mem_fraction=0.9)
     from planner.step import weights_resident_bytes
 
-    page = 64 * (1152 + 132) * LAYERS
-    assert kv_pool_bytes(dep) == pytest.approx(0.9 * 141e9 - sum(weights_resident_bytes(dep).values()) - page)
+    per_token = (1152 + 132) * LAYERS
+    budget = 0.9 * (150_109_880_320 - 552_402_944) - sum(weights_resident_bytes(dep).values())
+    tokens = math.floor(budget / per_token / 64) * 64
+    assert kv_pool_bytes(dep) == tokens * per_token
 
 
 @pytest.mark.parametrize("kwargs, needle", [
     (dict(attn="xx"), "attn"), (dict(moe="zz"), "moe"), (dict(gpus=0), "gpus"), (dict(gpus=3), "divisible by tp=3"),
     (dict(gpus=8, replicas=3), "replicas"), (dict(mem_fraction=1.5), "mem_fraction"),
-    (dict(mem_fraction=float("nan")), "mem_fraction"), (dict(kv_dtype="fp8"), "kv_dtype"),
-    (dict(weight_dtype="int3"), "weight_dtype"), (dict(gpus=16), "scale-up domain"),
+    (dict(mem_fraction=float("nan")), "mem_fraction"), (dict(kv_dtype="fp9"), "kv_dtype"),
+    (dict(weight_dtype="int3"), "weight_dtype"), (dict(gpus=16, nodes=1), "scale-up domain"),
+    (dict(gpus=16, nodes=3), "divisible by nodes"), (dict(engine="trtllm"), "engine"),
+    (dict(mem_fraction=0.9, reserve_bytes=1e9), "give one of them"),
 ])
 def test_bad_deployments_raise_one_clear_error(kwargs, needle):
     with pytest.raises(SpecError, match=needle):

@@ -12,6 +12,7 @@ from runtime_policy.ordering import ORDERS, Ordering
 from runtime_policy.policy import FixedPolicy
 from runtime_policy.tables import LAYOUTS
 from runtime_policy.workloads import chat, shrinking
+from tests.runtime_policy.conftest import datasheet_share
 
 CFG = LoopConfig(max_batch=1024, prefill_chunk_tokens=2048, max_run_steps=32)
 
@@ -46,7 +47,7 @@ def test_no_request_lost_or_duplicated_under_kv_pressure(dsv32, order, layout):
        policy=st.sampled_from(["dynamic", "tp", "dop"]))
 def test_loop_accounting_property(n, seed, order, policy):
     m, hw = planner.load_model("deepseek-v3.2"), planner.load_hardware("h200")
-    dep = planner.make_deployment(m, hw, attn="tp", gpus=8, mem_fraction=0.7)
+    dep = planner.make_deployment(m, hw, attn="tp", gpus=8, mem_fraction=datasheet_share(hw, 0.7))
     w = chat(n, seed, rate_per_s=50.0)
     d = simulate(dep, w, policy, order, config=CFG)
     assert d["completed"] + d["aborted"] == n
@@ -89,7 +90,9 @@ def test_a_move_that_sheds_kv_preempts_and_holds_admission_until_the_commit():
     # NOTE: at mem_fraction 0.85: with CP's weights all replicated (SPLASH's CP) and TP's indexer
     # whole on every rank, the policy leaves TP earlier, and at 0.88 the moves find room in KV
     # that is already free
-    dep = planner.make_deployment(m, hw, attn="tp", gpus=8, mem_fraction=0.85)
+    from tests.runtime_policy.conftest import datasheet_share
+
+    dep = planner.make_deployment(m, hw, attn="tp", gpus=8, mem_fraction=datasheet_share(hw, 0.85))
     d = simulate(dep, longprompt(400, seed=0), "dynamic", "fcfs")
     moves = [(s["from"], s["to"]) for s in d["switches"]]
     assert ("tp", "cp") in moves
@@ -113,7 +116,7 @@ def test_dynamic_switches_when_kv_blocks_admission():
     policy moves to a layout whose pool holds 6–8× more (CP and DOP tie as fixed layouts here,
     3,479 and 3,477 tok/s; priced at the batch each holds, CP is the one chosen)."""
     m, hw = planner.load_model("deepseek-v3.2"), planner.load_hardware("h200")
-    dep = planner.make_deployment(m, hw, attn="tp", gpus=8, mem_fraction=0.75)
+    dep = planner.make_deployment(m, hw, attn="tp", gpus=8, mem_fraction=datasheet_share(hw, 0.75))
     d = simulate(dep, chat(600, seed=2, rate_per_s=50.0), "dynamic", "fcfs", config=CFG)
     cap = [s for s in d["switches"] if s["reason"] == "switch_capacity"]
     assert cap and cap[0]["from"] == "tp" and cap[0]["to"] in ("cp", "dp", "dop")

@@ -4,8 +4,8 @@ so a rank with fewer query heads than a tile pays for the whole tile (`head_padd
 A kernel is a property of the engine and the GPU generation, not of the model: the same 16
 heads per rank fill a quarter of a 64-row tile in SGLang's FA3 decode and the whole of a 16-row
 block in floorfirst's own Triton kernel. Each declaration names its source. The GPU generation
-comes from `gpu_arch(hw)`; where the hardware spec doesn't say it (issue 12 adds a declared
-field), the name decides, in this one place.
+comes from `gpu_arch(hw)`, read from the hardware spec's declared compute capability (or, without
+one, its declared `arch`), never from its name.
 
 Rows and padding, per decode query token of one request on one rank with `h` query heads:
 - kernels that fold query tokens into the M dimension (FlashMLA dense, FlashInfer MLA, FA3 with
@@ -30,20 +30,19 @@ from planner.errors import SpecError
 
 HOPPER, BLACKWELL = "sm90", "sm100"
 
-# NOTE: until the hardware spec declares its generation (issue 12), the built-in names decide;
-# a spec of unknown generation gets no head tile (its floors stay lower bounds).
-_ARCH_BY_NAME = {"h20": HOPPER, "h100": HOPPER, "h200": HOPPER, "h800": HOPPER,
-                 "b200": BLACKWELL, "gb200": BLACKWELL, "b300": BLACKWELL, "gb300": BLACKWELL}
+# Declared generation -> the kernels' arch keys. NOTE: engines branch on the compute capability's
+# major (SGLang nsa_backend.py `required_padding = 128 if self.device_sm_major >= 10 else 64`), so a
+# declared capability decides first; a spec of unknown generation gets no head tile (its floors
+# stay lower bounds).
+_ARCH_KEYS = {"hopper": HOPPER, "blackwell": BLACKWELL}
 
 
 def gpu_arch(hw) -> str | None:
     """The GPU generation ('sm90', 'sm100') of a HardwareSpec, or None when unknown."""
-    for holder in (getattr(hw, "peak", None), hw):
-        arch = getattr(holder, "arch", None)
-        if arch:
-            return str(arch).lower()
-    name = str(getattr(hw, "name", "")).lower()
-    return _ARCH_BY_NAME.get(name.split("-")[0])
+    major = getattr(hw, "compute_capability_major", None)
+    if major is not None and getattr(hw, "vendor", "nvidia") == "nvidia":
+        return HOPPER if major == 9 else BLACKWELL if major >= 10 else None
+    return _ARCH_KEYS.get(str(getattr(hw, "arch", "unknown")))
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,78 @@
+"""Tables and sentences for capacity, feasibility and memory, shared by the planning commands.
+
+Nothing here computes a cost: it words what the planner's results say (a pool the engine
+sized, why a deployment can't run) and lays out the compare and capacity tables.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+
+import planner
+from cli.common import fmt_bytes, fmt_ms, fmt_tokens, scalar
+from planner.units import GiB
+
+
+def deployment_title(dep: planner.Deployment) -> str:
+    span = f" ({dep.nodes} nodes of {dep.gpus_per_node})" if dep.nodes > 1 else ""
+    return f"{dep.model.name} on {dep.gpus} × {dep.hardware.name}{span}"
+
+
+def infeasible_reason(cost: planner.StepCost) -> str:
+    """Why point 0 of a priced step can't run, in words ('' if it can)."""
+    if not cost.memory_feasible:
+        return cost.infeasible_reason
+    res, pool = scalar(cost.kv_resident_bytes), cost.kv_pool_bytes
+    if res > pool:
+        return f"KV {fmt_bytes(res)} on the busiest rank exceeds its pool {fmt_bytes(pool)} ({res / pool:.1f}×)"
+    return ""
+
+
+def memory_line(dep: planner.Deployment) -> str:
+    """One line: how the engine sized the pool of this deployment."""
+    p = dep.memory
+    frac = f"{dep.engine_model.fraction_name} {p.fraction:.3f} ({p.fraction_source})"
+    pool = f"KV pool {p.kv_pool_bytes / GiB:.1f} GiB/GPU" if p.feasible else "no KV pool"
+    return (f"{dep.engine}: {frac} of {p.total_bytes / GiB:.1f} GiB ({p.usable_hbm_bytes / GiB:.1f} GiB usable, "
+            f"{p.datasheet_hbm_bytes / 1e9:.0f} GB datasheet) − weights {p.weights_bytes / GiB:.1f} GiB → {pool}, "
+            f"{p.page_tokens}-token pages")
+
+
+def compare_table(out: dict[str, Any], dep0: planner.Deployment, pricing_label: str, calibrated: bool,
+                  best_max: dict | None) -> Table:
+    t = Table(title=f"{deployment_title(dep0)}, B={out['batch']:.0f}, mean context "
+                    f"{fmt_tokens(out['context_mean_tokens'])} ({pricing_label} floors, busiest rank, {dep0.engine} memory)")
+    cols = ["attn/moe", "floor max", "floor sum", "binding", "tokens/s @max", "KV used", "HBM", "compute", "net bytes", "net msgs"]
+    if calibrated:
+        cols.insert(3, "predicted")
+    for c in cols:
+        t.add_column(c, justify="left" if c in ("attn/moe", "binding") else "right")
+    for d in out["layouts"]:
+        r = d["resources"]
+        kv = r["kv_capacity"]
+        star = " ★" if best_max and d is best_max else ""
+        used = (f"{kv['used_fraction']:.0%}" if kv["used_fraction"] is not None else "no pool") + ("" if kv["fits"] else " ✗")
+        speed = f"{d['decode_tokens_per_s_at_max']:.0f}" if d["feasible"] else "—"
+        row = [f"{d['attn']}/{d['moe']}{star}", fmt_ms(d["floor_max_s"]), fmt_ms(d["floor_sum_s"]), d["binding"], speed,
+               used, fmt_ms(r["hbm"]["time_s"]), fmt_ms(r["compute"]["time_s"]), fmt_ms(r["network_bytes"]["time_s"]),
+               fmt_ms(r["network_messages"]["time_s"])]
+        if calibrated:
+            row.insert(3, fmt_ms(d["predicted_s"]))
+        t.add_row(*row)
+    return t
+
+
+def capacity_table(out: dict[str, Any], dep0: planner.Deployment) -> Table:
+    p0 = dep0.memory
+    t = Table(title=f"{deployment_title(dep0)}: KV capacity at {fmt_tokens(out['context_tokens'])} tokens/request "
+                    f"({dep0.engine}, {p0.usable_hbm_bytes / GiB:.1f} GiB usable per GPU, {out['page_tokens']}-token pages)")
+    for col in ("attn/moe", "weights GiB/GPU", "mem fraction", "KV pool GiB/GPU", "KV copies", "distinct tokens",
+                "max concurrency"):
+        t.add_column(col, justify="left" if col == "attn/moe" else "right")
+    for d in out["layouts"]:
+        pool = f"{d['kv_pool_gib_per_gpu']:.1f}" if d["feasible"] else "weights don't fit"
+        t.add_row(f"{d['attn']}/{d['moe']}", f"{d['weights_gib_per_gpu']:.1f}", f"{d['mem_fraction']:.3f}", pool,
+                  f"{d['kv_replication']:.0f}", fmt_tokens(d["distinct_tokens"]), f"{d['max_concurrency']:.0f}")
+    return t

@@ -1,0 +1,163 @@
+"""Engine memory models: how a serving engine turns one GPU's memory into a KV pool, and the
+engine defaults the rest of the planner needs (page size, KV dtype per GPU generation, prefill
+chunk size).
+
+A layout is an idea; an engine is how it runs. SGLang and vLLM size the KV pool from what torch
+reports, not from the datasheet, with their own fractions and reserves; each engine is one small
+module in this package (`@register_engine`), reproducing that engine's arithmetic with the
+source named next to the code. `plan(dep)` answers for one GPU of the deployment's busiest group
+with a `MemoryPlan`: the engine's "total", its fraction and reserve, the weights, and the pool in
+bytes and tokens — or, when the weights or the reserve don't fit, `feasible=False` and the
+reason in words (a pool is never negative).
+
+Pools are whole pages of whole tokens: `tokens = ⌊budget / cell / page⌋ · page` (SGLang aligns
+its token count to pages; vLLM counts blocks and keeps one null block), and the pool's bytes are
+those tokens × the bytes a token really occupies on the rank.
+
+Does not: price time (planner.resources), or model what the engine allocates after profiling
+beyond its own reserve (the reserve is the engine's, exactly as the engine computes it).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from planner.registry import Registry
+from planner.units import GiB
+
+if TYPE_CHECKING:  # pragma: no cover
+    from planner.deployment import Deployment
+    from planner.hardware.spec import HardwareSpec
+    from planner.models.spec import ModelSpec
+
+DEFAULT_ENGINE = "sglang"
+
+_ENGINES: Registry = Registry(__package__, "engine memory model", key=lambda obj: obj.name)
+
+
+def register_engine(cls):
+    _ENGINES.register(cls())
+    return cls
+
+
+def engines() -> dict[str, "EngineMemoryModel"]:
+    """Every registered engine memory model, by name."""
+    return _ENGINES.discover()
+
+
+def engine_names() -> tuple[str, ...]:
+    return tuple(sorted(engines()))
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """One GPU's memory as the engine divides it (bytes; the group's busiest rank)."""
+
+    engine: str
+    datasheet_hbm_bytes: float  # the datasheet "GB", kept for reference
+    usable_hbm_bytes: float  # torch total_memory (what the runtime reports)
+    total_bytes: float  # what the engine calls total memory (SGLang: free before weights; vLLM: total_memory)
+    fraction: float  # mem_fraction_static (SGLang) or gpu_memory_utilization (vLLM)
+    fraction_source: str  # 'engine default' | '--mem-fraction'
+    reserve_bytes: float  # held out of weights + KV: activations, graphs, workspaces, the (1 − fraction) share
+    reserve_terms: dict[str, float]  # how the engine built its reserve (names carry units)
+    weights_bytes: float
+    kv_budget_bytes: float  # what the engine sizes the pool from; negative when the weights don't fit
+    kv_cell_bytes_per_token: float  # bytes per token the engine divides the budget by (its profile)
+    kv_bytes_per_token: float  # bytes a token really occupies on this rank (all layers)
+    kv_pool_tokens: float  # tokens per GPU, whole pages
+    page_tokens: int
+    kv_dtype: str
+    feasible: bool
+    reason: str  # '' when feasible
+    defaults: dict[str, Any] = field(default_factory=dict)  # engine defaults that produced the plan
+    source: str = ""  # which engine code this reproduces
+
+    @property
+    def kv_pool_bytes(self) -> float:
+        """KV bytes the pool holds on this GPU (0 when infeasible; never negative)."""
+        return self.kv_pool_tokens * self.kv_bytes_per_token
+
+    @property
+    def static_budget_bytes(self) -> float:
+        """Memory the engine lets weights + KV occupy on this GPU (the runtime's memory budget)."""
+        return self.weights_bytes + max(self.kv_budget_bytes, 0.0)
+
+    def describe(self) -> dict[str, Any]:
+        """JSON view: which engine model and which defaults produced the pool (units in keys)."""
+        return {
+            "engine": self.engine, "source": self.source, "feasible": self.feasible,
+            "infeasible_reason": self.reason or None,
+            "datasheet_hbm_bytes": self.datasheet_hbm_bytes, "usable_hbm_bytes": self.usable_hbm_bytes,
+            "engine_total_bytes": self.total_bytes, "fraction": self.fraction, "fraction_source": self.fraction_source,
+            "reserve_bytes": self.reserve_bytes, "reserve_terms": dict(self.reserve_terms),
+            "weights_bytes": self.weights_bytes, "kv_budget_bytes": self.kv_budget_bytes,
+            "kv_cell_bytes_per_token": self.kv_cell_bytes_per_token, "kv_bytes_per_token": self.kv_bytes_per_token,
+            "kv_pool_tokens": self.kv_pool_tokens, "kv_pool_bytes": self.kv_pool_bytes,
+            "page_tokens": self.page_tokens, "kv_dtype": self.kv_dtype, "defaults": dict(self.defaults),
+        }
+
+
+class EngineMemoryModel:
+    """An engine's memory arithmetic and defaults. Subclasses set `name` and answer each method."""
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    fraction_name: ClassVar[str]  # the engine's own name for the fraction (for messages)
+
+    def default_kv_dtype(self, model: "ModelSpec", hw: "HardwareSpec") -> str:
+        """The canonical KV dtype ('bf16', 'fp8', 'fp8_dsa') the engine picks for `auto`."""
+        raise NotImplementedError
+
+    def default_page_tokens(self, model: "ModelSpec", hw: "HardwareSpec") -> int:
+        """Tokens per KV page (SGLang page_size, vLLM block_size) the engine uses by default."""
+        raise NotImplementedError
+
+    def chunked_prefill_tokens(self, dep: "Deployment") -> int:
+        """Prefill tokens one engine step takes per rank by default (SGLang chunked_prefill_size
+        after its DP-attention split, vLLM max_num_batched_tokens)."""
+        raise NotImplementedError
+
+    def check(self, mem_fraction: float | None, reserve_bytes: float | None) -> None:
+        """Raise SpecError if the overrides don't make sense for this engine."""
+
+    def plan(self, dep: "Deployment") -> MemoryPlan:
+        raise NotImplementedError
+
+
+def kv_bytes_on_rank(dep: "Deployment") -> float:
+    """Bytes one cached token occupies on the busiest rank, all layers: the full record for
+    owner and CP layouts, the record over the head split for TP (1 for MLA's single latent)."""
+    from planner.capacity import kv_split_ways  # lazy: capacity imports the step model
+
+    record = dep.model.attention.kv_bytes_per_token(dep.kv_dtype) * dep.model.num_layers
+    return record / (kv_split_ways(dep) if dep.attn == "tp" else 1.0)
+
+
+def whole_page_tokens(budget_bytes: float, cell_bytes: float, page_tokens: int, spare_pages: int = 0) -> float:
+    """⌊budget / cell / page⌋ · page − spare pages, floored at 0."""
+    if cell_bytes <= 0:
+        return 0.0
+    pages = math.floor(budget_bytes / cell_bytes / page_tokens) - spare_pages
+    return float(max(pages, 0) * page_tokens)
+
+
+def weights_resident(dep: "Deployment") -> float:
+    from planner.step import weights_resident_bytes  # lazy: the step model imports deployments
+
+    return float(sum(weights_resident_bytes(dep).values()))
+
+
+def infeasible_reason(plan_kwargs: dict[str, Any], fraction_name: str) -> str:
+    """Words for a pool that cannot hold one page, from the plan's own figures (GiB per GPU)."""
+    w, b, total, frac = (plan_kwargs[k] for k in ("weights_bytes", "kv_budget_bytes", "total_bytes", "fraction"))
+    if frac <= 0:
+        return (f"the reserve ({plan_kwargs['reserve_bytes'] / GiB:.1f} GiB/GPU) leaves no memory for weights and KV "
+                f"({fraction_name} would be {frac:.3f})")
+    if b < 0:
+        return (f"weights {w / GiB:.1f} GiB/GPU exceed the {(w + b) / GiB:.1f} GiB the engine allows for weights + KV "
+                f"({fraction_name} {frac:.3f} of {total / GiB:.1f} GiB)")
+    return (f"after weights ({w / GiB:.1f} GiB/GPU) the KV budget is {b / GiB:.2f} GiB, "
+            f"less than one {plan_kwargs['page_tokens']}-token page")

@@ -1,0 +1,128 @@
+"""vLLM's memory model (V1 engine): gpu_memory_utilization of total memory holds weights, the
+profiled peak activations, non-torch memory and the KV cache. Read in vllm-project/vllm:
+
+- `vllm/v1/worker/gpu_worker.py Worker.determine_available_memory`:
+  available_kv = requested_memory − non_kv_cache_memory, with requested_memory =
+  total_memory × gpu_memory_utilization (`init_device`, from the torch snapshot's total) and
+  non_kv_cache_memory = weights + torch_peak_increase (the profile run) + non_torch_increase;
+  `--kv-cache-memory` bypasses it. The CUDA context is inside total and outside the request,
+  so it lives in the (1 − utilization) headroom.
+- `vllm/v1/core/kv_cache_utils.py get_num_blocks`: num_blocks = available // page_size //
+  num_layers, page_size = block_size × bytes per token and layer; `BlockPool` keeps one null
+  block, so num_blocks − 1 hold tokens.
+- Defaults: gpu_memory_utilization 0.9 (`CacheConfig`); block_size 16, forced to 64 for MLA on
+  FlashMLA and for DSA on FlashMLASparse (`vllm/platforms/cuda.py check_and_update_config`);
+  max_num_batched_tokens 8192 for `vllm serve` on GPUs with ≥ 70 GiB that are not A100, 2048
+  otherwise (`vllm/engine/arg_utils.py EngineArgs.get_batch_defaults`), max_num_seqs 1024 / 256.
+  KV dtype auto = the model dtype; for DeepSeek-V3.2 every fp8 spelling becomes the custom
+  `fp8_ds_mla` record (656 B + the 132-B indexer key), `DeepseekV32ForCausalLM.
+  verify_and_update_config` in `vllm/model_executor/models/config.py`. NOTE: v0.11.0 also mapped
+  `auto` to fp8_ds_mla for V3.2; the stored current code keeps auto = bf16, which this follows.
+
+The profile run's peak (NOTE: an estimate, vLLM measures it): the profile run pushes
+max_num_batched_tokens tokens through the model and the sampler over max_num_seqs rows. Its
+peak here is tokens × 2 B × (4·hidden live residual/normed/attention/MLP tensors + the widest
+MLP transient) + rows × vocab × 4 B × 2 (fp32 logits and probabilities). The MLP transient is
+the fused-MoE workspace `fused_experts_impl` allocates, top_k × (2·I + I + hidden) per token
+(intermediate_cache1/2/3, I the rank's expert width), or 3·I for a dense MLP (gate_up + act).
+Non-torch memory (cuBLAS workspaces, NCCL and custom all-reduce buffers): 1.79 GiB on one GPU
+and 3.58 GiB per GPU at TP2, the figures vLLM PR #10511 logs on H100; a lead elsewhere.
+Ignores: the CUDA-graph estimate newer versions may subtract (`cudagraph_memory_estimate_applied`),
+`VLLM_FUSED_MOE_CHUNK_SIZE` chunking and the extra tokens an all-gather EP path sees.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from planner.engines.base import (EngineMemoryModel, MemoryPlan, infeasible_reason, kv_bytes_on_rank,
+                                  register_engine, weights_resident, whole_page_tokens)
+from planner.units import GiB
+
+if TYPE_CHECKING:  # pragma: no cover
+    from planner.deployment import Deployment
+
+SOURCE = ("vllm-project/vllm: vllm/v1/worker/gpu_worker.py Worker.determine_available_memory, "
+          "vllm/v1/core/kv_cache_utils.py get_num_blocks")
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
+NON_TORCH_ONE_GPU_BYTES = 1.79 * GiB  # vLLM PR #10511 memory-profiling log, Llama-3-8B on H100, TP1
+NON_TORCH_MULTI_GPU_BYTES = 3.58 * GiB  # same log at TP2 (NCCL / custom all-reduce buffers added)
+ACTIVATION_BYTES = 2.0  # bf16 activations
+LOGIT_BYTES = 4.0  # fp32 logits in the sampler
+LIVE_HIDDEN_TENSORS = 4  # residual, normed input, attention output, MLP output
+
+
+def batch_defaults(hw) -> tuple[int, int]:
+    """(max_num_batched_tokens, max_num_seqs) of `vllm serve`, `EngineArgs.get_batch_defaults`."""
+    if hw.usable_hbm_bytes >= 70 * GiB and hw.arch != "ampere":
+        return 8192, 1024
+    return 2048, 256
+
+
+def _mlp_transient_elems_per_token(dep: "Deployment") -> float:
+    mlp, t = dep.model.mlp, dep.ranks
+    dense = 3.0 * mlp.dense_intermediate_size / t
+    if mlp.kind != "moe":
+        return dense
+    width = mlp.expert_intermediate_size / (t if dep.moe == "tp" else 1)
+    return max(mlp.top_k * (3.0 * width + mlp.hidden_size), dense)
+
+
+def peak_activation_terms(dep: "Deployment") -> dict[str, float]:
+    tokens, rows = batch_defaults(dep.hardware)
+    rows = min(rows, tokens)
+    h = dep.model.hidden_size
+    return {
+        "profile_tokens": float(tokens),
+        "forward_peak_bytes": tokens * ACTIVATION_BYTES * (LIVE_HIDDEN_TENSORS * h + _mlp_transient_elems_per_token(dep)),
+        "sampler_peak_bytes": rows * dep.model.vocab_size * LOGIT_BYTES * 2.0,
+    }
+
+
+@register_engine
+class VLLM(EngineMemoryModel):
+    name = "vllm"
+    description = "vLLM: gpu_memory_utilization of total memory minus weights, profiled peak and non-torch memory"
+    fraction_name = "gpu_memory_utilization"
+
+    def default_kv_dtype(self, model, hw):
+        return "bf16"
+
+    def default_page_tokens(self, model, hw):
+        return 64 if model.attention.kind in ("mla", "dsa") else 16
+
+    def chunked_prefill_tokens(self, dep):
+        return batch_defaults(dep.hardware)[0]
+
+    def plan(self, dep):
+        hw = dep.hardware
+        total = hw.usable_hbm_bytes
+        if dep.mem_fraction is not None:
+            frac, src = dep.mem_fraction, "--mem-fraction"
+        else:
+            frac, src = DEFAULT_GPU_MEMORY_UTILIZATION, "engine default"
+        if dep.reserve_bytes is not None:
+            terms = {"given_reserve_bytes": dep.reserve_bytes}
+            held = dep.reserve_bytes
+        else:
+            act = peak_activation_terms(dep)
+            non_torch = NON_TORCH_ONE_GPU_BYTES if dep.ranks == 1 else NON_TORCH_MULTI_GPU_BYTES
+            terms = {"peak_activation_bytes": act["forward_peak_bytes"] + act["sampler_peak_bytes"],
+                     "non_torch_bytes": non_torch, **{f"activation_{k}": v for k, v in act.items()}}
+            held = terms["peak_activation_bytes"] + non_torch
+        weights = weights_resident(dep)
+        budget = frac * total - weights - held
+        bpt = kv_bytes_on_rank(dep)
+        tokens = whole_page_tokens(budget, bpt, dep.page_tokens, spare_pages=1)
+        max_tokens, max_seqs = batch_defaults(hw)
+        kw = dict(
+            engine=self.name, datasheet_hbm_bytes=hw.peak.hbm_bytes, usable_hbm_bytes=total, total_bytes=total,
+            fraction=frac, fraction_source=src, reserve_bytes=total * (1.0 - frac) + held, reserve_terms=terms,
+            weights_bytes=weights, kv_budget_bytes=budget, kv_cell_bytes_per_token=bpt, kv_bytes_per_token=bpt,
+            kv_pool_tokens=tokens, page_tokens=dep.page_tokens, kv_dtype=dep.kv_dtype,
+            defaults={"gpu_memory_utilization": frac, "block_size": dep.page_tokens,
+                      "max_num_batched_tokens": max_tokens, "max_num_seqs": max_seqs},
+            source=SOURCE,
+        )
+        feasible = tokens > 0
+        return MemoryPlan(**kw, feasible=feasible, reason="" if feasible else infeasible_reason(kw, self.fraction_name))
