@@ -2,11 +2,11 @@
 `planner.triage.triage_step` — overlap quality inside [max, sum], the residual above the sum and
 whether to open a profiler (on which resource), or the floor a row beats (a spec or model error).
 
-`triage_profile(path, threshold)` returns a `ProfileTriage`; `render_profile_triage(result,
-json_out)` prints it (a table on stdout, or one JSON document). `floorfirst triage --profile`
-calls exactly these two.
+`triage_profile(path, threshold)` returns a `ProfileTriage` (`to_json()` is its document);
+`floorfirst triage --profile` renders it (cli/commands/triage.py).
 
-Does not: fit anything; rows that can't be priced are listed as issues with their line.
+Does not: fit anything, or print anything (nothing here imports cli); rows that can't be priced are
+listed as issues with their line.
 """
 
 from __future__ import annotations
@@ -65,36 +65,3 @@ def triage_profile(path, threshold: float = DEFAULT_THRESHOLD, defaults: dict | 
             }
     issues = [str(i) for i in profile.issues + costs.issues]
     return ProfileTriage(threshold, out, issues, list(profile.notes))
-
-
-def render_profile_triage(result: ProfileTriage, json_out: bool = False) -> None:
-    """Print a table (people) or one JSON document (programs) on stdout."""
-    if json_out:
-        from cli.common import emit_json
-
-        emit_json("triage_profile", result.to_json())
-        return
-    from rich.table import Table
-
-    from cli.common import console
-
-    con = console()
-    tab = Table(title=f"triage of {len(result.rows)} measured steps (profile threshold {result.threshold:.0%})")
-    for col, just in (("line", "right"), ("deployment", "left"), ("B", "right"), ("ctx", "right"),
-                      ("measured ms", "right"), ("max ms", "right"), ("sum ms", "right"), ("verdict", "left"),
-                      ("q / residual", "right"), ("profile", "left")):
-        tab.add_column(col, justify=just)
-    for r in result.rows:
-        q = (f"q={r['overlap_quality']:.2f}" if r["verdict"] == "inside" else
-             f"+{r['residual_fraction']:.0%}" if r["verdict"] == "above_sum" else ",".join(r["violated_resources"]))
-        tab.add_row(str(r["line"]), r["deployment"], str(r["batch"]), f"{r['context_tokens']:.0f}",
-                    f"{r['measured_s'] * 1e3:.3f}", f"{r['floor_max_s'] * 1e3:.3f}", f"{r['floor_sum_s'] * 1e3:.3f}",
-                    r["verdict"], q, r["profile_resource"] or "")
-    con.print(tab)
-    c = result.counts()
-    con.print(f"{c['inside']} inside \\[max, sum], {c['above_sum']} above sum ({c['profile']} over the threshold: "
-              f"profile), {c['below_floor']} below the floor (a spec or the model is wrong), {c['rejected']} rejected")
-    for i in result.issues:
-        con.print(f"[yellow]rejected[/] {i}")
-    for n in result.notes:
-        con.print(f"[dim]{n}[/]")

@@ -34,7 +34,7 @@ import numpy as np
 
 from executor.sim import SimExecutor
 from runtime_policy.executor import StepBatch
-from runtime_policy.tables import LAYOUTS, StepTimeTable
+from runtime_policy.tables import StepTimeTable
 
 
 @dataclass
@@ -94,10 +94,11 @@ def per_step_best(tables: StepTimeTable, rec: RecordingExecutor) -> OracleBound:
     """Reprice every recorded step in every layout; see the module docstring."""
     info, bpt, page = tables.info, tables.kv_bytes_per_token, float(tables.page_tokens)
     sim = SimExecutor(tables)
-    usable = [i for i in range(len(LAYOUTS)) if info.kv_pool_bytes[i] > 0]
+    names = tables.layouts
+    usable = [i for i in range(len(names)) if info.kv_pool_bytes[i] > 0]
     busy_actual = busy_oracle = 0.0
     steps = 0
-    chosen = np.zeros(len(LAYOUTS), dtype=np.int64)
+    chosen = np.zeros(len(names), dtype=np.int64)
     for r in rec.runs:
         k = r.prefill_tokens.shape[0]
         need = r.context_tokens + page  # [B] KV tokens each decoder holds
@@ -118,6 +119,6 @@ def per_step_best(tables: StepTimeTable, rec: RecordingExecutor) -> OracleBound:
         busy_actual += float(r.durations_s.sum())
         busy_oracle += float(best.sum())
         steps += k
-        chosen += np.bincount(arg, minlength=len(LAYOUTS))
+        chosen += np.bincount(arg, minlength=len(names))
     return OracleBound(steps, busy_actual, busy_oracle, rec.commit_stall_s,
-                       {LAYOUTS[i]: int(chosen[i]) for i in range(len(LAYOUTS))})
+                       {names[i]: int(chosen[i]) for i in range(len(names))})

@@ -451,6 +451,7 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
             layout = inflight.layout
             inflight = None
             state.steps_since_switch = 0
+            state.capacity_reprice_at_step = -1
             state.layout, state.switch_in_flight = layout, False
             ordering.prefill_s_per_token = prefill_price[layout]
         if not b and not prefill_q and waiting.pos >= len(waiting.ids) and not waiting.new:
@@ -555,6 +556,8 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
                 state.kv_growth_tokens = state.owner_kv_growth_tokens = 0.0
         state.step_index = steps
         d = policy.decide(state)
+        if d.capacity_stands_steps:
+            state.capacity_reprice_at_step = steps + d.capacity_stands_steps
         if d.switch and inflight is None and d.layout != layout and d.plan is not None:
             inflight, started_s = d, t
             state.switch_in_flight = True

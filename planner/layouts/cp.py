@@ -25,6 +25,7 @@ def value_width(inp: ShareInputs) -> int:
 class ContextParallel(AttentionLayout):
     name = "cp"
     description = "weights replicated, KV pages interleaved over ranks, LSE merge"
+    kv_placement = "token_split"
     weights_sharded = False
     output_sharded = True
     activations_replicated = True

@@ -24,6 +24,7 @@ def _query_width(inp: ShareInputs) -> tuple[int, int]:
 class DecoupledOwnership(AttentionLayout):
     name = "dop"
     description = "heads sharded like TP, each request's KV on one owner, queries routed by all-to-all"
+    kv_placement = "owner"
     weights_sharded = True
     output_sharded = True
     activations_replicated = True

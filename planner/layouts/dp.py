@@ -51,6 +51,7 @@ def owner_candidates(layout: AttentionLayout, inp: ShareInputs) -> list[Attentio
 class DataParallelAttention(AttentionLayout):
     name = "dp"
     description = "weights replicated, each request's KV on one owner"
+    kv_placement = "owner"
     weights_sharded = False
     output_sharded = False
     activations_replicated = False

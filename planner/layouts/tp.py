@@ -24,6 +24,7 @@ def kv_split(inp: ShareInputs) -> float:
 class TensorParallel(AttentionLayout):
     name = "tp"
     description = "heads sharded, KV split by heads (replicated for MLA), all-reduce"
+    kv_placement = "every_rank"
     weights_sharded = True
     output_sharded = True
     activations_replicated = True

@@ -1,0 +1,120 @@
+"""The policy's step times: a batch state's predicted step seconds in every layout, in plain
+Python floats over the compiled tables (runtime_policy/step_time.py's formula; a numpy call costs
+~1 µs to dispatch, more than a table row's arithmetic).
+
+The decode step of the batch, blended with a prefill chunk of the observed mean size and prefix in
+the observed share of steps that run one (`PolicyState.prefill_*`): TP and CP spread a chunk over
+the ranks; the owner layouts run `prefill_owner_share` of it on one owner, so, as in the step
+model, their chunk step is the slower of the decode-busiest owner and that owner (taken as the
+lightest, where admission puts new requests). Without the blend a prefill-heavy (long-prompt) load
+looks like its decode batch alone, where owner layouts win, while its chunks run several times
+slower on one owner.
+
+Does not: decide anything (policy.py), or read a state's validity (policy.py checks it first).
+"""
+
+from __future__ import annotations
+
+import math
+
+from runtime_policy import step_time
+from runtime_policy.tables import StepTimeTable
+
+CHUNK_STEP = 1.03  # the prefill blend's chunk sizes, rounded to 3 % steps (cached rows)
+LOG_CHUNK_STEP = math.log(CHUNK_STEP)
+OWNER_SHARE_STEPS = 32  # the chunk's owner share, rounded to 1/32 (cached rows)
+ROW_CACHE_ENTRIES = 4096  # base rows past the decode-only ones, and chunk rows, kept as Python floats
+
+
+class StepPricer:
+    """Step seconds of a batch in every layout of one compiled table (see the module docstring)."""
+
+    def __init__(self, tables: StepTimeTable, max_batch: int):
+        t = tables
+        self.tables = t
+        n = len(t.layouts)
+        self.layouts = range(n)
+        self.owner = [bool(x) for x in t.info.is_owner]
+        self.spread = [i for i in range(n) if not self.owner[i]]
+        self.owned = [i for i in range(n) if self.owner[i]]
+        self.n_base = max_batch + 1
+        rows = t.base_rows_py  # NOTE: compiled once per table (a per-policy copy cost ~6 ms)
+        self.base_py = rows[: self.n_base] if self.n_base <= len(rows) else t.base_s[: self.n_base].tolist()
+        self.c1 = t.c1_s.tolist()
+        self.c2 = t.c2_s.tolist()
+        self.alpha, self.over = float(t.alpha), float(t.overhead_s)
+        self.knee = float(t.prefix_knee_tokens)
+        self.max_chunk = t.max_prefill_tokens
+        self.n_max = t.max_tokens
+        self.steps = [0.0] * n  # the last call's answer (reused: the hot path allocates no list)
+        self.net = [0.0] * n  # the last call's network-bytes term of each layout's decode step
+        self._row_cache: dict[int, list] = {}  # base_s rows by token count past base_py
+        self._chunk_cache: dict[tuple[int, int], list] = {}  # chunk rows by (chunk, owner's tokens)
+        self._chunk_sizes: dict[int, int] = {}  # 1.03^e tokens, capped, by e
+
+    def step_times(self, b: int, s1: float, s2: float, own: float, own_min: float, prefill_fraction: float,
+                   prefill_tokens: float, prefill_context: float, owner_share: float) -> list[float]:
+        """[L] step seconds of a batch of `b` decodes with sums `s1` (Σ min(L, top-k)) and `s2` (Σ L),
+        whose busiest and lightest owners hold `own` and `own_min` KV tokens, and the observed
+        prefill (share of steps with a chunk, tokens per step, their prefix, the owner's share).
+        Returns `self.steps`, overwritten by the next call (copy what you keep)."""
+        frac = frac_min = 0.0
+        if s2 > 0:
+            frac, frac_min = min(own / s2, 1.0), min(own_min / s2, 1.0)
+        rows = self.base_py[b if b < self.n_base else self.n_base - 1]
+        out, net, owner = self.steps, self.net, self.owner
+        c1, c2, alpha, over = self.c1, self.c2, self.alpha, self.over
+        for i in self.layouts:
+            a, c = (s1 * frac, s2 * frac) if owner[i] else (s1, s2)
+            out[i] = step_time.step_seconds(rows[i], None, c1[i], c2[i], a, c, alpha, over)[0]
+            net[i] = rows[i][step_time.NET_BYTES] + a * c1[i][step_time.NET_BYTES] + c * c2[i][step_time.NET_BYTES]
+        f = min(prefill_fraction, 1.0)
+        if not (f > 0 and prefill_tokens > 0):
+            return out
+        rows_n, crows, prefix = self._chunk_inputs(b, f, prefill_tokens, prefill_context, owner_share)
+        knee = self.knee
+        for i in self.spread:  # the chunk over every rank, next to the whole batch
+            chunk = step_time.chunk_terms(crows[i], prefix, knee)
+            with_chunk = step_time.step_seconds(rows_n[i], chunk, c1[i], c2[i], s1, s2, alpha, over)[0]
+            out[i] = (1.0 - f) * out[i] + f * with_chunk
+        for i in self.owned:  # the chunk on one owner (the lightest), next to the decode-busiest
+            chunk = step_time.chunk_terms(crows[i], prefix, knee)
+            with_chunk = step_time.owner_step_seconds(rows_n[i], chunk, c1[i], c2[i], s1 * frac, s2 * frac,
+                                                      s1 * frac_min, s2 * frac_min, alpha, over)
+            out[i] = (1.0 - f) * out[i] + f * with_chunk
+        return out
+
+    def net_share(self, layout: int, step_s: float) -> float:
+        """The network-bytes share of `layout`'s last priced decode step (link contention)."""
+        return self.net[layout] / step_s if step_s > 0 else 0.0
+
+    def _chunk_inputs(self, b: int, f: float, prefill_tokens: float, prefill_context: float,
+                      owner_share: float) -> tuple[list, list, float]:
+        """The blend's base rows for b + chunk tokens, each layout's chunk row (3R floats: the whole
+        chunk for spread layouts, the owner's share of it for owner layouts) and the prefix. NOTE:
+        the chunk size is rounded to 3 % steps and the owner share to 1/32 (both are running means)
+        so their rows can be cached."""
+        size = prefill_tokens / f
+        e = round(math.log(max(size, 1.0)) / LOG_CHUNK_STEP)
+        chunk = self._chunk_sizes.get(e)
+        if chunk is None:
+            chunk = self._chunk_sizes[e] = min(max(int(CHUNK_STEP ** e), 1), self.max_chunk)
+        share = round(min(max(owner_share, 0.0), 1.0) * OWNER_SHARE_STEPS) / OWNER_SHARE_STEPS
+        own_p = min(max(int(chunk * share), 1), chunk)
+        n = min(b + chunk, self.n_max)
+        if n < self.n_base:
+            rows = self.base_py[n]
+        else:
+            rows = self._row_cache.get(n)
+            if rows is None:
+                if len(self._row_cache) > ROW_CACHE_ENTRIES:
+                    self._row_cache.clear()
+                rows = self._row_cache[n] = self.tables.base_s[n].tolist()
+        crows = self._chunk_cache.get((chunk, own_p))
+        if crows is None:
+            if len(self._chunk_cache) > ROW_CACHE_ENTRIES:
+                self._chunk_cache.clear()
+            cr = self.tables.chunk_rows_s
+            crows = self._chunk_cache[(chunk, own_p)] = [cr[own_p if self.owner[i] else chunk, i].tolist()
+                                                         for i in self.layouts]
+        return rows, crows, max(prefill_context, 0.0)
