@@ -67,13 +67,25 @@ class RecordingExecutor:
                                      np.array(dur)))
         return dur
 
+    def admit(self, request_id: int, context_tokens: int, owner: int) -> None:
+        self.inner.admit(request_id, context_tokens, owner)
+
+    def retire(self, request_id: int, preempted: bool = False) -> None:
+        self.inner.retire(request_id, preempted)
+
     def start_switch(self, plan) -> float:
         return self.inner.start_switch(plan)
+
+    def poll_switch(self):
+        return self.inner.poll_switch()
 
     def commit_switch(self, plan) -> float:
         stall = self.inner.commit_switch(plan)
         self.commit_stall_s += stall
         return stall
+
+    def abort_switch(self, plan) -> None:
+        self.inner.abort_switch(plan)
 
 
 @dataclass(frozen=True)

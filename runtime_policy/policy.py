@@ -51,17 +51,12 @@ from runtime_policy.transitions import max_fitting_kv_bytes, memory_fits, plan_t
 
 __all__ = ["REPRICE_EVERY_STEPS", "Decision", "FixedPolicy", "LayoutPolicy", "PolicyKnobs", "PolicyState", "Reason"]
 
-_INF = math.inf
+_INF = math.inf  # NOTE: `-_INF < x < _INF` is the finiteness check here (NaN fails both comparisons)
 
 
 def _as_list(x) -> list:
     """A [T] or [W] state field as a list of floats (the loop hands lists; other callers arrays)."""
     return x if type(x) is list else x.tolist()
-
-
-def _finite(x) -> bool:
-    """A finite number (NaN fails both comparisons)."""
-    return -_INF < x < _INF
 
 
 @dataclass
@@ -225,7 +220,7 @@ class LayoutPolicy:
             return self._refuse(cur, "running")
         f, p_tok = state.prefill_step_fraction, state.prefill_tokens_per_step
         p_ctx, p_share = state.prefill_context_tokens, state.prefill_owner_share
-        if not (_finite(f) and _finite(p_tok) and _finite(p_ctx) and _finite(p_share)):
+        if not (-_INF < f < _INF and -_INF < p_tok < _INF and -_INF < p_ctx < _INF and -_INF < p_share < _INF):
             return self._refuse(cur, "prefill statistics")
         g_tot, g_own = state.kv_growth_tokens, state.owner_kv_growth_tokens
         if g_tot in (_INF, -_INF) or g_own in (_INF, -_INF):  # NaN stays "none projected"
@@ -246,7 +241,7 @@ class LayoutPolicy:
                 if type(fr) is not np.ndarray:
                     return self._refuse(cur, "free_kv_bytes")
                 fr = fr.tolist()
-            if not (0.0 <= head < _INF) or len(fr) != self._ranks or not _finite(sum(fr)):
+            if not (0.0 <= head < _INF) or len(fr) != self._ranks or not -_INF < sum(fr) < _INF:
                 return self._refuse(cur, "waiting_tokens" if len(fr) == self._ranks else "free_kv_bytes")
             head += self._page
             need = head * bpt

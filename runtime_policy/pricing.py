@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 
 from runtime_policy import step_time
+from runtime_policy.step_time import NET_BYTES
 from runtime_policy.tables import StepTimeTable
 
 CHUNK_STEP = 1.03  # the prefill blend's chunk sizes, rounded to 3 % steps (cached rows)
@@ -62,36 +63,38 @@ class StepPricer:
         if s2 > 0:
             frac, frac_min = min(own / s2, 1.0), min(own_min / s2, 1.0)
         rows = self.base_py[b if b < self.n_base else self.n_base - 1]
-        out, net, owner = self.steps, self.net, self.owner
-        c1, c2, alpha, over = self.c1, self.c2, self.alpha, self.over
-        for i in self.layouts:
-            a, c = (s1 * frac, s2 * frac) if owner[i] else (s1, s2)
-            out[i] = step_time.step_seconds(rows[i], None, c1[i], c2[i], a, c, alpha, over)[0]
-            net[i] = rows[i][step_time.NET_BYTES] + a * c1[i][step_time.NET_BYTES] + c * c2[i][step_time.NET_BYTES]
+        out, net, c1, c2, alpha, over, j = self.steps, self.net, self.c1, self.c2, self.alpha, self.over, NET_BYTES
+        a, c = s1 * frac, s2 * frac  # the decode-busiest owner's sums
+        for i in self.owned:
+            net[i] = rows[i][j] + a * c1[i][j] + c * c2[i][j]
+        for i in self.spread:  # every rank reads every request's share
+            net[i] = rows[i][j] + s1 * c1[i][j] + s2 * c2[i][j]
         f = min(prefill_fraction, 1.0)
         if not (f > 0 and prefill_tokens > 0):
+            seconds = step_time.step_seconds
+            for i in self.spread:
+                out[i] = seconds(rows[i], None, 0.0, 0.0, c1[i], c2[i], s1, s2, alpha, over)
+            for i in self.owned:
+                out[i] = seconds(rows[i], None, 0.0, 0.0, c1[i], c2[i], a, c, alpha, over)
             return out
-        rows_n, crows, prefix = self._chunk_inputs(b, f, prefill_tokens, prefill_context, owner_share)
-        knee = self.knee
+        rows_n, crows = self._chunk_inputs(b, f, prefill_tokens, owner_share)
+        lo, hi = step_time.prefix_split(max(prefill_context, 0.0), self.knee)
+        blended = step_time.blended_seconds
         for i in self.spread:  # the chunk over every rank, next to the whole batch
-            chunk = step_time.chunk_terms(crows[i], prefix, knee)
-            with_chunk = step_time.step_seconds(rows_n[i], chunk, c1[i], c2[i], s1, s2, alpha, over)[0]
-            out[i] = (1.0 - f) * out[i] + f * with_chunk
-        for i in self.owned:  # the chunk on one owner (the lightest), next to the decode-busiest
-            chunk = step_time.chunk_terms(crows[i], prefix, knee)
-            with_chunk = step_time.owner_step_seconds(rows_n[i], chunk, c1[i], c2[i], s1 * frac, s2 * frac,
-                                                      s1 * frac_min, s2 * frac_min, alpha, over)
-            out[i] = (1.0 - f) * out[i] + f * with_chunk
+            out[i] = blended(rows[i], rows_n[i], crows[i], lo, hi, c1[i], c2[i], s1, s2, f, alpha, over)
+        aa, cc = s1 * frac_min, s2 * frac_min  # the chunk's owner (the lightest)
+        blended = step_time.owner_blended_seconds
+        for i in self.owned:  # the chunk on one owner, next to the decode-busiest
+            out[i] = blended(rows[i], rows_n[i], crows[i], lo, hi, c1[i], c2[i], a, c, aa, cc, f, alpha, over)
         return out
 
     def net_share(self, layout: int, step_s: float) -> float:
         """The network-bytes share of `layout`'s last priced decode step (link contention)."""
         return self.net[layout] / step_s if step_s > 0 else 0.0
 
-    def _chunk_inputs(self, b: int, f: float, prefill_tokens: float, prefill_context: float,
-                      owner_share: float) -> tuple[list, list, float]:
-        """The blend's base rows for b + chunk tokens, each layout's chunk row (3R floats: the whole
-        chunk for spread layouts, the owner's share of it for owner layouts) and the prefix. NOTE:
+    def _chunk_inputs(self, b: int, f: float, prefill_tokens: float, owner_share: float) -> tuple[list, list]:
+        """The blend's base rows for b + chunk tokens, and each layout's chunk row (3R floats: the
+        whole chunk for spread layouts, the owner's share of it for owner layouts). NOTE:
         the chunk size is rounded to 3 % steps and the owner share to 1/32 (both are running means)
         so their rows can be cached."""
         size = prefill_tokens / f
@@ -117,4 +120,4 @@ class StepPricer:
             cr = self.tables.chunk_rows_s
             crows = self._chunk_cache[(chunk, own_p)] = [cr[own_p if self.owner[i] else chunk, i].tolist()
                                                          for i in self.layouts]
-        return rows, crows, max(prefill_context, 0.0)
+        return rows, crows
