@@ -294,8 +294,13 @@ class ServingLoop:
         max_batch = self.config.max_batch
         wids = waiting.ids
         displaced = False
-        # NOTE: a move that shed KV to fit admits nothing in the old layout until its commit
+        # NOTE: a move that shed KV to fit admits nothing in the old layout until its commit; any
+        # other move admits only what also fits its destination (the move's memory was checked for
+        # the running set at its start; what joins meanwhile must fit where it is going too)
         hold = self.inflight is not None and self.inflight.shed_kv_tokens > 0
+        dst = self.inflight.layout if self.inflight is not None else -1
+        dst_owner, dst_share = (self.is_owner[dst], self.shares[dst]) if dst >= 0 else (False, 0.0)
+        dst_pool = self.pools[dst] * self.watermark if dst >= 0 else 0.0
         while not self.skip_admit and not hold and waiting.pos < len(wids):
             i = wids[waiting.pos]
             if dec.b + len(prefill_q) >= max_batch:
@@ -311,6 +316,8 @@ class ServingLoop:
                 fits = (okv[r] + need) * bpt <= lay_pool
             else:
                 fits = (total + need) * lay_share * bpt <= lay_pool
+            if fits and dst >= 0:
+                fits = ((okv[r] + need) * bpt if dst_owner else (total + need) * dst_share * bpt) <= dst_pool
             if not fits:
                 if not dec.b and not prefill_q and self.inflight is None and not fits_somewhere(
                         need * bpt, self.policy, self.tables, self.watermark):
@@ -436,10 +443,11 @@ class ServingLoop:
         self._end(i, ABORTED)
 
     # ---- the KV wall ---------------------------------------------------------------------------
-    def _kv_steps(self, total: float) -> int:
-        """Decode steps the decoders can take before KV runs out (owner layouts: at most a run, all
-        a run takes)."""
-        dec, layout = self.dec, self.layout
+    def _kv_steps(self, total: float, layout: int = -1) -> int:
+        """Decode steps the decoders can take before KV runs out in `layout` (default the current
+        one; owner layouts: at most a run, all a run takes)."""
+        dec = self.dec
+        layout = self.layout if layout < 0 else layout
         cap = self.cap[layout]
         if not self.is_owner[layout]:
             return int(math.floor((cap - total) / dec.b))
@@ -454,6 +462,16 @@ class ServingLoop:
         """Steps the decoders can take before KV runs out; at the wall, preempt (the ordering's
         victims) until they can take one. −1: preempted with victims to re-sort (decide again)."""
         k_kv = self._kv_steps(total)
+        if self.inflight is not None:
+            # NOTE: a move holds the running set in both layouts until its commit, and what decodes
+            # meanwhile grows in both: the run stops where the destination is full, and a move
+            # whose destination can't take one more step is abandoned (its memory no longer fits)
+            k_dst = self._kv_steps(total, self.inflight.layout)
+            if k_dst < 1:
+                self.executor.abort_switch(self.inflight.plan)
+                self._switch_ended(aborted="the destination's KV pool filled while the move ran")
+            else:
+                k_kv = min(k_kv, k_dst)
         if k_kv >= 1:
             return k_kv
         dec, ctx, ctxf = self.dec, self.ctx, self.ctxf

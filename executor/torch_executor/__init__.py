@@ -10,9 +10,9 @@ driver), `reference` (single-device check). Importing this package imports torch
 from .config import DEEPSEEK_V32, MLADims, deepseek_v32, tiny_dims
 from .kernels import KernelConfig, merge_partials, mla_decode, mla_decode_torch
 from .runner import RankRunner
-from .transitions import Faults, SwitchState, TransitionPlan, plan_transition
+from .transitions import Faults, PageMovePlan, SwitchState, plan_page_moves
 
 __all__ = [
     "DEEPSEEK_V32", "MLADims", "deepseek_v32", "tiny_dims", "KernelConfig", "merge_partials", "mla_decode",
-    "mla_decode_torch", "RankRunner", "Faults", "SwitchState", "TransitionPlan", "plan_transition",
+    "mla_decode_torch", "RankRunner", "Faults", "PageMovePlan", "SwitchState", "plan_page_moves",
 ]
