@@ -241,8 +241,10 @@ class LayoutPolicy:
                 if type(fr) is not np.ndarray:
                     return self._refuse(cur, "free_kv_bytes")
                 fr = fr.tolist()
-            if not (0.0 <= head < _INF) or len(fr) != self._ranks or not -_INF < sum(fr) < _INF:
-                return self._refuse(cur, "waiting_tokens" if len(fr) == self._ranks else "free_kv_bytes")
+            if not 0.0 <= head < _INF:
+                return self._refuse(cur, "waiting_tokens")
+            if len(fr) != self._ranks or not -_INF < sum(fr) < _INF:
+                return self._refuse(cur, "free_kv_bytes")
             head += self._page
             need = head * bpt
             blocked = (max(fr) < need) if owner[cur] else (min(fr) < need * share[cur])

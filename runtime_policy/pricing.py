@@ -97,7 +97,9 @@ class StepPricer:
         whole chunk for spread layouts, the owner's share of it for owner layouts). NOTE:
         the chunk size is rounded to 3 % steps and the owner share to 1/32 (both are running means)
         so their rows can be cached."""
-        size = prefill_tokens / f
+        # NOTE: the chunk is capped at the tables' largest, so a size past twice that (a tiny share
+        # of steps with prefill: tokens / f overflows) rounds to the same cap
+        size = min(prefill_tokens / f, 2.0 * self.max_chunk)
         e = round(math.log(max(size, 1.0)) / LOG_CHUNK_STEP)
         chunk = self._chunk_sizes.get(e)
         if chunk is None:
