@@ -67,6 +67,10 @@ class RecordingExecutor:
                                      np.array(dur)))
         return dur
 
+    @property
+    def tracks_kv(self) -> bool:
+        return bool(getattr(self.inner, "tracks_kv", True))
+
     def admit(self, request_id: int, context_tokens: int, owner: int) -> None:
         self.inner.admit(request_id, context_tokens, owner)
 

@@ -29,6 +29,8 @@ _add = np.add.reduce
 
 
 class SimExecutor:
+    tracks_kv = False  # the loop need not call admit/retire: each run's batch says what decodes
+
     def __init__(self, tables: StepTimeTable, noise: float = 0.0, seed: int = 0):
         if not np.isfinite(noise) or noise < 0:
             from planner.errors import SpecError

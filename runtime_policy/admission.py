@@ -1,10 +1,81 @@
-"""Admission helpers of the serving loop: how a run's prefill chunks split over the waiting
-requests and their owners, and whether one request can ever fit. Pure functions over the loop's
-lists; loop.py drives them."""
+"""Admission in the serving loop: waiting requests join the prefill queue in the ordering's order
+while their KV fits (head-of-line), a full batch may displace a running request for the head, and
+how a run's prefill chunks split over the admitted requests and their owners. `admit` works on a
+`ServingLoop`'s state (loop.py calls it); the rest are pure functions over its lists.
+
+Does not: order requests (ordering.py) or preempt at the KV wall (preemption.py).
+"""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from runtime_policy.preemption import displace_for
 from runtime_policy.tables import StepTimeTable
+from runtime_policy.waiting import ABORTED, PREFILL
+
+if TYPE_CHECKING:
+    from runtime_policy.loop import ServingLoop
+
+
+def admit(loop: "ServingLoop") -> float:
+    """Admit waiting requests while they fit; returns Σ KV tokens after admission."""
+    okv, waiting, dec, prefill_q = loop.okv, loop.waiting, loop.dec, loop.prefill_q
+    total = sum(okv)
+    layout = loop.layout
+    lay_owner, lay_share, lay_pool = loop.is_owner[layout], loop.shares[layout], loop.pools[layout] * loop.watermark
+    bpt, page, ctx = loop.bpt, loop.page, loop.ctx
+    max_batch = loop.config.max_batch
+    wids = waiting.ids
+    displaced = False
+    # NOTE: a move that shed KV to fit admits nothing in the old layout until its commit; any
+    # other move admits only what also fits its destination (the move's memory was checked for
+    # the running set at its start; what joins meanwhile must fit where it is going too)
+    hold = loop.inflight is not None and loop.inflight.shed_kv_tokens > 0
+    dst = loop.inflight.layout if loop.inflight is not None else -1
+    dst_owner, dst_share = (loop.is_owner[dst], loop.shares[dst]) if dst >= 0 else (False, 0.0)
+    dst_pool = loop.pools[dst] * loop.watermark if dst >= 0 else 0.0
+    while not loop.skip_admit and not hold and waiting.pos < len(wids):
+        i = wids[waiting.pos]
+        if dec.b + len(prefill_q) >= max_batch:
+            # NOTE: only a request still owed its first token displaces (what it buys is that token)
+            if not (loop.ordering.displaces and ctx[i] == loop.inp_l[i] and displace_for(loop, i)):
+                break
+            displaced = True
+            total = sum(okv)
+        c = ctx[i]
+        need = c + page
+        r = okv.index(min(okv))
+        if lay_owner:
+            fits = (okv[r] + need) * bpt <= lay_pool
+        else:
+            fits = (total + need) * lay_share * bpt <= lay_pool
+        if fits and dst >= 0:
+            fits = ((okv[r] + need) * bpt if dst_owner else (total + need) * dst_share * bpt) <= dst_pool
+        if not fits:
+            if not dec.b and not prefill_q and loop.inflight is None and not fits_somewhere(
+                    need * bpt, loop.policy, loop.tables, loop.watermark):
+                waiting.pos += 1
+                loop._end(i, ABORTED)
+                continue
+            break
+        waiting.pos += 1
+        loop.owner[i] = r
+        okv[r] += need
+        total += need
+        loop.pre_left[i] = int(c)
+        loop.status[i] = PREFILL
+        prefill_q.append(i)
+        loop.pq_s2 += c
+        if loop.capped:
+            loop.pq_s1 += min(c, loop.topk)
+    loop.skip_admit = False
+    if displaced:
+        dec.first_to_finish()
+    return total
+
+
+
 
 
 def chunk_plan(chunk_tokens: list[float], prefill_q: list[int], pre_left: list[int], ctx: list[float],

@@ -148,14 +148,6 @@ class DecodeSet:
                     self.unc_c0 -= c0_of[i]
         return self.unc_c0 + self.unc_cnt * at + self.topk * (self.b - self.unc_cnt)
 
-    def capped_sum_uncrossed(self, at: int) -> float:
-        """`capped_sum(at)` when no context reaches top-k by step `at` (the heap's top says so)."""
-        return self.unc_c0 + self.unc_cnt * at + self.topk * (self.b - self.unc_cnt)
-
-    def crosses_by(self, at: int) -> bool:
-        """Whether some decoder's context reaches top-k by decode step `at`."""
-        return bool(self.unc_heap) and self.unc_heap[0] < (at + 1) << SEQ_BITS
-
     def owner_contexts(self) -> list[float]:
         """[T] Σ context of each owner's decoders now."""
         d = self.dsteps

@@ -44,72 +44,24 @@ Does not: price steps (the executor), choose layouts (the policy) or order reque
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
 
 from planner.errors import SpecError
-from runtime_policy.admission import chunk_plan, fits_somewhere
+from runtime_policy.admission import admit, chunk_plan
 from runtime_policy.decision import Decision, PolicyState, Reason
 from runtime_policy.decode_set import DecodeSet
 from runtime_policy.executor import Executor, StepBatch, SwitchStatus
 from runtime_policy.ordering import Ordering
-from runtime_policy.projection import expected_kv_peak_growth
+from runtime_policy.preemption import kv_wall, shed
+from runtime_policy.projection import PROJECTION_EVERY_STEPS, project_growth
 from runtime_policy.tables import NO_TOPK, StepTimeTable
-from runtime_policy.waiting import WaitingQueue, sum_as_numpy
+from runtime_policy.serving_types import LoopConfig, ServeResult, SwitchRecord
+from runtime_policy.waiting import ABORTED, DECODE, DONE, PENDING, WAITING, WaitingQueue, sum_as_numpy
 
-PENDING, WAITING, PREFILL, DECODE, DONE, ABORTED = range(6)
 PREFILL_STATS_HALF_LIFE_STEPS = 256.0  # NOTE: the policy's cooldown scale; the prefill rate it sees forgets over it
-PROJECTION_EVERY_STEPS = 256  # NOTE: the same scale: the KV growth projection is refreshed this often (decode steps)
 _NEVER = 1 << 30
-
-
-@dataclass(frozen=True)
-class LoopConfig:
-    max_batch: int = 4096  # requests holding KV at once
-    prefill_chunk_tokens: int = 8192  # prompt tokens per step (chunked prefill)
-    max_run_steps: int = 64  # the policy is consulted at least this often
-    admit_watermark_fraction: float = 0.01  # KV pool share admission leaves free
-
-    def check(self, tables: StepTimeTable) -> None:
-        if not 1 <= self.max_batch <= tables.max_tokens - tables.max_prefill_tokens:
-            raise SpecError(f"max_batch={self.max_batch} must be in [1, {tables.max_tokens - tables.max_prefill_tokens}]")
-        if not 1 <= self.prefill_chunk_tokens <= tables.max_prefill_tokens:
-            raise SpecError(f"prefill_chunk_tokens={self.prefill_chunk_tokens} must be in [1, {tables.max_prefill_tokens}]")
-        if self.max_run_steps < 1:
-            raise SpecError(f"max_run_steps={self.max_run_steps} must be ≥ 1")
-
-
-@dataclass(frozen=True)
-class SwitchRecord:
-    from_layout: str
-    to_layout: str
-    started_s: float
-    at_s: float  # commit (or abort) time
-    link_s: float  # predicted
-    cost_s: float  # predicted interference + commit stall
-    reason: str
-    stall_s: float = 0.0  # the commit stall the executor returned (the torch executor: measured)
-    aborted: str = ""  # why the executor aborted it ("": committed)
-
-
-@dataclass
-class ServeResult:
-    arrival_s: np.ndarray
-    input_tokens: np.ndarray
-    output_tokens: np.ndarray
-    first_token_s: np.ndarray
-    finish_s: np.ndarray
-    status: np.ndarray
-    preemptions: np.ndarray
-    switches: list[SwitchRecord] = field(default_factory=list)  # committed
-    steps: int = 0
-    decode_steps: int = 0
-    layout_time_s: dict[str, float] = field(default_factory=dict)
-    timeline: dict[str, list] = field(default_factory=dict)  # t_s, layout, batch, kv_used_fraction
-    aborted_switches: list[SwitchRecord] = field(default_factory=list)
-    cant_decide: int = 0  # CANT_DECIDE answers the policy gave (it stayed)
 
 
 def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.ndarray, tables: StepTimeTable,
@@ -135,6 +87,8 @@ class ServingLoop:
         n = arr.size
         self.n, self.arr, self.inp, self.out = n, arr, inp, out
         self.tables, self.policy, self.ordering, self.executor, self.config = tables, policy, ordering, executor, config
+        # NOTE: an executor that holds no KV (the simulator) says so, and is not told of each join and leave
+        self.tracks_kv = bool(getattr(executor, "tracks_kv", True))
         self.progress = progress
         self.T, self.page, self.bpt = tables.ranks, float(tables.page_tokens), tables.kv_bytes_per_token
         self.capped = tables.topk < NO_TOPK
@@ -183,6 +137,7 @@ class ServingLoop:
         self.ready_s = self.started_s = 0.0
         self.watermark = 1.0 - config.admit_watermark_fraction
         self.skip_admit = False
+        self.s1_now = 0.0  # Σ min(context, top-k) of the decoders now (set when the policy is consulted)
         self.project = bool(getattr(policy, "reads_kv_growth", False))  # only the dynamic policy reads it
         self.proj_at = 0  # the decode step at which the projection is next refreshed
         # running prefill statistics for the policy (exponentially weighted over steps)
@@ -191,6 +146,7 @@ class ServingLoop:
         self.ema_w = [1.0 - 0.5 ** (k / PREFILL_STATS_HALF_LIFE_STEPS) for k in range(max_run + 1)]  # weight of a k-step run
         self.zeros = [[0.0] * k for k in range(max_run + 1)]
         self.arrival_keys = bool(getattr(ordering, "keys_are_arrival", False))
+        self.dyn_keys = bool(ordering.dynamic_keys)  # keys change with the length statistics (boost)
         self.steps = self.decode_steps = 0
         self.layout_s = [0.0] * len(tables.layouts)
         self.switches: list[SwitchRecord] = []
@@ -211,24 +167,46 @@ class ServingLoop:
     def _turn(self) -> None:
         """One run of steps (module docstring); returns early to start a new turn when the
         membership changed under a phase (a switch that sheds, a preemption, an idle wait)."""
-        self._arrive()
+        if self.nxt < self.n and self.arr_l[self.nxt] <= self.t:
+            self._arrive()
         if self.inflight is not None:
             self._settle_switch()
         dec, waiting = self.dec, self.waiting
         if not dec.b and not self.prefill_q and waiting.pos >= len(waiting.ids) and not waiting.new:
             self._idle()
             return
-        self._resort()
-        total = self._admit()
+        if waiting.dirty or self.dyn_keys:
+            self._resort()
+        total = admit(self)
         if self._consult_policy(total):
             return  # a switch started that sheds KV or is ready at once: decide again
         if not dec.b and not self.prefill_q:
             self._nothing_admitted()
             return
-        k_kv = self._kv_wall(total) if dec.b else _NEVER
+        k_kv = _NEVER
+        if dec.b:
+            layout = self.layout
+            if self.inflight is not None or self.is_owner[layout]:
+                k_kv = kv_wall(self, total)
+            else:  # = _kv_wall(total) for a spread layout with room (the common case, inline)
+                k_kv = int(math.floor((self.cap[layout] - total) / dec.b))
+                if k_kv < 1:
+                    k_kv = kv_wall(self, total)
         if k_kv < 0:
             return  # preempted, with victims to re-sort: decide again
-        k = self._run_length(k_kv)
+        # the run's length: the least of the cuts (module docstring), at least 1
+        k = self.config.max_run_steps
+        if dec.b:
+            k = min(k, dec.fin_min - dec.dsteps, k_kv)  # the first decoder done; the KV wall
+        if self.prefill_q:
+            k = min(k, math.ceil(self.pre_left[self.prefill_q[0]] / self.config.prefill_chunk_tokens))
+        est = self.est_step_s
+        if est > 0:
+            if self.nxt < self.n:
+                k = min(k, max(math.ceil((self.arr_l[self.nxt] - self.t) / est), 1))  # the next arrival
+            if self.inflight is not None:
+                k = min(k, max(math.ceil((self.ready_s - self.t) / est), 1))  # the switch's hand-off
+        k = max(k, 1)
         dur, chunk_stats = self._run(k)
         self._advance(k, dur, chunk_stats)
 
@@ -273,7 +251,7 @@ class ServingLoop:
 
     def _resort(self) -> None:
         ordering, waiting = self.ordering, self.waiting
-        if ordering.dynamic_keys and ordering.stats.version != self.stats_version:
+        if self.dyn_keys and ordering.stats.version != self.stats_version:
             self.stats_version = ordering.stats.version
             waiting.dirty = waiting.dirty or waiting.pos < len(waiting.ids) or len(waiting.new) > 0
         if waiting.dirty:
@@ -284,62 +262,6 @@ class ServingLoop:
         return self.ordering.keys(self.arr[ids], tok, tok - self.inp[ids], self.out[ids], self.queued[ids])
 
     # ---- admission (in priority order, head-of-line) --------------------------------------------
-    def _admit(self) -> float:
-        """Admit waiting requests while they fit; returns Σ KV tokens after admission."""
-        okv, waiting, dec, prefill_q = self.okv, self.waiting, self.dec, self.prefill_q
-        total = sum(okv)
-        layout = self.layout
-        lay_owner, lay_share, lay_pool = self.is_owner[layout], self.shares[layout], self.pools[layout] * self.watermark
-        bpt, page, ctx = self.bpt, self.page, self.ctx
-        max_batch = self.config.max_batch
-        wids = waiting.ids
-        displaced = False
-        # NOTE: a move that shed KV to fit admits nothing in the old layout until its commit; any
-        # other move admits only what also fits its destination (the move's memory was checked for
-        # the running set at its start; what joins meanwhile must fit where it is going too)
-        hold = self.inflight is not None and self.inflight.shed_kv_tokens > 0
-        dst = self.inflight.layout if self.inflight is not None else -1
-        dst_owner, dst_share = (self.is_owner[dst], self.shares[dst]) if dst >= 0 else (False, 0.0)
-        dst_pool = self.pools[dst] * self.watermark if dst >= 0 else 0.0
-        while not self.skip_admit and not hold and waiting.pos < len(wids):
-            i = wids[waiting.pos]
-            if dec.b + len(prefill_q) >= max_batch:
-                # NOTE: only a request still owed its first token displaces (what it buys is that token)
-                if not (self.ordering.displaces and ctx[i] == self.inp_l[i] and self._displace_for(i)):
-                    break
-                displaced = True
-                total = sum(okv)
-            c = ctx[i]
-            need = c + page
-            r = okv.index(min(okv))
-            if lay_owner:
-                fits = (okv[r] + need) * bpt <= lay_pool
-            else:
-                fits = (total + need) * lay_share * bpt <= lay_pool
-            if fits and dst >= 0:
-                fits = ((okv[r] + need) * bpt if dst_owner else (total + need) * dst_share * bpt) <= dst_pool
-            if not fits:
-                if not dec.b and not prefill_q and self.inflight is None and not fits_somewhere(
-                        need * bpt, self.policy, self.tables, self.watermark):
-                    waiting.pos += 1
-                    self._end(i, ABORTED)
-                    continue
-                break
-            waiting.pos += 1
-            self.owner[i] = r
-            okv[r] += need
-            total += need
-            self.pre_left[i] = int(c)
-            self.status[i] = PREFILL
-            prefill_q.append(i)
-            self.pq_s2 += c
-            if self.capped:
-                self.pq_s1 += min(c, self.topk)
-        self.skip_admit = False
-        if displaced:
-            dec.first_to_finish()
-        return total
-
     # ---- the policy ----------------------------------------------------------------------------
     def _consult_policy(self, total: float) -> bool:
         """Fill the policy's state, ask, and start the switch it decides. True: decide again (a
@@ -351,10 +273,9 @@ class ServingLoop:
             s1 = 0.0
         elif not self.capped:
             s1 = s2
-        elif dec.crosses_by(dec.dsteps):
+        else:
             s1 = dec.capped_sum(dec.dsteps)
-        else:  # = capped_sum(dsteps): no context reached top-k since the last call
-            s1 = dec.capped_sum_uncrossed(dec.dsteps)
+        self.s1_now = s1  # the run's first step reads it too (_fill_batch), unless a preemption changes it
         if prefill_q:
             # NOTE: prefilling requests count as the batch they are about to join
             state.context_sum_tokens = s2 + self.pq_s2
@@ -382,7 +303,7 @@ class ServingLoop:
                 share = self.shares[layout]
                 state.free_kv_bytes = [(cap / share - total) * (bpt * share)] * self.T
         if self.project and b and dec.dsteps >= self.proj_at:
-            self._project(total)
+            project_growth(self, total)
         state.step_index = self.steps
         d = self.policy.decide(state)
         if d.capacity_stands_steps:
@@ -393,41 +314,12 @@ class ServingLoop:
             self.inflight, self.started_s = d, self.t
             state.switch_in_flight = True
             if d.shed_kv_tokens > 0:
-                self._shed(d.shed_kv_tokens)
+                shed(self, d.shed_kv_tokens)
             self.ready_s = self.t + self.executor.start_switch(d.plan)
             if self.ready_s <= self.t or d.shed_kv_tokens > 0:
                 self.skip_admit = d.shed_kv_tokens > 0
                 return True
         return False
-
-    def _project(self, total: float) -> None:
-        """Refresh the running set's projected KV growth (projection.py) for the policy."""
-        dec, state = self.dec, self.state
-        self.proj_at = dec.dsteps + PROJECTION_EVERY_STEPS
-        lens = self.ordering.stats.sorted_lengths
-        # NOTE: no request's expected KV grows by more than the longest observed length
-        # (projection.py), so below this bound the running set can't outgrow the layout it runs
-        # in, and the projection (~10 µs per 100 requests) is skipped: none is reported
-        longest = float(lens[-1]) if lens.shape[0] else 0.0
-        if self.is_owner[self.layout]:
-            bound = max(self.okv) + (max(dec.per_owner) + len(self.prefill_q)) * longest
-        else:
-            bound = total + (dec.b + len(self.prefill_q)) * longest
-        if lens.shape[0] and bound > self.cap[self.layout]:
-            state.kv_growth_tokens, state.owner_kv_growth_tokens = self._kv_growth()
-        else:
-            state.kv_growth_tokens = state.owner_kv_growth_tokens = 0.0
-
-    def _kv_growth(self) -> tuple[float, float]:
-        """The running set's expected KV peak over its KV now (projection.py), all and busiest owner."""
-        dec = self.dec
-        b = dec.b
-        ids, ctx, own = dec.ids[:b], dec.c0[:b] + dec.dsteps, dec.owners[:b]
-        if self.prefill_q:
-            q = np.asarray(self.prefill_q, dtype=np.int64)
-            q_own = np.array([self.owner[i] for i in self.prefill_q], dtype=np.int64)
-            ids, ctx, own = np.concatenate([ids, q]), np.concatenate([ctx, self.ctxf[q]]), np.concatenate([own, q_own])
-        return expected_kv_peak_growth(self.ordering.stats.sorted_lengths, ctx, ctx - self.inp[ids], own, self.T)
 
     def _nothing_admitted(self) -> None:
         """Nothing runs: wait for the switch, or (fixed layouts) the queue is stuck on KV."""
@@ -442,124 +334,31 @@ class ServingLoop:
         waiting.pos += 1
         self._end(i, ABORTED)
 
-    # ---- the KV wall ---------------------------------------------------------------------------
-    def _kv_steps(self, total: float, layout: int = -1) -> int:
-        """Decode steps the decoders can take before KV runs out in `layout` (default the current
-        one; owner layouts: at most a run, all a run takes)."""
-        dec = self.dec
-        layout = self.layout if layout < 0 else layout
-        cap = self.cap[layout]
-        if not self.is_owner[layout]:
-            return int(math.floor((cap - total) / dec.b))
-        okv, per_owner = self.okv, dec.per_owner
-        max_run = self.config.max_run_steps
-        if cap - max(okv) >= max_run * max(per_owner):
-            return max_run  # NOTE: every owner has room for a whole run; the exact count needs T divisions
-        room = [math.floor((cap - kv) / c) for kv, c in zip(okv, per_owner) if c > 0]
-        return int(min(room)) if room else _NEVER
-
-    def _kv_wall(self, total: float) -> int:
-        """Steps the decoders can take before KV runs out; at the wall, preempt (the ordering's
-        victims) until they can take one. −1: preempted with victims to re-sort (decide again)."""
-        k_kv = self._kv_steps(total)
-        if self.inflight is not None:
-            # NOTE: a move holds the running set in both layouts until its commit, and what decodes
-            # meanwhile grows in both: the run stops where the destination is full, and a move
-            # whose destination can't take one more step is abandoned (its memory no longer fits)
-            k_dst = self._kv_steps(total, self.inflight.layout)
-            if k_dst < 1:
-                self.executor.abort_switch(self.inflight.plan)
-                self._switch_ended(aborted="the destination's KV pool filled while the move ran")
-            else:
-                k_kv = min(k_kv, k_dst)
-        if k_kv >= 1:
-            return k_kv
-        dec, ctx, ctxf = self.dec, self.ctx, self.ctxf
-        decoding = dec.in_join_order()
-        for i in decoding:  # write back: the victims' contexts are read below
-            ctx[i] = dec.context(i)
-        ctxf[decoding] = [ctx[i] for i in decoding]
-        while dec.b and k_kv < 1:
-            cand = decoding + self.prefill_q
-            if len(cand) == 1:
-                v = cand[0]
-                decoding.remove(v)
-                self._leave(v)
-                self._end(v, ABORTED)
-            else:
-                if self.is_owner[self.layout]:
-                    # NOTE: an owner layout's wall is one owner's pool: only a request held there
-                    # frees room on it (a DP-attention rank preempts its own requests); a victim
-                    # from another owner is a re-prefill that frees nothing where it binds (it was:
-                    # DS-V3.2 heavy tail, DOP 925 preemptions, 228 this way)
-                    lim = self.cap[self.layout]
-                    short = [c > 0 and lim - x < c for x, c in zip(self.okv, dec.per_owner)]
-                    cand = [i for i in cand if short[self.owner[i]]] or cand
-                v = cand[self._victim(cand)]
-                if dec.slot[v] >= 0:
-                    decoding.remove(v)
-                self._preempt(v)
-            k_kv = self._kv_steps(sum(self.okv)) if dec.b else _NEVER
-        dec.first_to_finish()
-        if self.waiting.dirty:
-            self.skip_admit = True  # NOTE: re-admitting the victim at once would undo the preemption
-            return -1
-        return k_kv
-
-    def _victim(self, cand: list[int]) -> int:
-        cids = np.asarray(cand, dtype=np.int64)
-        tok = self.ctxf[cids]
-        return self.ordering.victim(self.arr[cids], tok, tok.astype(np.int64) - self.inp[cids], self.out[cids])
-
     # ---- the run -------------------------------------------------------------------------------
-    def _run_length(self, k_kv: int) -> int:
-        """The run's length: the least of the cuts (module docstring), at least 1."""
-        dec, prefill_q = self.dec, self.prefill_q
-        k = self.config.max_run_steps
-        if dec.b:
-            k = min(k, dec.fin_min - dec.dsteps, k_kv)  # the first decoder done; the KV wall
-        if prefill_q:
-            k = min(k, math.ceil(self.pre_left[prefill_q[0]] / self.config.prefill_chunk_tokens))
-        est = self.est_step_s
-        if est > 0:
-            if self.nxt < self.n:
-                k = min(k, max(math.ceil((self.arr_l[self.nxt] - self.t) / est), 1))  # the next arrival
-            if self.inflight is not None:
-                k = min(k, max(math.ceil((self.ready_s - self.t) / est), 1))  # the switch's hand-off
-        return max(k, 1)
-
-    def _fill_batch(self, k: int) -> StepBatch:
-        """The run's StepBatch: views of the decode set's slots (the executor protocol: read it
-        during the call, keep nothing). NOTE: one object, refilled each run."""
-        dec, batch, layout = self.dec, self.batch, self.layout
+    def _run(self, k: int) -> tuple[list[float], tuple]:
+        """Run k steps on the executor: the decoders (the run's StepBatch: views of the decode set's
+        slots; the executor protocol: read it during the call, keep nothing; NOTE: one object,
+        refilled each run), and the prefill queue's next chunks. Returns the step durations and
+        (prompt tokens done, their token-weighted prefix, the chunk owners' tokens, steps with a
+        chunk)."""
+        dec, batch, layout, capped = self.dec, self.batch, self.layout, self.capped
         b = dec.b
         batch.layout = layout
         if self.view_b != b:
             self.view_b = b
             batch.context_base_tokens, batch.owners, batch.request_ids = dec.c0[:b], dec.owners[:b], dec.ids[:b]
         s2 = dec.s2
-        s1 = (dec.capped_sum(dec.dsteps) if dec.crosses_by(dec.dsteps) else dec.capped_sum_uncrossed(dec.dsteps)) \
-            if self.capped and b else s2
-        batch.context_sum_tokens, batch.context_capped_sum_tokens = s2, s1
+        batch.context_sum_tokens, batch.context_capped_sum_tokens = s2, (self.s1_now if capped and b else s2)
         if b and self.is_owner[layout]:  # per owner Σ context only where the executor reads it
             batch.owner_context_tokens = dec.owner_contexts()
             batch.owner_requests = dec.per_owner
         else:
             batch.owner_context_tokens = batch.owner_requests = None
-        if b and self.capped and k > 1:
-            at = dec.dsteps + k - 1
-            batch.context_capped_sum_last_tokens = (dec.capped_sum(at) if dec.crosses_by(at)
-                                                    else dec.capped_sum_uncrossed(at))
+        if b and capped and k > 1:
+            batch.context_capped_sum_last_tokens = dec.capped_sum(dec.dsteps + k - 1)
         else:
             batch.context_capped_sum_last_tokens = -1.0
         batch.context_offset_tokens = float(dec.dsteps)
-        return batch
-
-    def _run(self, k: int) -> tuple[list[float], tuple]:
-        """Run k steps on the executor: the decoders, and the prefill queue's next chunks.
-        Returns the step durations and (prompt tokens done, their token-weighted prefix, the chunk
-        owners' tokens, steps with a chunk)."""
-        batch = self._fill_batch(k)
         prefill_q, pre_left, chunk = self.prefill_q, self.pre_left, self.config.prefill_chunk_tokens
         pre_total = sum([pre_left[i] for i in prefill_q]) if prefill_q else 0
         if not pre_total:
@@ -592,8 +391,14 @@ class ServingLoop:
     def _advance(self, k: int, dur: list[float], chunk_stats: tuple) -> None:
         """The clock, the prefill statistics, completions and prefill progress after a run."""
         done_tokens, run_tok_pfx, run_own, run_chunks = chunk_stats
-        self._prefill_stats(k, float(done_tokens), run_tok_pfx, run_own, run_chunks)
-        run_s = sum_as_numpy(dur)
+        if done_tokens or self.ema_tok:
+            self._prefill_stats(k, float(done_tokens), run_tok_pfx, run_own, run_chunks)
+        if k < 8:  # = sum_as_numpy(dur), its short case inline (most runs are a few steps)
+            run_s = -0.0
+            for x in dur:
+                run_s += x
+        else:
+            run_s = sum_as_numpy(dur)
         self.t += run_s
         self.est_step_s = dur[-1]
         self.ordering.tpot_s = self.est_step_s
@@ -615,19 +420,28 @@ class ServingLoop:
                 dec.first_to_finish()
         if done_tokens:
             self._prefill_progress(done_tokens)
-        self._record()
+        # the timeline: time, layout, decode batch, KV used
+        tl_t, tl_layout, tl_batch, tl_kv = self.timeline
+        layout, okv, pool = self.layout, self.okv, self.pools[self.layout]
+        tl_t.append(self.t)
+        tl_layout.append(layout)
+        tl_batch.append(dec.b)
+        used = max(okv) * self.bpt if self.is_owner[layout] else sum(okv) * self.shares[layout] * self.bpt
+        tl_kv.append(used / pool if pool > 0 else 1.0)
+        if self.progress is not None:
+            self.progress(self.ended, self.n)
 
     def _prefill_stats(self, k: int, run_tok: float, run_tok_pfx: float, run_own: float, run_chunks: float) -> None:
         """The running prefill statistics the policy reads (exponentially weighted over steps)."""
-        if not (run_tok or self.ema_tok):
-            return
         w = self.ema_w[k] if k <= self.config.max_run_steps else 1.0 - 0.5 ** (k / PREFILL_STATS_HALF_LIFE_STEPS)
-        self.ema_steps += w * (run_chunks / k - self.ema_steps)
-        self.ema_tok += w * (run_tok / k - self.ema_tok)
-        self.ema_tok_pfx += w * (run_tok_pfx / k - self.ema_tok_pfx)
-        self.ema_own += w * (run_own / k - self.ema_own)
-        if self.ema_tok < 1e-3:
-            self.ema_steps = self.ema_tok = self.ema_tok_pfx = self.ema_own = 0.0
+        steps, tok, tok_pfx, own = self.ema_steps, self.ema_tok, self.ema_tok_pfx, self.ema_own
+        steps += w * (run_chunks / k - steps)
+        tok += w * (run_tok / k - tok)
+        tok_pfx += w * (run_tok_pfx / k - tok_pfx)
+        own += w * (run_own / k - own)
+        if tok < 1e-3:
+            steps = tok = tok_pfx = own = 0.0
+        self.ema_steps, self.ema_tok, self.ema_tok_pfx, self.ema_own = steps, tok, tok_pfx, own
 
     def _prefill_progress(self, done_tokens: int) -> None:
         """Credit a run's prompt tokens to the prefill queue in order; a request whose prefill is
@@ -657,31 +471,21 @@ class ServingLoop:
                 self.status[i] = DECODE
                 self._join(i, c)
 
-    def _record(self) -> None:
-        tl_t, tl_layout, tl_batch, tl_kv = self.timeline
-        layout = self.layout
-        tl_t.append(self.t)
-        tl_layout.append(layout)
-        tl_batch.append(self.dec.b)
-        okv, pool = self.okv, self.pools[layout]
-        used = max(okv) * self.bpt if self.is_owner[layout] else sum(okv) * self.shares[layout] * self.bpt
-        tl_kv.append(used / pool if pool > 0 else 1.0)
-        if self.progress is not None:
-            self.progress(self.ended, self.n)
-
     # ---- events --------------------------------------------------------------------------------
     def _join(self, i: int, c: float) -> None:
         """Request i, its prefill done at context c, decodes (its KV is the executor's from now)."""
         r = self.owner[i]
         self.dec.join(i, c, r, self.end_at[i])
-        self.executor.admit(i, int(c), r)
+        if self.tracks_kv:
+            self.executor.admit(i, int(c), r)
 
     def _leave(self, i: int, preempted: bool = False) -> None:
         """Request i stops decoding: its KV is released (the executor's and the ledger's)."""
         r = self.owner[i]
         c = self.dec.leave(i, r)
         self.okv[r] -= c + self.page
-        self.executor.retire(i, preempted)
+        if self.tracks_kv:
+            self.executor.retire(i, preempted)
 
     def _end(self, i: int, how: int) -> None:
         self.status[i] = how
@@ -690,60 +494,6 @@ class ServingLoop:
         if how == DONE:
             self.policy.observe_completion(float(self.out_l[i]))
             self.ordering.stats.add(float(self.out_l[i]))
-
-    def _preempt(self, v: int) -> None:
-        """Send running request v back to the waiting queue: its KV is freed, its generated tokens
-        kept (the next prefill recomputes them)."""
-        dec = self.dec
-        if dec.slot[v] >= 0:
-            c = self.ctx[v] = dec.context(v)
-            self.ctxf[v] = c
-            self._leave(v, preempted=True)
-        else:
-            self.prefill_q.remove(v)
-            self.pq_s2 -= self.ctx[v]
-            if self.capped:
-                self.pq_s1 -= min(self.ctx[v], self.topk)
-            self.okv[self.owner[v]] -= self.ctx[v] + self.page
-        self.status[v] = WAITING
-        self.queued[v] = self.t
-        self.preempted[v] += 1
-        self.waiting.push(v)
-
-    def _shed(self, tokens: float) -> None:
-        """Preempt running requests (the ordering's victims) until `tokens` of KV are freed, keeping
-        at least one: a switch whose memory fits only with less KV (`Decision.shed_kv_tokens`)."""
-        dec, ctx, ctxf = self.dec, self.ctx, self.ctxf
-        decoding = dec.in_join_order()
-        for i in decoding:  # write back: the victims' contexts are read below
-            ctx[i] = dec.context(i)
-        ctxf[decoding] = [ctx[i] for i in decoding]
-        freed = 0.0
-        while freed < tokens and len(decoding) + len(self.prefill_q) > 1:
-            cand = decoding + self.prefill_q
-            v = cand[self._victim(cand)]
-            if dec.slot[v] >= 0:
-                decoding.remove(v)
-                freed += dec.context(v) + self.page
-            else:
-                freed += ctx[v] + self.page
-            self._preempt(v)
-
-    def _displace_for(self, i: int) -> bool:
-        """The batch is full and request i heads the queue: preempt the running request the
-        ordering says i should replace, if any."""
-        dec = self.dec
-        cand = dec.in_join_order() + self.prefill_q  # in the order they joined
-        if not cand:
-            return False
-        cids = np.asarray(cand, dtype=np.int64)
-        tok = np.array([dec.context(j) if dec.slot[j] >= 0 else self.ctx[j] for j in cand])
-        v = self.ordering.displace(float(self._keys(np.array([i]))[0]), self.arr_l[i], self.arr[cids], tok,
-                                   tok.astype(np.int64) - self.inp[cids])
-        if v < 0:
-            return False
-        self._preempt(cand[v])
-        return True
 
     def _result(self) -> ServeResult:
         tl_t, tl_layout, tl_batch, tl_kv = self.timeline

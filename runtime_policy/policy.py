@@ -154,8 +154,28 @@ class LayoutPolicy:
         try:
             return self._decide(state)
         except Exception:  # NOTE: a policy bug must not take the server down; stay put instead.
-            self.internal_errors += 1
-            return self._cant
+            return self._after_error(state)
+
+    def _after_error(self, state) -> Decision:
+        """An exception inside decide: a state whose field has the wrong type is a refusal (the hot
+        path checks values, not types: a type error raises there and lands here); anything else is
+        an internal error. Both answer CANT_DECIDE."""
+        if not isinstance(state, PolicyState):
+            return self._refuse(0, "state")
+        cur = _layout_index(getattr(state, "layout", None))
+        cur = cur if 0 <= cur < self._n else 0
+        arrays = (("context_tokens", state.context_tokens), ("waiting_tokens", state.waiting_tokens))
+        for name, x in arrays:
+            if type(x) is not np.ndarray or x.ndim != 1:
+                return self._refuse(cur, name)
+        for name in ("owner_kv_tokens", "free_kv_bytes"):
+            if type(getattr(state, name)) not in (list, np.ndarray):
+                return self._refuse(cur, name)
+        for name in ("context_requests", "running", "steps_since_switch", "step_index", "capacity_reprice_at_step"):
+            if type(getattr(state, name)) is not int:
+                return self._refuse(cur, name)
+        self.internal_errors += 1
+        return self._stay[cur][Reason.CANT_DECIDE]
 
     def _refuse(self, cur: int, field_name: str) -> Decision:
         self.refused_states += 1
@@ -177,9 +197,8 @@ class LayoutPolicy:
         return s2, s2
 
     def _decide(self, state: PolicyState) -> Decision:
-        # ---- the boundary: what the rules read, checked (cheap: no pass over the batch) ------------
-        if not isinstance(state, PolicyState):
-            return self._refuse(0, "state")
+        # ---- the boundary: what the rules read, checked (cheap: no pass over the batch; a field of
+        # the wrong type raises below and is refused by `_after_error`) ---------------------------
         cur = state.layout
         if type(cur) is not int:
             cur = _layout_index(cur)
@@ -189,8 +208,6 @@ class LayoutPolicy:
         if state.switch_in_flight:
             return stay[Reason.STAY_IN_FLIGHT]
         b = state.context_requests
-        if type(b) is not int:
-            return self._refuse(cur, "context_requests")
         if b < 0 or not (state.context_sum_tokens >= 0 and state.context_capped_sum_tokens >= 0):
             ctx = state.context_tokens
             if type(ctx) is not np.ndarray or ctx.ndim != 1 or (0 <= b != ctx.shape[0]):
@@ -198,13 +215,16 @@ class LayoutPolicy:
             b = ctx.shape[0]
         if b > self._max_batch:
             return self._refuse(cur, "context_requests")  # beyond the compiled tables (and bounded work)
-        s2, s1 = self._sums(state, b) if b else (0.0, 0.0)
+        if not b:
+            s2 = s1 = 0.0
+        elif state.context_sum_tokens >= 0 and state.context_capped_sum_tokens >= 0:
+            s2, s1 = float(state.context_sum_tokens), float(state.context_capped_sum_tokens)
+        else:
+            s2, s1 = self._sums(state, b)
         if not (0.0 <= s1 < _INF and 0.0 <= s2 < _INF):
             return self._refuse(cur, "context_tokens")
         okv = state.owner_kv_tokens
         if type(okv) is not list:
-            if type(okv) is not np.ndarray:
-                return self._refuse(cur, "owner_kv_tokens")
             okv = okv.tolist()
         if len(okv) != self._ranks:
             return self._refuse(cur, "owner_kv_tokens")
@@ -212,22 +232,17 @@ class LayoutPolicy:
         if not (0.0 <= own_min and total < _INF):
             return self._refuse(cur, "owner_kv_tokens")
         wt = state.waiting_tokens
-        if type(wt) is not np.ndarray or wt.ndim != 1:
-            return self._refuse(cur, "waiting_tokens")
         w = wt.shape[0]
         running = state.running
-        if type(running) is not int or running < 0:
+        if running < 0:
             return self._refuse(cur, "running")
         f, p_tok = state.prefill_step_fraction, state.prefill_tokens_per_step
         p_ctx, p_share = state.prefill_context_tokens, state.prefill_owner_share
-        if not (-_INF < f < _INF and -_INF < p_tok < _INF and -_INF < p_ctx < _INF and -_INF < p_share < _INF):
+        if not -_INF < f + p_tok + p_ctx + p_share < _INF:  # a NaN or an infinity in any of them
             return self._refuse(cur, "prefill statistics")
         g_tot, g_own = state.kv_growth_tokens, state.owner_kv_growth_tokens
         if g_tot in (_INF, -_INF) or g_own in (_INF, -_INF):  # NaN stays "none projected"
             return self._refuse(cur, "kv_growth_tokens")
-        if not (type(state.steps_since_switch) is int and type(state.step_index) is int
-                and type(state.capacity_reprice_at_step) is int):
-            return self._refuse(cur, "step counters")
         if b == 0 and w == 0:
             return stay[Reason.STAY_IDLE]
         # ---- admission of the queue's head, per layout -----------------------------------------
@@ -238,8 +253,6 @@ class LayoutPolicy:
             head = float(wt[0])
             fr = state.free_kv_bytes
             if type(fr) is not list:
-                if type(fr) is not np.ndarray:
-                    return self._refuse(cur, "free_kv_bytes")
                 fr = fr.tolist()
             if not 0.0 <= head < _INF:
                 return self._refuse(cur, "waiting_tokens")
@@ -274,36 +287,10 @@ class LayoutPolicy:
                 return d
         if b == 0:
             return stay[Reason.STAY_IDLE]
-        return self._throughput(state, stay, priced, cur, b, w, total, own, own_min, steps, blocked, head, grows,
-                                outgrown, g_tot, g_own)
-
-    def _room_for_head(self, cur: int, b: int, total: float, own: float, own_min: float, head: float,
-                       steps: list[float]) -> Decision | None:
-        """Nothing running and the head blocked: the fastest layout with room for it (None: none)."""
-        bpt, pool, owner, share = self._bpt, self._pool, self._owner, self._share
-        best, best_t = -1, _INF
-        for i in self._layouts:
-            if i == cur or not self._ok[i] or steps[i] >= best_t:
-                continue
-            if ((own_min + head) if owner[i] else (total + head) * share[i]) * bpt > pool[i]:
-                continue
-            if memory_fits(self.tables, cur, i, total * bpt, own * bpt):
-                best, best_t = i, steps[i]
-        if best < 0:
-            return None
-        plan = plan_transition(self.tables, cur, best, total * bpt, own * bpt, b, steps[cur],
-                               self.pricer.net_share(cur, steps[cur]))
-        return Decision(best, True, Reason.SWITCH_CAPACITY, 0.0, plan.cost_s, plan)
-
-    def _throughput(self, state: PolicyState, stay: list, priced: bool, cur: int, b: int, w: int, total: float,
-                    own: float, own_min: float, steps: list[float], blocked: bool, head: float, grows: bool,
-                    outgrown: bool, g_tot: float, g_own: float) -> Decision:
-        """Rule 2 (module docstring). `stay`: the stay decisions to answer with (with the capacity
-        pricing's memo when `priced`)."""
-        bpt, pool, owner, share, ok = self._bpt, self._pool, self._owner, self._share, self._ok
+        # ---- throughput (rule 2) ---------------------------------------------------------------
         head_admits_cur = w > 0 and not blocked
         best, best_t = cur, steps[cur]
-        keep = self._headroom_keep
+        ok, keep = self._ok, self._headroom_keep
         for i in self._layouts:
             if i == cur or not ok[i] or steps[i] >= best_t:
                 continue
@@ -333,6 +320,24 @@ class LayoutPolicy:
             return stay[Reason.STAY_NOT_WORTH]
         return Decision(best, True, Reason.SWITCH_THROUGHPUT, gain_s, plan.cost_s, plan,
                         capacity_stands_steps=REPRICE_EVERY_STEPS if priced else 0)
+
+    def _room_for_head(self, cur: int, b: int, total: float, own: float, own_min: float, head: float,
+                       steps: list[float]) -> Decision | None:
+        """Nothing running and the head blocked: the fastest layout with room for it (None: none)."""
+        bpt, pool, owner, share = self._bpt, self._pool, self._owner, self._share
+        best, best_t = -1, _INF
+        for i in self._layouts:
+            if i == cur or not self._ok[i] or steps[i] >= best_t:
+                continue
+            if ((own_min + head) if owner[i] else (total + head) * share[i]) * bpt > pool[i]:
+                continue
+            if memory_fits(self.tables, cur, i, total * bpt, own * bpt):
+                best, best_t = i, steps[i]
+        if best < 0:
+            return None
+        plan = plan_transition(self.tables, cur, best, total * bpt, own * bpt, b, steps[cur],
+                               self.pricer.net_share(cur, steps[cur]))
+        return Decision(best, True, Reason.SWITCH_CAPACITY, 0.0, plan.cost_s, plan)
 
     def _kv_bytes(self, i: int, total_tokens: float, own_tokens: float) -> float:
         return (own_tokens if self._owner[i] else total_tokens * self._share[i]) * self._bpt

@@ -18,7 +18,6 @@ from __future__ import annotations
 import math
 
 from runtime_policy import step_time
-from runtime_policy.step_time import NET_BYTES
 from runtime_policy.tables import StepTimeTable
 
 CHUNK_STEP = 1.03  # the prefill blend's chunk sizes, rounded to 3 % steps (cached rows)
@@ -36,8 +35,8 @@ class StepPricer:
         n = len(t.layouts)
         self.layouts = range(n)
         self.owner = [bool(x) for x in t.info.is_owner]
-        self.spread = [i for i in range(n) if not self.owner[i]]
-        self.owned = [i for i in range(n) if self.owner[i]]
+        self.spread = tuple(i for i in range(n) if not self.owner[i])
+        self.owned = tuple(i for i in range(n) if self.owner[i])
         self.n_base = max_batch + 1
         rows = t.base_rows_py  # NOTE: compiled once per table (a per-policy copy cost ~6 ms)
         self.base_py = rows[: self.n_base] if self.n_base <= len(rows) else t.base_s[: self.n_base].tolist()
@@ -63,29 +62,22 @@ class StepPricer:
         if s2 > 0:
             frac, frac_min = min(own / s2, 1.0), min(own_min / s2, 1.0)
         rows = self.base_py[b if b < self.n_base else self.n_base - 1]
-        out, net, c1, c2, alpha, over, j = self.steps, self.net, self.c1, self.c2, self.alpha, self.over, NET_BYTES
+        out, net, c1, c2, alpha, over = self.steps, self.net, self.c1, self.c2, self.alpha, self.over
         a, c = s1 * frac, s2 * frac  # the decode-busiest owner's sums
-        for i in self.owned:
-            net[i] = rows[i][j] + a * c1[i][j] + c * c2[i][j]
-        for i in self.spread:  # every rank reads every request's share
-            net[i] = rows[i][j] + s1 * c1[i][j] + s2 * c2[i][j]
         f = min(prefill_fraction, 1.0)
         if not (f > 0 and prefill_tokens > 0):
-            seconds = step_time.step_seconds
-            for i in self.spread:
-                out[i] = seconds(rows[i], None, 0.0, 0.0, c1[i], c2[i], s1, s2, alpha, over)
-            for i in self.owned:
-                out[i] = seconds(rows[i], None, 0.0, 0.0, c1[i], c2[i], a, c, alpha, over)
+            step_time.decode_steps(self.spread, rows, c1, c2, s1, s2, alpha, over, out, net)
+            step_time.decode_steps(self.owned, rows, c1, c2, a, c, alpha, over, out, net)
             return out
         rows_n, crows = self._chunk_inputs(b, f, prefill_tokens, owner_share)
-        lo, hi = step_time.prefix_split(max(prefill_context, 0.0), self.knee)
-        blended = step_time.blended_seconds
-        for i in self.spread:  # the chunk over every rank, next to the whole batch
-            out[i] = blended(rows[i], rows_n[i], crows[i], lo, hi, c1[i], c2[i], s1, s2, f, alpha, over)
-        aa, cc = s1 * frac_min, s2 * frac_min  # the chunk's owner (the lightest)
-        blended = step_time.owner_blended_seconds
-        for i in self.owned:  # the chunk on one owner, next to the decode-busiest
-            out[i] = blended(rows[i], rows_n[i], crows[i], lo, hi, c1[i], c2[i], a, c, aa, cc, f, alpha, over)
+        pfx = prefill_context if prefill_context > 0.0 else 0.0
+        lo = self.knee if self.knee < pfx else pfx  # = step_time.prefix_split(pfx, knee)
+        hi = pfx - lo
+        # the chunk over every rank, next to the whole batch; on one owner (the lightest, sums
+        # aa, cc), next to the decode-busiest
+        step_time.blended_steps(self.spread, rows, rows_n, crows, lo, hi, c1, c2, s1, s2, f, alpha, over, out, net)
+        step_time.owner_blended_steps(self.owned, rows, rows_n, crows, lo, hi, c1, c2, a, c, s1 * frac_min,
+                                      s2 * frac_min, f, alpha, over, out, net)
         return out
 
     def net_share(self, layout: int, step_s: float) -> float:

@@ -103,73 +103,98 @@ def owner_blended_seconds_reference(base_row, chunk_base_row, chunk_row, lo: flo
                                                own_s1, own_s2, alpha, overhead_s))
 
 
-def _kernel_source(n: int) -> str:
-    """Python source of the four `*_reference` functions above for n resources, their loops over
-    resources unrolled (the same operations in the same order, so equal bit for bit;
+def _kernel_source(n: int, net_index: int) -> str:
+    """Python source of the formula's kernels for n resources, their loops over resources unrolled
+    (the same operations in the same order as the `*_reference` functions, so equal bit for bit;
     tests/runtime_policy/test_step_time.py). A blend reuses each resource's decode products
-    (s·k is the same value either way, so the same sums)."""
+    (s·k is the same value either way, so the same sums). One step: `step_seconds`,
+    `owner_step_seconds`, `blended_seconds`, `owner_blended_seconds`; every layout of a set at
+    once (the policy's pricing: one call per set, not per layout), writing `out[i]` and the decode
+    step's network-bytes term (term `net_index`) `net[i]`: `decode_steps`, `blended_steps`,
+    `owner_blended_steps`."""
     r = range(n)
-    rows = {"b": "base_row", "n": "chunk_base_row", "k": "c1_row", "g": "c2_row"}
 
-    def unpack(*names: str) -> str:
-        lines = [f"    {', '.join(f'{x}{i}' for i in r)}, = {rows[x]}\n" for x in names]
-        return "".join(lines)
+    def unpack(names: str, row: str) -> str:
+        return f"{', '.join(f'{x}{i}' for x in names for i in r)}, = {row}\n"
 
-    unpack_chunk = f"    {', '.join(f'{x}{i}' for x in 'plh' for i in r)}, = chunk_row\n"
-    chunk = lambda base, i: f"{base}{i} + (p{i} + (lo * l{i} + hi * h{i}))"  # noqa: E731
-    products = lambda a, c, x, y: "".join(f"    {x}{i}, {y}{i} = {a} * k{i}, {c} * g{i}\n" for i in r)  # noqa: E731
-    terms = lambda t, base, x, y: "".join(f"    {t}{i} = {base(i)} + {x}{i} + {y}{i}\n" for i in r)  # noqa: E731
-    plain = lambda base: lambda i: f"{base}{i}"  # noqa: E731
-    chunked = lambda base: lambda i: chunk(base, i)  # noqa: E731
+    def products(a: str, c: str, x: str, y: str) -> str:
+        return "".join(f"{x}{i}, {y}{i} = {a} * k{i}, {c} * g{i}\n" for i in r)
+
+    def terms(t: str, base: str, x: str, y: str, chunked: bool = False) -> str:
+        add = (lambda i: f"{base}{i} + (p{i} + (lo * l{i} + hi * h{i}))") if chunked else (lambda i: f"{base}{i}")
+        return "".join(f"{t}{i} = {add(i)} + {x}{i} + {y}{i}\n" for i in r)
 
     def finish(t: str, mx: str) -> str:
         """`mx` = the first largest term (max()'s semantics); `{t}_s` = the step's seconds."""
-        out = f"    {mx} = {t}0\n" + "".join(f"    if {t}{i} > {mx}:\n        {mx} = {t}{i}\n" for i in r[1:])
-        return out + f"    {t}_s = overhead_s + {mx} + alpha * ({' + '.join(f'{t}{i}' for i in r)} - {mx})\n"
+        out = f"{mx} = {t}0\n" + "".join(f"if {t}{i} > {mx}:\n    {mx} = {t}{i}\n" for i in r[1:])
+        return out + f"{t}_s = overhead_s + {mx} + alpha * ({' + '.join(f'{t}{i}' for i in r)} - {mx})\n"
 
-    owner_pick = "    if mu < mv:\n        u_s = v_s\n"
-    step = ("def step_seconds(base_row, chunk_row, lo, hi, c1_row, c2_row, s1, s2, alpha, overhead_s):\n"
-            + unpack("b", "k", "g") + products("s1", "s2", "x", "y")
-            + "    if chunk_row is None:\n    " + terms("t", plain("b"), "x", "y").replace("\n    ", "\n        ")
-            + "    else:\n    " + unpack_chunk + terms("t", chunked("b"), "x", "y").replace("    t", "        t")
-            + finish("t", "mx") + "    return t_s\n")
-    owner = ("def owner_step_seconds(base_row, chunk_row, lo, hi, c1_row, c2_row, busy_s1, busy_s2, own_s1, own_s2,"
-             " alpha, overhead_s):\n" + unpack("b", "k", "g") + unpack_chunk
-             + products("busy_s1", "busy_s2", "x", "y") + products("own_s1", "own_s2", "xo", "yo")
-             + terms("v", plain("b"), "x", "y") + terms("u", chunked("b"), "xo", "yo")
-             + finish("u", "mu") + finish("v", "mv") + owner_pick + "    return u_s\n")
-    blend = ("def blended_seconds(base_row, chunk_base_row, chunk_row, lo, hi, c1_row, c2_row, s1, s2, f, alpha,"
-             " overhead_s):\n" + unpack("b", "n", "k", "g") + unpack_chunk + products("s1", "s2", "x", "y")
-             + terms("t", plain("b"), "x", "y") + terms("u", chunked("n"), "x", "y")
-             + finish("t", "mt") + finish("u", "mu") + "    return (1.0 - f) * t_s + f * u_s\n")
-    owner_blend = ("def owner_blended_seconds(base_row, chunk_base_row, chunk_row, lo, hi, c1_row, c2_row, busy_s1,"
-                   " busy_s2, own_s1, own_s2, f, alpha, overhead_s):\n" + unpack("b", "n", "k", "g") + unpack_chunk
-                   + products("busy_s1", "busy_s2", "x", "y") + products("own_s1", "own_s2", "xo", "yo")
-                   + terms("t", plain("b"), "x", "y") + terms("v", plain("n"), "x", "y")
-                   + terms("u", chunked("n"), "xo", "yo")
-                   + finish("t", "mt") + finish("u", "mu") + finish("v", "mv") + owner_pick
-                   + "    return (1.0 - f) * t_s + f * u_s\n")
-    return "\n\n".join((step, owner, blend, owner_blend))
+    def fn(header: str, body: str, loop_rows: str | None = None) -> str:
+        """A def around `body`; with `loop_rows`, the body runs for every i in idx after unpacking
+        those rows (name=expression pairs)."""
+        if loop_rows is None:
+            return header + "".join("    " + line + "\n" for line in body.splitlines())
+        pre = "".join(unpack(x, f"{row}[i]") for x, row in loop_rows)
+        return header + "    for i in idx:\n" + "".join("        " + line + "\n" for line in (pre + body).splitlines())
+
+    owner_pick = "if mu < mv:\n    u_s = v_s\n"
+    decode = products("s1", "s2", "x", "y") + terms("t", "b", "x", "y") + finish("t", "mt")
+    blend = (unpack("plh", "chunk_row") + products("s1", "s2", "x", "y") + terms("t", "b", "x", "y")
+             + terms("u", "n", "x", "y", chunked=True) + finish("t", "mt") + finish("u", "mu"))
+    owner = (unpack("plh", "chunk_row") + products("busy_s1", "busy_s2", "x", "y")
+             + products("own_s1", "own_s2", "xo", "yo"))
+    owner_step = owner + terms("v", "b", "x", "y") + terms("u", "b", "xo", "yo", True) + finish("u", "mu") \
+        + finish("v", "mv") + owner_pick
+    owner_blend = (owner + terms("t", "b", "x", "y") + terms("v", "n", "x", "y") + terms("u", "n", "xo", "yo", True)
+                   + finish("t", "mt") + finish("u", "mu") + finish("v", "mv") + owner_pick)
+    one = unpack("b", "base_row") + unpack("k", "c1_row") + unpack("g", "c2_row")
+    two = one + unpack("n", "chunk_base_row")
+    rows = [("b", "rows"), ("k", "c1s"), ("g", "c2s")]
+    net = f"net[i] = t{net_index}\n"
+    chunk_body = (unpack("plh", "chunk_row") + products("s1", "s2", "x", "y")
+                  + terms("t", "b", "x", "y", chunked=True) + finish("t", "mt"))
+    return "\n\n".join((
+        fn("def step_seconds(base_row, chunk_row, lo, hi, c1_row, c2_row, s1, s2, alpha, overhead_s):\n",
+           one + "if chunk_row is None:\n" + "".join("    " + x + "\n" for x in decode.splitlines())
+           + "    return t_s\n" + chunk_body + "return t_s"),
+        fn("def owner_step_seconds(base_row, chunk_row, lo, hi, c1_row, c2_row, busy_s1, busy_s2, own_s1, own_s2, "
+           "alpha, overhead_s):\n", one + owner_step + "return u_s"),
+        fn("def blended_seconds(base_row, chunk_base_row, chunk_row, lo, hi, c1_row, c2_row, s1, s2, f, alpha, "
+           "overhead_s):\n", two + blend + "return (1.0 - f) * t_s + f * u_s"),
+        fn("def owner_blended_seconds(base_row, chunk_base_row, chunk_row, lo, hi, c1_row, c2_row, busy_s1, busy_s2, "
+           "own_s1, own_s2, f, alpha, overhead_s):\n", two + owner_blend + "return (1.0 - f) * t_s + f * u_s"),
+        fn("def decode_steps(idx, rows, c1s, c2s, s1, s2, alpha, overhead_s, out, net):\n",
+           decode + "out[i] = t_s\n" + net, rows),
+        fn("def blended_steps(idx, rows, chunk_base_rows, chunk_rows, lo, hi, c1s, c2s, s1, s2, f, alpha, overhead_s, "
+           "out, net):\n", blend.replace("= chunk_row\n", "= chunk_rows[i]\n")
+           + "out[i] = (1.0 - f) * t_s + f * u_s\n" + net, rows + [("n", "chunk_base_rows")]),
+        fn("def owner_blended_steps(idx, rows, chunk_base_rows, chunk_rows, lo, hi, c1s, c2s, busy_s1, busy_s2, "
+           "own_s1, own_s2, f, alpha, overhead_s, out, net):\n",
+           owner_blend.replace("= chunk_row\n", "= chunk_rows[i]\n") + "out[i] = (1.0 - f) * t_s + f * u_s\n" + net,
+           rows + [("n", "chunk_base_rows")]),
+    )) + "\n"
+
+
+KERNELS = ("step_seconds", "owner_step_seconds", "blended_seconds", "owner_blended_seconds", "decode_steps",
+           "blended_steps", "owner_blended_steps")
 
 
 def _compile_kernels(n: int) -> tuple:
-    """`step_seconds`, `owner_step_seconds`, `blended_seconds`, `owner_blended_seconds` for n
-    resources, compiled from `_kernel_source(n)`.
+    """The kernels (`KERNELS`) for n resources, compiled from `_kernel_source(n)`, and the source.
     NOTE: generated, not written out by hand, so R stays whatever planner.TIMED_RESOURCES says and
-    the formula is written once (the references above); unrolled because a CPython loop over the
-    resources costs ~2× the straight-line arithmetic and `decide` evaluates the formula ~10 times
-    (every layout's decode step and its prefill blend): with the loops, decide's and the
-    simulator's per-run Python operations grew by ~40 % (4,755 against 3,418 bytecodes per run on
-    the chat workload, traced), and the simulator fell ~25 % short of its old rate."""
-    src = _kernel_source(n)
+    the formula is written once (the references above); unrolled, and the policy's per-layout loop
+    inside one call per layout set, because per-run Python work bounds the simulator: with a loop
+    over resources and a kernel call per layout, decide and the simulator executed ~50 % more
+    machine instructions per run on the chat workload than the hand-unrolled code they replace
+    (valgrind: 274K against 183K per run), ~80k decode steps/s where the target is 100k."""
+    src = _kernel_source(n, min(NET_BYTES, n - 1))
     namespace: dict = {}
     exec(compile(src, f"<step_time kernels, {n} resources>", "exec"), namespace)  # noqa: S102
-    return (namespace["step_seconds"], namespace["owner_step_seconds"], namespace["blended_seconds"],
-            namespace["owner_blended_seconds"], src)
+    return tuple(namespace[k] for k in KERNELS) + (src,)
 
 
-step_seconds, owner_step_seconds, blended_seconds, owner_blended_seconds, KERNEL_SOURCE = \
-    _compile_kernels(len(TIMED_RESOURCES))
+(step_seconds, owner_step_seconds, blended_seconds, owner_blended_seconds, decode_steps, blended_steps,
+ owner_blended_steps, KERNEL_SOURCE) = _compile_kernels(len(TIMED_RESOURCES))
 
 
 def combine(terms: np.ndarray, alpha: float, overhead_s: float) -> np.ndarray:

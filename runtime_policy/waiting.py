@@ -1,11 +1,14 @@
-"""The serving loop's waiting queue, and the run-time sum the loop advances its clock by.
+"""The serving loop's request states, its waiting queue, and the run-time sum the loop advances
+its clock by.
 
-Does not: decide admission (loop.py) or order requests (ordering.py: the loop hands its keys).
+Does not: decide admission (admission.py) or order requests (ordering.py: the loop hands its keys).
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+PENDING, WAITING, PREFILL, DECODE, DONE, ABORTED = range(6)  # a request's states, in the order it moves
 
 
 class WaitingQueue:

@@ -2,9 +2,11 @@
 
 Modules, one concern each: `config` (dimensions), `layers` (weights and the MLA/FFN math),
 `kernels` (paged split-KV decode attention: Triton on CUDA, torch elsewhere), `kv_pages` (slots,
-placement, page tables), `layouts` (TP, CP, DP-attention, DOP), `transitions` (plans, background
-movement, commit/abort), `dist` (process groups, spawning), `runner` (the per-rank decode
-driver), `reference` (single-device check). Importing this package imports torch.
+placement, page tables), `layouts` (TP, CP, DP-attention, DOP), `transitions` (page-move plans,
+background movement, commit/abort), `dist` (process groups, spawning), `runner` (the per-rank
+decode driver), `serving` (runtime_policy's Executor protocol over a runner), `serve` (the serving
+loop on T ranks), `checks` and `reference` (cross-rank and single-device checks). Importing this
+package imports torch.
 """
 
 from .config import DEEPSEEK_V32, MLADims, deepseek_v32, tiny_dims

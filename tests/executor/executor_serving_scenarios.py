@@ -25,7 +25,7 @@ from executor.torch_executor.serving import TorchServeOptions, with_step_times
 from planner.hardware.spec import HardwareSpec
 from runtime_policy.loop import LoopConfig, serve
 from runtime_policy.ordering import Ordering
-from runtime_policy.policy import FixedPolicy, LayoutPolicy, PolicyKnobs
+from runtime_policy.policy import LayoutPolicy, PolicyKnobs
 
 TOY_GPU = HardwareSpec.model_validate({"name": "toy", "peak": {
     "hbm_bytes": 80e9, "hbm_bandwidth_bytes_per_s": 2e12, "bf16_flops_per_s": 500e12,

@@ -29,24 +29,35 @@ def test_the_formula_with_numbers_written_out():
 
 @pytest.mark.parametrize("n", [1, 4, 5, 7])
 def test_compiled_kernels_equal_the_formula_as_written(n):
-    """Generated for n resources (another resource, e.g. a host link, needs no edit)."""
-    step, owner, blend, owner_blend, _ = step_time._compile_kernels(n)
+    """Generated for n resources (another resource, e.g. a host link, needs no edit); the per-set
+    kernels the policy calls equal the one-step references layout by layout, network term included."""
+    k = dict(zip(step_time.KERNELS, step_time._compile_kernels(n)))
+    ref_step, ref_owner = step_time.step_seconds_reference, step_time.owner_step_seconds_reference
     rng = np.random.default_rng(n)
-    for _ in range(2000):
+    net_i = min(step_time.NET_BYTES, n - 1)
+    for _ in range(1000):
         row, row_n, c1, c2 = (list(rng.random(n) * 10.0 ** rng.uniform(-6, -2, n)) for _ in range(4))
         chunk = list(rng.standard_normal(3 * n) * 1e-4)
         lo, hi, s1, s2, t1, t2, f = (float(x) for x in rng.random(7) * [1e4, 1e4, 1e5, 1e5, 1e5, 1e5, 1.0])
         a, o = float(rng.random()), float(rng.random() * 1e-4)
-        assert step(row, None, 0.0, 0.0, c1, c2, s1, s2, a, o) == \
-            step_time.step_seconds_reference(row, None, 0.0, 0.0, c1, c2, s1, s2, a, o)
-        assert step(row, chunk, lo, hi, c1, c2, s1, s2, a, o) == \
-            step_time.step_seconds_reference(row, chunk, lo, hi, c1, c2, s1, s2, a, o)
-        assert owner(row, chunk, lo, hi, c1, c2, s1, s2, t1, t2, a, o) == \
-            step_time.owner_step_seconds_reference(row, chunk, lo, hi, c1, c2, s1, s2, t1, t2, a, o)
-        assert blend(row, row_n, chunk, lo, hi, c1, c2, s1, s2, f, a, o) == \
-            step_time.blended_seconds_reference(row, row_n, chunk, lo, hi, c1, c2, s1, s2, f, a, o)
-        assert owner_blend(row, row_n, chunk, lo, hi, c1, c2, s1, s2, t1, t2, f, a, o) == \
-            step_time.owner_blended_seconds_reference(row, row_n, chunk, lo, hi, c1, c2, s1, s2, t1, t2, f, a, o)
+        assert k["step_seconds"](row, None, 0.0, 0.0, c1, c2, s1, s2, a, o) == ref_step(row, None, 0.0, 0.0, c1, c2, s1, s2, a, o)
+        assert k["step_seconds"](row, chunk, lo, hi, c1, c2, s1, s2, a, o) == ref_step(row, chunk, lo, hi, c1, c2, s1, s2, a, o)
+        assert k["owner_step_seconds"](row, chunk, lo, hi, c1, c2, s1, s2, t1, t2, a, o) == \
+            ref_owner(row, chunk, lo, hi, c1, c2, s1, s2, t1, t2, a, o)
+        blend = step_time.blended_seconds_reference(row, row_n, chunk, lo, hi, c1, c2, s1, s2, f, a, o)
+        owner_blend = step_time.owner_blended_seconds_reference(row, row_n, chunk, lo, hi, c1, c2, s1, s2, t1, t2, f, a, o)
+        assert k["blended_seconds"](row, row_n, chunk, lo, hi, c1, c2, s1, s2, f, a, o) == blend
+        assert k["owner_blended_seconds"](row, row_n, chunk, lo, hi, c1, c2, s1, s2, t1, t2, f, a, o) == owner_blend
+        # the per-set kernels: layout 1 of a set of two (index 0 left alone)
+        out, net = [0.0, 0.0], [0.0, 0.0]
+        rows, rows_n, chunks, c1s, c2s = [None, row], [None, row_n], [None, chunk], [None, c1], [None, c2]
+        k["decode_steps"]((1,), rows, c1s, c2s, s1, s2, a, o, out, net)
+        assert out[1] == ref_step(row, None, 0.0, 0.0, c1, c2, s1, s2, a, o)
+        assert net[1] == row[net_i] + s1 * c1[net_i] + s2 * c2[net_i] and out[0] == net[0] == 0.0
+        k["blended_steps"]((1,), rows, rows_n, chunks, lo, hi, c1s, c2s, s1, s2, f, a, o, out, net)
+        assert out[1] == blend
+        k["owner_blended_steps"]((1,), rows, rows_n, chunks, lo, hi, c1s, c2s, s1, s2, t1, t2, f, a, o, out, net)
+        assert out[1] == owner_blend
 
 
 def test_the_tables_vectorized_steps_equal_the_kernels(dsv32):
