@@ -20,8 +20,12 @@ if TYPE_CHECKING:
 
 def admit(loop: "ServingLoop") -> float:
     """Admit waiting requests while they fit; returns Σ KV tokens after admission."""
-    okv, waiting, dec, prefill_q = loop.okv, loop.waiting, loop.dec, loop.prefill_q
+    okv, waiting = loop.okv, loop.waiting
     total = sum(okv)
+    if waiting.pos >= len(waiting.ids) or loop.skip_admit:  # nobody waits (or a preemption just sent them back)
+        loop.skip_admit = False
+        return total
+    dec, prefill_q = loop.dec, loop.prefill_q
     layout = loop.layout
     lay_owner, lay_share, lay_pool = loop.is_owner[layout], loop.shares[layout], loop.pools[layout] * loop.watermark
     bpt, page, ctx = loop.bpt, loop.page, loop.ctx
@@ -73,9 +77,6 @@ def admit(loop: "ServingLoop") -> float:
     if displaced:
         dec.first_to_finish()
     return total
-
-
-
 
 
 def chunk_plan(chunk_tokens: list[float], prefill_q: list[int], pre_left: list[int], ctx: list[float],

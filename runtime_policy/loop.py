@@ -62,6 +62,8 @@ from runtime_policy.waiting import ABORTED, DECODE, DONE, PENDING, WAITING, Wait
 
 PREFILL_STATS_HALF_LIFE_STEPS = 256.0  # NOTE: the policy's cooldown scale; the prefill rate it sees forgets over it
 _NEVER = 1 << 30
+_NO_PREFILL = (0, 0.0, 0.0, 0.0)  # a run's (prompt tokens done, their prefix, the owners' tokens, steps with a chunk)
+_CANT = Reason.CANT_DECIDE
 
 
 def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.ndarray, tables: StepTimeTable,
@@ -308,7 +310,7 @@ class ServingLoop:
         d = self.policy.decide(state)
         if d.capacity_stands_steps:
             state.capacity_reprice_at_step = self.steps + d.capacity_stands_steps
-        if d.reason is Reason.CANT_DECIDE:
+        if d.reason is _CANT:
             self.cant_decide += 1
         if d.switch and self.inflight is None and d.layout != layout and d.plan is not None:
             self.inflight, self.started_s = d, self.t
@@ -363,7 +365,7 @@ class ServingLoop:
         pre_total = sum([pre_left[i] for i in prefill_q]) if prefill_q else 0
         if not pre_total:
             dur = self.executor.run_steps(batch, self.zeros[k] if k <= self.config.max_run_steps else [0.0] * k)
-            return (dur if type(dur) is list else dur.tolist()), (0, 0.0, 0.0, 0.0)
+            return (dur if type(dur) is list else dur.tolist()), _NO_PREFILL
         full = pre_total // chunk  # = [min(max(pre_total − chunk · j, 0), chunk) for j < k]
         if full >= k:
             pref = [float(chunk)] * k
@@ -391,27 +393,36 @@ class ServingLoop:
     def _advance(self, k: int, dur: list[float], chunk_stats: tuple) -> None:
         """The clock, the prefill statistics, completions and prefill progress after a run."""
         done_tokens, run_tok_pfx, run_own, run_chunks = chunk_stats
-        if done_tokens or self.ema_tok:
-            self._prefill_stats(k, float(done_tokens), run_tok_pfx, run_own, run_chunks)
+        tok = self.ema_tok
+        if done_tokens or tok:  # the running prefill statistics the policy reads (weighted over steps)
+            w = self.ema_w[k] if k <= self.config.max_run_steps else 1.0 - 0.5 ** (k / PREFILL_STATS_HALF_LIFE_STEPS)
+            steps, tok_pfx, own = self.ema_steps, self.ema_tok_pfx, self.ema_own
+            steps += w * (run_chunks / k - steps)
+            tok += w * (done_tokens / k - tok)
+            tok_pfx += w * (run_tok_pfx / k - tok_pfx)
+            own += w * (run_own / k - own)
+            if tok < 1e-3:
+                steps = tok = tok_pfx = own = 0.0
+            self.ema_steps, self.ema_tok, self.ema_tok_pfx, self.ema_own = steps, tok, tok_pfx, own
         if k < 8:  # = sum_as_numpy(dur), its short case inline (most runs are a few steps)
             run_s = -0.0
             for x in dur:
                 run_s += x
         else:
             run_s = sum_as_numpy(dur)
-        self.t += run_s
-        self.est_step_s = dur[-1]
-        self.ordering.tpot_s = self.est_step_s
-        dec = self.dec
+        t = self.t = self.t + run_s
+        self.est_step_s = self.ordering.tpot_s = dur[-1]
+        dec, layout = self.dec, self.layout
         b = dec.b
         self.steps += k
-        self.layout_s[self.layout] += run_s
+        self.layout_s[layout] += run_s
         self.state.steps_since_switch += k
         if b:
             self.decode_steps += k
             left = dec.fin_min - dec.dsteps
-            self.okv = [x + c * float(k) for x, c in zip(self.okv, dec.per_owner)]
-            dec.s2 += b * float(k)
+            fk = float(k)
+            self.okv = [x + c * fk for x, c in zip(self.okv, dec.per_owner)]
+            dec.s2 += b * fk
             dec.dsteps += k
             if left <= k:
                 for i in dec.done_by(dec.dsteps):
@@ -422,26 +433,14 @@ class ServingLoop:
             self._prefill_progress(done_tokens)
         # the timeline: time, layout, decode batch, KV used
         tl_t, tl_layout, tl_batch, tl_kv = self.timeline
-        layout, okv, pool = self.layout, self.okv, self.pools[self.layout]
-        tl_t.append(self.t)
+        okv, pool, bpt = self.okv, self.pools[layout], self.bpt
+        tl_t.append(t)
         tl_layout.append(layout)
         tl_batch.append(dec.b)
-        used = max(okv) * self.bpt if self.is_owner[layout] else sum(okv) * self.shares[layout] * self.bpt
+        used = max(okv) * bpt if self.is_owner[layout] else sum(okv) * self.shares[layout] * bpt
         tl_kv.append(used / pool if pool > 0 else 1.0)
         if self.progress is not None:
             self.progress(self.ended, self.n)
-
-    def _prefill_stats(self, k: int, run_tok: float, run_tok_pfx: float, run_own: float, run_chunks: float) -> None:
-        """The running prefill statistics the policy reads (exponentially weighted over steps)."""
-        w = self.ema_w[k] if k <= self.config.max_run_steps else 1.0 - 0.5 ** (k / PREFILL_STATS_HALF_LIFE_STEPS)
-        steps, tok, tok_pfx, own = self.ema_steps, self.ema_tok, self.ema_tok_pfx, self.ema_own
-        steps += w * (run_chunks / k - steps)
-        tok += w * (run_tok / k - tok)
-        tok_pfx += w * (run_tok_pfx / k - tok_pfx)
-        own += w * (run_own / k - own)
-        if tok < 1e-3:
-            steps = tok = tok_pfx = own = 0.0
-        self.ema_steps, self.ema_tok, self.ema_tok_pfx, self.ema_own = steps, tok, tok_pfx, own
 
     def _prefill_progress(self, done_tokens: int) -> None:
         """Credit a run's prompt tokens to the prefill queue in order; a request whose prefill is
