@@ -90,6 +90,23 @@ class SimExecutor:
         else:
             s1_0 = s1_end = s2_0 = 0.0
         chunk_owner = chunk_owner if owner_layout else None  # TP and CP spread every chunk
+        if k == 1 and not prefill_tokens[0] and not self.noise and self.scalar_run_steps:
+            # NOTE: one decode step (most runs, when arrivals cut them): `_run_scalar` of it, without
+            # its per-run set-up
+            c1, c2, alpha, over, _, max_n, dec, n_dec, rows = self._scalar[batch.layout]
+            n = b if b < max_n else max_n
+            row = dec[n][batch.layout] if n < n_dec else self._row(batch.layout, n)
+            s1, s2 = s1_0, s2_0
+            if b and owner_layout:
+                s2_own = max(own_ctx)
+                frac = s2_own / s2 if s2 > 0 else 0.0
+                s1, s2 = s1 * frac, s2_own
+            dur = [step_time.step_seconds(row, None, 0.0, 0.0, c1, c2, s1, s2, alpha, over)]
+            if self._pending_interference_s:
+                dur[0] += self._pending_interference_s
+                self._pending_interference_s = 0.0
+            self.steps_run += 1
+            return dur
         if k <= self.scalar_run_steps:
             scalar = not self.noise
         elif self.scalar_run_steps and k <= SCALAR_RUN_UNITS and not self.noise:
@@ -144,6 +161,14 @@ class SimExecutor:
         self.steps_run += k
         return dur
 
+    def _row(self, layout: int, n: int) -> list[float]:
+        """The base table's row for n tokens in `layout` past the decode-only rows, as Python floats (cached)."""
+        rows = self._rows[layout]
+        row = rows.get(n)
+        if row is None:
+            row = rows[n] = self.tables.base_s[n, layout].tolist()
+        return row
+
     def _chunk_row(self, layout: int, p: int) -> list[float]:
         """The table's chunk row (3R floats) for a chunk of p tokens in `layout`, as Python floats."""
         rows = self._chunk_rows[layout]
@@ -176,12 +201,7 @@ class SimExecutor:
         for j, p in enumerate(prefill_tokens):
             p = min(int(p), max_p) if p else 0
             n = min(b + p, max_n)
-            if n < n_dec:
-                row = dec[n][layout]
-            else:
-                row = rows.get(n)
-                if row is None:
-                    row = rows[n] = self.tables.base_s[n, layout].tolist()
+            row = dec[n][layout] if n < n_dec else self._row(layout, n)
             s1 = s1_0 + ds1 * (j / km1) if km1 else s1_0
             s2 = s2_0 + b * j  # NOTE: whole numbers, so the int product adds as float(b) * float(j) would
             s1_all, s2_all = s1, s2

@@ -35,11 +35,13 @@ def admit(loop: "ServingLoop") -> float:
     # NOTE: a move that shed KV to fit admits nothing in the old layout until its commit; any
     # other move admits only what also fits its destination (the move's memory was checked for
     # the running set at its start; what joins meanwhile must fit where it is going too)
-    hold = loop.inflight is not None and loop.inflight.shed_kv_tokens > 0
-    dst = loop.inflight.layout if loop.inflight is not None else -1
-    dst_owner, dst_share = (loop.is_owner[dst], loop.shares[dst]) if dst >= 0 else (False, 0.0)
-    dst_pool = loop.pools[dst] * loop.watermark if dst >= 0 else 0.0
-    while not loop.skip_admit and not hold and waiting.pos < len(wids):
+    dst = -1
+    if loop.inflight is not None:
+        if loop.inflight.shed_kv_tokens > 0:
+            return total
+        dst = loop.inflight.layout
+        dst_owner, dst_share, dst_pool = loop.is_owner[dst], loop.shares[dst], loop.pools[dst] * loop.watermark
+    while waiting.pos < len(wids):
         i = wids[waiting.pos]
         if dec.b + len(prefill_q) >= max_batch:
             # NOTE: only a request still owed its first token displaces (what it buys is that token)

@@ -268,37 +268,34 @@ class ServingLoop:
     def _consult_policy(self, total: float) -> bool:
         """Fill the policy's state, ask, and start the switch it decides. True: decide again (a
         switch started that sheds KV or is ready at once)."""
-        state, dec, prefill_q, waiting = self.state, self.dec, self.prefill_q, self.waiting
+        state, dec, prefill_q, waiting, capped = self.state, self.dec, self.prefill_q, self.waiting, self.capped
         b = dec.b
         s2 = dec.s2
-        if not b:
-            s1 = 0.0
-        elif not self.capped:
-            s1 = s2
-        else:
-            s1 = dec.capped_sum(dec.dsteps)
-        self.s1_now = s1  # the run's first step reads it too (_fill_batch), unless a preemption changes it
-        if prefill_q:
+        s1 = (dec.capped_sum(dec.dsteps) if capped else s2) if b else 0.0
+        self.s1_now = s1  # the run's first step reads it too, unless a preemption changes it
+        running = b + len(prefill_q)
+        if running > b:
             # NOTE: prefilling requests count as the batch they are about to join
-            state.context_sum_tokens = s2 + self.pq_s2
-            state.context_capped_sum_tokens = s1 + self.pq_s1 if self.capped else state.context_sum_tokens
-        else:
-            state.context_sum_tokens = s2
-            state.context_capped_sum_tokens = s1
-        state.context_requests = state.running = b + len(prefill_q)
-        if waiting.needs is not self.wt_needs or waiting.pos != self.wt_pos:  # the queue changed
-            self.wt_needs, self.wt_pos = waiting.needs, waiting.pos
-            state.waiting_tokens = self.wt_needs[self.wt_pos:]
+            s2 += self.pq_s2
+            s1 = s1 + self.pq_s1 if capped else s2
+        state.context_sum_tokens, state.context_capped_sum_tokens = s2, s1
+        state.context_requests = state.running = running
+        needs, pos = waiting.needs, waiting.pos
+        if needs is not self.wt_needs or pos != self.wt_pos:  # the queue changed
+            self.wt_needs, self.wt_pos = needs, pos
+            state.waiting_tokens = needs[pos:]
         tok = self.ema_tok
         state.prefill_step_fraction = self.ema_steps
         state.prefill_tokens_per_step = tok
-        state.prefill_context_tokens = self.ema_tok_pfx / tok if tok > 0 else 0.0
-        state.prefill_owner_share = self.ema_own / tok if tok > 0 else 1.0
-        okv = self.okv
-        state.owner_kv_tokens = okv
+        if tok > 0:
+            state.prefill_context_tokens, state.prefill_owner_share = self.ema_tok_pfx / tok, self.ema_own / tok
+        else:
+            state.prefill_context_tokens, state.prefill_owner_share = 0.0, 1.0
+        okv = state.owner_kv_tokens = self.okv
         layout = self.layout
-        if self.wt_pos < len(self.wt_needs):  # NOTE: only the queue's head reads it (PolicyState): stale while none waits
-            cap, bpt = self.pools[layout] / self.bpt, self.bpt
+        if pos < len(needs):  # NOTE: only the queue's head reads it (PolicyState): stale while none waits
+            bpt = self.bpt
+            cap = self.pools[layout] / bpt
             if self.is_owner[layout]:
                 state.free_kv_bytes = [(cap - x) * bpt for x in okv]
             else:
@@ -306,21 +303,23 @@ class ServingLoop:
                 state.free_kv_bytes = [(cap / share - total) * (bpt * share)] * self.T
         if self.project and b and dec.dsteps >= self.proj_at:
             project_growth(self, total)
-        state.step_index = self.steps
+        step = state.step_index = self.steps
         d = self.policy.decide(state)
         if d.capacity_stands_steps:
-            state.capacity_reprice_at_step = self.steps + d.capacity_stands_steps
+            state.capacity_reprice_at_step = step + d.capacity_stands_steps
         if d.reason is _CANT:
             self.cant_decide += 1
-        if d.switch and self.inflight is None and d.layout != layout and d.plan is not None:
-            self.inflight, self.started_s = d, self.t
-            state.switch_in_flight = True
-            if d.shed_kv_tokens > 0:
-                shed(self, d.shed_kv_tokens)
-            self.ready_s = self.t + self.executor.start_switch(d.plan)
-            if self.ready_s <= self.t or d.shed_kv_tokens > 0:
-                self.skip_admit = d.shed_kv_tokens > 0
-                return True
+        if not d.switch or self.inflight is not None or d.layout == layout or d.plan is None:
+            return False
+        t = self.t
+        self.inflight, self.started_s = d, t
+        state.switch_in_flight = True
+        if d.shed_kv_tokens > 0:
+            shed(self, d.shed_kv_tokens)
+        self.ready_s = t + self.executor.start_switch(d.plan)
+        if self.ready_s <= t or d.shed_kv_tokens > 0:
+            self.skip_admit = d.shed_kv_tokens > 0
+            return True
         return False
 
     def _nothing_admitted(self) -> None:

@@ -207,20 +207,17 @@ class LayoutPolicy:
         stay = self._stay[cur]
         if state.switch_in_flight:
             return stay[Reason.STAY_IN_FLIGHT]
-        b = state.context_requests
-        if b < 0 or not (state.context_sum_tokens >= 0 and state.context_capped_sum_tokens >= 0):
+        b, s2, s1 = state.context_requests, state.context_sum_tokens, state.context_capped_sum_tokens
+        if b < 0 or not (s2 >= 0 and s1 >= 0):  # decide reads the context array itself
             ctx = state.context_tokens
             if type(ctx) is not np.ndarray or ctx.ndim != 1 or (0 <= b != ctx.shape[0]):
                 return self._refuse(cur, "context_tokens")
             b = ctx.shape[0]
+            s2, s1 = self._sums(state, b) if b <= self._max_batch else (0.0, 0.0)
         if b > self._max_batch:
             return self._refuse(cur, "context_requests")  # beyond the compiled tables (and bounded work)
         if not b:
             s2 = s1 = 0.0
-        elif state.context_sum_tokens >= 0 and state.context_capped_sum_tokens >= 0:
-            s2, s1 = float(state.context_sum_tokens), float(state.context_capped_sum_tokens)
-        else:
-            s2, s1 = self._sums(state, b)
         if not (0.0 <= s1 < _INF and 0.0 <= s2 < _INF):
             return self._refuse(cur, "context_tokens")
         okv = state.owner_kv_tokens
@@ -241,7 +238,7 @@ class LayoutPolicy:
         if not -_INF < f + p_tok + p_ctx + p_share < _INF:  # a NaN or an infinity in any of them
             return self._refuse(cur, "prefill statistics")
         g_tot, g_own = state.kv_growth_tokens, state.owner_kv_growth_tokens
-        if g_tot in (_INF, -_INF) or g_own in (_INF, -_INF):  # NaN stays "none projected"
+        if (g_tot or g_own) and (g_tot in (_INF, -_INF) or g_own in (_INF, -_INF)):  # NaN: "none projected"
             return self._refuse(cur, "kv_growth_tokens")
         if b == 0 and w == 0:
             return stay[Reason.STAY_IDLE]

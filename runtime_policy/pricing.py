@@ -45,6 +45,7 @@ class StepPricer:
         self.alpha, self.over = float(t.alpha), float(t.overhead_s)
         self.knee = float(t.prefix_knee_tokens)
         self.max_chunk = t.max_prefill_tokens
+        self.size_cap = 2.0 * t.max_prefill_tokens
         self.n_max = t.max_tokens
         self.steps = [0.0] * n  # the last call's answer (reused: the hot path allocates no list)
         self.net = [0.0] * n  # the last call's network-bytes term of each layout's decode step
@@ -58,47 +59,56 @@ class StepPricer:
         whose busiest and lightest owners hold `own` and `own_min` KV tokens, and the observed
         prefill (share of steps with a chunk, tokens per step, their prefix, the owner's share).
         Returns `self.steps`, overwritten by the next call (copy what you keep)."""
+        # NOTE: min/max of two numbers spelled out (min(x, y) is x unless y < x): ~10 builtin calls
+        # here would cost more than the arithmetic of one layout
         frac = frac_min = 0.0
         if s2 > 0:
-            frac, frac_min = min(own / s2, 1.0), min(own_min / s2, 1.0)
+            frac, frac_min = own / s2, own_min / s2
+            if frac > 1.0:
+                frac = 1.0
+            if frac_min > 1.0:
+                frac_min = 1.0
         rows = self.base_py[b if b < self.n_base else self.n_base - 1]
         out, net, c1, c2, alpha, over = self.steps, self.net, self.c1, self.c2, self.alpha, self.over
         a, c = s1 * frac, s2 * frac  # the decode-busiest owner's sums
-        f = min(prefill_fraction, 1.0)
+        f = prefill_fraction if prefill_fraction < 1.0 else 1.0
         if not (f > 0 and prefill_tokens > 0):
-            step_time.decode_steps(self.spread, rows, c1, c2, s1, s2, alpha, over, out, net)
-            step_time.decode_steps(self.owned, rows, c1, c2, a, c, alpha, over, out, net)
+            step_time.decode_steps(self.spread, self.owned, rows, c1, c2, s1, s2, a, c, alpha, over, out, net)
             return out
-        rows_n, crows = self._chunk_inputs(b, f, prefill_tokens, owner_share)
+        # the blend's chunk: its size rounded to 3 % steps and the owner's share to 1/32 (both running
+        # means) so their rows are cached; NOTE: the chunk is capped at the tables' largest, so a size
+        # past twice that (a tiny share of steps with prefill: tokens / f overflows) rounds to the cap
+        size = prefill_tokens / f
+        if size > self.size_cap:
+            size = self.size_cap
+        e = round(math.log(size if size > 1.0 else 1.0) / LOG_CHUNK_STEP)
+        chunk = self._chunk_sizes.get(e)
+        if chunk is None:
+            chunk = self._chunk_sizes[e] = min(max(int(CHUNK_STEP ** e), 1), self.max_chunk)
+        share = owner_share if owner_share < 1.0 else 1.0
+        own_p = int(chunk * (round(share * OWNER_SHARE_STEPS) / OWNER_SHARE_STEPS if share > 0.0 else 0.0))
+        if own_p < 1:
+            own_p = 1
+        if own_p > chunk:
+            own_p = chunk
+        rows_n, crows = self._chunk_rows(b + chunk, chunk, own_p)
         pfx = prefill_context if prefill_context > 0.0 else 0.0
         lo = self.knee if self.knee < pfx else pfx  # = step_time.prefix_split(pfx, knee)
-        hi = pfx - lo
-        # the chunk over every rank, next to the whole batch; on one owner (the lightest, sums
-        # aa, cc), next to the decode-busiest
-        step_time.blended_steps(self.spread, rows, rows_n, crows, lo, hi, c1, c2, s1, s2, f, alpha, over, out, net)
-        step_time.owner_blended_steps(self.owned, rows, rows_n, crows, lo, hi, c1, c2, a, c, s1 * frac_min,
-                                      s2 * frac_min, f, alpha, over, out, net)
+        # the chunk over every rank, next to the whole batch; on one owner (the lightest), next to
+        # the decode-busiest
+        step_time.blended_steps(self.spread, self.owned, rows, rows_n, crows, lo, pfx - lo, c1, c2, s1, s2, a, c,
+                                s1 * frac_min, s2 * frac_min, f, alpha, over, out, net)
         return out
 
     def net_share(self, layout: int, step_s: float) -> float:
         """The network-bytes share of `layout`'s last priced decode step (link contention)."""
         return self.net[layout] / step_s if step_s > 0 else 0.0
 
-    def _chunk_inputs(self, b: int, f: float, prefill_tokens: float, owner_share: float) -> tuple[list, list]:
-        """The blend's base rows for b + chunk tokens, and each layout's chunk row (3R floats: the
-        whole chunk for spread layouts, the owner's share of it for owner layouts). NOTE:
-        the chunk size is rounded to 3 % steps and the owner share to 1/32 (both are running means)
-        so their rows can be cached."""
-        # NOTE: the chunk is capped at the tables' largest, so a size past twice that (a tiny share
-        # of steps with prefill: tokens / f overflows) rounds to the same cap
-        size = min(prefill_tokens / f, 2.0 * self.max_chunk)
-        e = round(math.log(max(size, 1.0)) / LOG_CHUNK_STEP)
-        chunk = self._chunk_sizes.get(e)
-        if chunk is None:
-            chunk = self._chunk_sizes[e] = min(max(int(CHUNK_STEP ** e), 1), self.max_chunk)
-        share = round(min(max(owner_share, 0.0), 1.0) * OWNER_SHARE_STEPS) / OWNER_SHARE_STEPS
-        own_p = min(max(int(chunk * share), 1), chunk)
-        n = min(b + chunk, self.n_max)
+    def _chunk_rows(self, n: int, chunk: int, own_p: int) -> tuple[list, list]:
+        """The blend's base rows for n = b + chunk tokens, and each layout's chunk row (3R floats: the
+        whole chunk for spread layouts, the owner's share of it for owner layouts), cached."""
+        if n > self.n_max:
+            n = self.n_max
         if n < self.n_base:
             rows = self.base_py[n]
         else:

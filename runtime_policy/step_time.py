@@ -109,9 +109,10 @@ def _kernel_source(n: int, net_index: int) -> str:
     tests/runtime_policy/test_step_time.py). A blend reuses each resource's decode products
     (s·k is the same value either way, so the same sums). One step: `step_seconds`,
     `owner_step_seconds`, `blended_seconds`, `owner_blended_seconds`; every layout of a set at
-    once (the policy's pricing: one call per set, not per layout), writing `out[i]` and the decode
-    step's network-bytes term (term `net_index`) `net[i]`: `decode_steps`, `blended_steps`,
-    `owner_blended_steps`."""
+    once (the policy's pricing: one call for every layout, not one per layout), writing `out[i]`
+    and the decode step's network-bytes term (term `net_index`) `net[i]`: `decode_steps` (spread
+    layouts at S, owner layouts at their busiest owner's) and `blended_steps` (the prefill blend,
+    owner layouts' chunk on the chunk's owner)."""
     r = range(n)
 
     def unpack(names: str, row: str) -> str:
@@ -129,13 +130,15 @@ def _kernel_source(n: int, net_index: int) -> str:
         out = f"{mx} = {t}0\n" + "".join(f"if {t}{i} > {mx}:\n    {mx} = {t}{i}\n" for i in r[1:])
         return out + f"{t}_s = overhead_s + {mx} + alpha * ({' + '.join(f'{t}{i}' for i in r)} - {mx})\n"
 
-    def fn(header: str, body: str, loop_rows: str | None = None) -> str:
+    def fn(header: str, body: str, loop_rows: str | None = None, loops: tuple = ()) -> str:
         """A def around `body`; with `loop_rows`, the body runs for every i in idx after unpacking
-        those rows (name=expression pairs)."""
+        those rows (name=expression pairs); `loops`: several such loops, (index set, body) each."""
         if loop_rows is None:
             return header + "".join("    " + line + "\n" for line in body.splitlines())
         pre = "".join(unpack(x, f"{row}[i]") for x, row in loop_rows)
-        return header + "    for i in idx:\n" + "".join("        " + line + "\n" for line in (pre + body).splitlines())
+        return header + "".join(f"    for i in {idx}:\n" + "".join("        " + line + "\n"
+                                                               for line in (pre + part).splitlines())
+                                for idx, part in (loops or (("idx", body),)))
 
     owner_pick = "if mu < mv:\n    u_s = v_s\n"
     decode = products("s1", "s2", "x", "y") + terms("t", "b", "x", "y") + finish("t", "mt")
@@ -163,20 +166,21 @@ def _kernel_source(n: int, net_index: int) -> str:
            "overhead_s):\n", two + blend + "return (1.0 - f) * t_s + f * u_s"),
         fn("def owner_blended_seconds(base_row, chunk_base_row, chunk_row, lo, hi, c1_row, c2_row, busy_s1, busy_s2, "
            "own_s1, own_s2, f, alpha, overhead_s):\n", two + owner_blend + "return (1.0 - f) * t_s + f * u_s"),
-        fn("def decode_steps(idx, rows, c1s, c2s, s1, s2, alpha, overhead_s, out, net):\n",
-           decode + "out[i] = t_s\n" + net, rows),
-        fn("def blended_steps(idx, rows, chunk_base_rows, chunk_rows, lo, hi, c1s, c2s, s1, s2, f, alpha, overhead_s, "
-           "out, net):\n", blend.replace("= chunk_row\n", "= chunk_rows[i]\n")
-           + "out[i] = (1.0 - f) * t_s + f * u_s\n" + net, rows + [("n", "chunk_base_rows")]),
-        fn("def owner_blended_steps(idx, rows, chunk_base_rows, chunk_rows, lo, hi, c1s, c2s, busy_s1, busy_s2, "
-           "own_s1, own_s2, f, alpha, overhead_s, out, net):\n",
-           owner_blend.replace("= chunk_row\n", "= chunk_rows[i]\n") + "out[i] = (1.0 - f) * t_s + f * u_s\n" + net,
-           rows + [("n", "chunk_base_rows")]),
+        fn("def decode_steps(spread, owned, rows, c1s, c2s, s1, s2, busy_s1, busy_s2, alpha, overhead_s, out, net):\n",
+           "", rows, (("spread", decode + "out[i] = t_s\n" + net),
+                      ("owned", decode.replace("= s1 * k", "= busy_s1 * k").replace(", s2 * g", ", busy_s2 * g")
+                       + "out[i] = t_s\n" + net))),
+        fn("def blended_steps(spread, owned, rows, chunk_base_rows, chunk_rows, lo, hi, c1s, c2s, s1, s2, busy_s1, "
+           "busy_s2, own_s1, own_s2, f, alpha, overhead_s, out, net):\n", "", rows + [("n", "chunk_base_rows")],
+           (("spread", blend.replace("= chunk_row\n", "= chunk_rows[i]\n") + "out[i] = (1.0 - f) * t_s + f * u_s\n"
+             + net),
+            ("owned", owner_blend.replace("= chunk_row\n", "= chunk_rows[i]\n")
+             + "out[i] = (1.0 - f) * t_s + f * u_s\n" + net))),
     )) + "\n"
 
 
 KERNELS = ("step_seconds", "owner_step_seconds", "blended_seconds", "owner_blended_seconds", "decode_steps",
-           "blended_steps", "owner_blended_steps")
+           "blended_steps")
 
 
 def _compile_kernels(n: int) -> tuple:
@@ -194,7 +198,7 @@ def _compile_kernels(n: int) -> tuple:
 
 
 (step_seconds, owner_step_seconds, blended_seconds, owner_blended_seconds, decode_steps, blended_steps,
- owner_blended_steps, KERNEL_SOURCE) = _compile_kernels(len(TIMED_RESOURCES))
+ KERNEL_SOURCE) = _compile_kernels(len(TIMED_RESOURCES))
 
 
 def combine(terms: np.ndarray, alpha: float, overhead_s: float) -> np.ndarray:

@@ -79,7 +79,7 @@ def simulate_cmd(
     """Serve a workload with the simulated executor: dynamic or fixed layout, and an ordering."""
     from executor.sim import simulate
     from runtime_policy.loop import LoopConfig
-    from runtime_policy.tables import LAYOUTS, calibrated_model, datasheet_model
+    from runtime_policy.tables import calibrated_model, datasheet_model, layout_names
     from runtime_policy.workloads import make_workload
 
     if rate is not None and (not math.isfinite(rate) or rate <= 0):
@@ -87,7 +87,7 @@ def simulate_cmd(
     m, hw = load_specs(model, hardware)
     attn = policy.value if policy != PolicyChoice.dynamic else None
     dep, first_err = None, None
-    for a in ([attn] if attn else list(LAYOUTS)):
+    for a in ([attn] if attn else list(layout_names())):
         try:
             dep = deployment(m, hw, a, moe.value if moe else None, gpus, replicas, None, kv_dtype, mem_fraction, 64, 0.0)
             break
