@@ -1,10 +1,13 @@
 """The simulated executor: runtime_policy's `Executor` protocol with step times from the compiled
 step-time tables (datasheet floors or a calibration), optionally with seeded multiplicative noise.
 
-A run of k steps is priced in one vectorized call: contexts grow by one token per step, so the
-attention terms are arithmetic in the step index; for the owner layouts the busiest owner is
-found per step over the T ranks. Switches take the plan's link time in the background; its
-interference is added to the next step run, its commit stall returned at the hand-off.
+A run of k steps is priced by the one step-time formula (runtime_policy/step_time.py): contexts
+grow by one token per step, so the attention terms are arithmetic in the step index; for the owner
+layouts the busiest owner is found per step over the T ranks. Short runs go through the formula's
+kernels in plain floats, long ones through `StepTimeTable.step_s` (numpy), bit-identical. It holds
+no KV (`tracks_kv = False`: the loop need not admit or retire requests here). Switches take the
+plan's link time in the background (ready whenever the loop's clock passes it); their
+interference is added to the next step run, their commit stall returned at the hand-off.
 
 Does not: choose layouts or requests, or import torch. NOTE: Σ min(L, top-k) over a run is
 interpolated linearly between its first and last step (exact unless a request crosses top-k
