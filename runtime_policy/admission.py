@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from runtime_policy.preemption import displace_for
 from runtime_policy.tables import StepTimeTable
-from runtime_policy.waiting import ABORTED, PREFILL
+from runtime_policy.waiting import ABORTED, DECODE, DONE, PREFILL
 
 if TYPE_CHECKING:
     from runtime_policy.loop import ServingLoop
@@ -79,6 +79,65 @@ def admit(loop: "ServingLoop") -> float:
     if displaced:
         dec.first_to_finish()
     return total
+
+
+def prefill_chunks(loop: "ServingLoop", k: int, pre_total: int) -> tuple[list, list, tuple, tuple]:
+    """A run's prefill: each of its k steps' chunk (the queue's prompt tokens, `prefill_chunk_tokens`
+    a step, `pre_total` in all), the cached prefix each attends to, the chunk owner (rank, tokens,
+    prefix) of each step, and the run's statistics (prompt tokens done, their token-weighted
+    prefix, the chunk owners' tokens, steps with a chunk)."""
+    prefill_q, pre_left, chunk = loop.prefill_q, loop.pre_left, loop.config.prefill_chunk_tokens
+    full = pre_total // chunk  # = [min(max(pre_total − chunk · j, 0), chunk) for j < k]
+    if full >= k:
+        pref = [float(chunk)] * k
+    else:
+        pref = [float(chunk)] * full + [float(pre_total - chunk * full)] + [0.0] * (k - full - 1)
+    run_tok = sum(pref)
+    i = prefill_q[0]
+    if pre_left[i] >= run_tok:  # = chunk_plan(...)'s common case: every chunk from the first request
+        done = loop.ctx[i] - pre_left[i]
+        pfx = []
+        for x in pref:
+            pfx.append(done)
+            done += x
+        chunk_owner = ([loop.owner[i]] * k, pref, pfx)
+        run_own = run_tok
+    else:
+        pfx, own_rank, own_tok, own_pfx = chunk_plan(pref, prefill_q, pre_left, loop.ctx, loop.owner)
+        chunk_owner = (own_rank, own_tok, own_pfx)
+        run_own = sum(own_tok)
+    run_tok_pfx = sum([a * c for a, c in zip(pref, pfx)])
+    run_chunks = float(min(k, -(-pre_total // chunk)))  # the steps whose chunk is not empty
+    return pref, pfx, chunk_owner, (int(run_tok), run_tok_pfx, run_own, run_chunks)
+
+
+def prefill_progress(loop: "ServingLoop", done_tokens: int) -> None:
+    """Credit a run's prompt tokens to the prefill queue in order; a request whose prefill is
+    done gets its first token and decodes (or is done, if that was all it asked for)."""
+    prefill_q, pre_left, ctx, inp_l = loop.prefill_q, loop.pre_left, loop.ctx, loop.inp_l
+    while prefill_q and done_tokens > 0:
+        i = prefill_q[0]
+        take = min(pre_left[i], done_tokens)
+        pre_left[i] -= take
+        done_tokens -= take
+        if pre_left[i] > 0:
+            break
+        prefill_q.pop(0)
+        c = ctx[i]
+        loop.pq_s2 -= c
+        if loop.capped:
+            loop.pq_s1 -= min(c, loop.topk)
+        if c == inp_l[i]:  # the first token
+            c += 1.0
+            ctx[i] = c
+            loop.okv[loop.owner[i]] += 1.0
+            loop.first[i] = loop.t
+        if c - inp_l[i] >= loop.out_l[i]:
+            loop.okv[loop.owner[i]] -= c + loop.page
+            loop._end(i, DONE)
+        else:
+            loop.status[i] = DECODE
+            loop._join(i, c)
 
 
 def chunk_plan(chunk_tokens: list[float], prefill_q: list[int], pre_left: list[int], ctx: list[float],

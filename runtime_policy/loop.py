@@ -7,14 +7,12 @@ says so — keeping their generated tokens, which are recomputed by the next pre
 when one request alone can never fit). Every request ends done or aborted exactly once; `ServeResult`
 carries the per-request record.
 
-The loop is a small state machine over a decode set (decode_set.py), a prefill queue, the waiting
-queue (waiting.py), per-owner KV and the switch in flight. Each turn is one run of steps with
-constant membership, a short function per phase (`_turn`):
-arrive → settle the switch (poll; commit at this boundary when ready; an abort keeps the old
-layout) → admit (head-of-line, in the ordering's order) → consult the policy (maybe start a switch)
-→ preempt at the KV wall → choose the run's length → run it on the executor → advance (clock,
-completions, prefill progress). The executor holds the KV of what decodes: the loop admits a
-request to it when its prefill is done and retires it when it ends or is preempted.
+A small state machine over a decode set (decode_set.py), a prefill queue, the waiting queue
+(waiting.py), per-owner KV and the switch in flight; each turn is one run of steps with constant
+membership, a short function per phase (`_turn`): arrive → settle the switch (commit at this
+boundary when ready; an abort keeps the old layout) → admit (admission.py) → consult the policy →
+preempt at the KV wall (preemption.py) → the run's length → run it → advance. The executor holds
+the KV of what decodes: admitted when its prefill is done, retired when it ends or is preempted.
 
 A run lasts up to `max_run_steps` steps, cut short at the next decode completion, prefill
 completion, KV wall, expected arrival or switch hand-off. The policy is therefore consulted at
@@ -31,12 +29,10 @@ every request has an owner rank (the least-loaded at admission) in every layout,
 an owner layout knows where each request lives. Admission keeps `admit_watermark_fraction` of the
 pool free.
 
-NOTE: written for speed as well as reading, because the simulator's runs are often 1–4 steps long
-(cut by arrivals), so per-run overhead bounds simulated steps per second: per-request work is done
-once per event (arrival, admission, join, completion, preemption), a run without events costs a
-fixed number of operations whatever the batch size, per-request state is in Python lists (numpy
-scalar reads cost ~100 ns), and KV and context sums are whole token counts (exact in any order), so
-results equal the straightforward version's (tests/runtime_policy/test_loop_golden.py).
+NOTE: the simulator's runs are often 1–4 steps (cut by arrivals), so per-run work bounds its rate:
+work per request is done once per event (decode_set.py), per-request state is in Python lists
+(numpy scalar reads cost ~100 ns), and token sums are whole numbers, exact in any order
+(tests/runtime_policy/test_loop_golden.py pins the results).
 
 Does not: price steps (the executor), choose layouts (the policy) or order requests (ordering.py).
 """
@@ -49,7 +45,7 @@ from typing import Callable
 import numpy as np
 
 from planner.errors import SpecError
-from runtime_policy.admission import admit, chunk_plan
+from runtime_policy.admission import admit, prefill_chunks, prefill_progress
 from runtime_policy.decision import Decision, PolicyState, Reason
 from runtime_policy.decode_set import DecodeSet
 from runtime_policy.executor import Executor, StepBatch, SwitchStatus
@@ -58,7 +54,7 @@ from runtime_policy.preemption import kv_wall, shed
 from runtime_policy.projection import PROJECTION_EVERY_STEPS, project_growth
 from runtime_policy.tables import NO_TOPK, StepTimeTable
 from runtime_policy.serving_types import LoopConfig, ServeResult, SwitchRecord
-from runtime_policy.waiting import ABORTED, DECODE, DONE, PENDING, WAITING, WaitingQueue, sum_as_numpy
+from runtime_policy.waiting import ABORTED, DONE, PENDING, WAITING, WaitingQueue, sum_as_numpy
 
 PREFILL_STATS_HALF_LIFE_STEPS = 256.0  # NOTE: the policy's cooldown scale; the prefill rate it sees forgets over it
 _NEVER = 1 << 30
@@ -360,33 +356,14 @@ class ServingLoop:
         else:
             batch.context_capped_sum_last_tokens = -1.0
         batch.context_offset_tokens = float(dec.dsteps)
-        prefill_q, pre_left, chunk = self.prefill_q, self.pre_left, self.config.prefill_chunk_tokens
-        pre_total = sum([pre_left[i] for i in prefill_q]) if prefill_q else 0
+        prefill_q = self.prefill_q
+        pre_total = sum([self.pre_left[i] for i in prefill_q]) if prefill_q else 0
         if not pre_total:
             dur = self.executor.run_steps(batch, self.zeros[k] if k <= self.config.max_run_steps else [0.0] * k)
             return (dur if type(dur) is list else dur.tolist()), _NO_PREFILL
-        full = pre_total // chunk  # = [min(max(pre_total − chunk · j, 0), chunk) for j < k]
-        if full >= k:
-            pref = [float(chunk)] * k
-        else:
-            pref = [float(chunk)] * full + [float(pre_total - chunk * full)] + [0.0] * (k - full - 1)
-        run_tok = sum(pref)
-        i = prefill_q[0]
-        if pre_left[i] >= run_tok:  # = chunk_plan(...)'s common case: every chunk from the first request
-            done = self.ctx[i] - pre_left[i]
-            pfx = []
-            for x in pref:
-                pfx.append(done)
-                done += x
-            dur = self.executor.run_steps(batch, pref, pfx, ([self.owner[i]] * k, pref, pfx))
-            run_own = run_tok
-        else:
-            pfx, own_rank, own_tok, own_pfx = chunk_plan(pref, prefill_q, pre_left, self.ctx, self.owner)
-            dur = self.executor.run_steps(batch, pref, pfx, (own_rank, own_tok, own_pfx))
-            run_own = sum(own_tok)
-        run_tok_pfx = sum([a * c for a, c in zip(pref, pfx)])
-        run_chunks = float(min(k, -(-pre_total // chunk)))  # the steps whose chunk is not empty
-        return (dur if type(dur) is list else dur.tolist()), (int(run_tok), run_tok_pfx, run_own, run_chunks)
+        pref, pfx, chunk_owner, stats = prefill_chunks(self, k, pre_total)
+        dur = self.executor.run_steps(batch, pref, pfx, chunk_owner)
+        return (dur if type(dur) is list else dur.tolist()), stats
 
     # ---- after the run -------------------------------------------------------------------------
     def _advance(self, k: int, dur: list[float], chunk_stats: tuple) -> None:
@@ -429,7 +406,7 @@ class ServingLoop:
                     self._end(i, DONE)
                 dec.first_to_finish()
         if done_tokens:
-            self._prefill_progress(done_tokens)
+            prefill_progress(self, done_tokens)
         # the timeline: time, layout, decode batch, KV used
         tl_t, tl_layout, tl_batch, tl_kv = self.timeline
         okv, pool, bpt = self.okv, self.pools[layout], self.bpt
@@ -440,34 +417,6 @@ class ServingLoop:
         tl_kv.append(used / pool if pool > 0 else 1.0)
         if self.progress is not None:
             self.progress(self.ended, self.n)
-
-    def _prefill_progress(self, done_tokens: int) -> None:
-        """Credit a run's prompt tokens to the prefill queue in order; a request whose prefill is
-        done gets its first token and decodes (or is done, if that was all it asked for)."""
-        prefill_q, pre_left, ctx, inp_l = self.prefill_q, self.pre_left, self.ctx, self.inp_l
-        while prefill_q and done_tokens > 0:
-            i = prefill_q[0]
-            take = min(pre_left[i], done_tokens)
-            pre_left[i] -= take
-            done_tokens -= take
-            if pre_left[i] > 0:
-                break
-            prefill_q.pop(0)
-            c = ctx[i]
-            self.pq_s2 -= c
-            if self.capped:
-                self.pq_s1 -= min(c, self.topk)
-            if c == inp_l[i]:  # the first token
-                c += 1.0
-                ctx[i] = c
-                self.okv[self.owner[i]] += 1.0
-                self.first[i] = self.t
-            if c - inp_l[i] >= self.out_l[i]:
-                self.okv[self.owner[i]] -= c + self.page
-                self._end(i, DONE)
-            else:
-                self.status[i] = DECODE
-                self._join(i, c)
 
     # ---- events --------------------------------------------------------------------------------
     def _join(self, i: int, c: float) -> None:
