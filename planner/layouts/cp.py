@@ -71,6 +71,7 @@ def partial_output_bytes(inp: ShareInputs) -> np.ndarray:
 class ContextParallel(AttentionLayout):
     name = "cp"
     description = "SPLASH CP: weights replicated, KV pages interleaved over ranks, partials all-gathered and LSE-merged"
+    kv_placement = "token_split"
     weights_sharded = False
     activations_replicated = True
     head_sharded = False

@@ -35,6 +35,7 @@ from planner.layouts.tp import split_core
 class DecodeContextParallel(AttentionLayout):
     name = "dcp"
     description = "vLLM DCP: heads sharded like TP, KV interleaved by tokens, queries all-gathered, outputs reduce-scattered"
+    kv_placement = "token_split"
     weights_sharded = True
     activations_replicated = True
     head_sharded = True

@@ -18,6 +18,7 @@ from planner.layouts.dp import owner_attention, owner_candidates
 class DecoupledOwnership(AttentionLayout):
     name = "dop"
     description = "heads sharded like TP, each request's KV on one owner, queries routed by all-to-all"
+    kv_placement = "owner"
     weights_sharded = True
     activations_replicated = True
     head_sharded = True

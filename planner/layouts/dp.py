@@ -67,6 +67,7 @@ def owner_candidates(layout: AttentionLayout, inp: ShareInputs) -> list[Attentio
 class DataParallelAttention(AttentionLayout):
     name = "dp"
     description = "weights replicated, each request's KV on one owner"
+    kv_placement = "owner"
     weights_sharded = False
     activations_replicated = False
     head_sharded = False

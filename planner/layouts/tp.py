@@ -35,6 +35,7 @@ def split_core(parts: dict, ways: float) -> dict:
 class TensorParallel(AttentionLayout):
     name = "tp"
     description = "heads sharded, KV split by heads (replicated for MLA), all-reduce"
+    kv_placement = "every_rank"
     weights_sharded = True
     activations_replicated = True
     head_sharded = True
