@@ -56,11 +56,13 @@ def kv_wall(loop: "ServingLoop", total: float) -> int:
             k_kv = min(k_kv, k_dst)
     if k_kv >= 1:
         return k_kv
-    dec, ctx, ctxf = loop.dec, loop.ctx, loop.ctxf
+    dec = loop.dec
     decoding = dec.in_join_order()
-    for i in decoding:  # write back: the victims' contexts are read below
-        ctx[i] = dec.context(i)
-    ctxf[decoding] = [ctx[i] for i in decoding]
+    # write back the decoders' contexts, which the victim keys read (NOTE: in numpy, once per wall:
+    # a Python pass over B per wall was most of a preemption-heavy simulation's time)
+    b = dec.b
+    loop.ctxf[dec.ids[:b]] = dec.c0[:b] + dec.dsteps
+    owner_of = np.asarray(loop.owner, dtype=np.int64) if loop.is_owner[loop.layout] else None
     while dec.b and k_kv < 1:
         cand = decoding + loop.prefill_q
         if len(cand) == 1:
@@ -69,15 +71,18 @@ def kv_wall(loop: "ServingLoop", total: float) -> int:
             loop._leave(v)
             loop._end(v, ABORTED)
         else:
-            if loop.is_owner[loop.layout]:
+            cids = np.asarray(cand, dtype=np.int64)
+            if owner_of is not None:
                 # NOTE: an owner layout's wall is one owner's pool: only a request held there
                 # frees room on it (a DP-attention rank preempts its own requests); a victim
                 # from another owner is a re-prefill that frees nothing where it binds (it was:
                 # DS-V3.2 heavy tail, DOP 925 preemptions, 228 this way)
                 lim = loop.cap[loop.layout]
-                short = [c > 0 and lim - x < c for x, c in zip(loop.okv, dec.per_owner)]
-                cand = [i for i in cand if short[loop.owner[i]]] or cand
-            v = cand[victim(loop, cand)]
+                short = np.array([c > 0 and lim - x < c for x, c in zip(loop.okv, dec.per_owner)])
+                on_short = cids[short[owner_of[cids]]]
+                if on_short.size:
+                    cids = on_short
+            v = int(cids[victim_of(loop, cids)])
             if dec.slot[v] >= 0:
                 decoding.remove(v)
             preempt(loop, v)
@@ -90,7 +95,11 @@ def kv_wall(loop: "ServingLoop", total: float) -> int:
     return k_kv
 
 def victim(loop: "ServingLoop", cand: list[int]) -> int:
-    cids = np.asarray(cand, dtype=np.int64)
+    return victim_of(loop, np.asarray(cand, dtype=np.int64))
+
+
+def victim_of(loop: "ServingLoop", cids: np.ndarray) -> int:
+    """The index in `cids` (request ids) of the ordering's victim, keyed by current contexts."""
     tok = loop.ctxf[cids]
     return loop.ordering.victim(loop.arr[cids], tok, tok.astype(np.int64) - loop.inp[cids], loop.out[cids])
 
