@@ -374,3 +374,32 @@ def test_long_prompt_backlog_moves_to_cp_shedding_what_the_move_cannot_hold():
     assert d.switch and d.reason == Reason.SWITCH_CAPACITY and d.layout == CP
     assert 0.0 < d.shed_kv_tokens < 12 * 36064
     assert d.plan.feasible and d.cost_s > d.plan.cost_s  # the recompute of the shed KV is in the cost
+
+
+def test_the_start_counts_the_queues_prefill(dsv32):
+    """initial_layout prices each layout's first batch over its life, prefill included: a queue of
+    400 prompts of 16K-64K is mostly prefill, which CP runs fastest (a 32K prompt: 0.15 s against
+    DOP's 0.32 s on its owner), so it starts in CP; 2,000 prompts of 512 are decode-bound and start
+    in DOP (the fastest decode at the batch its KV holds). Priced on decode steps alone, both
+    started in DOP (the shrinking-long benchmark then ran 0.78x of fixed CP)."""
+    _, pol = dsv32
+    names = pol.tables.layouts
+    rng = np.random.default_rng(0)
+    long = np.exp(rng.uniform(np.log(16384), np.log(65536), 400)).round()
+    assert names[pol.initial_layout(long)] == "cp"
+    assert names[pol.initial_layout(np.full(2000, 512.0))] == "dop"
+    one = np.array([32768.0])
+    assert min(range(len(names)), key=lambda i: pol._prefill_s(i, one, 8192.0)) == CP
+
+
+def test_a_prompts_prefill_is_its_chunks_each_after_its_prefix(dsv32):
+    """A 10,000-token prompt in 8,192-token chunks: 8,192 tokens at prefix 0, then 1,808 at prefix
+    8,192; two prompts are the sum of theirs."""
+    _, pol = dsv32
+    t = pol.tables
+    z = np.zeros(2)
+    want = float(t.step_s(DOP, 0, np.array([8192.0, 1808.0]), z, z, prefill_context=np.array([0.0, 8192.0])).sum())
+    assert pol._prefill_s(DOP, np.array([10000.0]), 8192.0) == pytest.approx(want, rel=1e-12)
+    both = pol._prefill_s(DOP, np.array([10000.0, 300.0]), 8192.0)
+    assert both == pytest.approx(want + pol._prefill_s(DOP, np.array([300.0]), 8192.0), rel=1e-12)
+    assert pol._prefill_s(DOP, np.array([0.0]), 8192.0) == 0.0
