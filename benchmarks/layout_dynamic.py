@@ -16,7 +16,7 @@ DeepSeek-V3.2 on 8 × H200 only, the fitted H200 calibration (`--calibration`, d
 benchmarks/results/calibration/h200_probe.json, which benchmarks/calibration_report.py fits on
 the current cost model: fitted on a 2-GPU MLA probe model, so applying it to the 8-GPU DS-V3.2
 deployment extrapolates; it holds H200 rates, so it is not applied to B200). The runtime's tables
-price the four layouts it runs (tp, cp, dp, dop; not dcp) and leave DSA's top-k latency out
+price every layout the planner registers (tp, cp, dcp, dp, dop) and leave DSA's top-k latency out
 (runtime_policy/tables.py).
 
 The oracle (executor/oracle.py): every recorded step repriced in the best layout whose KV holds
