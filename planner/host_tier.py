@@ -119,6 +119,13 @@ def miss_entries(selected_entries, locality: float, fraction) -> np.ndarray:
     return np.asarray(selected_entries, dtype=np.float64) * (1.0 - locality) * np.asarray(fraction, dtype=np.float64)
 
 
+def fetched_bytes(read_bytes, locality: float, fraction, amplification: float) -> np.ndarray:
+    """Host-link bytes of a step's misses: the tiered bytes its selections read × (1 − r) × f ×
+    page amplification (one formula: the step model and the check against the executor's
+    measured steps both call it)."""
+    return miss_entries(read_bytes, locality, fraction) * amplification
+
+
 def working_set_rows(topk: float, spec: HostTierSpec, block_tokens: int = 1) -> float:
     """Rows one step touches per request and layer: top-k · page amplification."""
     return topk * page_amplification(spec.run_tokens, spec.page_rows, block_tokens)
@@ -185,7 +192,7 @@ def rank_tier(dep, load, share) -> HostTierCost | None:
     read = sum(share.kv_read_bytes.get(k, 0.0) for k in pat.tiered)  # the tiered reads on this rank, one layer
     amp = page_amplification(spec.run_tokens, spec.page_rows, pat.block_tokens)
     missed = miss_entries(read, spec.locality, f_read)  # in bytes of missed rows
-    fetched = missed * amp * layers
+    fetched = fetched_bytes(read, spec.locality, f_read, amp) * layers
     unit = row_bytes * spec.page_rows
     stored = share.kv_stored_bytes * layers
     tiered_stored = stored * tiered_frac
