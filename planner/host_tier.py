@@ -62,6 +62,7 @@ class HostTierSpec(BaseModel):
     locality: float = Field(default=DEFAULT_LOCALITY, ge=0.0, le=1.0, description="Fraction of a request's top-k its previous step already touched.")
     page_rows: int = Field(default=1, ge=1, le=1 << 16, description="Rows per host-link unit (1: entry granularity; 64: SGLang pages).")
     run_tokens: float = Field(default=DEFAULT_RUN_TOKENS, ge=1.0, le=1 << 20, description="Mean run of consecutive selected entries (page amplification).")
+    reference_context_tokens: int = Field(default=131072, ge=1, le=1 << 24, description="Context at which the serving loop's token wall equals the tier's two walls (runtime_policy/host_tier_tables.py).")
 
 
 @dataclass(frozen=True)
