@@ -27,6 +27,11 @@ def infeasible_reason(cost: planner.StepCost) -> str:
     res, pool = scalar(cost.kv_resident_bytes), cost.kv_pool_bytes
     if res > pool:
         return f"KV {fmt_bytes(res)} on the busiest rank exceeds its pool {fmt_bytes(pool)} ({res / pool:.1f}×)"
+    tier = cost.host_tier
+    if tier is not None and not bool(tier.host_fits[0]):
+        host = float(tier.host_kv_resident_bytes[0])
+        return (f"host-tier KV {fmt_bytes(host)} on the busiest rank exceeds its host memory "
+                f"{fmt_bytes(tier.host_pool_bytes)} ({host / tier.host_pool_bytes:.1f}×)")
     return ""
 
 
