@@ -226,7 +226,7 @@ def step_features(cost, rates: DatasheetRates) -> StepFeatures:
         network_messages=np.asarray(cost.network_messages_scaleup_equivalent, dtype=np.float64),
         latency_s=np.asarray(cost.fixed_latency_s, dtype=np.float64),
         # NOTE: at the cost's own pricing (datasheet in the fit and the checks): the tier is not fitted
-        host_link_s=np.asarray(cost.times.host_link_s, dtype=np.float64),
+        host_link_s=np.zeros_like(np.asarray(cost.hbm_bytes, dtype=np.float64)) + cost.times.host_link_s,
     )
 
 

@@ -29,12 +29,11 @@ def host_tier_spec(enabled: bool, budget: int = DEFAULT_BUDGET_TOKENS, locality:
         raise SpecError(f"--host-tier: {field_error(exc)}") from None
 
 
-def tier_document(cost, held_without: float | None = None, held_with: float | None = None) -> dict:
-    """The JSON view of a step's host tier (point 0)."""
+def tier_document(cost) -> dict:
+    """The JSON view of a step's host tier (point 0); compare adds the requests held by wall."""
     t = cost.host_tier
     return {"host_link_bytes": float(t.host_link_bytes[0]), "host_link_equivalent_bytes": float(t.host_link_equivalent_bytes[0]),
             "host_link_time_s": float(cost.times.host_link_s[0]), "miss_entries": float(t.miss_entries[0]),
             "unit_bytes": t.unit_bytes, "page_amplification": t.amplification,
             "hbm_kv_resident_bytes": float(t.hbm_kv_resident_bytes[0]), "host_kv_resident_bytes": float(t.host_kv_resident_bytes[0]),
-            "host_pool_bytes": t.host_pool_bytes, "host_fits": bool(t.host_fits[0]),
-            "requests_held_hbm_only": held_without, "requests_held_tiered": held_with}
+            "host_pool_bytes": t.host_pool_bytes, "host_fits": bool(t.host_fits[0])}

@@ -78,20 +78,26 @@ class ResourceTimes:
     compute_s: np.ndarray
     network_bytes_s: np.ndarray
     network_messages_s: np.ndarray
-    host_link_s: np.ndarray  # a host KV tier's fetches (zeros without a tier)
+    # a host KV tier's fetches [P]; NOTE: the float 0.0 without a tier, so the sweep's floors pay no
+    # array op for a resource that carries nothing (stacked() broadcasts it)
+    host_link_s: np.ndarray | float = 0.0
 
     def stacked(self) -> np.ndarray:
         """[R, P] in TIMED_RESOURCES order."""
-        return np.stack([self.hbm_s, self.compute_s, self.network_bytes_s, self.network_messages_s, self.host_link_s])
+        h = self.host_link_s
+        if type(h) is float:
+            h = np.full(np.shape(self.hbm_s), h)
+        return np.stack([self.hbm_s, self.compute_s, self.network_bytes_s, self.network_messages_s, h])
 
     @property
     def floor_max_s(self) -> np.ndarray:
-        return np.maximum(np.maximum(np.maximum(self.hbm_s, self.compute_s), np.maximum(self.network_bytes_s, self.network_messages_s)),
-                          self.host_link_s)
+        m = np.maximum(np.maximum(self.hbm_s, self.compute_s), np.maximum(self.network_bytes_s, self.network_messages_s))
+        return m if type(self.host_link_s) is float else np.maximum(m, self.host_link_s)
 
     @property
     def floor_sum_s(self) -> np.ndarray:
-        return self.hbm_s + self.compute_s + self.network_bytes_s + self.network_messages_s + self.host_link_s
+        s = self.hbm_s + self.compute_s + self.network_bytes_s + self.network_messages_s
+        return s if type(self.host_link_s) is float else s + self.host_link_s
 
     @property
     def binding_index(self) -> np.ndarray:
@@ -113,6 +119,6 @@ def price(hbm_bytes: np.ndarray, flops_by_dtype: dict[str, np.ndarray], network_
         compute_s=np.asarray(compute, dtype=np.float64),
         network_bytes_s=np.asarray(net_s, dtype=np.float64),
         network_messages_s=np.asarray(msg_s, dtype=np.float64),
-        host_link_s=(np.zeros(np.shape(hbm_bytes)) if host_link_bytes is None
+        host_link_s=(0.0 if host_link_bytes is None
                      else np.asarray(host_link_bytes / pricing.host_link_bytes_per_s, dtype=np.float64)),
     )
