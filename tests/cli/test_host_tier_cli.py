@@ -73,3 +73,16 @@ def test_deepseek_v4_capacity_host_tier(capsys):
                        "-hw", "h200", "-g", "8", "-c", "128k", "--host-tier", "--json")
     assert code == 0
     assert all("host_tier" in d for d in json.loads(out)["layouts"])
+
+
+def test_simulate_host_tier_admits_more(capsys):
+    args = ("simulate", "-m", "deepseek-v3.2", "-hw", "h200", "-g", "8", "-w", "longprompt", "-n", "24", "--rate", "2",
+            "--policy", "dp", "--json")
+    code, out, _ = run(capsys, *args)
+    assert code == 0
+    plain = json.loads(out)
+    code, out, _ = run(capsys, *args, "--host-tier")
+    assert code == 0
+    tiered = json.loads(out)
+    assert tiered["completed"] == plain["completed"] == 24
+    assert tiered["preemptions"] <= plain["preemptions"]
