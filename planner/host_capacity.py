@@ -29,7 +29,7 @@ def decode_tier(dep, load: DecodeLoad) -> HostTierCost:
 
     g = group_load(load, dep.replicas)
     inp = ShareInputs(dep.model, dep.ranks, g, np.zeros(load.points), dep.kv_dtype, dep.page_tokens)
-    return rank_tier(dep, g, dep.attention_layout.share(inp))
+    return rank_tier(dep, inp, dep.attention_layout.share(inp))
 
 
 def hbm_wall_fits(dep, load: DecodeLoad) -> np.ndarray:

@@ -169,9 +169,10 @@ class HostTierCost:
         return HostTierCost(**vals)
 
 
-def rank_tier(dep, load, share) -> HostTierCost | None:
-    """The host tier of one candidate rank: `load` is the group's decode requests, `share` the
-    layout's busiest-rank AttentionShare (per layer). None when the deployment has no tier."""
+def rank_tier(dep, inp, share) -> HostTierCost | None:
+    """The host tier of one candidate rank: `inp` the step's ShareInputs (the group's decode
+    requests and prefill chunk), `share` the layout's busiest-rank AttentionShare (per layer).
+    None when the deployment has no tier."""
     spec = dep.host_tier
     if spec is None:
         return None
@@ -182,14 +183,17 @@ def rank_tier(dep, load, share) -> HostTierCost | None:
     per_tok = {k: float(v[0]) for k, v in att.kv_stored_bytes(one, dep.kv_dtype).items()}
     row_bytes = sum(per_tok.get(k, 0.0) for k in pat.tiered)
     tiered_frac = row_bytes / sum(per_tok.values())
-    lengths, counts = load.lengths, load.counts  # [P, R]
-    n = np.maximum(counts.sum(axis=-1), 1.0)
+    lengths, counts = inp.load.lengths, inp.load.counts  # [P, R]
     topk = att.topk_tokens()
     sel = np.minimum(lengths, topk)
     f = host_fraction(lengths, spec.hbm_budget_tokens)
     w = np.maximum((sel * counts).sum(axis=-1), 1e-300)
     f_read = (sel * f * counts).sum(axis=-1) / w  # read-weighted host fraction [P]
-    mean_ctx = np.maximum((lengths * counts).sum(axis=-1) / n, 1.0)
+    # the requests whose KV the rank stores: the decodes and, in a step with a chunk, the prefilling one
+    chunk = inp.prefill_tokens > 0
+    n = counts.sum(axis=-1) + chunk
+    tokens = (lengths * counts).sum(axis=-1) + np.where(chunk, inp.prefill_context + inp.prefill_tokens, 0.0)
+    mean_ctx = np.maximum(tokens / np.maximum(n, 1.0), 1.0)
     read = sum(share.kv_read_bytes.get(k, 0.0) for k in pat.tiered)  # the tiered reads on this rank, one layer
     amp = page_amplification(spec.run_tokens, spec.page_rows, pat.block_tokens)
     missed = miss_entries(read, spec.locality, f_read)  # in bytes of missed rows

@@ -279,7 +279,7 @@ def step_cost(dep: Deployment, load: DecodeLoad, prefill_tokens=0.0, pricing: Pr
     best = None
     for share in dep.attention_layout.candidate_shares(inp):
         hbm, flops, by_dtype, latency, kv_res = _rank_work(dep, g, inp, share, pts)
-        host = rank_tier(dep, g, share)  # NOTE: issue 17's hook: the host tier's misses and walls (None: no tier)
+        host = rank_tier(dep, inp, share)  # NOTE: issue 17's hook: the host tier's misses and walls (None: no tier)
         t = price(sum(hbm.values()), by_dtype, tier_b[SCALEUP], tier_m[SCALEUP], pricing,
                   *((tier_b[SCALEOUT], tier_m[SCALEOUT]) if dep.group_nodes > 1 else ()),
                   host_link_bytes=None if host is None else host.host_link_equivalent_bytes)

@@ -137,3 +137,15 @@ def test_walls_see_the_host_link_bind():
     w = walls(d, "batch", CTX, 1, 64)
     assert w.walls["host_link"] is not None
     assert "host_link" in w.times_s
+
+
+def test_a_prefilling_request_holds_one_budget():
+    """A step with only a prefill chunk (65,536 cached + 8,192 new tokens) on its DP owner: HBM holds
+    the request's indexer keys and one 4,096-slot budget, host memory its latents."""
+    d = tiered("dp")
+    c = planner.step_cost(d, planner.DecodeLoad.equal(0, 1), prefill_tokens=8192, prefill_context=65536)
+    tokens = 65536 + 8192
+    assert c.host_tier.hbm_kv_resident_bytes[0] == pytest.approx(LAYERS * (INDEXER * tokens + ROW * 4096))
+    assert c.host_tier.host_kv_resident_bytes[0] == pytest.approx(LAYERS * ROW * tokens)
+    assert c.host_tier.host_link_bytes[0] == 0.0  # prefill fetches nothing (HiSparse is decode-side)
+    assert bool(c.kv_fits[0])
