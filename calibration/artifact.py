@@ -8,6 +8,8 @@ Prediction for one step (all terms priced from the step's own bytes, FLOPs and m
                + fixed latencies (DSA's top-k: a measured engine latency, not a datasheet rate, so unscaled)
   network_s  = network_bytes / (e_net · B_link)
   messages_s = network_messages · message_latency_s
+  host_link_s = host-link contiguous-equivalent bytes / B_host   (a host KV tier's misses; not fitted:
+               no measured row has a tier yet, so the term is the datasheet floor, efficiency 1)
   t          = overhead_s + max(terms) + α · (sum(terms) − max(terms))
 
 e_* ∈ (0, 1] are achieved fractions of the datasheet rates, so a calibrated prediction is never
@@ -134,7 +136,7 @@ class Calibration(_Frozen):
     notes: tuple[str, ...] = ()
 
     def predict_terms_s(self, cost) -> dict[str, np.ndarray]:
-        """Calibrated per-resource times [P] (hbm, compute, network_bytes, network_messages)."""
+        """Calibrated per-resource times [P], keyed by planner.TIMED_RESOURCES."""
         f = step_features(cost, self.rates)
         p = self.params
         return {
@@ -143,6 +145,7 @@ class Calibration(_Frozen):
                         + f.latency_s),
             "network_bytes": f.network_bytes_s / p.network_efficiency,
             "network_messages": f.network_messages * p.message_latency_s,
+            "host_link": f.host_link_s,
         }
 
     def predict_s(self, cost) -> np.ndarray:
@@ -168,6 +171,7 @@ class StepFeatures:
     network_bytes_s: np.ndarray
     network_messages: np.ndarray  # a count, priced by the fitted latency
     latency_s: np.ndarray  # fixed latencies inside the compute term (top-k), taken as declared
+    host_link_s: np.ndarray  # a host KV tier's fetches at the datasheet host-link rate (0 without a tier)
 
     def take(self, idx) -> "StepFeatures":
         return StepFeatures(*(getattr(self, n)[idx] for n in self.__dataclass_fields__))
@@ -177,9 +181,10 @@ class StepFeatures:
         return cls(*(np.concatenate([getattr(p, n) for p in parts]) for n in cls.__dataclass_fields__))
 
     def datasheet_terms_s(self) -> np.ndarray:
-        """[4, P] datasheet times per resource (efficiency 1, the hardware file's latency not applied)."""
+        """[R, P] datasheet times per resource in planner.TIMED_RESOURCES order (efficiency 1, the
+        hardware file's latency not applied)."""
         return np.stack([self.weight_hbm_s + self.other_hbm_s, self.linear_compute_s + self.attention_compute_s + self.latency_s,
-                         self.network_bytes_s, np.zeros_like(self.network_bytes_s)])
+                         self.network_bytes_s, np.zeros_like(self.network_bytes_s), self.host_link_s])
 
 
 ATTENTION_FLOP_COMPONENTS = ("attention_core", "indexer", "head_padding")  # bf16 attention work (planner.step)
@@ -220,17 +225,20 @@ def step_features(cost, rates: DatasheetRates) -> StepFeatures:
         network_bytes_s=np.asarray(cost.network_bytes_scaleup_equivalent / rates.link_bytes_per_s, dtype=np.float64),
         network_messages=np.asarray(cost.network_messages_scaleup_equivalent, dtype=np.float64),
         latency_s=np.asarray(cost.fixed_latency_s, dtype=np.float64),
+        # NOTE: at the cost's own pricing (datasheet in the fit and the checks): the tier is not fitted
+        host_link_s=np.zeros_like(np.asarray(cost.hbm_bytes, dtype=np.float64)) + cost.times.host_link_s,
     )
 
 
 def calibrated_terms_s(f: StepFeatures, x: np.ndarray) -> np.ndarray:
-    """[4, P] calibrated per-resource seconds (hbm, compute, network_bytes, network_messages)."""
+    """[R, P] calibrated per-resource seconds in planner.TIMED_RESOURCES order."""
     e_w, e_kv, e_lin, e_att, e_net, lat, _, _ = x
     return np.stack([
         f.weight_hbm_s / e_w + f.other_hbm_s / e_kv,
         f.linear_compute_s / e_lin + f.attention_compute_s / e_att + f.latency_s,
         f.network_bytes_s / e_net,
         f.network_messages * lat,
+        f.host_link_s,
     ])
 
 
@@ -270,7 +278,7 @@ class RowFeatures:
         return self.sum_rows(predict_from_features(self.steps, x))
 
     def terms(self, x: np.ndarray) -> np.ndarray:
-        """[4, R] calibrated per-resource seconds per row."""
+        """[R resources, rows] calibrated per-resource seconds per row."""
         return self.sum_rows(calibrated_terms_s(self.steps, x))
 
     def take(self, idx) -> "RowFeatures":

@@ -25,6 +25,7 @@ from calibration.artifact import DatasheetRates, RowFeatures, StepFeatures, step
 from calibration.schema import LoadedRow, Profile, RowIssue
 from calibration.serving import default_chunk_tokens, serving_steps
 from planner.errors import SpecError
+from planner.resources.vector import TIMED_RESOURCES
 
 DEFAULT_ENGINE = "sglang"
 
@@ -46,7 +47,7 @@ class ProfileCosts:
     measured_s: np.ndarray  # [R]
     floor_max_s: np.ndarray  # [R] Σ weight · step floor_max
     floor_sum_s: np.ndarray  # [R]
-    datasheet_times_s: np.ndarray  # [4, R] hbm, compute, network_bytes, network_messages
+    datasheet_times_s: np.ndarray  # [resources, rows] in planner.TIMED_RESOURCES order
     groups: list[CostGroup]
     rates: dict[str, DatasheetRates]  # hardware name -> its datasheet rates
     hardware: np.ndarray  # [R] hardware name per row
@@ -152,7 +153,7 @@ def price_profile(profile: Profile) -> ProfileCosts:
     if not kept:
         empty = StepFeatures(*(np.zeros(0) for _ in StepFeatures.__dataclass_fields__))
         return ProfileCosts([], RowFeatures.one_step_per_row(empty), np.zeros(0), np.zeros(0), np.zeros(0),
-                            np.zeros((4, 0)), [], rates, np.zeros(0, dtype=object), issues, np.zeros(0, dtype=object))
+                            np.zeros((len(TIMED_RESOURCES), 0)), [], rates, np.zeros(0, dtype=object), issues, np.zeros(0, dtype=object))
     return ProfileCosts(kept, RowFeatures.concat(feats), np.concatenate(meas), np.concatenate(fmax),
                         np.concatenate(fsum), np.concatenate(times, axis=1), groups, rates,
                         np.array(hw_names, dtype=object), issues, np.array(labels, dtype=object))

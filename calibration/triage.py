@@ -55,7 +55,7 @@ class CalibratedTriage:
 
 
 def triage_calibrated(measured_s, predicted_s, terms_s, threshold: float = DEFAULT_THRESHOLD) -> CalibratedTriage:
-    """Place measurements against calibrated predictions [P] with calibrated terms [4, P]."""
+    """Place measurements against calibrated predictions [P] with calibrated terms [R, P] (TIMED_RESOURCES order)."""
     m = np.asarray(measured_s, dtype=np.float64)
     p = np.asarray(predicted_s, dtype=np.float64)
     if not np.isfinite(threshold) or threshold < 0:

@@ -87,7 +87,7 @@ def floor_violations(costs: ProfileCosts) -> list[FloorViolation]:
     out = []
     for i in np.flatnonzero(costs.measured_s < costs.floor_max_s):
         lr = costs.rows[i]
-        res = [TIMED_RESOURCES[r] for r in range(4) if costs.datasheet_times_s[r, i] > costs.measured_s[i]]
+        res = [TIMED_RESOURCES[r] for r in range(len(TIMED_RESOURCES)) if costs.datasheet_times_s[r, i] > costs.measured_s[i]]
         out.append(FloorViolation(lr.source, lr.line, float(costs.measured_s[i]), float(costs.floor_max_s[i]), res))
     return out
 

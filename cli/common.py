@@ -142,7 +142,8 @@ def load_specs(model: str, hardware: str) -> tuple[planner.ModelSpec, planner.Ha
 
 
 def deployment(model, hw, attn: str, moe: str | None, gpus: int, replicas: int, weight_dtype, kv_dtype, mem_fraction,
-               page_tokens, reserve_gib, engine=DEFAULT_ENGINE, nodes: int | None = None) -> planner.Deployment:
+               page_tokens, reserve_gib, engine=DEFAULT_ENGINE, nodes: int | None = None,
+               host_tier=None) -> planner.Deployment:
     if moe is None:
         moe = "ep" if model.mlp.kind == "moe" else "tp"
     if reserve_gib is not None and not math.isfinite(reserve_gib):
@@ -150,7 +151,7 @@ def deployment(model, hw, attn: str, moe: str | None, gpus: int, replicas: int, 
     return planner.make_deployment(model, hw, attn=attn, moe=moe, gpus=gpus, replicas=replicas,
                                    weight_dtype=weight_dtype, kv_dtype=kv_dtype, mem_fraction=mem_fraction,
                                    page_tokens=page_tokens, reserve_bytes=None if reserve_gib is None else reserve_gib * GiB,
-                                   engine=getattr(engine, "value", engine), nodes=nodes)
+                                   engine=getattr(engine, "value", engine), nodes=nodes, host_tier=host_tier)
 
 
 def pricing_for(hw: planner.HardwareSpec, choice: PricingChoice) -> planner.Pricing:

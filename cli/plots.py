@@ -10,7 +10,7 @@ import numpy as np
 from planner.errors import SpecError
 
 RESOURCE_COLORS = {"hbm": "#1f77b4", "compute": "#d62728", "network_bytes": "#2ca02c",
-                   "network_messages": "#9467bd", "kv_capacity": "#000000"}
+                   "network_messages": "#9467bd", "host_link": "#ff7f0e", "kv_capacity": "#000000"}
 
 
 def _pyplot():
@@ -40,6 +40,8 @@ def plot_walls(results: list[tuple[str, object]], title: str, path: str) -> None
     fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.4 * rows), squeeze=False, sharey=True)
     for ax, (label, w) in zip(axes.ravel(), results):
         for name, t in w.times_s.items():
+            if not np.any(t > 0):
+                continue  # a resource with no traffic (the host link without a tier)
             ax.plot(w.loads, t * 1e3, color=RESOURCE_COLORS[name], lw=1.4, label=name)
         ax.plot(w.loads, w.floor_sum_s * 1e3, color="0.5", lw=1, ls="--", label="floor sum")
         for name, x in w.walls.items():
@@ -57,7 +59,11 @@ def plot_walls(results: list[tuple[str, object]], title: str, path: str) -> None
     for ax in axes.ravel()[n:]:
         ax.axis("off")
     axes[0, 0].set_ylabel("time per step (ms)")
-    axes[0, 0].legend(fontsize=7, loc="upper left")
+    seen: dict[str, object] = {}
+    for ax in axes.ravel()[:n]:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            seen.setdefault(lab, h)
+    axes[0, 0].legend(list(seen.values()), list(seen), fontsize=7, loc="upper left")
     fig.suptitle(title + "  (grey: KV does not fit)", fontsize=10)
     fig.tight_layout()
     _save(fig, path)

@@ -27,6 +27,11 @@ def infeasible_reason(cost: planner.StepCost) -> str:
     res, pool = scalar(cost.kv_resident_bytes), cost.kv_pool_bytes
     if res > pool:
         return f"KV {fmt_bytes(res)} on the busiest rank exceeds its pool {fmt_bytes(pool)} ({res / pool:.1f}×)"
+    tier = cost.host_tier
+    if tier is not None and not bool(tier.host_fits[0]):
+        host = float(tier.host_kv_resident_bytes[0])
+        return (f"host-tier KV {fmt_bytes(host)} on the busiest rank exceeds its host memory "
+                f"{fmt_bytes(tier.host_pool_bytes)} ({host / tier.host_pool_bytes:.1f}×)")
     return ""
 
 
@@ -45,6 +50,9 @@ def compare_table(out: dict[str, Any], dep0: planner.Deployment, pricing_label: 
     t = Table(title=f"{deployment_title(dep0)}, B={out['batch']:.0f}, mean context "
                     f"{fmt_tokens(out['context_mean_tokens'])} ({pricing_label} floors, busiest rank, {dep0.engine} memory)")
     cols = ["attn/moe", "floor max", "floor sum", "binding", "tokens/s @max", "KV used", "HBM", "compute", "net bytes", "net msgs"]
+    tiered = any("host_tier" in d for d in out["layouts"])
+    if tiered:
+        cols += ["host link", "held HBM-only → tiered"]
     if calibrated:
         cols.insert(3, "predicted")
     for c in cols:
@@ -58,6 +66,10 @@ def compare_table(out: dict[str, Any], dep0: planner.Deployment, pricing_label: 
         row = [f"{d['attn']}/{d['moe']}{star}", fmt_ms(d["floor_max_s"]), fmt_ms(d["floor_sum_s"]), d["binding"], speed,
                used, fmt_ms(r["hbm"]["time_s"]), fmt_ms(r["compute"]["time_s"]), fmt_ms(r["network_bytes"]["time_s"]),
                fmt_ms(r["network_messages"]["time_s"])]
+        if tiered:
+            h = d["host_tier"]
+            row += [fmt_ms(r["host_link"]["time_s"]),
+                    f"{h['requests_held_hbm_only']:.0f} → {h['requests_held_tiered']:.0f} ({h['tier_wall']})"]
         if calibrated:
             row.insert(3, fmt_ms(d["predicted_s"]))
         t.add_row(*row)
@@ -68,11 +80,19 @@ def capacity_table(out: dict[str, Any], dep0: planner.Deployment) -> Table:
     p0 = dep0.memory
     t = Table(title=f"{deployment_title(dep0)}: KV capacity at {fmt_tokens(out['context_tokens'])} tokens/request "
                     f"({dep0.engine}, {p0.usable_hbm_bytes / GiB:.1f} GiB usable per GPU, {out['page_tokens']}-token pages)")
-    for col in ("attn/moe", "weights GiB/GPU", "mem fraction", "KV pool GiB/GPU", "KV copies", "distinct tokens",
-                "max concurrency"):
+    tiered = any("host_tier" in d for d in out["layouts"])
+    cols = ["attn/moe", "weights GiB/GPU", "mem fraction", "KV pool GiB/GPU", "KV copies", "distinct tokens", "max concurrency"]
+    if tiered:
+        cols += ["HBM-only", "HBM-budget wall", "host wall", "binds"]
+    for col in cols:
         t.add_column(col, justify="left" if col == "attn/moe" else "right")
     for d in out["layouts"]:
         pool = f"{d['kv_pool_gib_per_gpu']:.1f}" if d["feasible"] else "weights don't fit"
-        t.add_row(f"{d['attn']}/{d['moe']}", f"{d['weights_gib_per_gpu']:.1f}", f"{d['mem_fraction']:.3f}", pool,
-                  f"{d['kv_replication']:.0f}", fmt_tokens(d["distinct_tokens"]), f"{d['max_concurrency']:.0f}")
+        row = [f"{d['attn']}/{d['moe']}", f"{d['weights_gib_per_gpu']:.1f}", f"{d['mem_fraction']:.3f}", pool,
+               f"{d['kv_replication']:.0f}", fmt_tokens(d["distinct_tokens"]), f"{d['max_concurrency']:.0f}"]
+        if tiered:
+            h = d["host_tier"]
+            row += [f"{h['requests_held_hbm_only']:.0f}", f"{h['hbm_wall_requests']:.0f}", f"{h['host_wall_requests']:.0f}",
+                    h["binding_wall"]]
+        t.add_row(*row)
     return t

@@ -21,6 +21,7 @@ import numpy as np
 
 from planner.deployment import Deployment
 from planner.engines.base import MemoryPlan
+from planner.host_capacity import TierWalls, decode_kv_fits, tier_walls
 from planner.layouts.base import ShareInputs
 from planner.layouts.tp import kv_split
 from planner.load import DecodeLoad
@@ -57,19 +58,26 @@ class Capacity:
     distinct_tokens: float  # across the deployment (all replicas)
     context: np.ndarray  # [P]
     max_concurrency: np.ndarray  # [P] requests across the deployment
+    host_tier: TierWalls | None = None  # with a host KV tier: its two walls and the HBM-only count
 
 
-def max_concurrency(dep: Deployment, context) -> np.ndarray:
-    """Largest B (across the deployment) whose busiest rank's KV fits the pool, per context."""
+def max_concurrency(dep: Deployment, context, fits=None) -> np.ndarray:
+    """Largest B (across the deployment) whose busiest rank's KV fits the pool, per context.
+    `fits(dep, load)` [P] bool replaces the test (planner.host_capacity's walls; None: the
+    deployment's own, both walls when it has a host tier)."""
     ctx = np.atleast_1d(np.asarray(context, dtype=np.float64))
     lo = np.zeros_like(ctx)  # fits (B = 0 always fits when the pool is positive)
     hi = np.full_like(ctx, MAX_REQUESTS)
     pool = kv_pool_bytes(dep)
     if pool <= 0:
         return lo
+    test = fits if fits is not None else (decode_kv_fits if dep.host_tier is not None else None)  # NOTE: issue 17's hook
 
     def fits(batch):
-        return decode_kv_resident_bytes(dep, DecodeLoad.equal(batch, ctx)) <= pool
+        load = DecodeLoad.equal(batch, ctx)
+        if test is not None:
+            return test(dep, load)
+        return decode_kv_resident_bytes(dep, load) <= pool
 
     fits_hi = fits(hi)
     lo = np.where(fits_hi, hi, lo)
@@ -99,4 +107,5 @@ def capacity(dep: Deployment, context) -> Capacity:
         distinct_tokens=float(np.floor(distinct)),
         context=ctx,
         max_concurrency=max_concurrency(dep, ctx),
+        host_tier=tier_walls(dep, ctx) if dep.host_tier is not None else None,
     )

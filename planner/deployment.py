@@ -18,6 +18,7 @@ from planner.engines.base import DEFAULT_ENGINE, EngineMemoryModel, MemoryPlan, 
 from planner.engines.kv_dtype import resolve_kv_dtype
 from planner.errors import SpecError
 from planner.hardware.spec import HardwareSpec
+from planner.host_tier import HostTierSpec, check_tier
 from planner.layouts.base import AttentionLayout, MoESplit, attention_layouts, moe_splits
 from planner.models.attention.kernels import DecodeKernel, decode_kernel, gpu_arch
 from planner.models.spec import ModelSpec
@@ -43,6 +44,7 @@ class Deployment:
     mem_fraction: float | None  # explicit engine fraction; None = the engine's default
     reserve_bytes: float | None  # explicit reserve per GPU; None = the engine's estimate
     attention_kernel: str | None = None  # decode kernel override (planner.models.attention.kernels); None: the variant's engine default
+    host_tier: HostTierSpec | None = None  # a host KV tier (planner.host_tier); None: all KV in HBM
 
     @property
     def ranks(self) -> int:
@@ -97,7 +99,8 @@ class Deployment:
     def label(self) -> str:
         rep = f"×{self.replicas}" if self.replicas > 1 else ""
         span = f" over {self.group_nodes} nodes" if self.group_nodes > 1 else ""
-        return f"{self.attn}/{self.moe} T={self.ranks}{rep}{span}"
+        tier = f" +host(b={self.host_tier.hbm_budget_tokens})" if self.host_tier is not None else ""
+        return f"{self.attn}/{self.moe} T={self.ranks}{rep}{span}{tier}"
 
 
 def _whole(name: str, value) -> int:
@@ -126,7 +129,8 @@ def make_deployment(model: ModelSpec, hardware: HardwareSpec, *, attn: str = "tp
                     replicas: int = 1, weight_dtype: str | None = None, kv_dtype: str | None = None,
                     mem_fraction: float | None = None, page_tokens: int | None = None,
                     reserve_bytes: float | None = None, engine: str = DEFAULT_ENGINE,
-                    nodes: int | None = None, attention_kernel: str | None = None) -> Deployment:
+                    nodes: int | None = None, attention_kernel: str | None = None,
+                    host_tier: HostTierSpec | None = None) -> Deployment:
     if attn not in ATTN_LAYOUTS:
         raise SpecError(f"attn={attn!r} is not a layout; choose one of {', '.join(ATTN_LAYOUTS)}")
     if moe not in MOE_SPLITS:
@@ -160,8 +164,10 @@ def make_deployment(model: ModelSpec, hardware: HardwareSpec, *, attn: str = "tp
     model.mlp.check_tp(ranks, moe)
     if attention_kernel is not None:
         decode_kernel(attention_kernel)  # SpecError naming the known kernels
+    if host_tier is not None:
+        check_tier(model, host_tier)
     return Deployment(model, hardware, attn, moe, gpus, replicas, wdt, kdt, page, engine, nodes, mem_fraction,
-                      reserve_bytes, attention_kernel)
+                      reserve_bytes, attention_kernel, host_tier)
 
 
 def replace_deployment(dep: Deployment, **changes) -> Deployment:
@@ -173,6 +179,6 @@ def replace_deployment(dep: Deployment, **changes) -> Deployment:
     kw = dict(attn=dep.attn, moe=dep.moe, gpus=dep.gpus, replicas=dep.replicas, weight_dtype=dep.weight_dtype,
               kv_dtype=dep.kv_dtype, mem_fraction=dep.mem_fraction, page_tokens=dep.page_tokens,
               reserve_bytes=dep.reserve_bytes, engine=dep.engine, nodes=dep.nodes,
-              attention_kernel=dep.attention_kernel)
+              attention_kernel=dep.attention_kernel, host_tier=dep.host_tier)
     kw.update(changes)
     return make_deployment(dep.model, dep.hardware, **kw)

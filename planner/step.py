@@ -23,12 +23,13 @@ router GEMM, MTP draft layers, kernel launch gaps, routing skew across EP ranks.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from planner.deployment import Deployment
 from planner.errors import SpecError
+from planner.host_tier import HostTierCost, rank_tier
 from planner.layouts.base import SCALEOUT, SCALEUP, AttentionShare, Collective, ShareInputs, link_bytes_by_tier
 from planner.load import DecodeLoad, busiest_owner_counts
 from planner.resources.vector import TIMED_RESOURCES, Pricing, ResourceTimes, price
@@ -64,6 +65,7 @@ class StepCost:
     scaleout_latency_ratio: float = 1.0  # datasheet scale-out ÷ scale-up message latency
     memory_feasible: bool = True  # the engine's pool holds at least one page
     infeasible_reason: str = ""
+    host_tier: HostTierCost | None = None  # the deployment's host KV tier on the busiest rank (planner.host_tier)
 
     @property
     def network_bytes_scaleup_equivalent(self) -> np.ndarray:
@@ -93,7 +95,10 @@ class StepCost:
 
     @property
     def kv_fits(self) -> np.ndarray:
-        return (self.kv_resident_bytes <= self.kv_pool_bytes) & (self.kv_pool_bytes > 0)
+        """[P] the step's KV fits: the HBM pool (with a host tier, its resident part and budgets)
+        and, with a tier, host memory (the two walls)."""
+        fits = (self.kv_resident_bytes <= self.kv_pool_bytes) & (self.kv_pool_bytes > 0)
+        return fits if self.host_tier is None else fits & self.host_tier.host_fits
 
     @property
     def feasible(self) -> np.ndarray:
@@ -274,21 +279,29 @@ def step_cost(dep: Deployment, load: DecodeLoad, prefill_tokens=0.0, pricing: Pr
     best = None
     for share in dep.attention_layout.candidate_shares(inp):
         hbm, flops, by_dtype, latency, kv_res = _rank_work(dep, g, inp, share, pts)
+        host = rank_tier(dep, inp, share)  # NOTE: issue 17's hook: the host tier's misses and walls (None: no tier)
         t = price(sum(hbm.values()), by_dtype, tier_b[SCALEUP], tier_m[SCALEUP], pricing,
-                  *((tier_b[SCALEOUT], tier_m[SCALEOUT]) if dep.group_nodes > 1 else ()))
+                  *((tier_b[SCALEOUT], tier_m[SCALEOUT]) if dep.group_nodes > 1 else ()),
+                  host_link_bytes=None if host is None else host.host_link_equivalent_bytes)
+        if host is not None:
+            kv_res = host.hbm_kv_resident_bytes
         # NOTE: a fixed latency (top-k: one CTA per row, so neither bytes nor FLOPs set its time) is
         # time the SMs spend: it adds to the compute resource's time, so floor_sum counts it whole
         # and floor_max hides it only behind a larger resource, as perfect overlap would.
-        times = ResourceTimes(t.hbm_s, t.compute_s + sum(latency.values()), t.network_bytes_s, t.network_messages_s)
-        cand = (times, hbm, flops, by_dtype, latency, kv_res)
+        times = replace(t, compute_s=t.compute_s + sum(latency.values()))
+        cand = (times, hbm, flops, by_dtype, latency, kv_res, host)
         if best is None:
             best = cand
             continue
         keep = best[0].floor_max_s >= times.floor_max_s
         picked = ResourceTimes(*(np.where(keep, x, y) for x, y in zip(best[0].stacked(), times.stacked())))
-        best = (picked, *(_select(keep, best[i], cand[i]) for i in range(1, 5)), np.where(keep, best[5], cand[5]))
-    times, hbm, flops, by_dtype, latency, kv_res = best
+        best = (picked, *(_select(keep, best[i], cand[i]) for i in range(1, 5)), np.where(keep, best[5], cand[5]),
+                None if host is None else best[6].where(keep, host))
+    times, hbm, flops, by_dtype, latency, kv_res, host = best
     hbm_total = sum(hbm.values())
+    components = {"hbm_bytes": hbm, "flops": flops, "network_bytes": net_b, "network_messages": net_m, "latency_s": latency}
+    if host is not None:
+        components["host_link_bytes"] = {"kv_misses": host.host_link_bytes}
     plan, sheet = dep.memory, Pricing.datasheet(dep.hardware)
     return StepCost(
         batch=load.batch,
@@ -305,8 +318,7 @@ def step_cost(dep: Deployment, load: DecodeLoad, prefill_tokens=0.0, pricing: Pr
         times=times,
         pricing=pricing.label,
         replicas=dep.replicas,
-        components={"hbm_bytes": hbm, "flops": flops, "network_bytes": net_b, "network_messages": net_m,
-                    "latency_s": latency},
+        components=components,
         network_bytes_by_tier=tier_b,
         network_messages_by_tier=tier_m,
         scaleout_bytes_ratio=sheet.link_bytes_per_s / sheet.scaleout_link_bytes_per_s,
@@ -314,4 +326,5 @@ def step_cost(dep: Deployment, load: DecodeLoad, prefill_tokens=0.0, pricing: Pr
                                 if sheet.message_latency_s > 0 else 1.0),
         memory_feasible=plan.feasible,
         infeasible_reason=plan.reason,
+        host_tier=host,
     )

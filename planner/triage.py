@@ -54,7 +54,7 @@ def triage_step(cost: StepCost, measured_s, threshold: float = DEFAULT_THRESHOLD
 
 
 def triage_floors(measured_s, floor_max_s, floor_sum_s, times_s, threshold: float = DEFAULT_THRESHOLD) -> Triage:
-    """`triage_step` on plain arrays: floors [P] and per-resource times [4, P] (a serving row's
+    """`triage_step` on plain arrays: floors [P] and per-resource times [R, P] in TIMED_RESOURCES order (a serving row's
     are its steps' weighted sums)."""
     m = np.asarray(measured_s, dtype=np.float64)
     if not np.all(np.isfinite(m)) or np.any(m <= 0):
@@ -71,7 +71,7 @@ def triage_floors(measured_s, floor_max_s, floor_sum_s, times_s, threshold: floa
         q = np.where(span > 0, (hi - m) / span, 1.0)
     q = np.where(verdict == "inside", q, np.nan)
     resid = np.where(verdict == "above_sum", (m - hi) / hi, np.nan)
-    stacked = np.broadcast_to(np.asarray(times_s, dtype=np.float64), (len(TIMED_RESOURCES), m.size))  # [4, P]
+    stacked = np.broadcast_to(np.asarray(times_s, dtype=np.float64), (len(TIMED_RESOURCES), m.size))  # [R, P]
     violated = [[TIMED_RESOURCES[r] for r in range(stacked.shape[0]) if stacked[r, i] > m[i]] for i in range(m.size)]
     profile = (verdict == "above_sum") & (resid > threshold)
     largest = np.asarray(TIMED_RESOURCES, dtype=object)[np.argmax(stacked, axis=0)]

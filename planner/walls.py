@@ -2,7 +2,7 @@
 load where each resource becomes binding, the KV wall where capacity runs out, and their order.
 
 A timed resource's wall is the smallest load in the range at which its time is the largest of
-the four (resources binding from the start have their wall at the start); it is None if the
+the timed resources' (resources binding from the start have their wall at the start); it is None if the
 resource never binds in the range. The KV wall is the smallest load whose KV doesn't fit.
 Walls are located on a geometric grid and refined by bisection (to one request or one token).
 """

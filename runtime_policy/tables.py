@@ -154,6 +154,8 @@ class StepTimeTable:
     hbm_bytes_per_s: float
     link_bytes_per_s: float
     message_latency_s: float
+    host_kv_fraction: float = 0.0  # of a token's KV bytes, the part a host tier keeps in host memory (0: no tier)
+    host_link_bytes_per_s: float = float("inf")  # the host link a tier's pages move over (runtime_policy/host_tier_tables.py)
 
     def combine(self, terms: np.ndarray) -> np.ndarray:
         """Step seconds from per-resource seconds on the last axis (step_time.combine)."""
@@ -286,7 +288,7 @@ def compile_tables(dep: Deployment, model: StepTimeModel | None = None, max_batc
     pre, pfx_lo, pfx_hi = chunk_rows[..., 0:nr], chunk_rows[..., nr:2 * nr], chunk_rows[..., 2 * nr:3 * nr]
     for a in (base, chunk_rows, pre, pfx_lo, pfx_hi, c1, c2, pools, weights, attn_w, share, owner):
         a.setflags(write=False)
-    return StepTimeTable(
+    table = StepTimeTable(
         layouts=names, ranks=dep.ranks, num_layers=dep.model.num_layers, max_tokens=n_max, max_prefill_tokens=max_prefill_tokens, topk=topk,
         kv_bytes_per_token=att.kv_bytes_per_token(dep.kv_dtype) * dep.model.num_layers,
         page_tokens=dep.page_tokens,
@@ -294,6 +296,11 @@ def compile_tables(dep: Deployment, model: StepTimeModel | None = None, max_batc
         base_s=base, base_rows_py=base[: max_batch + 1].tolist(), prefill_s=pre, prefix_lo_s=pfx_lo, prefix_hi_s=pfx_hi, prefix_knee_tokens=float(knee), chunk_rows_s=chunk_rows, c1_s=c1, c2_s=c2, alpha=model.alpha, overhead_s=model.overhead_s,
         model_label=model.label, info=info, hbm_bytes_per_s=pricing.hbm_bytes_per_s,
         link_bytes_per_s=pricing.link_bytes_per_s, message_latency_s=pricing.message_latency_s)
+    if dep.host_tier is None:
+        return table
+    from runtime_policy.host_tier_tables import with_host_tier  # NOTE: issue 17's hook (a host KV tier)
+
+    return with_host_tier(table, dep, model, deps)
 
 
 def kv_share(d: Deployment) -> float:

@@ -159,8 +159,11 @@ def plan_transition(tables: StepTimeTable, src: int, dst: int, kv_total_bytes: f
     recv = kv_recv + w_recv
     send = recv  # NOTE: ring all-gathers and balanced all-to-alls send what they receive
     moving = recv > 0.0
-    link_s = (recv / tables.link_bytes_per_s + MESSAGE_KINDS * tables.message_latency_s * tables.num_layers
-              if moving else 0.0)
+    # NOTE: with a host KV tier a moved request's host pages move too: that share of its KV bytes
+    # crosses the host link (host_kv_fraction = 0 without a tier)
+    host_kv = kv_recv * tables.host_kv_fraction
+    link_s = ((recv - host_kv) / tables.link_bytes_per_s + host_kv / tables.host_link_bytes_per_s
+              + MESSAGE_KINDS * tables.message_latency_s * tables.num_layers if moving else 0.0)
     interference_s = (send + recv) / tables.hbm_bytes_per_s + link_s * max(min(network_share, 1.0), 0.0)
     # KV written during the move must follow at the commit, in proportion to what moved.
     tokens_total = total / tables.kv_bytes_per_token if tables.kv_bytes_per_token > 0 else 0.0

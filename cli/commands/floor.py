@@ -20,6 +20,7 @@ from cli.common import (console, DEFAULTS, Attn, BatchOpt, CalibrationOpt, Conte
                         PrefillOpt, PricingChoice, PricingOpt, ReplicasOpt, ReserveOpt, WeightDtypeOpt, build_load,
                         deployment, emit_json, fmt_bytes, fmt_flops, fmt_ms, fmt_tokens, load_calibration, load_specs,
                         parse_tokens, pricing_for, scalar)
+from cli.host_tier_options import BudgetOpt, HostPageOpt, HostTierOpt, LocalityOpt, host_tier_spec, tier_document
 from cli.rendering import capacity_table, compare_table, deployment_title, infeasible_reason, memory_line
 from planner.capacity import capacity as kv_capacity
 from planner.errors import SpecError
@@ -62,6 +63,8 @@ def cost_document(dep: planner.Deployment, cost: planner.StepCost, calibration=N
                               "bytes_by_tier": {k: scalar(cost.network_bytes_by_tier[k]) for k in (SCALEUP, SCALEOUT)}},
             "network_messages": {"count": scalar(cost.network_messages), "time_s": scalar(t.network_messages_s),
                                  "count_by_tier": {k: scalar(cost.network_messages_by_tier[k]) for k in (SCALEUP, SCALEOUT)}},
+            "host_link": {"bytes": scalar(cost.host_tier.host_link_bytes) if cost.host_tier is not None else 0.0,
+                          "time_s": scalar(t.host_link_s)},
             "kv_capacity": {"resident_bytes": scalar(cost.kv_resident_bytes), "pool_bytes": cost.kv_pool_bytes,
                             "fits": fits,
                             "used_fraction": scalar(cost.kv_resident_bytes) / cost.kv_pool_bytes if cost.kv_pool_bytes > 0 else None},
@@ -82,6 +85,8 @@ def cost_document(dep: planner.Deployment, cost: planner.StepCost, calibration=N
                              effect_times_s(cost, pricing or planner.Pricing.datasheet(dep.hardware)).items()},
         "decode_kernel": dep.decode_kernel.name,
     }
+    if cost.host_tier is not None:
+        doc["host_tier"] = tier_document(cost)
     if calibration is not None:
         doc["predicted_s"] = scalar(calibration.predict_s(cost))
     return doc
@@ -206,7 +211,7 @@ def floor(
 
 
 def valid_deployments(m, hw, gpus, replicas, weight_dtype, kv_dtype, mem_fraction, page_tokens, reserve_gib,
-                      engine=DEFAULTS["engine"], nodes=None, moe: str | None = None):
+                      engine=DEFAULTS["engine"], nodes=None, moe: str | None = None, host_tier=None):
     """Every (attn, moe) the model can run here (only `moe` if given), and the ones it can't
     with the reason."""
     deps, skipped = [], []
@@ -214,7 +219,7 @@ def valid_deployments(m, hw, gpus, replicas, weight_dtype, kv_dtype, mem_fractio
         for mo in ([moe] if moe else planner.MOE_SPLITS):
             try:
                 deps.append(deployment(m, hw, a, mo, gpus, replicas, weight_dtype, kv_dtype, mem_fraction, page_tokens,
-                                       reserve_gib, engine, nodes))
+                                       reserve_gib, engine, nodes, host_tier))
             except SpecError as exc:
                 skipped.append({"attn": a, "moe": mo, "reason": str(exc)})
     if not deps:
@@ -231,17 +236,25 @@ def compare(
     engine: EngineOpt = DEFAULTS["engine"], nodes: NodesOpt = None,
     pricing: PricingOpt = PricingChoice.datasheet, calibration: CalibrationOpt = None,
     components: Annotated[bool, typer.Option("--components", help="Also show each layout's engine effects: DSA's indexer, top-k, padded head rows, unsharded attention weights (ms).")] = False,
+    host_tier: HostTierOpt = False, hbm_budget_tokens: BudgetOpt = 4096, locality: LocalityOpt = 0.8,
+    host_page_rows: HostPageOpt = 1,
     json_out: JsonOpt = False,
 ) -> None:
     """Every layout side by side at one operating point: those that fit first, fastest first."""
     cal = load_calibration(calibration)
     m, hw = load_specs(model, hardware)
     pre, pre_ctx = prefill_args(prefill_tokens, prefill_context)
+    tier = host_tier_spec(host_tier, hbm_budget_tokens, locality, host_page_rows)
     deps, skipped = valid_deployments(m, hw, gpus, replicas, weight_dtype, kv_dtype, mem_fraction, page_tokens,
-                                      reserve_gib, engine, nodes)
+                                      reserve_gib, engine, nodes, host_tier=tier)
     load = build_load(batch, context)
     pr = pricing_for(hw, pricing)
     docs = [cost_document(d, planner.step_cost(d, load, pre, pr, prefill_context=pre_ctx), cal, pre_ctx, pr) for d in deps]
+    if tier is not None:
+        for d, doc in zip(deps, docs):  # requests held at the load's mean context, with and without the tier
+            walls = kv_capacity(d, [doc["context_mean_tokens"]]).host_tier
+            doc["host_tier"].update(requests_held_hbm_only=float(walls.hbm_only[0]), requests_held_tiered=float(walls.held[0]),
+                                    tier_wall=str(walls.binding[0]))
     # NOTE: ranked, not listed: a layout that can't hold the load is no candidate, however fast.
     docs.sort(key=lambda d: (not d["feasible"], d["floor_max_s"], d["floor_sum_s"]))
     feasible = [d for d in docs if d["feasible"]]
@@ -283,13 +296,15 @@ def capacity(
     replicas: ReplicasOpt = 1, context: ContextOpt = DEFAULTS["context"], kv_dtype: KvDtypeOpt = None,
     weight_dtype: WeightDtypeOpt = None, mem_fraction: MemFractionOpt = DEFAULTS["mem_fraction"],
     page_tokens: PageOpt = None, reserve_gib: ReserveOpt = None, engine: EngineOpt = DEFAULTS["engine"],
-    nodes: NodesOpt = None, json_out: JsonOpt = False,
+    nodes: NodesOpt = None, host_tier: HostTierOpt = False, hbm_budget_tokens: BudgetOpt = 4096,
+    locality: LocalityOpt = 0.8, host_page_rows: HostPageOpt = 1, json_out: JsonOpt = False,
 ) -> None:
     """KV pool per GPU (as the engine sizes it), distinct tokens and max concurrency at a context length, every layout."""
     m, hw = load_specs(model, hardware)
     ctx = parse_tokens(context)
+    tier = host_tier_spec(host_tier, hbm_budget_tokens, locality, host_page_rows)
     deps, skipped = valid_deployments(m, hw, gpus, replicas, weight_dtype, kv_dtype, mem_fraction, page_tokens,
-                                      reserve_gib, engine, nodes)
+                                      reserve_gib, engine, nodes, host_tier=tier)
     docs = []
     for d in deps:
         c = kv_capacity(d, [ctx])
@@ -312,6 +327,12 @@ def capacity(
             "max_concurrency": float(c.max_concurrency[0]),
             "memory": plan.describe(),
         })
+        if c.host_tier is not None:
+            w = c.host_tier
+            docs[-1]["host_tier"] = {"hbm_budget_tokens": w.budget_tokens, "host_memory_bytes_per_gpu": w.host_memory_bytes_per_gpu,
+                                     "requests_held_hbm_only": float(w.hbm_only[0]), "hbm_wall_requests": float(w.hbm_wall[0]),
+                                     "host_wall_requests": float(w.host_wall[0]), "requests_held_tiered": float(w.held[0]),
+                                     "binding_wall": str(w.binding[0])}
     out = {"model": m.name, "hardware": hw.name, "gpus": gpus, "nodes": deps[0].nodes, "engine": deps[0].engine,
            "mem_fraction": mem_fraction, "page_tokens": deps[0].page_tokens,
            "datasheet_hbm_bytes_per_gpu": hw.peak.hbm_bytes, "usable_hbm_bytes_per_gpu": hw.usable_hbm_bytes,

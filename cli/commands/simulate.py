@@ -15,6 +15,7 @@ from rich.table import Table
 import planner
 from cli.common import (DEFAULTS, GpusOpt, HardwareOpt, JsonOpt, KvDtypeOpt, MemFractionOpt, ModelOpt,
                         MoeOpt, PlotOpt, ReplicasOpt, console, deployment, emit_json, load_specs)
+from cli.host_tier_options import BudgetOpt, HostPageOpt, HostTierOpt, LocalityOpt, host_tier_spec
 from planner.errors import SpecError
 
 
@@ -90,6 +91,8 @@ def simulate_cmd(
     noise: Annotated[float, typer.Option("--noise", help="Relative σ of seeded step-time noise.")] = 0.0,
     boost: Annotated[Optional[float], typer.Option("--boost", help="The boost ordering's knob β: 0 = FCFS, large = shortest expected first.")] = None,
     max_batch: Annotated[int, typer.Option("--max-batch", help="Most requests holding KV at once.")] = 4096,
+    host_tier: HostTierOpt = False, hbm_budget_tokens: BudgetOpt = 4096, locality: LocalityOpt = 0.8,
+    host_page_rows: HostPageOpt = 1,
 ) -> None:
     """Serve a workload with the simulated executor: dynamic or fixed layout, and an ordering."""
     from executor.sim import simulate
@@ -115,6 +118,11 @@ def simulate_cmd(
                         "can be served (more GPUs, lower-precision weights or a higher --mem-fraction)")
     step_model = calibrated_model(calibration) if calibration else datasheet_model()
     w = make_workload(workload, requests, seed, rate)
+    tier = host_tier_spec(host_tier, hbm_budget_tokens, locality, host_page_rows)
+    if tier is not None:
+        # NOTE: the tier's walls as tokens are exact at one context: the workload's mean over a request's life
+        ref = max(1, int(w.input_tokens.mean() + w.output_tokens.mean() / 2))
+        dep = planner.replace_deployment(dep, host_tier=tier.model_copy(update={"reference_context_tokens": ref}))
     if max_batch < 1 or max_batch > 65536:
         raise SpecError(f"max_batch={max_batch} must be in [1, 65536]")
     bar = None

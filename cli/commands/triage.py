@@ -13,6 +13,7 @@ import numpy as np
 import typer
 from rich.table import Table
 
+import planner
 from cli.commands.floor import _point, prefill_args
 from cli.common import (DEFAULTS, AttnOpt, BatchOpt, CalibrationOpt, ContextOpt, EngineOpt, GpusOpt, HardwareOpt, JsonOpt,
                         KvDtypeOpt, MemFractionOpt, ModelOpt, MoeOpt, NodesOpt, PageOpt, PrefillContextOpt, PrefillOpt,
@@ -104,8 +105,7 @@ def triage(
         "prefill_tokens": scalar(cost.prefill_tokens),
         "prefill_context_tokens": prefill_args(prefill_tokens, prefill_context)[1],
         "measured_s": measured_ms / 1e3, "floor_max_s": scalar(cost.floor_max_s), "floor_sum_s": scalar(cost.floor_sum_s),
-        "times_s": {"hbm": scalar(t.hbm_s), "compute": scalar(t.compute_s), "network_bytes": scalar(t.network_bytes_s),
-                    "network_messages": scalar(t.network_messages_s)},
+        "times_s": dict(zip(planner.TIMED_RESOURCES, (float(x) for x in t.stacked()[:, 0]))),
         "verdict": str(tr.verdict[0]),
         "overlap_quality": scalar(tr.overlap_quality),
         "residual_fraction": scalar(tr.residual_fraction),
@@ -120,7 +120,7 @@ def triage(
 
         terms = cal.predict_terms_s(cost)
         ct = triage_calibrated(measured_ms / 1e3, cal.predict_s(cost),
-                               np.stack([np.asarray(terms[r]) for r in ("hbm", "compute", "network_bytes", "network_messages")]),
+                               np.stack([np.asarray(terms[r]) for r in planner.TIMED_RESOURCES]),
                                threshold)
         doc["calibrated"] = {"calibration": calibration, "predicted_s": scalar(ct.predicted_s),
                              "residual_fraction": scalar(ct.residual_fraction), "verdict": str(ct.verdict[0]),

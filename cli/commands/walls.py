@@ -11,6 +11,7 @@ import typer
 from rich.table import Table
 
 from cli.commands.floor import valid_deployments
+from cli.host_tier_options import BudgetOpt, HostPageOpt, HostTierOpt, LocalityOpt, host_tier_spec
 from cli.common import (console, DEFAULTS, CalibrationOpt, EngineOpt, GpusOpt, HardwareOpt, JsonOpt, KvDtypeOpt,
                         MemFractionOpt, ModelOpt, NodesOpt, PageOpt, PlotOpt, ReplicasOpt, ReserveOpt, WeightDtypeOpt,
                         emit_json, fmt_ms, load_calibration, load_specs, parse_tokens)
@@ -82,12 +83,20 @@ def walls(
     mem_fraction: MemFractionOpt = DEFAULTS["mem_fraction"], page_tokens: PageOpt = None, reserve_gib: ReserveOpt = None,
     engine: EngineOpt = DEFAULTS["engine"], nodes: NodesOpt = None,
     calibration: CalibrationOpt = None, json_out: JsonOpt = False, plot: PlotOpt = None,
+    host_tier: HostTierOpt = False, hbm_budget_tokens: BudgetOpt = 4096, locality: LocalityOpt = 0.8,
+    host_page_rows: HostPageOpt = 1,
 ) -> None:
-    """Where each resource becomes binding and where KV runs out, per layout, in order."""
+    """Where each resource becomes binding and where KV runs out, per layout, in order (with
+    --host-tier: each layout with all KV in HBM and with the tier, side by side)."""
     cal = load_calibration(calibration)
     m, hw = load_specs(model, hardware)
     deps = _select(valid_deployments(m, hw, gpus, replicas, weight_dtype, kv_dtype, mem_fraction, page_tokens,
                                      reserve_gib, engine, nodes)[0], layouts)
+    tier = host_tier_spec(host_tier, hbm_budget_tokens, locality, host_page_rows)
+    if tier is not None:
+        import planner
+
+        deps = [x for d in deps for x in (d, planner.replace_deployment(d, host_tier=tier))]
     if batch < 1:
         raise SpecError(f"batch={batch} must be ≥ 1")
     fixed = parse_tokens(context) if along == Along.batch else float(batch)
@@ -96,9 +105,9 @@ def walls(
     docs = []
     for d in deps:
         w = compute_walls(d, along.value, fixed, lo, hi)
-        label = f"{d.attn}/{d.moe}"
+        label = f"{d.attn}/{d.moe}" + (" +host tier" if d.host_tier is not None else "")
         results.append((label, w))
-        doc = {"attn": d.attn, "moe": d.moe, "walls": w.walls,
+        doc = {"attn": d.attn, "moe": d.moe, "host_tier": d.host_tier is not None, "walls": w.walls,
                "order": [{"resource": r, "load": x} for r, x in w.order],
                "first_wall": {"resource": w.first_wall[0], "load": w.first_wall[1]} if w.first_wall else None,
                "binding_at_start": str(w.binding[0]), "kv_wall": w.walls.get("kv_capacity"),
@@ -115,7 +124,8 @@ def walls(
     out = {"model": m.name, "hardware": hw.name, "gpus": gpus, "nodes": deps[0].nodes, "engine": deps[0].engine,
            "along": along.value,
            ("context_tokens" if along == Along.batch else "batch"): fixed, "range": [lo, hi], "layouts": docs,
-           "first_wall_order": [{"attn": x["attn"], "moe": x["moe"], **x["first_wall"]} for x in ranking]}
+           "first_wall_order": [{"attn": x["attn"], "moe": x["moe"], "host_tier": x["host_tier"], **x["first_wall"]}
+                                  for x in ranking]}
     title = (f"{deployment_title(deps[0])}: growing {along.value} at "
              + (f"context {fixed:.0f}" if along == Along.batch else f"batch {fixed:.0f}"))
     if plot:
@@ -139,10 +149,12 @@ def walls(
             continue
         order = "  →  ".join(f"{o['resource']} @ {o['load']:.0f}{unit}" for o in d["order"])
         kv = d["kv_wall"]
-        t.add_row(f"{d['attn']}/{d['moe']}", d["binding_at_start"], order, f"{kv:.0f}{unit}" if kv else "none in range")
+        name = f"{d['attn']}/{d['moe']}" + (" +host" if d["host_tier"] else "")
+        t.add_row(name, d["binding_at_start"], order, f"{kv:.0f}{unit}" if kv else "none in range")
     con.print(t)
     con.print("first wall hit as " + along.value + " grows, earliest first: " + ", ".join(
-        f"{x['attn']}/{x['moe']} {x['resource']} @ {x['load']:.0f}{unit}" for x in out["first_wall_order"]))
+        f"{x['attn']}/{x['moe']}{' +host' if x['host_tier'] else ''} {x['resource']} @ {x['load']:.0f}{unit}"
+        for x in out["first_wall_order"]))
     if plot:
         con.print(f"plot written to {plot}")
 

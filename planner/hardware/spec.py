@@ -5,6 +5,8 @@ floors are priced on the peaks, so a measurement can never legitimately beat the
 efficiencies are defaults that calibration replaces with fitted values. Beside them:
 - `memory`: HBM as the runtime reports it (torch `total_memory`, nvidia-smi MiB, the CUDA
   context), which is what engines size KV pools from; the datasheet `peak.hbm_bytes` is kept;
+- `host_link`: host memory per GPU and the host link's fetch rate by transfer granularity, for a
+  host KV tier (planner.hardware.host_link; the datasheet peak is `peak.host_link_bandwidth_bytes_per_s`);
 - `scaleout`: the tier beyond the scale-up domain (the NIC per GPU and a cross-node collective's
   latency), for groups that span nodes;
 - `vendor`, `arch`, `compute_capability`: the generation engine defaults key on (SGLang's DSA
@@ -27,6 +29,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from planner.errors import SpecError
+from planner.hardware.host_link import HostLinkSpec
 from planner.inputs import HARDWARE_MAX_BYTES, field_error, is_file, load_yaml_file, path_kind, shown_path
 from planner.units import MiB
 
@@ -58,6 +61,7 @@ class EfficiencySpec(_Frozen):
     flops: float = Field(default=1.0, gt=0, le=1.0, description="Achieved tensor FLOP/s / peak.")
     network: float = Field(default=1.0, gt=0, le=1.0, description="Achieved scale-up link bandwidth / peak.")
     scaleout: float = Field(default=1.0, gt=0, le=1.0, description="Achieved NIC bandwidth / peak (scale-out tier).")
+    host_link: float = Field(default=1.0, gt=0, le=1.0, description="Achieved contiguous host-link bandwidth / peak (a host KV tier's fetches).")
 
 
 # NOTE: the H200 figures were measured on the lent H200 (shared/reference/hardware.md "Memory an
@@ -95,6 +99,7 @@ class HardwareSpec(_Frozen):
     efficiency: EfficiencySpec = Field(default_factory=EfficiencySpec)
     memory: MemorySpec = Field(default_factory=MemorySpec)
     scaleout: ScaleOutSpec = Field(default_factory=ScaleOutSpec)
+    host_link: HostLinkSpec = Field(default_factory=HostLinkSpec, description="Host memory per GPU and fetch rates by granularity (planner.hardware.host_link).")
     sources: dict[str, str] = Field(default_factory=dict, description="Field name -> where the figure comes from.")
 
     @field_validator("name")
@@ -145,7 +150,7 @@ def _parse(path: Path) -> HardwareSpec:
         spec = HardwareSpec.model_validate(raw)
     except ValidationError as exc:
         raise SpecError(f"hardware file {path}: {field_error(exc)}") from None
-    for part in ("peak", "memory", "scaleout"):
+    for part in ("peak", "memory", "scaleout", "host_link"):
         for field, value in getattr(spec, part).model_dump().items():
             if isinstance(value, float) and not math.isfinite(value):
                 raise SpecError(f"hardware file {path}: field '{part}.{field}' is not finite")

@@ -1,15 +1,19 @@
 """Pricing a step's resource vector into times, and the floors.
 
-Four resources price into time on the hardware — HBM bytes / bandwidth, FLOPs / peak (per
-dtype), network bytes / link bandwidth, network messages × per-collective latency. The fifth,
-KV capacity, is a wall, not a time: it decides whether the step fits at all.
+Five resources price into time on the hardware — HBM bytes / bandwidth, FLOPs / peak (per
+dtype), network bytes / link bandwidth, network messages × per-collective latency, and host-link
+bytes / host-link bandwidth (a host KV tier's misses, as contiguous-equivalent bytes:
+planner.hardware.host_link; 0 without a tier). KV capacity is a wall, not a time: it decides
+whether the step fits at all (with a host tier, two walls: the HBM budget and host memory).
 
 The network has two tiers: the scale-up links inside a node and each GPU's NIC between nodes.
 Each tier's bytes and messages are priced at its own rate and summed into the one network-bytes
 and one network-messages time (a group on one node has no scale-out share).
 
-  floor_max_s = max of the four times  (perfect overlap: a lower bound)
-  floor_sum_s = sum of the four times  (no overlap)
+  floor_max_s = max of the timed resources' times  (perfect overlap: a lower bound)
+  floor_sum_s = sum of them                          (no overlap)
+
+Every consumer reads TIMED_RESOURCES (and `ResourceTimes.stacked()` in its order), never a count.
 
 `Pricing` holds the rates; `Pricing.datasheet(hw)` uses the peaks (floors), and
 `Pricing.achieved(hw)` the peaks × the hardware file's efficiency defaults. Calibration builds
@@ -24,13 +28,13 @@ import numpy as np
 
 from planner.hardware.spec import HardwareSpec
 
-TIMED_RESOURCES: tuple[str, ...] = ("hbm", "compute", "network_bytes", "network_messages")
+TIMED_RESOURCES: tuple[str, ...] = ("hbm", "compute", "network_bytes", "network_messages", "host_link")
 RESOURCES: tuple[str, ...] = TIMED_RESOURCES + ("kv_capacity",)
 
 
 @dataclass(frozen=True)
 class Pricing:
-    """Rates the four timed resources are priced at."""
+    """Rates the timed resources are priced at."""
 
     hbm_bytes_per_s: float
     flops_per_s: dict[str, float]  # by compute dtype
@@ -39,6 +43,7 @@ class Pricing:
     label: str = "datasheet"
     scaleout_bytes_per_s: float | None = None  # NIC per GPU, per direction (None: the scale-up rate)
     scaleout_latency_s: float | None = None  # a collective that crosses nodes (None: the scale-up latency)
+    host_link_bytes_per_s: float = float("inf")  # contiguous host-to-device rate (inf: no host link priced)
 
     @property
     def scaleout_link_bytes_per_s(self) -> float:
@@ -53,14 +58,16 @@ class Pricing:
         p, so = hw.peak, hw.scaleout
         return cls(p.hbm_bandwidth_bytes_per_s, {d: hw.flops_per_s(d) for d in ("bf16", "fp8", "fp4")},
                    p.scaleup_bandwidth_bytes_per_s_per_direction, p.collective_latency_s, "datasheet",
-                   so.nic_bandwidth_bytes_per_s_per_direction, so.collective_latency_s)
+                   so.nic_bandwidth_bytes_per_s_per_direction, so.collective_latency_s,
+                   p.host_link_bandwidth_bytes_per_s)
 
     @classmethod
     def achieved(cls, hw: HardwareSpec) -> "Pricing":
         p, e, so = hw.peak, hw.efficiency, hw.scaleout
         return cls(p.hbm_bandwidth_bytes_per_s * e.hbm, {d: hw.flops_per_s(d) * e.flops for d in ("bf16", "fp8", "fp4")},
                    p.scaleup_bandwidth_bytes_per_s_per_direction * e.network, p.collective_latency_s, "achieved",
-                   so.nic_bandwidth_bytes_per_s_per_direction * e.scaleout, so.collective_latency_s)
+                   so.nic_bandwidth_bytes_per_s_per_direction * e.scaleout, so.collective_latency_s,
+                   p.host_link_bandwidth_bytes_per_s * e.host_link)
 
 
 @dataclass(frozen=True)
@@ -71,18 +78,26 @@ class ResourceTimes:
     compute_s: np.ndarray
     network_bytes_s: np.ndarray
     network_messages_s: np.ndarray
+    # a host KV tier's fetches [P]; NOTE: the float 0.0 without a tier, so the sweep's floors pay no
+    # array op for a resource that carries nothing (stacked() broadcasts it)
+    host_link_s: np.ndarray | float = 0.0
 
     def stacked(self) -> np.ndarray:
-        """[4, P] in TIMED_RESOURCES order."""
-        return np.stack([self.hbm_s, self.compute_s, self.network_bytes_s, self.network_messages_s])
+        """[R, P] in TIMED_RESOURCES order."""
+        h = self.host_link_s
+        if type(h) is float:
+            h = np.full(np.shape(self.hbm_s), h)
+        return np.stack([self.hbm_s, self.compute_s, self.network_bytes_s, self.network_messages_s, h])
 
     @property
     def floor_max_s(self) -> np.ndarray:
-        return np.maximum(np.maximum(self.hbm_s, self.compute_s), np.maximum(self.network_bytes_s, self.network_messages_s))
+        m = np.maximum(np.maximum(self.hbm_s, self.compute_s), np.maximum(self.network_bytes_s, self.network_messages_s))
+        return m if type(self.host_link_s) is float else np.maximum(m, self.host_link_s)
 
     @property
     def floor_sum_s(self) -> np.ndarray:
-        return self.hbm_s + self.compute_s + self.network_bytes_s + self.network_messages_s
+        s = self.hbm_s + self.compute_s + self.network_bytes_s + self.network_messages_s
+        return s if type(self.host_link_s) is float else s + self.host_link_s
 
     @property
     def binding_index(self) -> np.ndarray:
@@ -91,9 +106,11 @@ class ResourceTimes:
 
 
 def price(hbm_bytes: np.ndarray, flops_by_dtype: dict[str, np.ndarray], network_bytes: np.ndarray,
-          network_messages: np.ndarray, pricing: Pricing, scaleout_bytes=0.0, scaleout_messages=0.0) -> ResourceTimes:
-    """Times of the four timed resources. `network_bytes`/`network_messages` are the scale-up
-    tier's; the scale-out tier's bytes and messages add at their own rates."""
+          network_messages: np.ndarray, pricing: Pricing, scaleout_bytes=0.0, scaleout_messages=0.0,
+          host_link_bytes=None) -> ResourceTimes:
+    """Times of the timed resources. `network_bytes`/`network_messages` are the scale-up tier's;
+    the scale-out tier's bytes and messages add at their own rates; `host_link_bytes` [P] are a
+    host tier's contiguous-equivalent fetch bytes (None: no tier, zero time)."""
     compute = sum(f / pricing.flops_per_s[d] for d, f in flops_by_dtype.items())
     net_s = network_bytes / pricing.link_bytes_per_s + scaleout_bytes / pricing.scaleout_link_bytes_per_s
     msg_s = network_messages * pricing.message_latency_s + scaleout_messages * pricing.scaleout_message_latency_s
@@ -102,4 +119,6 @@ def price(hbm_bytes: np.ndarray, flops_by_dtype: dict[str, np.ndarray], network_
         compute_s=np.asarray(compute, dtype=np.float64),
         network_bytes_s=np.asarray(net_s, dtype=np.float64),
         network_messages_s=np.asarray(msg_s, dtype=np.float64),
+        host_link_s=(0.0 if host_link_bytes is None
+                     else np.asarray(host_link_bytes / pricing.host_link_bytes_per_s, dtype=np.float64)),
     )

@@ -31,7 +31,7 @@ def test_floor_json_has_units_in_keys(capsys):
     for key in ("floor_max_s", "floor_sum_s", "binding", "kv_pool_gib_per_gpu", "decode_tokens_per_s_at_max"):
         assert key in d
     assert d["floor_max_s"] <= d["floor_sum_s"]
-    assert set(d["resources"]) == {"hbm", "compute", "network_bytes", "network_messages", "kv_capacity"}
+    assert set(d["resources"]) == set(planner.RESOURCES)  # every resource of the registry, the host link too
 
 
 def test_floor_accepts_lists_and_histograms(capsys):

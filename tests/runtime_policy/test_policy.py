@@ -376,13 +376,16 @@ def test_long_prompt_backlog_moves_to_cp_shedding_what_the_move_cannot_hold():
     assert d.plan.feasible and d.cost_s > d.plan.cost_s  # the recompute of the shed KV is in the cost
 
 
-def test_the_start_counts_the_queues_prefill(dsv32):
+def test_the_start_counts_the_queues_prefill():
     """initial_layout prices each layout's first batch over its life, prefill included: a queue of
     400 prompts of 16K-64K is mostly prefill, which CP runs fastest (a 32K prompt: 0.15 s against
     DOP's 0.32 s on its owner), so it starts in CP; 2,000 prompts of 512 are decode-bound and start
     in DOP (the fastest decode at the batch its KV holds). Priced on decode steps alone, both
-    started in DOP (the shrinking-long benchmark then ran 0.78x of fixed CP)."""
-    _, pol = dsv32
+    started in DOP (the shrinking-long benchmark then ran 0.78x of fixed CP). A fresh policy: the
+    expected output is the session fixture's observed mean once other tests fed it completions."""
+    from tests.runtime_policy.conftest import make_policy
+
+    _, pol = make_policy()
     names = pol.tables.layouts
     rng = np.random.default_rng(0)
     long = np.exp(rng.uniform(np.log(16384), np.log(65536), 400)).round()

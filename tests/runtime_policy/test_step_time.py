@@ -9,20 +9,21 @@ from runtime_policy import step_time
 
 
 def test_the_formula_with_numbers_written_out():
-    # S1 = 1,000, S2 = 4,000: terms 1 + 0.5 + 1.0 = 2.5 ms, 3 + 1.0 = 4.0 ms, 0.5 ms, 0.5 ms;
-    # overhead 0.1 + max 4.0 + α 0.5 × (sum 7.5 − max 4.0) = 5.85 ms
-    base, c1, c2 = [1e-3, 3e-3, 0.5e-3, 0.5e-3], [0.5e-6, 0.0, 0.0, 0.0], [0.25e-6, 0.25e-6, 0.0, 0.0]
+    # resources in planner.TIMED_RESOURCES order (hbm, compute, net bytes, net msgs, host link);
+    # S1 = 1,000, S2 = 4,000: terms 1 + 0.5 + 1.0 = 2.5 ms, 3 + 1.0 = 4.0 ms, 0.5 ms, 0.5 ms, and a
+    # host tier's 0.4 µs per token of S1 = 0.4 ms; overhead 0.1 + max 4.0 + α 0.5 × (sum 7.9 − max 4.0) = 6.05 ms
+    base, c1, c2 = [1e-3, 3e-3, 0.5e-3, 0.5e-3, 0.0], [0.5e-6, 0.0, 0.0, 0.0, 0.4e-6], [0.25e-6, 0.25e-6, 0.0, 0.0, 0.0]
     got = step_time.step_seconds(base, None, 0.0, 0.0, c1, c2, 1000.0, 4000.0, 0.5, 1e-4)
-    assert got == pytest.approx(5.85e-3, rel=1e-12)
+    assert got == pytest.approx(6.05e-3, rel=1e-12)
     # a chunk adds to the first term prefill 1 ms + a 3,000-token prefix, 2,000 below the knee at
-    # 1 µs and 1,000 above at 0.5 µs: 2.5 + 3.5 = 6.0 ms, now the max: 0.1 + 6.0 + 0.5 × 5.0 = 8.6 ms
-    chunk = [1e-3, 0, 0, 0, 1e-6, 0, 0, 0, 0.5e-6, 0, 0, 0]
+    # 1 µs and 1,000 above at 0.5 µs: 2.5 + 3.5 = 6.0 ms, now the max: 0.1 + 6.0 + 0.5 × 5.4 = 8.8 ms
+    chunk = [1e-3, 0, 0, 0, 0, 1e-6, 0, 0, 0, 0, 0.5e-6, 0, 0, 0, 0]
     lo, hi = step_time.prefix_split(3000.0, 2000.0)
     assert (lo, hi) == (2000.0, 1000.0)
     got = step_time.step_seconds(base, chunk, lo, hi, c1, c2, 1000.0, 4000.0, 0.5, 1e-4)
-    assert got == pytest.approx(8.6e-3, rel=1e-12)
-    # an owner layout: the chunk's owner (S = 0) has max 1 + 3.5 = 4.5 ms against the decode-busiest
-    # owner's 4.0 ms, so the step is the chunk owner's: 0.1 + 4.5 + 0.5 × (8.5 − 4.5) = 6.6 ms
+    assert got == pytest.approx(8.8e-3, rel=1e-12)
+    # an owner layout: the chunk's owner (S = 0, no misses) has max 1 + 3.5 = 4.5 ms against the
+    # decode-busiest owner's 4.0 ms, so the step is the chunk owner's: 0.1 + 4.5 + 0.5 × (8.5 − 4.5) = 6.6 ms
     got = step_time.owner_step_seconds(base, chunk, lo, hi, c1, c2, 1000.0, 4000.0, 0.0, 0.0, 0.5, 1e-4)
     assert got == pytest.approx(6.6e-3, rel=1e-12)
 

@@ -1,0 +1,39 @@
+"""The `--host-tier` options (capacity, compare, walls): a host KV tier for sparse attention
+(planner.host_tier), its per-request HBM budget, locality and fetch unit."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from pydantic import ValidationError
+
+from planner.errors import SpecError
+from planner.host_tier import DEFAULT_BUDGET_TOKENS, DEFAULT_LOCALITY, HostTierSpec
+from planner.inputs import field_error
+
+HostTierOpt = Annotated[bool, typer.Option("--host-tier", help="Keep sparse attention's KV in host memory with a per-request HBM budget; misses cross the host link (priced as host_link).")]
+BudgetOpt = Annotated[int, typer.Option("--hbm-budget-tokens", help="With --host-tier: HBM slots per request and layer (SGLang HiSparse device_buffer_size).")]
+LocalityOpt = Annotated[float, typer.Option("--locality", help="With --host-tier: fraction of a request's top-k its previous step touched (default 0.8, a stated choice: see planner/host_tier.py).")]
+HostPageOpt = Annotated[int, typer.Option("--host-page-rows", help="With --host-tier: rows per host-link fetch unit (1: entries; 64: pages).")]
+
+
+def host_tier_spec(enabled: bool, budget: int = DEFAULT_BUDGET_TOKENS, locality: float = DEFAULT_LOCALITY,
+                   page_rows: int = 1) -> HostTierSpec | None:
+    """The tier the options describe, or None without --host-tier; one SpecError line if invalid."""
+    if not enabled:
+        return None
+    try:
+        return HostTierSpec(hbm_budget_tokens=budget, locality=locality, page_rows=page_rows)
+    except ValidationError as exc:
+        raise SpecError(f"--host-tier: {field_error(exc)}") from None
+
+
+def tier_document(cost) -> dict:
+    """The JSON view of a step's host tier (point 0); compare adds the requests held by wall."""
+    t = cost.host_tier
+    return {"host_link_bytes": float(t.host_link_bytes[0]), "host_link_equivalent_bytes": float(t.host_link_equivalent_bytes[0]),
+            "host_link_time_s": float(cost.times.host_link_s[0]), "miss_entries": float(t.miss_entries[0]),
+            "unit_bytes": t.unit_bytes, "page_amplification": t.amplification,
+            "hbm_kv_resident_bytes": float(t.hbm_kv_resident_bytes[0]), "host_kv_resident_bytes": float(t.host_kv_resident_bytes[0]),
+            "host_pool_bytes": t.host_pool_bytes, "host_fits": bool(t.host_fits[0])}

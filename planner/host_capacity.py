@@ -1,0 +1,75 @@
+"""Capacity with a host KV tier: the two walls.
+
+With a tier, a request costs HBM for its resident components (DSA's indexer keys) plus a fixed
+budget of slots for its tiered entries, and host memory for every tiered token. So the most
+requests a deployment holds at a context is the smaller of two walls:
+- the HBM wall: the engine's KV pool over (resident bytes + budget bytes) per request on the
+  busiest rank — it grows with context only through the resident components;
+- the host wall: host memory per GPU over the tiered bytes per request on the busiest rank.
+Both are found by the same bisection as capacity without a tier (planner.capacity.max_concurrency),
+on the same busiest-rank shares the step model prices, so they agree with `step_cost(...).kv_fits`.
+
+Does not: price the misses (planner.host_tier, through the step model).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.host_tier import HostTierCost, rank_tier
+from planner.layouts.base import ShareInputs
+from planner.load import DecodeLoad
+
+
+def decode_tier(dep, load: DecodeLoad) -> HostTierCost:
+    """The host tier of a decode-only step on the busiest rank (no pricing)."""
+    from planner.step import group_load  # NOTE: planner.step imports planner.host_tier; import here
+
+    g = group_load(load, dep.replicas)
+    inp = ShareInputs(dep.model, dep.ranks, g, np.zeros(load.points), dep.kv_dtype, dep.page_tokens)
+    return rank_tier(dep, inp, dep.attention_layout.share(inp))
+
+
+def hbm_wall_fits(dep, load: DecodeLoad) -> np.ndarray:
+    """[P] the HBM wall alone: resident components + budgets fit the engine's pool."""
+    return decode_tier(dep, load).hbm_kv_resident_bytes <= dep.memory.kv_pool_bytes
+
+
+def host_wall_fits(dep, load: DecodeLoad) -> np.ndarray:
+    """[P] the host wall alone: every tiered token fits host memory."""
+    return decode_tier(dep, load).host_fits
+
+
+def decode_kv_fits(dep, load: DecodeLoad) -> np.ndarray:
+    """[P] both walls (the tier's `StepCost.kv_fits` for a decode-only step)."""
+    t = decode_tier(dep, load)
+    return (t.hbm_kv_resident_bytes <= dep.memory.kv_pool_bytes) & t.host_fits
+
+
+@dataclass(frozen=True)
+class TierWalls:
+    """Requests held across the deployment at each context [P], by wall."""
+
+    context: np.ndarray
+    hbm_only: np.ndarray  # without the tier (all KV in HBM)
+    hbm_wall: np.ndarray  # with the tier: the HBM budget wall alone
+    host_wall: np.ndarray  # with the tier: the host-memory wall alone
+    held: np.ndarray  # with the tier: both walls
+    binding: np.ndarray  # 'hbm_budget' | 'host_memory' per context
+    budget_tokens: int
+    host_memory_bytes_per_gpu: float
+
+
+def tier_walls(dep, context) -> TierWalls:
+    from planner.capacity import max_concurrency
+    from planner.deployment import replace_deployment
+
+    ctx = np.atleast_1d(np.asarray(context, dtype=np.float64))
+    hbm = max_concurrency(dep, ctx, fits=lambda d, load: hbm_wall_fits(d, load))
+    host = max_concurrency(dep, ctx, fits=lambda d, load: host_wall_fits(d, load))
+    held = max_concurrency(dep, ctx)
+    without = max_concurrency(replace_deployment(dep, host_tier=None), ctx)
+    return TierWalls(ctx, without, hbm, host, held, np.where(host < hbm, "host_memory", "hbm_budget"),
+                     dep.host_tier.hbm_budget_tokens, dep.hardware.host_link.host_memory_bytes_per_gpu)
