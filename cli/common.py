@@ -16,7 +16,8 @@ import numpy as np
 import typer
 
 import planner
-from planner.engines import DEFAULT_ENGINE, KV_DTYPE_MAPPING, engine_names
+from cli.registry_options import ENGINES, LAYOUTS, MOE_SPLITS
+from planner.engines import DEFAULT_ENGINE, KV_DTYPE_MAPPING
 from planner.errors import SpecError
 from planner.units import GiB
 
@@ -27,34 +28,19 @@ SCHEMA_VERSION = 1
 SCHEMA_VERSIONS = {"capacity": 2}
 
 
-class Attn(str, Enum):
-    tp = "tp"
-    cp = "cp"
-    dcp = "dcp"
-    dp = "dp"
-    dop = "dop"
-
-
-class Moe(str, Enum):
-    ep = "ep"
-    tp = "tp"
-
-
 class PricingChoice(str, Enum):
     datasheet = "datasheet"
     achieved = "achieved"
-
-
-# NOTE: the engine choices come from the engine registry (planner.engines), not a typed list.
-Engine = Enum("Engine", {n: n for n in engine_names()}, type=str)
 
 
 ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Built-in model name or path to a Hugging Face config.json.")]
 HardwareOpt = Annotated[str, typer.Option("--hardware", "-hw", help="Built-in GPU name or path to a hardware YAML file.")]
 GpusOpt = Annotated[int, typer.Option("--gpus", "-g", help="GPUs in the deployment (all replicas).")]
 ReplicasOpt = Annotated[int, typer.Option("--replicas", help="Replicas of the whole group; the group is gpus/replicas GPUs.")]
-AttnOpt = Annotated[Attn, typer.Option("--attn", help="Attention layout.")]
-MoeOpt = Annotated[Optional[Moe], typer.Option("--moe", help="MoE split (default: ep for MoE models, tp for dense).")]
+# NOTE: layouts, MoE splits and engines are choices read from the planner's registries when a
+# command is registered (cli.registry_options.live), never typed here.
+AttnOpt = Annotated[str, typer.Option("--attn", help="Attention layout."), LAYOUTS]
+MoeOpt = Annotated[Optional[str], typer.Option("--moe", help="MoE split (default: ep for MoE models, tp for dense)."), MOE_SPLITS]
 BatchOpt = Annotated[Optional[int], typer.Option("--batch", "-b", help="Concurrent decode requests in the step (whole deployment); default 32 with a single --context length.")]
 ContextOpt = Annotated[str, typer.Option(
     "--context", "-c",
@@ -67,7 +53,7 @@ WeightDtypeOpt = Annotated[Optional[str], typer.Option("--weight-dtype", help="b
 MemFractionOpt = Annotated[Optional[float], typer.Option("--mem-fraction", help="The engine's memory fraction (SGLang mem_fraction_static of the free memory, vLLM gpu_memory_utilization of total). Default: the engine's own default for this GPU and layout.")]
 PageOpt = Annotated[Optional[int], typer.Option("--page-tokens", help="KV page size in tokens. Default: the engine's (SGLang page_size, vLLM block_size).")]
 ReserveOpt = Annotated[Optional[float], typer.Option("--reserve-gib", help="GiB per GPU the engine keeps out of weights + KV (SGLang: the reserved memory its mem_fraction_static formula subtracts; vLLM: peak activations + non-torch memory). Default: the engine's estimate.")]
-EngineOpt = Annotated[Engine, typer.Option("--engine", help="Whose memory model sizes the KV pool and sets the defaults (page size, KV dtype).")]
+EngineOpt = Annotated[str, typer.Option("--engine", help="Whose memory model sizes the KV pool and sets the defaults (page size, KV dtype)."), ENGINES]
 NodesOpt = Annotated[Optional[int], typer.Option("--nodes", help="Scale-up domains (nodes) the deployment spans; a group larger than a node prices its cross-node traffic on the NIC. Default: as few as hold --gpus.")]
 PricingOpt = Annotated[PricingChoice, typer.Option("--pricing", help="Price floors at datasheet peaks or at the hardware file's achieved efficiencies.")]
 CalibrationOpt = Annotated[Optional[str], typer.Option("--calibration", help="A calibration artifact (floorfirst calibrate); adds predicted_s.")]
@@ -88,7 +74,7 @@ PlotOpt = Annotated[Optional[str], typer.Option("--plot", help="Write a plot to 
                                                 callback=_plot_path)]
 
 DEFAULTS = dict(model="deepseek-v3.2", hardware="h200", gpus=8, batch=32, context="32k", mem_fraction=None,
-                engine=Engine(DEFAULT_ENGINE))
+                engine=DEFAULT_ENGINE)
 
 _NUM = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([kKmM]?)\s*$")
 

@@ -15,18 +15,19 @@ import typer
 from rich.table import Table
 
 import planner
-from cli.common import (console, DEFAULTS, Attn, BatchOpt, CalibrationOpt, ContextOpt, EngineOpt, GpusOpt, HardwareOpt,
+from cli.common import (console, DEFAULTS, AttnOpt, BatchOpt, CalibrationOpt, ContextOpt, EngineOpt, GpusOpt, HardwareOpt,
                         JsonOpt, KvDtypeOpt, MemFractionOpt, ModelOpt, MoeOpt, NodesOpt, PageOpt, PrefillContextOpt,
                         PrefillOpt, PricingChoice, PricingOpt, ReplicasOpt, ReserveOpt, WeightDtypeOpt, build_load,
                         deployment, emit_json, fmt_bytes, fmt_flops, fmt_ms, fmt_tokens, load_calibration, load_specs,
                         parse_tokens, pricing_for, scalar)
+from cli.registry_options import LAYOUTS, layout_names, live, moe_names
 from cli.rendering import capacity_table, compare_table, deployment_title, infeasible_reason, memory_line
 from planner.capacity import capacity as kv_capacity
 from planner.errors import SpecError
 from planner.layouts.base import SCALEOUT, SCALEUP
 from planner.units import GiB
 
-AutoAttnOpt = Annotated[Optional[Attn], typer.Option("--attn", help="Attention layout. Default: the fastest layout whose KV fits (all are priced).")]
+AutoAttnOpt = Annotated[Optional[str], typer.Option("--attn", help="Attention layout. Default: the fastest layout whose KV fits (all are priced)."), LAYOUTS]
 
 
 def cost_document(dep: planner.Deployment, cost: planner.StepCost, calibration=None,
@@ -144,11 +145,11 @@ def floor(
     """The five-resource vector of one step on the busiest rank, its floors and what binds."""
     cal = load_calibration(calibration)
     if attn is None:
-        dep, cost, why = _auto_point(model, hardware, moe.value if moe else None, gpus, replicas, batch, context,
+        dep, cost, why = _auto_point(model, hardware, moe, gpus, replicas, batch, context,
                                      prefill_tokens, kv_dtype, weight_dtype, mem_fraction, page_tokens, reserve_gib,
                                      pricing, prefill_context, engine, nodes)
     else:
-        dep, cost = _point(model, hardware, attn.value, moe.value if moe else None, gpus, replicas, batch, context,
+        dep, cost = _point(model, hardware, attn, moe, gpus, replicas, batch, context,
                            prefill_tokens, kv_dtype, weight_dtype, mem_fraction, page_tokens, reserve_gib, pricing,
                            prefill_context, engine, nodes)
         why = "given by --attn"
@@ -210,8 +211,8 @@ def valid_deployments(m, hw, gpus, replicas, weight_dtype, kv_dtype, mem_fractio
     """Every (attn, moe) the model can run here (only `moe` if given), and the ones it can't
     with the reason."""
     deps, skipped = [], []
-    for a in planner.ATTN_LAYOUTS:
-        for mo in ([moe] if moe else planner.MOE_SPLITS):
+    for a in layout_names():
+        for mo in ([moe] if moe else moe_names()):
             try:
                 deps.append(deployment(m, hw, a, mo, gpus, replicas, weight_dtype, kv_dtype, mem_fraction, page_tokens,
                                        reserve_gib, engine, nodes))
@@ -329,6 +330,6 @@ def capacity(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("floor")(floor)
-    app.command("compare")(compare)
-    app.command("capacity")(capacity)
+    app.command("floor")(live(floor))
+    app.command("compare")(live(compare))
+    app.command("capacity")(live(capacity))

@@ -18,6 +18,7 @@ from cli.common import (DEFAULTS, AttnOpt, BatchOpt, CalibrationOpt, ContextOpt,
                         KvDtypeOpt, MemFractionOpt, ModelOpt, MoeOpt, NodesOpt, PageOpt, PrefillContextOpt, PrefillOpt,
                         PricingChoice, PricingOpt, ReplicasOpt, ReserveOpt, WeightDtypeOpt, console, emit_json, fmt_ms,
                         load_calibration, scalar)
+from cli.registry_options import live
 from planner.errors import SpecError
 from planner.triage import DEFAULT_THRESHOLD, triage_step
 
@@ -93,7 +94,7 @@ def triage(
         raise SpecError("--measured-ms is required (or --profile FILE)")
     if not np.isfinite(measured_ms) or measured_ms <= 0:
         raise SpecError(f"measured_ms={measured_ms} must be a positive number")
-    dep, cost = _point(model, hardware, attn.value, moe.value if moe else None, gpus, replicas, batch, context, prefill_tokens, kv_dtype,
+    dep, cost = _point(model, hardware, attn, moe, gpus, replicas, batch, context, prefill_tokens, kv_dtype,
                        weight_dtype, mem_fraction, page_tokens, reserve_gib, pricing, prefill_context, engine, nodes)
     tr = triage_step(cost, measured_ms / 1e3, threshold)
     cal = load_calibration(calibration)
@@ -148,4 +149,4 @@ def triage(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("triage")(triage)
+    app.command("triage")(live(triage))

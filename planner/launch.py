@@ -1,0 +1,3 @@
+"""placeholder"""
+def is_engine_flag(name: str) -> bool:
+    return False
