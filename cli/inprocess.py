@@ -89,7 +89,7 @@ class CommandRunner:
         out = io.StringIO()
         with self._lock, contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
             try:
-                self._group.main(args=[command, *args, "--json"], prog_name="floorfirst", standalone_mode=False)
+                self._group.main(args=[command, "--json", *args], prog_name="floorfirst", standalone_mode=False)
             except SpecError as exc:
                 raise CommandError(str(exc)) from None
             except self._usage_error as exc:

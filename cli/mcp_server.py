@@ -30,7 +30,7 @@ from cli.inprocess import CommandError, CommandRunner, Limits, WorkerPool
 from cli.tool_options import command_line, signature, tool_options, unknown_arguments
 from planner.inputs import shown
 
-COMMAND_MODULES = ("specs", "floor", "walls", "triage", "calibration", "simulate")
+COMMAND_MODULES = ("specs", "floor", "walls", "triage", "calibration", "simulate", "launch")
 
 INSTRUCTIONS = """floorfirst prices an LLM decode step on a deployment from first principles: five resources on the
 busiest rank (HBM bytes, FLOPs, network bytes, network messages, KV capacity), an optimistic floor
@@ -73,13 +73,14 @@ TOOLS = (
     ToolSpec("calibrate", "calibrate", WRITES, required=("profile", "out")),
     ToolSpec("validate", "validate", READ_ONLY, required=("calibration", "profile")),
     ToolSpec("simulate", "simulate", WRITES),
+    ToolSpec("explain_launch", "explain-launch", READ_ONLY),
 )
 
 
 def _description(spec: ToolSpec, command) -> str:
     from cli.common import SCHEMA_VERSION, SCHEMA_VERSIONS
 
-    contract = spec.contract or spec.command
+    contract = spec.contract or spec.command.replace("-", "_")
     text = spec.summary or (command.help or "").strip().split("\n\n")[0]
     return f"{text} Returns the floorfirst.{contract}/{SCHEMA_VERSIONS.get(contract, SCHEMA_VERSION)} document."
 

@@ -35,7 +35,9 @@ class ToolOption:
 
 
 def long_flag(param) -> str:
-    return max((o for o in param.opts if o.startswith("--")), key=len)
+    """The option's long flag; '' for a positional argument."""
+    flags = [o for o in param.opts if o.startswith("--")]
+    return max(flags, key=len) if flags else ""
 
 
 def _annotation(param, name: str) -> Any:
@@ -61,7 +63,7 @@ def tool_options(command, drop: tuple[str, ...] = (), only: tuple[str, ...] | No
     out = []
     for p in command.params:
         flag = long_flag(p)
-        name = flag[2:].replace("-", "_")
+        name = flag[2:].replace("-", "_") if flag else p.name
         if name == "json" or name in drop or (only is not None and name not in only):
             continue
         ann = _annotation(p, name)
@@ -96,11 +98,14 @@ def command_line(options: list[ToolOption], arguments: dict[str, Any]) -> list[s
     """Validated tool arguments → argv. None and False leave the option out (the CLI default applies)."""
     by = {o.name: o for o in options}
     argv: list[str] = []
+    positional: list[str] = []
     for key, value in arguments.items():
         o = by[key]
         if value is None or value is False or (o.default is not inspect.Parameter.empty and value == o.default):
             continue
-        if o.is_flag:
+        if not o.flag:
+            positional.append(_text(value))
+        elif o.is_flag:
             argv.append(o.flag)
         elif o.multiple:
             for v in (value if isinstance(value, list) else [value]):
@@ -109,7 +114,7 @@ def command_line(options: list[ToolOption], arguments: dict[str, Any]) -> list[s
             argv += [o.flag, ",".join(_text(v) for v in value)]
         else:
             argv += [o.flag, _text(value)]
-    return argv
+    return argv + (["--", *positional] if positional else [])
 
 
 def unknown_arguments(tool: str, given: dict[str, Any], known: list[str]) -> str | None:

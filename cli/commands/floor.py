@@ -20,6 +20,7 @@ from cli.common import (console, DEFAULTS, AttnOpt, BatchOpt, CalibrationOpt, Co
                         PrefillOpt, PricingChoice, PricingOpt, ReplicasOpt, ReserveOpt, WeightDtypeOpt, build_load,
                         deployment, emit_json, fmt_bytes, fmt_flops, fmt_ms, fmt_tokens, load_calibration, load_specs,
                         parse_tokens, pricing_for, scalar)
+from cli.launch import planning
 from cli.registry_options import LAYOUTS, layout_names, live, moe_names
 from cli.rendering import capacity_table, compare_table, deployment_title, infeasible_reason, memory_line
 from planner.capacity import capacity as kv_capacity
@@ -330,6 +331,6 @@ def capacity(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("floor")(live(floor))
-    app.command("compare")(live(compare))
-    app.command("capacity")(live(capacity))
+    app.command("floor")(live(planning("floor", floor)))
+    app.command("compare")(live(planning("compare", compare)))
+    app.command("capacity")(live(planning("capacity", capacity)))

@@ -15,6 +15,7 @@ from rich.table import Table
 import planner
 from cli.common import (DEFAULTS, GpusOpt, HardwareOpt, JsonOpt, KvDtypeOpt, MemFractionOpt, ModelOpt,
                         MoeOpt, PlotOpt, ReplicasOpt, console, deployment, emit_json, load_specs)
+from cli.launch import planning
 from cli.registry_options import POLICIES, live
 from planner.errors import SpecError
 
@@ -178,4 +179,4 @@ def render(doc: dict, title: str) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    app.command("simulate")(live(simulate_cmd))
+    app.command("simulate")(live(planning("simulate", simulate_cmd)))

@@ -18,6 +18,7 @@ from cli.common import (DEFAULTS, AttnOpt, BatchOpt, CalibrationOpt, ContextOpt,
                         KvDtypeOpt, MemFractionOpt, ModelOpt, MoeOpt, NodesOpt, PageOpt, PrefillContextOpt, PrefillOpt,
                         PricingChoice, PricingOpt, ReplicasOpt, ReserveOpt, WeightDtypeOpt, console, emit_json, fmt_ms,
                         load_calibration, scalar)
+from cli.launch import planning
 from cli.registry_options import live
 from planner.errors import SpecError
 from planner.triage import DEFAULT_THRESHOLD, triage_step
@@ -149,4 +150,4 @@ def triage(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("triage")(live(triage))
+    app.command("triage")(live(planning("triage", triage)))

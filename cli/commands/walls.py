@@ -14,6 +14,7 @@ from cli.commands.floor import valid_deployments
 from cli.common import (console, DEFAULTS, CalibrationOpt, EngineOpt, GpusOpt, HardwareOpt, JsonOpt, KvDtypeOpt,
                         MemFractionOpt, ModelOpt, NodesOpt, PageOpt, PlotOpt, ReplicasOpt, ReserveOpt, WeightDtypeOpt,
                         emit_json, fmt_ms, load_calibration, load_specs, parse_tokens)
+from cli.launch import planning
 from cli.registry_options import live
 from cli.rendering import deployment_title
 from planner.errors import SpecError
@@ -197,5 +198,5 @@ def regimes(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("walls")(live(walls))
-    app.command("regimes")(live(regimes))
+    app.command("walls")(live(planning("walls", walls)))
+    app.command("regimes")(live(planning("regimes", regimes)))
