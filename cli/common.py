@@ -25,7 +25,10 @@ SCHEMA_VERSION = 1
 # NOTE: a contract's major version bumps when a key changes type or meaning (docs/json-contracts.md):
 # capacity/2 — `mem_fraction` is the engine fraction given (null: each layout's engine default),
 # no longer a share of the datasheet HBM.
-SCHEMA_VERSIONS = {"capacity": 2}
+# walls/2 — every load carries its unit in its key (`*_requests` growing batch, `*_tokens` growing
+# context: walls_*, at_*, kv_wall_*, range_*, loads_*), the fixed batch is an integer.
+# (batch became an integer in floor, compare, triage and regimes: a narrowing of number, no bump.)
+SCHEMA_VERSIONS = {"capacity": 2, "walls": 2}
 
 
 class PricingChoice(str, Enum):
@@ -58,6 +61,21 @@ NodesOpt = Annotated[Optional[int], typer.Option("--nodes", help="Scale-up domai
 PricingOpt = Annotated[PricingChoice, typer.Option("--pricing", help="Price floors at datasheet peaks or at the hardware file's achieved efficiencies.")]
 CalibrationOpt = Annotated[Optional[str], typer.Option("--calibration", help="A calibration artifact (floorfirst calibrate); adds predicted_s.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document (units in keys).")]
+WideOpt = Annotated[bool, typer.Option("--wide", help="Every column (tables otherwise fit 100 columns or COLUMNS).")]
+LayoutsOpt = Annotated[Optional[str], typer.Option("--layouts", help="Comma list of attn/moe to include (default: all the model can run), e.g. tp/ep,dp/ep.")]
+
+
+def select_layouts(deps, layouts: str | None):
+    if not layouts:
+        return deps
+    want = [x.strip() for x in layouts.split(",") if x.strip()]
+    have = {f"{d.attn}/{d.moe}": d for d in deps}
+    missing = [w for w in want if w not in have]
+    if missing:
+        raise SpecError(f"layout {missing[0]!r} is not available; choose from {', '.join(have)}")
+    return [have[w] for w in want]
+
+
 PLOT_SUFFIXES = (".png", ".svg", ".pdf")
 
 
@@ -168,12 +186,31 @@ def emit_json(command: str, doc: dict[str, Any]) -> None:
     sys.stdout.write(text + "\n")
 
 
-def console():
-    """A rich console; when output is not a terminal, wide enough that tables don't wrap."""
+NARROW_COLUMNS = 100  # what the default tables fit (a screenshot-sized terminal)
+WIDE_COLUMNS = 200
+
+
+def console(wide: bool = False):
+    """A rich console as wide as `COLUMNS` says, else the terminal; piped output is 100 columns
+    (200 with `wide`), so `> file` reads like a terminal of that width."""
+    import os
+
     from rich.console import Console
 
+    cols = os.environ.get("COLUMNS", "").strip()
+    if cols.isdigit() and int(cols) >= 40:
+        return Console(width=max(int(cols), WIDE_COLUMNS) if wide else int(cols))
     c = Console()
-    return c if c.is_terminal else Console(width=160)
+    if c.is_terminal:
+        return Console(width=max(c.width, WIDE_COLUMNS)) if wide else c
+    return Console(width=WIDE_COLUMNS if wide else NARROW_COLUMNS)
+
+
+def title(text: str) -> str:
+    """A table title with rich markup escaped ('[fp8 weights, bf16 KV]' stays as written)."""
+    from rich.markup import escape
+
+    return escape(text)
 
 
 def scalar(a) -> float:
@@ -185,6 +222,11 @@ def fmt_bytes(b: float) -> str:
         if abs(b) >= div:
             return f"{b / div:.2f} {unit}"
     return f"{b:.0f} B"
+
+
+def fmt_gib(b: float) -> str:
+    """Memory held (weights, KV, pools): GiB everywhere, as `capacity` and the engines report it."""
+    return f"{b / GiB:.2f} GiB"
 
 
 def fmt_flops(f: float) -> str:

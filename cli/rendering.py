@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich import box
 from rich.table import Table
 
 import planner
-from cli.common import fmt_bytes, fmt_ms, fmt_tokens, scalar
+from cli.common import fmt_gib, fmt_ms, fmt_tokens, scalar, title
 from planner.units import GiB
 
 
@@ -26,7 +27,7 @@ def infeasible_reason(cost: planner.StepCost) -> str:
         return cost.infeasible_reason
     res, pool = scalar(cost.kv_resident_bytes), cost.kv_pool_bytes
     if res > pool:
-        return f"KV {fmt_bytes(res)} on the busiest rank exceeds its pool {fmt_bytes(pool)} ({res / pool:.1f}×)"
+        return f"KV {fmt_gib(res)} on the busiest rank exceeds its pool {fmt_gib(pool)} ({res / pool:.1f}×)"
     return ""
 
 
@@ -40,34 +41,50 @@ def memory_line(dep: planner.Deployment) -> str:
             f"{p.page_tokens}-token pages")
 
 
+# Short names of the binding resource in the narrow table (the JSON keeps the full names).
+SHORT = {"hbm": "hbm", "compute": "compute", "network_bytes": "net bytes", "network_messages": "net msgs",
+         "kv_capacity": "KV wall"}
+
+
 def compare_table(out: dict[str, Any], dep0: planner.Deployment, pricing_label: str, calibrated: bool,
-                  best_max: dict | None) -> Table:
-    t = Table(title=f"{deployment_title(dep0)}, B={out['batch']:.0f}, mean context "
-                    f"{fmt_tokens(out['context_mean_tokens'])} ({pricing_label} floors, busiest rank, {dep0.engine} memory)")
-    cols = ["attn/moe", "floor max", "floor sum", "binding", "tokens/s @max", "KV used", "HBM", "compute", "net bytes", "net msgs"]
+                  best_max: dict | None, wide: bool = False) -> Table:
+    """One row per layout. NOTE: the narrow form (the default) fits 100 columns: times in ms with two
+    decimals under a unit in the header; `wide` adds the decode kernel and three decimals."""
+    t = Table(title=title(f"{deployment_title(dep0)}, B={out['batch']:.0f}, mean context "
+                          f"{fmt_tokens(out['context_mean_tokens'])} ({pricing_label} floors, busiest rank, "
+                          f"{dep0.engine} memory)"), box=box.HEAVY_HEAD if wide else box.SIMPLE_HEAD)
+    ms = (lambda s: fmt_ms(s)) if wide else (lambda s: f"{s * 1e3:.2f}" if s == s and abs(s) != float("inf") else "—")
+    cols = (["attn/moe", "floor max", "floor sum", "binding", "tokens/s @max", "KV used", "HBM", "compute", "net bytes",
+             "net msgs"] if wide else
+            ["attn/moe", "max ms", "sum ms", "binds", "tok/s", "KV used", "hbm ms", "flop ms", "net ms", "msg ms"])
     if calibrated:
         cols.insert(3, "predicted")
+    if wide:
+        cols.append("decode kernel")
     for c in cols:
-        t.add_column(c, justify="left" if c in ("attn/moe", "binding") else "right")
+        t.add_column(c, justify="left" if c in ("attn/moe", "binds", "decode kernel") else "right")
     for d in out["layouts"]:
         r = d["resources"]
         kv = r["kv_capacity"]
         star = " ★" if best_max and d is best_max else ""
         used = (f"{kv['used_fraction']:.0%}" if kv["used_fraction"] is not None else "no pool") + ("" if kv["fits"] else " ✗")
         speed = f"{d['decode_tokens_per_s_at_max']:.0f}" if d["feasible"] else "—"
-        row = [f"{d['attn']}/{d['moe']}{star}", fmt_ms(d["floor_max_s"]), fmt_ms(d["floor_sum_s"]), d["binding"], speed,
-               used, fmt_ms(r["hbm"]["time_s"]), fmt_ms(r["compute"]["time_s"]), fmt_ms(r["network_bytes"]["time_s"]),
-               fmt_ms(r["network_messages"]["time_s"])]
+        row = [f"{d['attn']}/{d['moe']}{star}", ms(d["floor_max_s"]), ms(d["floor_sum_s"]),
+               d["binding"] if wide else SHORT.get(d["binding"], d["binding"]), speed, used,
+               ms(r["hbm"]["time_s"]), ms(r["compute"]["time_s"]), ms(r["network_bytes"]["time_s"]),
+               ms(r["network_messages"]["time_s"])]
         if calibrated:
-            row.insert(3, fmt_ms(d["predicted_s"]))
+            row.insert(3, ms(d["predicted_s"]))
+        if wide:
+            row.append(d["decode_kernel"])
         t.add_row(*row)
     return t
 
 
 def capacity_table(out: dict[str, Any], dep0: planner.Deployment) -> Table:
     p0 = dep0.memory
-    t = Table(title=f"{deployment_title(dep0)}: KV capacity at {fmt_tokens(out['context_tokens'])} tokens/request "
-                    f"({dep0.engine}, {p0.usable_hbm_bytes / GiB:.1f} GiB usable per GPU, {out['page_tokens']}-token pages)")
+    t = Table(title=title(f"{deployment_title(dep0)}: KV capacity at {fmt_tokens(out['context_tokens'])} tokens/request "
+                          f"({dep0.engine}, {p0.usable_hbm_bytes / GiB:.1f} GiB usable per GPU, {out['page_tokens']}-token pages)"))
     for col in ("attn/moe", "weights GiB/GPU", "mem fraction", "KV pool GiB/GPU", "KV copies", "distinct tokens",
                 "max concurrency"):
         t.add_column(col, justify="left" if col == "attn/moe" else "right")

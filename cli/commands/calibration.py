@@ -270,7 +270,7 @@ def microbench(
         try:
             import torch
         except ImportError:
-            raise SpecError("microbench needs torch (pip install floorfirst[torch]) and a CUDA GPU") from None
+            raise SpecError("microbench needs torch (pip install '.[torch]' in a clone) and a CUDA GPU") from None
         if not torch.cuda.is_available():
             raise SpecError("microbench needs a CUDA GPU; torch.cuda.is_available() is False here")
         from calibration.microbench.runner import plan, run_microbench

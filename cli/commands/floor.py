@@ -15,10 +15,10 @@ import typer
 from rich.table import Table
 
 import planner
-from cli.common import (console, DEFAULTS, AttnOpt, BatchOpt, CalibrationOpt, ContextOpt, EngineOpt, GpusOpt, HardwareOpt,
+from cli.common import (console, title, DEFAULTS, AttnOpt, WideOpt, LayoutsOpt, select_layouts, BatchOpt, CalibrationOpt, ContextOpt, EngineOpt, GpusOpt, HardwareOpt,
                         JsonOpt, KvDtypeOpt, MemFractionOpt, ModelOpt, MoeOpt, NodesOpt, PageOpt, PrefillContextOpt,
                         PrefillOpt, PricingChoice, PricingOpt, ReplicasOpt, ReserveOpt, WeightDtypeOpt, build_load,
-                        deployment, emit_json, fmt_bytes, fmt_flops, fmt_ms, fmt_tokens, load_calibration, load_specs,
+                        deployment, emit_json, fmt_bytes, fmt_gib, fmt_flops, fmt_ms, fmt_tokens, load_calibration, load_specs,
                         parse_tokens, pricing_for, scalar)
 from cli.launch import planning
 from cli.registry_options import LAYOUTS, layout_names, live, moe_names
@@ -52,7 +52,7 @@ def cost_document(dep: planner.Deployment, cost: planner.StepCost, calibration=N
         "kv_dtype": dep.kv_dtype,
         "page_tokens": dep.page_tokens,
         "pricing": cost.pricing,
-        "batch": scalar(cost.batch),
+        "batch": int(round(scalar(cost.batch))),
         "context_mean_tokens": scalar(cost.mean_context),
         "prefill_tokens": scalar(cost.prefill_tokens),
         "prefill_context_tokens": prefill_context,
@@ -161,8 +161,9 @@ def floor(
         return
     con = console()
     r = doc["resources"]
-    t = Table(title=f"{deployment_title(dep)}, {dep.label()}, B={doc['batch']:.0f}, mean context "
-                    f"{fmt_tokens(doc['context_mean_tokens'])} [{dep.weight_dtype} weights, {dep.kv_dtype} KV, {cost.pricing}]")
+    t = Table(title=title(f"{deployment_title(dep)}, {dep.label()}, B={doc['batch']:.0f}, mean context "
+                          f"{fmt_tokens(doc['context_mean_tokens'])} [{dep.weight_dtype} weights, {dep.kv_dtype} KV, "
+                          f"{cost.pricing}]"))
     t.add_column("resource (busiest rank)")
     t.add_column("amount", justify="right")
     t.add_column("time", justify="right")
@@ -175,8 +176,8 @@ def floor(
         mark = " ◀" if name == doc["binding"] else ""
         t.add_row(name + mark, amount, fmt_ms(ts), f"{ts / mx:.0%}" if mx > 0 else "—")
     kv = r["kv_capacity"]
-    pool = fmt_bytes(kv["pool_bytes"]) if doc["weights_fit"] else "no pool"
-    t.add_row("kv_capacity" + (" ◀ WALL" if not kv["fits"] else ""), f"{fmt_bytes(kv['resident_bytes'])} of {pool}",
+    pool = fmt_gib(kv["pool_bytes"]) if doc["weights_fit"] else "no pool"
+    t.add_row("kv_capacity" + (" ◀ WALL" if not kv["fits"] else ""), f"{fmt_gib(kv['resident_bytes'])} of {pool}",
               "fits" if kv["fits"] else "DOES NOT FIT", f"{kv['used_fraction']:.0%}" if kv["used_fraction"] is not None else "—")
     con.print(t)
     con.print(memory_line(dep))
@@ -233,6 +234,7 @@ def compare(
     engine: EngineOpt = DEFAULTS["engine"], nodes: NodesOpt = None,
     pricing: PricingOpt = PricingChoice.datasheet, calibration: CalibrationOpt = None,
     components: Annotated[bool, typer.Option("--components", help="Also show each layout's engine effects: DSA's indexer, top-k, padded head rows, unsharded attention weights (ms).")] = False,
+    moe: MoeOpt = None, layouts: LayoutsOpt = None, wide: WideOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Every layout side by side at one operating point: those that fit first, fastest first."""
@@ -240,7 +242,8 @@ def compare(
     m, hw = load_specs(model, hardware)
     pre, pre_ctx = prefill_args(prefill_tokens, prefill_context)
     deps, skipped = valid_deployments(m, hw, gpus, replicas, weight_dtype, kv_dtype, mem_fraction, page_tokens,
-                                      reserve_gib, engine, nodes)
+                                      reserve_gib, engine, nodes, moe)
+    deps = select_layouts(deps, layouts)
     load = build_load(batch, context)
     pr = pricing_for(hw, pricing)
     docs = [cost_document(d, planner.step_cost(d, load, pre, pr, prefill_context=pre_ctx), cal, pre_ctx, pr) for d in deps]
@@ -262,8 +265,8 @@ def compare(
     if json_out:
         emit_json("compare", out)
         return
-    con = console()
-    con.print(compare_table(out, deps[0], pr.label, cal is not None, best_max))
+    con = console(wide)
+    con.print(compare_table(out, deps[0], pr.label, cal is not None, best_max, wide))
     if components:
         e = Table(title="engine effects per layout (ms at the pricing's rates; each overlaps the rest of its step)")
         names = list(docs[0]["engine_effects_s"])

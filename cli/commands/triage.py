@@ -102,7 +102,7 @@ def triage(
     t = cost.times
     doc = {
         "model": dep.model.name, "hardware": dep.hardware.name, "gpus": dep.gpus, "attn": dep.attn, "moe": dep.moe,
-        "batch": scalar(cost.batch), "context_mean_tokens": scalar(cost.mean_context), "pricing": cost.pricing,
+        "batch": int(round(scalar(cost.batch))), "context_mean_tokens": scalar(cost.mean_context), "pricing": cost.pricing,
         "prefill_tokens": scalar(cost.prefill_tokens),
         "prefill_context_tokens": prefill_args(prefill_tokens, prefill_context)[1],
         "measured_s": measured_ms / 1e3, "floor_max_s": scalar(cost.floor_max_s), "floor_sum_s": scalar(cost.floor_sum_s),

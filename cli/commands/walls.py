@@ -11,7 +11,7 @@ import typer
 from rich.table import Table
 
 from cli.commands.floor import valid_deployments
-from cli.common import (console, DEFAULTS, CalibrationOpt, EngineOpt, GpusOpt, HardwareOpt, JsonOpt, KvDtypeOpt,
+from cli.common import (console, DEFAULTS, LayoutsOpt, select_layouts, CalibrationOpt, EngineOpt, GpusOpt, HardwareOpt, JsonOpt, KvDtypeOpt,
                         MemFractionOpt, ModelOpt, NodesOpt, PageOpt, PlotOpt, ReplicasOpt, ReserveOpt, WeightDtypeOpt,
                         emit_json, fmt_ms, load_calibration, load_specs, parse_tokens)
 from cli.launch import planning
@@ -59,20 +59,6 @@ def _grid(text: str, what: str, default_n: int) -> np.ndarray:
     return np.unique(np.round(np.geomspace(lo, hi, n)))
 
 
-LayoutsOpt = Annotated[Optional[str], typer.Option("--layouts", help="Comma list of attn/moe to include (default: all the model can run), e.g. tp/ep,dp/ep.")]
-
-
-def _select(deps, layouts: str | None):
-    if not layouts:
-        return deps
-    want = [x.strip() for x in layouts.split(",") if x.strip()]
-    have = {f"{d.attn}/{d.moe}": d for d in deps}
-    missing = [w for w in want if w not in have]
-    if missing:
-        raise SpecError(f"layout {missing[0]!r} is not available; choose from {', '.join(have)}")
-    return [have[w] for w in want]
-
-
 def walls(
     model: ModelOpt = DEFAULTS["model"], hardware: HardwareOpt = DEFAULTS["hardware"], gpus: GpusOpt = DEFAULTS["gpus"],
     replicas: ReplicasOpt = 1,
@@ -88,7 +74,7 @@ def walls(
     """Where each resource becomes binding and where KV runs out, per layout, in order."""
     cal = load_calibration(calibration)
     m, hw = load_specs(model, hardware)
-    deps = _select(valid_deployments(m, hw, gpus, replicas, weight_dtype, kv_dtype, mem_fraction, page_tokens,
+    deps = select_layouts(valid_deployments(m, hw, gpus, replicas, weight_dtype, kv_dtype, mem_fraction, page_tokens,
                                      reserve_gib, engine, nodes)[0], layouts)
     if batch < 1:
         raise SpecError(f"batch={batch} must be ≥ 1")
@@ -96,27 +82,30 @@ def walls(
     lo, hi = _range(range_, "--range") if range_ else ((1.0, 4096.0) if along == Along.batch else (512.0, 524288.0))
     results = []
     docs = []
+    # NOTE: every load carries its unit in its key: requests when batch grows, tokens when context does
+    u = "requests" if along == Along.batch else "tokens"
     for d in deps:
         w = compute_walls(d, along.value, fixed, lo, hi)
         label = f"{d.attn}/{d.moe}"
         results.append((label, w))
-        doc = {"attn": d.attn, "moe": d.moe, "walls": w.walls,
-               "order": [{"resource": r, "load": x} for r, x in w.order],
-               "first_wall": {"resource": w.first_wall[0], "load": w.first_wall[1]} if w.first_wall else None,
-               "binding_at_start": str(w.binding[0]), "kv_wall": w.walls.get("kv_capacity"),
+        doc = {"attn": d.attn, "moe": d.moe, f"walls_{u}": w.walls,
+               "order": [{"resource": r, f"at_{u}": x} for r, x in w.order],
+               "first_wall": {"resource": w.first_wall[0], f"at_{u}": w.first_wall[1]} if w.first_wall else None,
+               "binding_at_start": str(w.binding[0]), f"kv_wall_{u}": w.walls.get("kv_capacity"),
                "feasible": d.memory.feasible, "infeasible_reason": d.memory.reason or None,
                "kv_pool_gib_per_gpu": d.memory.kv_pool_bytes / GiB, "nodes_per_group": d.group_nodes}
         if cal is not None:
-            doc["loads"] = w.loads
+            doc[f"loads_{u}"] = w.loads
             doc["predicted_s"] = cal.predict_s(w.cost)
             doc["floor_max_s"] = w.floor_max_s
             doc["floor_sum_s"] = w.floor_sum_s
         docs.append(doc)
     # layouts compared by which wall binds first, and where: earliest first
-    ranking = sorted((x for x in docs if x["first_wall"]), key=lambda x: x["first_wall"]["load"])
+    ranking = sorted((x for x in docs if x["first_wall"]), key=lambda x: x["first_wall"][f"at_{u}"])
     out = {"model": m.name, "hardware": hw.name, "gpus": gpus, "nodes": deps[0].nodes, "engine": deps[0].engine,
            "along": along.value,
-           ("context_tokens" if along == Along.batch else "batch"): fixed, "range": [lo, hi], "layouts": docs,
+           ("context_tokens" if along == Along.batch else "batch"): fixed if along == Along.batch else int(fixed),
+           f"range_{u}": [lo, hi], "layouts": docs,
            "first_wall_order": [{"attn": x["attn"], "moe": x["moe"], **x["first_wall"]} for x in ranking]}
     title = (f"{deployment_title(deps[0])}: growing {along.value} at "
              + (f"context {fixed:.0f}" if along == Along.batch else f"batch {fixed:.0f}"))
@@ -139,12 +128,12 @@ def walls(
         if not d["feasible"]:
             t.add_row(f"{d['attn']}/{d['moe']}", "—", "no KV pool: " + d["infeasible_reason"], "—")
             continue
-        order = "  →  ".join(f"{o['resource']} @ {o['load']:.0f}{unit}" for o in d["order"])
-        kv = d["kv_wall"]
+        order = "  →  ".join(f"{o['resource']} @ {o[f'at_{u}']:.0f}{unit}" for o in d["order"])
+        kv = d[f"kv_wall_{u}"]
         t.add_row(f"{d['attn']}/{d['moe']}", d["binding_at_start"], order, f"{kv:.0f}{unit}" if kv else "none in range")
     con.print(t)
     con.print("first wall hit as " + along.value + " grows, earliest first: " + ", ".join(
-        f"{x['attn']}/{x['moe']} {x['resource']} @ {x['load']:.0f}{unit}" for x in out["first_wall_order"]))
+        f"{x['attn']}/{x['moe']} {x['resource']} @ {x[f'at_{u}']:.0f}{unit}" for x in out["first_wall_order"]))
     if plot:
         con.print(f"plot written to {plot}")
 
@@ -163,14 +152,14 @@ def regimes(
     """Best layout over a batch × context grid; capacity-infeasible cells marked."""
     cal = load_calibration(calibration)
     m, hw = load_specs(model, hardware)
-    deps = _select(valid_deployments(m, hw, gpus, replicas, weight_dtype, kv_dtype, mem_fraction, page_tokens,
+    deps = select_layouts(valid_deployments(m, hw, gpus, replicas, weight_dtype, kv_dtype, mem_fraction, page_tokens,
                                      reserve_gib, engine, nodes)[0], layouts)
     b = _grid(batch_range, "--batch-range", 11)
     c = _grid(context_range, "--context-range", 9)
     reg = compute_regimes(deps, b, c, floor.value)
     grid = [[reg.best_label(i, j) for j in range(c.size)] for i in range(b.size)]
     out = {"model": m.name, "hardware": hw.name, "gpus": gpus, "nodes": deps[0].nodes, "engine": deps[0].engine,
-           "floor": floor.value, "batch": b, "context_tokens": c,
+           "floor": floor.value, "batch": [int(x) for x in b], "context_tokens": c,
            "layouts": reg.labels, "best": grid,
            "step_time_s": {lab: reg.times_s[k] for k, lab in enumerate(reg.labels)}}
     if cal is not None:

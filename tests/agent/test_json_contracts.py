@@ -38,6 +38,9 @@ CASES = {
     "microbench": [["microbench", "--from", str(MICROBENCH)]],
     "simulate": [["simulate", "--requests", "40"], ["simulate", "--requests", "60", "--workload", "shrinking", "--policy", "tp"]],
     "serve": [["serve", "--executor", "sim", "--requests", "12"]],  # the torch executor: tests/cli/test_serve_cli.py
+    "explain_launch": [["explain-launch", "python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3.2 --tp 8 "
+                                          "--dp 8 --enable-dp-attention --port 30000"],
+                       ["explain-launch", "vllm serve -tp 8 --max-model-len 65536"]],  # no model named: null
 }
 
 

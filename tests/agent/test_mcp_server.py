@@ -41,7 +41,7 @@ def wait_idle(p: WorkerPool, n: int, timeout_s: float = 60.0) -> None:
         time.sleep(0.05)
 
 ALL_TOOLS = {"models", "hardware", "floor", "compare", "capacity", "walls", "regimes", "triage", "triage_profile",
-             "calibrate", "validate", "simulate"}
+             "calibrate", "validate", "simulate", "explain_launch"}
 
 
 def calls(tmp: str) -> list[tuple[str, dict, str]]:
@@ -60,6 +60,8 @@ def calls(tmp: str) -> list[tuple[str, dict, str]]:
         ("calibrate", {"profile": [str(PROFILE)], "out": cal}, "calibrate"),
         ("validate", {"calibration": cal, "profile": [str(PROFILE)], "folds": 3}, "validate"),
         ("simulate", {"model": "deepseek-v3.2", "requests": 40, "workload": "shrinking"}, "simulate"),
+        ("explain_launch", {"command": "vllm serve deepseek-ai/DeepSeek-V3.2 -dp 8 --enable-expert-parallel"},
+         "explain_launch"),
     ]
 
 
@@ -102,7 +104,7 @@ def test_every_tool_answers_with_its_contract(tmp_path, pool):
         assert json.loads(r.content[0].text) == doc
     by = {name: r.structured_content for (name, _, _), r in zip(plan, results)}
     assert by["triage"]["verdict"] == "above_sum" and by["triage"]["profile_resource"] == "hbm"
-    assert by["walls"]["range"] == [1.0, 512.0]  # range reached the CLI's --range
+    assert by["walls"]["range_requests"] == [1.0, 512.0]  # range reached the CLI's --range
     assert by["validate"]["folds"] == 3 and (tmp_path / "cal.json").exists()
 
 
@@ -240,4 +242,4 @@ def test_floorfirst_mcp_without_the_sdk_is_one_line_and_exit_2(monkeypatch, caps
     with pytest.raises(SystemExit) as exc:
         main(["mcp"])
     err = capsys.readouterr().err
-    assert exc.value.code == 2 and err == "floorfirst: error: floorfirst mcp needs the MCP SDK: pip install 'floorfirst[mcp]'\n"
+    assert exc.value.code == 2 and err == "floorfirst: error: floorfirst mcp needs the MCP SDK: pip install '.[mcp]' in a clone of floorfirst\n"

@@ -121,7 +121,7 @@ def test_calibration_adds_predicted_s(capsys):
     c = run_json(capsys, "compare", "--calibration", CAL, "--batch", "8", "--context", "4k")
     assert all("predicted_s" in x for x in c["layouts"])
     w = run_json(capsys, "walls", "--calibration", CAL, "--layouts", "tp/ep")
-    assert len(w["layouts"][0]["predicted_s"]) == len(w["layouts"][0]["loads"])
+    assert len(w["layouts"][0]["predicted_s"]) == len(w["layouts"][0]["loads_requests"])
     r = run_json(capsys, "regimes", "--calibration", CAL, "--batch-range", "1:64:3", "--context-range", "1k:8k:2")
     assert set(r["predicted_s"]) == set(r["layouts"])
 
