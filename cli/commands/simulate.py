@@ -79,7 +79,7 @@ def _any_kv_pool(m, hw, moe, gpus, replicas, kv_dtype, mem_fraction) -> bool:
 
 def simulate_cmd(
     model: ModelOpt = DEFAULTS["model"], hardware: HardwareOpt = DEFAULTS["hardware"], gpus: GpusOpt = DEFAULTS["gpus"],
-    workload: Annotated[str, typer.Option("--workload", "-w", help="chat, shrinking, bursty, longprompt, or a trace CSV (arrival_s,input_tokens,output_tokens).")] = "chat",
+    workload: Annotated[str, typer.Option("--workload", "-w", help="chat, shrinking, bursty, longprompt, or a trace: CSV (arrival_s,input_tokens,output_tokens), an Azure LLM inference trace CSV (TIMESTAMP,ContextTokens,GeneratedTokens) or Mooncake JSONL (timestamp ms, input_length, output_length).")] = "chat",
     requests: Annotated[int, typer.Option("--requests", "-n", help="Requests to generate (or to take from a trace).")] = 1000,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the workload and of the step-time noise.")] = 0,
     policy: PolicyOpt = "dynamic",
@@ -121,9 +121,11 @@ def simulate_cmd(
         raise SpecError(f"max_batch={max_batch} must be in [1, 65536]")
     bar = None
     if not json_out and sys.stderr.isatty():
+        from rich.console import Console
         from rich.progress import Progress
 
-        bar = Progress(transient=True, console=None)
+        # NOTE: on stderr: `simulate > file` must hold only the report (console=None drew it on stdout)
+        bar = Progress(transient=True, console=Console(stderr=True))
         task = bar.add_task("simulating", total=w.requests)
         bar.start()
     last = [0]

@@ -24,12 +24,18 @@ from planner.errors import SpecError
 from planner.triage import DEFAULT_THRESHOLD, triage_step
 
 
-def _profile(path: str, threshold: float, json_out: bool, calibration: str | None) -> None:
+def _profile(path: str, threshold: float, json_out: bool, calibration: str | None, sets: list[str] | None) -> None:
     try:
+        from calibration.loaders import parse_defaults
         from calibration.triage import triage_profile
     except ImportError:
         raise SpecError("--profile needs the calibration package's bulk triage, which is not available") from None
-    result = triage_profile(path, threshold, calibration=load_calibration(calibration), calibration_path=calibration)
+    result = triage_profile(path, threshold, parse_defaults(sets), calibration=load_calibration(calibration),
+                            calibration_path=calibration)
+    if not result.rows and result.issues:
+        # NOTE: a file none of whose rows can be used is an error, not an empty table with exit 0
+        more = f" (and {len(result.issues) - 1} more rows)" if len(result.issues) > 1 else ""
+        raise SpecError(f"no usable rows: {result.issues[0]}{more}")
     render_profile_triage(result, json_out)
 
 
@@ -76,6 +82,7 @@ def triage(
     measured_ms: Annotated[Optional[float], typer.Option("--measured-ms", help="Measured step time in ms.")] = None,
     profile: Annotated[Optional[str], typer.Option("--profile", help="Triage every row of a profile file instead.")] = None,
     threshold: Annotated[float, typer.Option("--threshold", help="Residual over floor_sum that calls for a profiler.")] = DEFAULT_THRESHOLD,
+    sets: Annotated[Optional[list[str]], typer.Option("--set", help="With --profile: key=value filling a field the rows lack (e.g. hardware=h200, gpus=8, attn=dp, moe=ep); repeatable.")] = None,
     model: ModelOpt = DEFAULTS["model"], hardware: HardwareOpt = DEFAULTS["hardware"], gpus: GpusOpt = DEFAULTS["gpus"],
     attn: AttnOpt = "tp", moe: MoeOpt = None, replicas: ReplicasOpt = 1, batch: BatchOpt = None,
     context: ContextOpt = DEFAULTS["context"], prefill_tokens: PrefillOpt = 0.0, prefill_context: PrefillContextOpt = "0",
@@ -89,10 +96,12 @@ def triage(
     if profile is not None:
         if measured_ms is not None:
             raise SpecError("give either --measured-ms (one point) or --profile (a file), not both")
-        _profile(profile, threshold, json_out, calibration)
+        _profile(profile, threshold, json_out, calibration, sets)
         return
     if measured_ms is None:
         raise SpecError("--measured-ms is required (or --profile FILE)")
+    if sets:
+        raise SpecError("--set fills fields of a --profile file; for one point give the options themselves")
     if not np.isfinite(measured_ms) or measured_ms <= 0:
         raise SpecError(f"measured_ms={measured_ms} must be a positive number")
     dep, cost = _point(model, hardware, attn, moe, gpus, replicas, batch, context, prefill_tokens, kv_dtype,
