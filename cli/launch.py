@@ -24,6 +24,8 @@ EngineArgsOpt = Annotated[Optional[str], typer.Option(
 
 # floorfirst option → the command parameter it sets, where a command names it differently
 _PARAM = {"simulate": {"attn": "policy"}, "serve": {"attn": "policy"}}
+# Options a command takes but a launch line must not narrow (compare lists every layout).
+_KEEP = {"compare": {"moe"}}
 
 
 def print_reading(reading, out=None) -> None:
@@ -39,10 +41,12 @@ def print_reading(reading, out=None) -> None:
 def merge(command: str, reading, given: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
     """`given` with the launch line's options filled in where the command takes them."""
     out = dict(given)
+    if "launch_layout" in out:  # compare shows every layout and marks the launch's
+        out["launch_layout"] = f"{reading.options['attn']}/{reading.options['moe']}"
     rename = _PARAM.get(command, {})
     for opt, value in reading.options.items():
         param = rename.get(opt, opt)
-        if param not in out:
+        if param not in out or param in _KEEP.get(command, ()):
             continue
         cur = out[param]
         if cur is None or cur == defaults.get(param) or cur == value:

@@ -47,7 +47,7 @@ SHORT = {"hbm": "hbm", "compute": "compute", "network_bytes": "net bytes", "netw
 
 
 def compare_table(out: dict[str, Any], dep0: planner.Deployment, pricing_label: str, calibrated: bool,
-                  best_max: dict | None, wide: bool = False) -> Table:
+                  best_max: dict | None, wide: bool = False, launch_layout: str | None = None) -> Table:
     """One row per layout. NOTE: the narrow form (the default) fits 100 columns: times in ms with two
     decimals under a unit in the header; `wide` adds the decode kernel and three decimals."""
     t = Table(title=title(f"{deployment_title(dep0)}, B={out['batch']:.0f}, mean context "
@@ -66,7 +66,7 @@ def compare_table(out: dict[str, Any], dep0: planner.Deployment, pricing_label: 
     for d in out["layouts"]:
         r = d["resources"]
         kv = r["kv_capacity"]
-        star = " ★" if best_max and d is best_max else ""
+        star = (" ★" if best_max and d is best_max else "") + (" ◀" if launch_layout == f"{d['attn']}/{d['moe']}" else "")
         used = (f"{kv['used_fraction']:.0%}" if kv["used_fraction"] is not None else "no pool") + ("" if kv["fits"] else " ✗")
         speed = f"{d['decode_tokens_per_s_at_max']:.0f}" if d["feasible"] else "—"
         row = [f"{d['attn']}/{d['moe']}{star}", ms(d["floor_max_s"]), ms(d["floor_sum_s"]),
@@ -79,6 +79,20 @@ def compare_table(out: dict[str, Any], dep0: planner.Deployment, pricing_label: 
             row.append(d["decode_kernel"])
         t.add_row(*row)
     return t
+
+
+def launch_sentence(out: dict[str, Any], launch_layout: str, best_max: dict | None) -> str:
+    """What the launch line runs, against the fastest layout that fits."""
+    d = next((x for x in out["layouts"] if f"{x['attn']}/{x['moe']}" == launch_layout), None)
+    if d is None:
+        return f"◀ the launch runs {launch_layout}, which this model can't run here"
+    head = f"◀ the launch runs {launch_layout}: floor max {fmt_ms(d['floor_max_s'])}, floor sum {fmt_ms(d['floor_sum_s'])}"
+    if not d["feasible"]:
+        return f"{head}; it can't hold this load ({d['infeasible_reason']})"
+    if best_max is None or best_max is d:
+        return f"{head}; the fastest layout that fits"
+    return (f"{head}; {best_max['attn']}/{best_max['moe']} is {d['floor_max_s'] / best_max['floor_max_s']:.2f}× "
+            "faster by floor_max")
 
 
 def capacity_table(out: dict[str, Any], dep0: planner.Deployment) -> Table:

@@ -64,7 +64,7 @@ def tool_options(command, drop: tuple[str, ...] = (), only: tuple[str, ...] | No
     for p in command.params:
         flag = long_flag(p)
         name = flag[2:].replace("-", "_") if flag else p.name
-        if name == "json" or name in drop or (only is not None and name not in only):
+        if name == "json" or getattr(p, "hidden", False) or name in drop or (only is not None and name not in only):
             continue
         ann = _annotation(p, name)
         if name in required or p.required:

@@ -22,7 +22,7 @@ from cli.common import (console, title, DEFAULTS, AttnOpt, WideOpt, LayoutsOpt, 
                         parse_tokens, pricing_for, scalar)
 from cli.launch import planning
 from cli.registry_options import LAYOUTS, layout_names, live, moe_names
-from cli.rendering import capacity_table, compare_table, deployment_title, infeasible_reason, memory_line
+from cli.rendering import capacity_table, compare_table, launch_sentence, deployment_title, infeasible_reason, memory_line
 from planner.capacity import capacity as kv_capacity
 from planner.errors import SpecError
 from planner.layouts.base import SCALEOUT, SCALEUP
@@ -235,6 +235,8 @@ def compare(
     pricing: PricingOpt = PricingChoice.datasheet, calibration: CalibrationOpt = None,
     components: Annotated[bool, typer.Option("--components", help="Also show each layout's engine effects: DSA's indexer, top-k, padded head rows, unsharded attention weights (ms).")] = False,
     moe: MoeOpt = None, layouts: LayoutsOpt = None, wide: WideOpt = False,
+    launch_layout: Annotated[Optional[str], typer.Option("--launch-layout", hidden=True,
+                                                         help="Set by --engine-args: the layout the launch runs.")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Every layout side by side at one operating point: those that fit first, fastest first."""
@@ -266,7 +268,7 @@ def compare(
         emit_json("compare", out)
         return
     con = console(wide)
-    con.print(compare_table(out, deps[0], pr.label, cal is not None, best_max, wide))
+    con.print(compare_table(out, deps[0], pr.label, cal is not None, best_max, wide, launch_layout))
     if components:
         e = Table(title="engine effects per layout (ms at the pricing's rates; each overlaps the rest of its step)")
         names = list(docs[0]["engine_effects_s"])
@@ -281,6 +283,8 @@ def compare(
     for s in skipped:
         con.print(f"[dim]skipped {s['attn']}/{s['moe']}: {s['reason']}[/]")
     con.print("★ fastest by floor_max among layouts whose KV fits" if best_max else "no layout fits this load")
+    if launch_layout:
+        con.print(launch_sentence(out, launch_layout, best_max))
 
 
 def capacity(
