@@ -296,12 +296,13 @@ def capacity(
 ) -> None:
     """KV pool per GPU (as the engine sizes it), distinct tokens and max concurrency at a context length, every layout."""
     m, hw = load_specs(model, hardware)
-    ctx = parse_tokens(context)
+    mix = context_mix(context)
+    ctx = float(np.average(mix[:, 0], weights=mix[:, 1]))
     deps, skipped = valid_deployments(m, hw, gpus, replicas, weight_dtype, kv_dtype, mem_fraction, page_tokens,
                                       reserve_gib, engine, nodes)
     docs = []
     for d in deps:
-        c = kv_capacity(d, [ctx])
+        c = kv_capacity(d, mix[:, 0])
         plan = c.memory
         docs.append({
             "attn": d.attn, "moe": d.moe, "gpus": d.gpus, "replicas": d.replicas, "nodes_per_group": d.group_nodes,
@@ -318,13 +319,15 @@ def capacity(
             "kv_replication": c.kv_replication,
             "distinct_tokens": c.distinct_tokens,
             "context_tokens": ctx,
-            "max_concurrency": float(c.max_concurrency[0]),
+            "max_concurrency": int(mix_concurrency(c.max_concurrency, mix[:, 1])),
             "memory": plan.describe(),
         })
     out = {"model": m.name, "hardware": hw.name, "gpus": gpus, "nodes": deps[0].nodes, "engine": deps[0].engine,
            "mem_fraction": mem_fraction, "page_tokens": deps[0].page_tokens,
            "datasheet_hbm_bytes_per_gpu": hw.peak.hbm_bytes, "usable_hbm_bytes_per_gpu": hw.usable_hbm_bytes,
            "context_tokens": ctx, "layouts": docs, "skipped": skipped}
+    if len(mix) > 1:
+        out["context_mix"] = [{"context_tokens": float(l), "requests": int(n)} for l, n in mix]
     if json_out:
         emit_json("capacity", out)
         return
@@ -335,6 +338,29 @@ def capacity(
             con.print(f"out: {d['attn']}/{d['moe']}: {d['infeasible_reason']}")
     for s in skipped:
         con.print(f"[dim]skipped {s['attn']}/{s['moe']}: {s['reason']}[/]")
+
+
+def context_mix(context: str) -> np.ndarray:
+    """--context as [[length, requests], …] (one length, a list, or a histogram)."""
+    load = build_load(None, context) if ("," in context or "*" in context) else None
+    if load is None:
+        return np.array([[parse_tokens(context), 1.0]])
+    lengths, counts = np.asarray(load.lengths[0]), np.asarray(load.counts[0])
+    out: dict[float, float] = {}
+    for l, n in zip(lengths, counts):
+        out[float(l)] = out.get(float(l), 0.0) + float(n)
+    return np.array(sorted(out.items()))
+
+
+def mix_concurrency(alone: np.ndarray, requests: np.ndarray) -> float:
+    """Requests of a context mix that fit at once. NOTE: a request of length L_i takes 1/n_i of the
+    pool, n_i being how many of that length alone fit (page rounding and the busiest rank included),
+    so N requests in the mix's shares f_i fit while N·Σ f_i/n_i ≤ 1; one length gives n_1."""
+    alone = np.asarray(alone, dtype=np.float64)
+    f = np.asarray(requests, dtype=np.float64) / float(np.sum(requests))
+    if np.any(alone <= 0):
+        return 0.0
+    return float(np.floor(1.0 / np.sum(f / alone) + 1e-9))
 
 
 def register(app: typer.Typer) -> None:

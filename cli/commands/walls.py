@@ -64,7 +64,7 @@ def walls(
     replicas: ReplicasOpt = 1,
     along: Annotated[Along, typer.Option("--along", help="Grow batch at fixed --context, or context at fixed --batch.")] = Along.batch,
     batch: Annotated[int, typer.Option("--batch", "-b", help="Fixed batch when growing context.")] = DEFAULTS["batch"],
-    context: Annotated[str, typer.Option("--context", "-c", help="Fixed context when growing batch.")] = DEFAULTS["context"],
+    context: Annotated[str, typer.Option("--context", "-c", help="Fixed context when growing batch: one length (32k).")] = DEFAULTS["context"],
     range_: Annotated[Optional[str], typer.Option("--range", help="LO:HI of the growing axis (default 1:4096 requests or 512:512k tokens).")] = None,
     layouts: LayoutsOpt = None, kv_dtype: KvDtypeOpt = None, weight_dtype: WeightDtypeOpt = None,
     mem_fraction: MemFractionOpt = DEFAULTS["mem_fraction"], page_tokens: PageOpt = None, reserve_gib: ReserveOpt = None,
@@ -78,6 +78,9 @@ def walls(
                                      reserve_gib, engine, nodes)[0], layouts)
     if batch < 1:
         raise SpecError(f"batch={batch} must be ≥ 1")
+    if along == Along.batch and ("," in context or "*" in context):
+        raise SpecError(f"walls --context {context!r}: give one length (every request has it as the batch grows); "
+                        "a list or histogram of contexts goes to compare, capacity or floor")
     fixed = parse_tokens(context) if along == Along.batch else float(batch)
     lo, hi = _range(range_, "--range") if range_ else ((1.0, 4096.0) if along == Along.batch else (512.0, 524288.0))
     results = []
