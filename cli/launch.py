@@ -97,13 +97,13 @@ def model_window_tokens(model: str) -> int | None:
     from planner.inputs import MODEL_CONFIG_MAX_BYTES, load_json_file
     from planner.models.loader import CARDS_DIR
 
-    card = CARDS_DIR / f"{model.lower()}.json"
-    path = card if "/" not in model and card.is_file() else Path(model)
-    if path.is_dir():
-        path = path / "config.json"
-    try:
+    try:  # NOTE: a name too long for a path (ENAMETOOLONG) is the loader's error to report, not ours
+        card = CARDS_DIR / f"{model.lower()}.json"
+        path = card if "/" not in model and card.is_file() else Path(model)
+        if path.is_dir():
+            path = path / "config.json"
         cfg = load_json_file(str(path), "model config", MODEL_CONFIG_MAX_BYTES)
-    except (SpecError, OSError):
+    except (SpecError, OSError, ValueError):
         return None
     cfg = cfg.get("text_config", cfg) if isinstance(cfg, dict) else {}
     v = cfg.get("max_position_embeddings") if isinstance(cfg, dict) else None

@@ -182,10 +182,13 @@ def builtin_card(name: str) -> str | None:
 def _model_option(value: str) -> tuple[str, str]:
     """(what --model gets, how it was read): a card, a config folder's config.json, or a path."""
     p = Path(value)
-    if p.is_dir() and (p / "config.json").is_file():
-        return str(p / "config.json"), f"{p / 'config.json'} (the folder's config)"
-    if p.is_file():
-        return value, f"{value} (a config.json)"
+    try:
+        if p.is_dir() and (p / "config.json").is_file():
+            return str(p / "config.json"), f"{p / 'config.json'} (the folder's config)"
+        if p.is_file():
+            return value, f"{value} (a config.json)"
+    except (OSError, ValueError):  # a name too long for a path, a NUL byte: not a path, maybe a repo id
+        pass
     card = builtin_card(value)
     if card is not None:
         return card, f"{card} (the built-in card of this repo id)"
