@@ -56,6 +56,7 @@ def test_repo_ids_map_to_the_longest_matching_card():
     assert builtin_card("deepseek-ai/DeepSeek-V3-0324") == "deepseek-v3"
     assert builtin_card("Qwen/Qwen3-235B-A22B-Instruct-2507-FP8") == "qwen3-235b-a22b"
     assert builtin_card("mistralai/Mistral-Large") is None
+    assert builtin_card("deepseek-ai/DeepSeek-V3.1") is None  # another release: its own config, never V3's card
 
 
 def test_floor_with_engine_args_prices_the_launch_deployment(capsys):

@@ -189,3 +189,16 @@ def test_two_node_deployments_are_answered(capsys):
 def test_kv_dtype_fp8_on_a_dsa_model_is_the_dsa_record(capsys):
     d = run_json(capsys, "capacity", "--kv-dtype", "fp8", "--context", "32k")
     assert all(x["kv_dtype"] == "fp8_dsa" and x["kv_bytes_per_token"] == (656 + 132) * 61 for x in d["layouts"])
+
+
+def test_regimes_break_a_floor_max_tie_as_compare_does():
+    """DCP and DOP tie on floor_max at 64 requests of 32k (the same HBM bytes); compare ranks DOP
+    first by floor_sum, and regimes picks the same layout (argmin alone took the first registered)."""
+    from tests.agent.contracts import run_cli
+
+    reg = run_cli(["regimes", "--batch-range", "32:64:2", "--context-range", "16k:32k:2", "--json"])
+    cmp = run_cli(["compare", "--batch", "64", "--context", "32k", "--json"])
+    t = reg["step_time_s"]
+    i, j = reg["batch"].index(64), reg["context_tokens"].index(32768.0)
+    assert t["dcp/tp"][i][j] == t["dop/tp"][i][j]
+    assert reg["best"][i][j] == f"{cmp['best_by_max']['attn']}/{cmp['best_by_max']['moe']}" == "dop/tp"
