@@ -10,6 +10,7 @@ from enum import Enum
 from typing import Annotated, Optional
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 import planner
@@ -157,7 +158,7 @@ def simulate_cmd(
 def render(doc: dict, title: str) -> None:
     """The serving metrics as a table and a few lines (simulate and serve print the same)."""
     con = console()
-    t = Table(title=title)
+    t = Table(title=escape(title))
     t.add_column("metric")
     for p in ("p50", "p90", "p99"):
         t.add_column(p, justify="right")

@@ -11,6 +11,7 @@ from typing import Annotated, Optional
 
 import numpy as np
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from cli.commands.floor import _point, prefill_args
@@ -142,7 +143,7 @@ def triage(
         emit_json("triage", doc)
         return
     con = console()
-    tab = Table(title=f"{dep.model.name} on {dep.gpus} × {dep.hardware.name}, {dep.label()}, B={doc['batch']:.0f}")
+    tab = Table(title=escape(f"{dep.model.name} on {dep.gpus} × {dep.hardware.name}, {dep.label()}, B={doc['batch']:.0f}"))
     tab.add_column("")
     tab.add_column("ms", justify="right")
     for k, v in doc["times_s"].items():

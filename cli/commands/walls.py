@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 
 import numpy as np
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from cli.commands.floor import valid_deployments
@@ -121,7 +122,7 @@ def walls(
         emit_json("walls", out)
         return
     con = console()
-    t = Table(title=title)
+    t = Table(title=escape(title))
     t.add_column("attn/moe")
     t.add_column("binds at start")
     t.add_column("walls in order (resource @ load)")
@@ -177,7 +178,7 @@ def regimes(
         emit_json("regimes", out)
         return
     con = console()
-    t = Table(title=f"{title}: best layout by floor_{floor.value} (rows batch, columns context)")
+    t = Table(title=escape(f"{title}: best layout by floor_{floor.value} (rows batch, columns context)"))
     t.add_column("B \\ ctx", justify="right")
     for x in c:
         t.add_column(f"{x / 1024:.0f}k" if x >= 1024 else f"{x:.0f}", justify="center")
