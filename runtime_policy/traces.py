@@ -9,6 +9,13 @@
   from the trace start), `input_length`, `output_length` (and `hash_ids`, the prefix-cache
   blocks, which a decode-step model does not use).
 
+- a benchmark result that lists its requests: `vllm bench serve --save-result` JSON and SGLang
+  `bench_serving --output-details` JSONL both write `input_lens` and `output_lens` per request
+  (vllm/benchmarks/serve.py, sglang/bench_serving.py); arrivals follow the run's `request_rate`
+  (`inf`: all at t = 0, as the benchmark sends them; a rate: Poisson at it, seeded by --seed — the
+  benchmark's own draws are not in the file). Its `max_concurrency` cap is not replayed (the
+  simulator's loop admits by KV, not by a client-side limit).
+
 A request with no generated tokens (GeneratedTokens 0, output_length 0: a prefill-only call) has no
 decode step to serve and is left out; the count left out is in the workload's params. Any other bad
 row is one SpecError naming the file, its line and the field. Files are read through
@@ -119,3 +126,61 @@ def from_mooncake_jsonl(path: str | Path):
     if not arr:
         raise SpecError(f"{path}: no requests")
     return _workload(p, arr, inp, out, "mooncake")
+
+
+def _bench_object(path: Path, text: str) -> dict | None:
+    """The first result object of a vLLM JSON or SGLang JSONL file that lists its requests."""
+    p = path
+    objs = []
+    if p.suffix.lower() == ".json":
+        try:
+            objs = [json_value(text)]
+        except SpecError as exc:
+            raise SpecError(f"{path}: {exc}") from None
+    else:
+        for raw in text.splitlines():
+            if raw.strip():
+                try:
+                    objs.append(json_value(raw))
+                except SpecError:
+                    return None
+    for d in objs:
+        if isinstance(d, dict) and "input_lens" in d and "output_lens" in d:
+            return d
+    return None
+
+
+def is_bench_result(path: str | Path) -> bool:
+    p = Path(path)
+    head = read_text_file(p, "workload file", TRACE_MAX_BYTES)
+    first = next((ln for ln in head.splitlines() if ln.strip()), "")
+    return p.suffix.lower() == ".json" or '"input_lens"' in first or ('"completed"' in first and '"backend"' in first)
+
+
+def from_bench_result(path: str | Path, seed: int = 0):
+    p = Path(path)
+    text = read_text_file(p, "workload file", TRACE_MAX_BYTES)
+    d = _bench_object(p, text)
+    if d is None:
+        raise SpecError(f"{path}: no per-request lengths (vllm bench serve --save-result writes input_lens and "
+                        "output_lens; SGLang bench_serving needs --output-details)")
+    inl, outl = d["input_lens"], d["output_lens"]
+    if not isinstance(inl, list) or not isinstance(outl, list) or len(inl) != len(outl) or not inl:
+        raise SpecError(f"{path}: input_lens and output_lens must be lists of the same, non-zero length")
+    inp = [_tokens(x, "input_lens[]", path, i + 1, allow_zero=False) for i, x in enumerate(inl)]
+    out = [_tokens(x, "output_lens[]", path, i + 1, allow_zero=True) for i, x in enumerate(outl)]
+    rate = d.get("request_rate", "inf")
+    try:
+        rate = float(rate)
+    except (TypeError, ValueError):
+        raise SpecError(f"{path}: request_rate={rate!r} is not a number or inf") from None
+    if math.isinf(rate) and rate > 0:
+        arr = [0.0] * len(inp)
+    elif math.isfinite(rate) and rate > 0:
+        arr = list(np.cumsum(np.random.default_rng(seed).exponential(1.0 / rate, len(inp))))
+    else:
+        raise SpecError(f"{path}: request_rate={rate!r} must be positive or inf")
+    w = _workload(p, arr, inp, out, f"{d.get('backend') or 'bench'}_bench_result")
+    return type(w)(w.name, w.arrival_s, w.input_tokens, w.output_tokens,
+                   {**w.params, "request_rate_per_s": None if math.isinf(rate) else rate,
+                    "max_concurrency_not_replayed": d.get("max_concurrency")})

@@ -171,10 +171,10 @@ def make_workload(name: str, n: int, seed: int = 0, rate_per_s: float | None = N
         return shrinking(n, seed)
     if name == "longprompt":
         return longprompt(n, seed, rate_per_s or LONGPROMPT_RATE_PER_S)
-    if name.endswith(".jsonl"):
-        from runtime_policy.traces import from_mooncake_jsonl
+    if name.endswith((".jsonl", ".json")):
+        from runtime_policy.traces import from_bench_result, from_mooncake_jsonl, is_bench_result
 
-        w = from_mooncake_jsonl(name)
+        w = from_bench_result(name, seed) if is_bench_result(name) else from_mooncake_jsonl(name)
         return w.subset(np.arange(min(n, w.requests))) if n else w
     if name.endswith(".csv") or path_kind(name, "workload file") != "missing":
         w = from_csv(name)

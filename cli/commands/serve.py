@@ -57,7 +57,7 @@ def serve_cmd(
     model: ModelOpt = DEFAULTS["model"], hardware: HardwareOpt = DEFAULTS["hardware"],
     gpus: GpusOpt = 2,
     executor: Annotated[ExecutorChoice, typer.Option("--executor", help="torch: real decode layers on one process per rank; sim: the simulator over the same tables.")] = ExecutorChoice.torch,
-    workload: Annotated[str, typer.Option("--workload", "-w", help="chat, shrinking, bursty, longprompt, or a trace: CSV (arrival_s,input_tokens,output_tokens), an Azure LLM inference trace CSV (TIMESTAMP,ContextTokens,GeneratedTokens) or Mooncake JSONL (timestamp ms, input_length, output_length).")] = "chat",
+    workload: Annotated[str, typer.Option("--workload", "-w", help="chat, shrinking, bursty, longprompt, or a trace: CSV (arrival_s,input_tokens,output_tokens), an Azure LLM inference trace CSV (TIMESTAMP,ContextTokens,GeneratedTokens) Mooncake JSONL (timestamp ms, input_length, output_length), or a benchmark result listing its requests (vllm bench serve --save-result JSON, SGLang bench_serving --output-details JSONL).")] = "chat",
     requests: Annotated[int, typer.Option("--requests", "-n", help="Requests to generate (or to take from a trace).")] = 32,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the workload.")] = 0,
     policy: PolicyOpt = "dynamic",

@@ -97,3 +97,19 @@ def test_the_vllm_result_with_set_is_triaged_on_its_card():
 def test_the_sglang_jsonl_gives_one_row_per_run():
     doc = run_cli(["triage", "--profile", str(SGLANG), "--set", "model=deepseek-v3.2", *DEPLOYMENT, "--json"])
     assert [r["batch"] for r in doc["rows"]] == [16, 32, 64]
+
+
+def test_a_bench_result_that_lists_its_requests_is_a_workload():
+    w = make_workload(str(VLLM), 0)
+    assert w.requests == 64 and set(w.arrival_s) == {0.0}  # request_rate inf: all sent at once
+    assert w.params["max_concurrency_not_replayed"] == 32
+    s = make_workload(str(FIX / "bench" / "sglang_bench_serving_details.jsonl"), 0, seed=3)
+    assert list(s.output_tokens) == [512, 512, 480, 512, 300, 512]
+    gaps = np.diff(np.concatenate([[0.0], make_workload(str(FIX / "bench" / "sglang_bench_serving_details.jsonl"), 0,
+                                                                     seed=3).arrival_s]))
+    assert s.params["request_rate_per_s"] == 4.0 and np.all(gaps >= 0)
+
+
+def test_a_bench_summary_without_requests_says_which_flag_writes_them():
+    with pytest.raises(SpecError, match="no per-request lengths .* SGLang bench_serving needs --output-details"):
+        make_workload(str(SGLANG), 0)
