@@ -59,15 +59,17 @@ def policy_names() -> tuple[str, ...]:
 
 
 def variant_names() -> tuple[str, ...]:
+    """Attention variant kinds, sorted: their registration order follows import order, which a
+    process's history changes (a generated schema must not)."""
     from planner.models.attention.base import _REGISTRY
 
-    return tuple(_REGISTRY.discover())
+    return tuple(sorted(_REGISTRY.discover()))
 
 
 def mlp_variant_names() -> tuple[str, ...]:
     from planner.models.mlp.base import _REGISTRY
 
-    return tuple(_REGISTRY.discover())
+    return tuple(sorted(_REGISTRY.discover()))
 
 
 LAYOUTS = Choices("attention layout", layout_names)

@@ -37,10 +37,9 @@ pipeline parallelism, partial EP) is refused with what it is.
 from __future__ import annotations
 
 import difflib
-import json
 import re
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -347,7 +346,3 @@ def parse_launch(text: str, model: str | None = None) -> LaunchReading:
     options["engine"] = engine
     return LaunchReading(engine, options, tuple(spelled + readings), tuple(notes), tuple(ignored), ctx,
                          None if given is None else str(given))
-
-
-def launch_json(reading: LaunchReading) -> str:
-    return json.dumps(reading.to_json(), indent=1)

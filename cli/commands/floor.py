@@ -270,13 +270,17 @@ def compare(
     con = console(wide)
     con.print(compare_table(out, deps[0], pr.label, cal is not None, best_max, wide, launch_layout))
     if components:
-        e = Table(title="engine effects per layout (ms at the pricing's rates; each overlaps the rest of its step)")
+        from rich import box
+
+        # NOTE: times in ms under the title's unit, no borders: fits 80 columns with the JSON key names
+        e = Table(title="engine effects per layout, ms at the pricing's rates (each overlaps the rest of its step)",
+                  box=box.HEAVY_HEAD if wide else None, pad_edge=wide, show_header=True)
         names = list(docs[0]["engine_effects_s"])
-        for c in ["attn/moe", "decode kernel", *names, "floor sum"]:
-            e.add_column(c, justify="left" if c in ("attn/moe", "decode kernel") else "right")
+        for c in ["layout", "kernel", *names, "sum"]:
+            e.add_column(c, justify="left" if c in ("layout", "kernel") else "right", no_wrap=True)
         for d in docs:
-            e.add_row(f"{d['attn']}/{d['moe']}", d["decode_kernel"], *(fmt_ms(d["engine_effects_s"][k]) for k in names),
-                      fmt_ms(d["floor_sum_s"]))
+            e.add_row(f"{d['attn']}/{d['moe']}", d["decode_kernel"],
+                      *(f"{d['engine_effects_s'][k] * 1e3:.3f}" for k in names), f"{d['floor_sum_s'] * 1e3:.3f}")
         con.print(e)
     for d in out["out"]:
         con.print(f"out: {d['attn']}/{d['moe']}: {d['reason']}")
