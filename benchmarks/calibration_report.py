@@ -49,6 +49,27 @@ PROFILES = {
 }
 
 
+def _relative(path: str) -> str:
+    p = Path(path)
+    return str(p.resolve().relative_to(ROOT)) if p.is_absolute() and p.resolve().is_relative_to(ROOT) else path
+
+
+def save_stable(cal, out: Path) -> None:
+    """Write the artifact with its sources relative to the checkout, and only when the fit changed.
+    NOTE: a re-run in a fresh clone must leave `git status` clean (tests/agent/test_docs.py): the
+    absolute path of the clone and the time of the run are the only things that would differ."""
+    cal = cal.model_copy(update={"sources": tuple(s.model_copy(update={"path": _relative(s.path)}) for s in cal.sources)})
+    if out.exists():
+        try:
+            old = json.loads(out.read_text())
+        except ValueError:
+            old = None
+        new = json.loads(cal.model_dump_json())
+        if old is not None and {**old, "created_utc": None} == {**new, "created_utc": None}:
+            return
+    save_calibration(cal, out)
+
+
 def report_one(name: str, profile: str, defaults: dict, microbench: str | None, folds: int) -> dict:
     prof = load_profiles([ROOT / profile], defaults)
     costs = price_profile(prof)
@@ -58,7 +79,7 @@ def report_one(name: str, profile: str, defaults: dict, microbench: str | None, 
     cal = fit_calibration(costs, prof.sources, mb, mb_src)
     out = RESULTS / "calibration" / f"{name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    save_calibration(cal, out)
+    save_stable(cal, out)
     rep = validate(cal, costs, folds=folds, holdout=tuple(HOLDOUT_GROUPS))
 
     print(f"== {name}: {profile} — {rep.rows} rows, {len(prof.issues) + len(costs.issues)} rejected")

@@ -147,7 +147,10 @@ def price_profile(profile: Profile) -> ProfileCosts:
         fsum.append(rf.sum_rows(cost.floor_sum_s))
         times.append(rf.sum_rows(cost.times.stacked()))
         hw_names += [hw.name] * len(rows)
-        label = f"{Path(rows[0].row.model).stem} {hw.name} {dep.label()}"
+        # NOTE: a card name is the label as given (Path('deepseek-v3.2').stem is 'deepseek-v3'); a config
+        # path is named by its file
+        name = rows[0].row.model
+        label = f"{Path(name).stem if name.endswith('.json') else name} {hw.name} {dep.label()}"
         labels += [label] * len(rows)
         groups.append(CostGroup(key, label, cost, np.arange(start, start + len(rows))))
     if not kept:

@@ -55,7 +55,11 @@ def serving_summary_to_raw(d: dict) -> dict:
                              "attention_kernel", "engine", "chunk_tokens", "spec_tokens", "accept_len")
            if d.get(k) is not None}
     if "model" not in raw and d.get("model_id"):
-        raw["model"] = d["model_id"]
+        # NOTE: a Hugging Face repo id (vLLM's model_id) names its built-in card where there is one,
+        # the longest match ('deepseek-ai/DeepSeek-V3.2' is deepseek-v3.2, never deepseek-v3)
+        from planner.launch import builtin_card
+
+        raw["model"] = builtin_card(str(d["model_id"])) or d["model_id"]
     if "engine" not in raw and d.get("backend") in ENGINES:  # both benchmark tools record the backend they drove
         raw["engine"] = d["backend"]
     raw["isl"] = d["total_input_tokens"] / done
@@ -89,6 +93,10 @@ class _Collector:
                 return
         row, issue, ignored = parse_row(raw, src, line, self.defaults)
         self.ignored |= ignored
+        if issue and issue.message.startswith("missing fields"):
+            missing = issue.message.removeprefix("missing fields").strip().split(", ")
+            issue = RowIssue(issue.source, issue.line, f"{issue.message} (the file doesn't say: give them with "
+                             + " ".join(f"--set {m}=…" for m in missing) + ")")
         if issue:
             self.profile.issues.append(issue)
         else:

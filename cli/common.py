@@ -16,7 +16,8 @@ import numpy as np
 import typer
 
 import planner
-from planner.engines import DEFAULT_ENGINE, KV_DTYPE_MAPPING, engine_names
+from cli.registry_options import ENGINES, LAYOUTS, MOE_SPLITS
+from planner.engines import DEFAULT_ENGINE, KV_DTYPE_MAPPING
 from planner.errors import SpecError
 from planner.units import GiB
 
@@ -24,20 +25,10 @@ SCHEMA_VERSION = 1
 # NOTE: a contract's major version bumps when a key changes type or meaning (docs/json-contracts.md):
 # capacity/2 — `mem_fraction` is the engine fraction given (null: each layout's engine default),
 # no longer a share of the datasheet HBM.
-SCHEMA_VERSIONS = {"capacity": 2}
-
-
-class Attn(str, Enum):
-    tp = "tp"
-    cp = "cp"
-    dcp = "dcp"
-    dp = "dp"
-    dop = "dop"
-
-
-class Moe(str, Enum):
-    ep = "ep"
-    tp = "tp"
+# walls/2 — every load carries its unit in its key (`*_requests` growing batch, `*_tokens` growing
+# context: walls_*, at_*, kv_wall_*, range_*, loads_*), the fixed batch is an integer.
+# (batch became an integer in floor, compare, triage and regimes: a narrowing of number, no bump.)
+SCHEMA_VERSIONS = {"capacity": 2, "walls": 2}
 
 
 class PricingChoice(str, Enum):
@@ -45,16 +36,14 @@ class PricingChoice(str, Enum):
     achieved = "achieved"
 
 
-# NOTE: the engine choices come from the engine registry (planner.engines), not a typed list.
-Engine = Enum("Engine", {n: n for n in engine_names()}, type=str)
-
-
 ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Built-in model name or path to a Hugging Face config.json.")]
 HardwareOpt = Annotated[str, typer.Option("--hardware", "-hw", help="Built-in GPU name or path to a hardware YAML file.")]
 GpusOpt = Annotated[int, typer.Option("--gpus", "-g", help="GPUs in the deployment (all replicas).")]
 ReplicasOpt = Annotated[int, typer.Option("--replicas", help="Replicas of the whole group; the group is gpus/replicas GPUs.")]
-AttnOpt = Annotated[Attn, typer.Option("--attn", help="Attention layout.")]
-MoeOpt = Annotated[Optional[Moe], typer.Option("--moe", help="MoE split (default: ep for MoE models, tp for dense).")]
+# NOTE: layouts, MoE splits and engines are choices read from the planner's registries when a
+# command is registered (cli.registry_options.live), never typed here.
+AttnOpt = Annotated[str, typer.Option("--attn", help="Attention layout."), LAYOUTS]
+MoeOpt = Annotated[Optional[str], typer.Option("--moe", help="MoE split (default: ep for MoE models, tp for dense)."), MOE_SPLITS]
 BatchOpt = Annotated[Optional[int], typer.Option("--batch", "-b", help="Concurrent decode requests in the step (whole deployment); default 32 with a single --context length.")]
 ContextOpt = Annotated[str, typer.Option(
     "--context", "-c",
@@ -67,11 +56,26 @@ WeightDtypeOpt = Annotated[Optional[str], typer.Option("--weight-dtype", help="b
 MemFractionOpt = Annotated[Optional[float], typer.Option("--mem-fraction", help="The engine's memory fraction (SGLang mem_fraction_static of the free memory, vLLM gpu_memory_utilization of total). Default: the engine's own default for this GPU and layout.")]
 PageOpt = Annotated[Optional[int], typer.Option("--page-tokens", help="KV page size in tokens. Default: the engine's (SGLang page_size, vLLM block_size).")]
 ReserveOpt = Annotated[Optional[float], typer.Option("--reserve-gib", help="GiB per GPU the engine keeps out of weights + KV (SGLang: the reserved memory its mem_fraction_static formula subtracts; vLLM: peak activations + non-torch memory). Default: the engine's estimate.")]
-EngineOpt = Annotated[Engine, typer.Option("--engine", help="Whose memory model sizes the KV pool and sets the defaults (page size, KV dtype).")]
+EngineOpt = Annotated[str, typer.Option("--engine", help="Whose memory model sizes the KV pool and sets the defaults (page size, KV dtype)."), ENGINES]
 NodesOpt = Annotated[Optional[int], typer.Option("--nodes", help="Scale-up domains (nodes) the deployment spans; a group larger than a node prices its cross-node traffic on the NIC. Default: as few as hold --gpus.")]
 PricingOpt = Annotated[PricingChoice, typer.Option("--pricing", help="Price floors at datasheet peaks or at the hardware file's achieved efficiencies.")]
 CalibrationOpt = Annotated[Optional[str], typer.Option("--calibration", help="A calibration artifact (floorfirst calibrate); adds predicted_s.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document (units in keys).")]
+WideOpt = Annotated[bool, typer.Option("--wide", help="Every column (tables otherwise fit 100 columns or COLUMNS).")]
+LayoutsOpt = Annotated[Optional[str], typer.Option("--layouts", help="Comma list of attn/moe to include (default: all the model can run), e.g. tp/ep,dp/ep.")]
+
+
+def select_layouts(deps, layouts: str | None):
+    if not layouts:
+        return deps
+    want = [x.strip() for x in layouts.split(",") if x.strip()]
+    have = {f"{d.attn}/{d.moe}": d for d in deps}
+    missing = [w for w in want if w not in have]
+    if missing:
+        raise SpecError(f"layout {missing[0]!r} is not available; choose from {', '.join(have)}")
+    return [have[w] for w in want]
+
+
 PLOT_SUFFIXES = (".png", ".svg", ".pdf")
 
 
@@ -88,7 +92,7 @@ PlotOpt = Annotated[Optional[str], typer.Option("--plot", help="Write a plot to 
                                                 callback=_plot_path)]
 
 DEFAULTS = dict(model="deepseek-v3.2", hardware="h200", gpus=8, batch=32, context="32k", mem_fraction=None,
-                engine=Engine(DEFAULT_ENGINE))
+                engine=DEFAULT_ENGINE)
 
 _NUM = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([kKmM]?)\s*$")
 
@@ -183,12 +187,31 @@ def emit_json(command: str, doc: dict[str, Any]) -> None:
     sys.stdout.write(text + "\n")
 
 
-def console():
-    """A rich console; when output is not a terminal, wide enough that tables don't wrap."""
+NARROW_COLUMNS = 100  # what the default tables fit (a screenshot-sized terminal)
+WIDE_COLUMNS = 200
+
+
+def console(wide: bool = False):
+    """A rich console as wide as `COLUMNS` says, else the terminal; piped output is 100 columns
+    (200 with `wide`), so `> file` reads like a terminal of that width."""
+    import os
+
     from rich.console import Console
 
+    cols = os.environ.get("COLUMNS", "").strip()
+    if cols.isdigit() and int(cols) >= 40:
+        return Console(width=max(int(cols), WIDE_COLUMNS) if wide else int(cols))
     c = Console()
-    return c if c.is_terminal else Console(width=160)
+    if c.is_terminal:
+        return Console(width=max(c.width, WIDE_COLUMNS)) if wide else c
+    return Console(width=WIDE_COLUMNS if wide else NARROW_COLUMNS)
+
+
+def title(text: str) -> str:
+    """A table title with rich markup escaped ('[fp8 weights, bf16 KV]' stays as written)."""
+    from rich.markup import escape
+
+    return escape(text)
 
 
 def scalar(a) -> float:
@@ -200,6 +223,11 @@ def fmt_bytes(b: float) -> str:
         if abs(b) >= div:
             return f"{b / div:.2f} {unit}"
     return f"{b:.0f} B"
+
+
+def fmt_gib(b: float) -> str:
+    """Memory held (weights, KV, pools): GiB everywhere, as `capacity` and the engines report it."""
+    return f"{b / GiB:.2f} GiB"
 
 
 def fmt_flops(f: float) -> str:

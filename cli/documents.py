@@ -36,6 +36,7 @@ NULLABLE: dict[str, tuple[str, ...]] = {
     "compare": ("layouts[].decode_tokens_per_s_at_max", "layouts[].decode_tokens_per_s_at_sum",
                 "layouts[].resources.kv_capacity.used_fraction"),
     "microbench": ("gpus",),
+    "explain_launch": ("max_context_tokens",),
     "regimes": ("predicted_s.*", "step_time_s.*"),
     "simulate": ("requests_per_s", "throughput_tokens_per_s", "tpot_p*_s", "ttft_p*_s", "ttlt_p*_s", "ttlt_mean_s"),
     "serve": ("requests_per_s", "throughput_tokens_per_s", "tpot_p*_s", "ttft_p*_s", "ttlt_p*_s", "ttlt_mean_s",
@@ -45,8 +46,9 @@ NULLABLE: dict[str, tuple[str, ...]] = {
     "validate": ("cv_median_abs_pct_error", "cv_p90_abs_pct_error", "fraction_inside_floors", "median_abs_pct_error",
                  "p90_abs_pct_error", "residuals[].cv_error_pct", "residuals[].cv_predicted_s",
                  "holdout[].median_abs_pct_error", "holdout[].p90_abs_pct_error"),
-    "walls": ("layouts[].floor_max_s[]", "layouts[].floor_sum_s[]", "layouts[].kv_wall", "layouts[].predicted_s[]",
-              "layouts[].walls.*"),
+    "walls": ("layouts[].floor_max_s[]", "layouts[].floor_sum_s[]", "layouts[].kv_wall_requests",
+              "layouts[].kv_wall_tokens", "layouts[].predicted_s[]", "layouts[].walls_requests.*",
+              "layouts[].walls_tokens.*"),
 }
 SIGNED_SUFFIXES = ("_pct",)
 # NOTE: kv_budget_bytes (planner.engines' MemoryPlan) is what the engine sizes its pool from, and is

@@ -33,7 +33,7 @@ def tier_document(cost) -> dict:
     """The JSON view of a step's host tier (point 0); compare adds the requests held by wall."""
     t = cost.host_tier
     return {"host_link_bytes": float(t.host_link_bytes[0]), "host_link_equivalent_bytes": float(t.host_link_equivalent_bytes[0]),
-            "host_link_time_s": float(cost.times.host_link_s[0]), "miss_entries": float(t.miss_entries[0]),
-            "unit_bytes": t.unit_bytes, "page_amplification": t.amplification,
+            "host_link_time_s": float(cost.times.host_link_s[0]), "miss_entries_count": float(t.miss_entries[0]),
+            "unit_bytes": t.unit_bytes, "page_amplification_factor": t.amplification,
             "hbm_kv_resident_bytes": float(t.hbm_kv_resident_bytes[0]), "host_kv_resident_bytes": float(t.host_kv_resident_bytes[0]),
             "host_pool_bytes": t.host_pool_bytes, "host_fits": bool(t.host_fits[0])}

@@ -75,6 +75,11 @@ class CommandRunner:
     def commands(self) -> set[str]:
         return set(getattr(self._group, "commands", {}))
 
+    @property
+    def group(self):
+        """The registered click group (its commands' options are the MCP tools' inputs)."""
+        return self._group
+
     def run_text(self, command: str, args: list[str]) -> str:
         """`floorfirst <command> <args> --json`, in-process: the document's text."""
         from cli.documents import DocumentError
@@ -84,7 +89,7 @@ class CommandRunner:
         out = io.StringIO()
         with self._lock, contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
             try:
-                self._group.main(args=[command, *args, "--json"], prog_name="floorfirst", standalone_mode=False)
+                self._group.main(args=[command, "--json", *args], prog_name="floorfirst", standalone_mode=False)
             except SpecError as exc:
                 raise CommandError(str(exc)) from None
             except self._usage_error as exc:
@@ -223,7 +228,8 @@ class WorkerPool:
         self.limits = limits
         self.workers = max(1, int(workers))
         self.spare = max(0, min(int(spare), self.workers))
-        self._commands = CommandRunner(self.modules).commands
+        self._local = CommandRunner(self.modules)  # the commands' options, read here (MCP tool schemas)
+        self._commands = self._local.commands
         self._idle: list[_Worker] = []
         self._live = 0  # started and not stopped: idle, busy or starting
         self._closed = False
@@ -232,6 +238,10 @@ class WorkerPool:
     @property
     def commands(self) -> set[str]:
         return set(self._commands)
+
+    @property
+    def group(self):
+        return self._local.group
 
     @property
     def idle(self) -> int:

@@ -20,6 +20,27 @@ app = typer.Typer(
 )
 
 
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            v = version("floorfirst")
+        except PackageNotFoundError:  # run from a checkout (python -m cli.main) without installing
+            import tomllib
+            from pathlib import Path
+
+            v = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]["version"]
+        sys.stdout.write(f"floorfirst {v}\n")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", help="Print the version and exit.", is_eager=True,
+                                       callback=_version)) -> None:
+    """Five-resource floors, walls and layout choice for serving large MoE/MLA models."""
+
+
 def _register_all() -> None:
     """Add every command module's commands to `app`, once per process. NOTE: typer keeps every
     registration, and each `main()` call used to register them all again (the 200th call in one
@@ -58,7 +79,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.stderr.write(f"floorfirst: error: {exc}\n")
         sys.exit(2)
     except no_args:
-        app(args=["--help"], prog_name="floorfirst", standalone_mode=False)
+        # NOTE: click has printed the help already (no_args_is_help); printing it again showed it twice
         sys.exit(0)
     except usage_error as exc:
         # NOTE: click prints a multi-line usage box; a user error here is one line and exit 2.

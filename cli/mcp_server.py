@@ -8,29 +8,29 @@ limit, calls run side by side (a FIFO given as a workload or a very long simulat
 `models`), and no lock is held while a call runs. A user error, a call stopped at a limit, an
 argument the schema refuses, and an internal error all come back as an MCP tool error of one line.
 
+A tool's inputs are its command's options (cli.tool_options): an argument the command has no
+option for is refused, in one line naming it and the nearest valid name.
+
 Does not: compute anything itself, shell out, or expose `microbench` (it needs a GPU and torch;
-run it on the machine). Needs the `mcp` extra (`pip install 'floorfirst[mcp]'`); nothing else
+run it on the machine). Needs the `mcp` extra (`pip install '.[mcp]'` in a clone); nothing else
 imports this module, so plain CLI start-up never loads the SDK.
 """
 
 from __future__ import annotations
 
-import functools
-import inspect
-from dataclasses import dataclass, field
-from typing import Annotated, Any, Callable, Literal, Optional
+from dataclasses import dataclass
+from typing import Any, Callable
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.types import ToolAnnotations
-from pydantic import Field, ValidationError
+from pydantic import ValidationError
 
-from cli.common import DEFAULTS
-from cli.inprocess import CommandError, CommandRunner, Limits, WorkerPool, option_args
-from planner.engines import KV_DTYPE_MAPPING, KV_DTYPE_NAMES, engine_names
+from cli.inprocess import CommandError, CommandRunner, Limits, WorkerPool
+from cli.tool_options import command_line, signature, tool_options, unknown_arguments
 from planner.inputs import shown
 
-COMMAND_MODULES = ("specs", "floor", "walls", "triage", "calibration", "simulate")
+COMMAND_MODULES = ("specs", "floor", "walls", "triage", "calibration", "simulate", "launch")
 
 INSTRUCTIONS = """floorfirst prices an LLM decode step on a deployment from first principles: five resources on the
 busiest rank (HBM bytes, FLOPs, network bytes, network messages, KV capacity), an optimistic floor
@@ -39,172 +39,65 @@ measuring; after a measurement call triage and open a profiler only when it says
 profile_resource. Compare layouts by walls (which binds first, where), not by grid search. Do no
 arithmetic yourself: every figure you report comes from a tool's JSON (units are in the key names)."""
 
-Model = Annotated[str, Field(description="Built-in model (deepseek-v3, deepseek-v3.2, glm-5, kimi-k2, qwen3-235b-a22b, "
-                                         "llama-3.1-70b, gpt-oss-120b) or a path to a Hugging Face config.json.")]
-Hardware = Annotated[str, Field(description="Built-in GPU (h20, h100, h200, b200, gb200, b300, mi300x, mi355x) or a path to a hardware YAML.")]
-Gpus = Annotated[int, Field(ge=1, description="GPUs in the deployment, all replicas.")]
-Replicas = Annotated[int, Field(ge=1, description="Replicas of the whole group; a group is gpus/replicas GPUs.")]
-Attn = Annotated[Literal["tp", "cp", "dcp", "dp", "dop"], Field(description="Attention layout: tp, cp (SPLASH's context parallel), dcp (vLLM's decode context parallel), dp (DP-attention), dop (TP weights, each request's KV on one owner).")]
-Moe = Annotated[Optional[Literal["ep", "tp"]], Field(description="MoE split; default ep for MoE models, tp for dense.")]
-Batch = Annotated[Optional[int], Field(ge=1, description="Concurrent decode requests (whole deployment); default 32 with one context length.")]
-Context = Annotated[str, Field(description="Context per request: one length (32768 or 32k), a comma list (4k,4k,64k) or a histogram (4k*60,64k*4).")]
-Prefill = Annotated[float, Field(ge=0, description="Prefill tokens each group runs in the same step.")]
-PrefillContext = Annotated[Optional[str], Field(description="Tokens the prefilling request already has cached (its prefix), e.g. 32k.")]
-KvDtype = Annotated[Optional[Literal[KV_DTYPE_NAMES]], Field(description=f"KV cache dtype as engines spell it ({KV_DTYPE_MAPPING}); default auto.")]
-WeightDtype = Annotated[Optional[Literal["bf16", "fp8", "fp4"]], Field(description="Weight dtype; default the checkpoint's.")]
-MemFraction = Annotated[Optional[float], Field(gt=0, le=1, description="The engine's memory fraction (SGLang mem_fraction_static, vLLM gpu_memory_utilization); default the engine's own for this GPU and layout.")]
-Engine = Annotated[Literal[engine_names()], Field(description="Whose memory model sizes the KV pool and sets page size and KV dtype defaults.")]
-Nodes = Annotated[Optional[int], Field(ge=1, description="Scale-up domains (nodes) the deployment spans; default as few as hold gpus.")]
-Pricing = Annotated[Literal["datasheet", "achieved"], Field(description="Floors at datasheet peaks or at the hardware file's achieved efficiencies.")]
-Calibration = Annotated[Optional[str], Field(description="A calibration artifact path (from calibrate); adds predicted_s.")]
-Layouts = Annotated[Optional[str], Field(description="Comma list of attn/moe to include, e.g. tp/ep,dp/ep; default all the model can run.")]
-Plot = Annotated[Optional[str], Field(description="Also write a PNG plot to this path.")]
-Threshold = Annotated[float, Field(ge=0, description="Residual over floor_sum that calls for a profiler (0.15 = 15 %).")]
-Profiles = Annotated[list[str], Field(min_length=1, description="Profile files (CSV, JSONL, vLLM/SGLang results).")]
-Sets = Annotated[Optional[list[str]], Field(description="key=value filling fields the rows lack, e.g. hardware=h200, gpus=8.")]
-
 READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 WRITES = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
 
 
-# The tools' signatures: typed inputs whose names are the CLI option names (measured_ms →
-# --measured-ms), and docstrings that become the tool descriptions. Bodies are empty: build_server
-# binds each signature to `floorfirst <command> … --json` run in-process.
-
-
-def models(model: Annotated[Optional[str], Field(description="One model (name or config.json path); default all built-in.")] = None) -> dict[str, Any]:
-    """Built-in model cards and their parameter split (floorfirst.models/1)."""
-
-
-def hardware(hardware: Annotated[Optional[str], Field(description="One GPU (name or YAML path); default all built-in.")] = None) -> dict[str, Any]:
-    """Built-in GPUs: datasheet peaks, efficiency defaults, ridge points (floorfirst.hardware/1)."""
-
-
-def floor(model: Model = DEFAULTS["model"], hardware: Hardware = DEFAULTS["hardware"], gpus: Gpus = DEFAULTS["gpus"],
-          attn: Attn = "tp", moe: Moe = None, replicas: Replicas = 1, batch: Batch = None,
-          context: Context = DEFAULTS["context"], prefill_tokens: Prefill = 0.0, prefill_context: PrefillContext = None,
-          kv_dtype: KvDtype = None, weight_dtype: WeightDtype = None, mem_fraction: MemFraction = DEFAULTS["mem_fraction"],
-          engine: Engine = DEFAULTS["engine"].value, nodes: Nodes = None,
-          pricing: Pricing = "datasheet", calibration: Calibration = None) -> dict[str, Any]:
-    """One step on one layout: five resources on the busiest rank, floor_max_s / floor_sum_s, what binds, components (floorfirst.floor/1)."""
-
-
-def compare(model: Model = DEFAULTS["model"], hardware: Hardware = DEFAULTS["hardware"], gpus: Gpus = DEFAULTS["gpus"],
-            replicas: Replicas = 1, batch: Batch = None, context: Context = DEFAULTS["context"],
-            prefill_tokens: Prefill = 0.0, prefill_context: PrefillContext = None, kv_dtype: KvDtype = None,
-            weight_dtype: WeightDtype = None,
-            mem_fraction: MemFraction = DEFAULTS["mem_fraction"],
-          engine: Engine = DEFAULTS["engine"].value, nodes: Nodes = None, pricing: Pricing = "datasheet",
-            calibration: Calibration = None) -> dict[str, Any]:
-    """Every layout side by side at one operating point; best_by_max / best_by_sum among those whose KV fits (floorfirst.compare/1)."""
-
-
-def capacity(model: Model = DEFAULTS["model"], hardware: Hardware = DEFAULTS["hardware"], gpus: Gpus = DEFAULTS["gpus"],
-             replicas: Replicas = 1, context: Annotated[str, Field(description="Context per request (32k).")] = DEFAULTS["context"],
-             kv_dtype: KvDtype = None, weight_dtype: WeightDtype = None,
-             mem_fraction: MemFraction = DEFAULTS["mem_fraction"],
-          engine: Engine = DEFAULTS["engine"].value, nodes: Nodes = None) -> dict[str, Any]:
-    """KV pool per GPU, KV copies, distinct tokens and max concurrency at a context, every layout (floorfirst.capacity/2)."""
-
-
-def walls(model: Model = DEFAULTS["model"], hardware: Hardware = DEFAULTS["hardware"], gpus: Gpus = DEFAULTS["gpus"],
-          replicas: Replicas = 1,
-          along: Annotated[Literal["batch", "context"], Field(description="Grow batch at fixed context, or context at fixed batch.")] = "batch",
-          batch: Annotated[int, Field(ge=1, description="Fixed batch when growing context.")] = DEFAULTS["batch"],
-          context: Annotated[str, Field(description="Fixed context when growing batch.")] = DEFAULTS["context"],
-          load_range: Annotated[Optional[str], Field(description="LO:HI of the growing axis (default 1:4096 requests or 512:512k tokens).")] = None,
-          layouts: Layouts = None, kv_dtype: KvDtype = None, weight_dtype: WeightDtype = None,
-          mem_fraction: MemFraction = DEFAULTS["mem_fraction"],
-          engine: Engine = DEFAULTS["engine"].value, nodes: Nodes = None, calibration: Calibration = None,
-          plot: Plot = None) -> dict[str, Any]:
-    """As load grows: where each resource starts to bind and where KV runs out, per layout, in order (floorfirst.walls/1)."""
-
-
-def regimes(model: Model = DEFAULTS["model"], hardware: Hardware = DEFAULTS["hardware"], gpus: Gpus = DEFAULTS["gpus"],
-            replicas: Replicas = 1,
-            batch_range: Annotated[str, Field(description="LO:HI[:N] requests, geometric.")] = "1:1024:11",
-            context_range: Annotated[str, Field(description="LO:HI[:N] tokens, geometric.")] = "1k:256k:9",
-            floor: Annotated[Literal["max", "sum"], Field(description="Rank layouts by the optimistic or pessimistic floor.")] = "max",
-            layouts: Layouts = None, kv_dtype: KvDtype = None, weight_dtype: WeightDtype = None,
-            mem_fraction: MemFraction = DEFAULTS["mem_fraction"],
-          engine: Engine = DEFAULTS["engine"].value, nodes: Nodes = None, calibration: Calibration = None,
-            plot: Plot = None) -> dict[str, Any]:
-    """The best layout over a batch × context grid, KV-infeasible cells marked (floorfirst.regimes/1)."""
-
-
-def triage(measured_ms: Annotated[float, Field(gt=0, description="The measured step time, ms.")],
-           model: Model = DEFAULTS["model"], hardware: Hardware = DEFAULTS["hardware"], gpus: Gpus = DEFAULTS["gpus"],
-           attn: Attn = "tp", moe: Moe = None, replicas: Replicas = 1, batch: Batch = None,
-           context: Context = DEFAULTS["context"], prefill_tokens: Prefill = 0.0, prefill_context: PrefillContext = None,
-           kv_dtype: KvDtype = None, weight_dtype: WeightDtype = None, mem_fraction: MemFraction = DEFAULTS["mem_fraction"],
-          engine: Engine = DEFAULTS["engine"].value, nodes: Nodes = None,
-           pricing: Pricing = "datasheet", threshold: Threshold = 0.15) -> dict[str, Any]:
-    """A measured step against its floors: verdict (below_floor | inside | above_sum), overlap quality or residual, and whether and what to profile (floorfirst.triage/1)."""
-
-
-def triage_profile(profile: Annotated[str, Field(description="A profile file (CSV, JSONL, vLLM/SGLang result).")],
-                   threshold: Threshold = 0.15) -> dict[str, Any]:
-    """Every row of a profile triaged against its datasheet floors (floorfirst.triage_profile/1)."""
-
-
-def calibrate(profile: Profiles, out: Annotated[str, Field(description="Where to write the calibration artifact (JSON); an existing file is replaced only if it is a floorfirst calibration, or with force.")],
-              microbench: Annotated[Optional[str], Field(description="A microbench result used as priors.")] = None,
-              sets: Sets = None,
-              force: Annotated[bool, Field(description="Replace out even if it is not a floorfirst calibration.")] = False) -> dict[str, Any]:
-    """Fit efficiencies, message latency, overlap α and overhead to measured steps; writes the artifact to out (floorfirst.calibrate/1)."""
-
-
-def validate(calibration: Annotated[str, Field(description="A calibration artifact (from calibrate).")], profile: Profiles,
-             sets: Sets = None, folds: Annotated[int, Field(ge=2, description="k of k-fold cross-validation.")] = 5,
-             seed: Annotated[int, Field(description="Fold shuffle seed.")] = 0) -> dict[str, Any]:
-    """A calibration's per-row residuals on a profile, k-fold cross-validated error, floor violations (floorfirst.validate/1)."""
-
-
-def simulate(model: Model = DEFAULTS["model"], hardware: Hardware = DEFAULTS["hardware"], gpus: Gpus = DEFAULTS["gpus"],
-             workload: Annotated[str, Field(description="chat, shrinking, bursty, or a trace CSV (arrival_s,input_tokens,output_tokens).")] = "chat",
-             requests: Annotated[int, Field(ge=1, description="Requests to generate (or take from a trace).")] = 1000,
-             seed: Annotated[int, Field(description="Seed of the workload and the step-time noise.")] = 0,
-             policy: Annotated[Literal["tp", "cp", "dp", "dop", "dynamic"], Field(description="A fixed attention layout, or dynamic switching.")] = "dynamic",
-             order: Annotated[Literal["fcfs", "srpt-oracle", "boost"], Field(description="Request ordering.")] = "fcfs",
-             calibration: Calibration = None, moe: Moe = None, replicas: Replicas = 1, kv_dtype: KvDtype = None,
-             mem_fraction: MemFraction = DEFAULTS["mem_fraction"],
-             rate: Annotated[Optional[float], Field(gt=0, description="Mean arrival rate of chat/bursty, requests/s.")] = None,
-             noise: Annotated[float, Field(ge=0, description="Relative σ of seeded step-time noise.")] = 0.0,
-             plot: Plot = None) -> dict[str, Any]:
-    """Serve a workload with the simulated executor under a fixed layout or the dynamic policy: throughput, TTFT/TPOT/TTLT percentiles, switches (floorfirst.simulate/1)."""
-
-
 @dataclass(frozen=True)
 class ToolSpec:
-    command: str  # the CLI command that answers
-    signature: Callable[..., dict[str, Any]]  # the tool's name, typed inputs and description
+    """A tool: the CLI command that answers it, and which of its options the tool takes. NOTE: the
+    inputs themselves are read from the command's registered options (cli.tool_options), so a
+    tool's schema can't drift from the CLI and a new layout or engine needs no edit here."""
+
+    name: str
+    command: str
     annotations: ToolAnnotations
-    rename: dict[str, str] = field(default_factory=dict)  # parameter → CLI option, where they differ
+    drop: tuple[str, ...] = ()  # CLI options the tool leaves out
+    only: tuple[str, ...] | None = None  # the only CLI options the tool takes
+    required: tuple[str, ...] = ()  # options the tool requires though the CLI checks them itself
+    contract: str = ""  # its document (default: the command's)
+    summary: str = ""  # prepended to the command's help
 
 
+# NOTE: microbench needs a GPU and torch (run it on the machine); serve and mcp are not tools.
 TOOLS = (
-    ToolSpec("models", models, READ_ONLY), ToolSpec("hardware", hardware, READ_ONLY), ToolSpec("floor", floor, READ_ONLY),
-    ToolSpec("compare", compare, READ_ONLY), ToolSpec("capacity", capacity, READ_ONLY),
-    ToolSpec("walls", walls, WRITES, {"load_range": "--range"}), ToolSpec("regimes", regimes, WRITES),
-    ToolSpec("triage", triage, READ_ONLY), ToolSpec("triage", triage_profile, READ_ONLY),
-    ToolSpec("calibrate", calibrate, WRITES, {"sets": "--set"}), ToolSpec("validate", validate, READ_ONLY, {"sets": "--set"}),
-    ToolSpec("simulate", simulate, WRITES),
+    ToolSpec("models", "models", READ_ONLY), ToolSpec("hardware", "hardware", READ_ONLY),
+    ToolSpec("floor", "floor", READ_ONLY), ToolSpec("compare", "compare", READ_ONLY),
+    ToolSpec("capacity", "capacity", READ_ONLY), ToolSpec("walls", "walls", WRITES), ToolSpec("regimes", "regimes", WRITES),
+    ToolSpec("triage", "triage", READ_ONLY, drop=("profile",), required=("measured_ms",),
+             summary="A measured step against its floors: verdict (below_floor | inside | above_sum), overlap quality "
+                     "or residual, and whether and what to profile."),
+    ToolSpec("triage_profile", "triage", READ_ONLY, only=("profile", "threshold", "calibration", "set"),
+             required=("profile",), contract="triage_profile",
+             summary="Every row of a profile file triaged against its floors."),
+    ToolSpec("calibrate", "calibrate", WRITES, required=("profile", "out")),
+    ToolSpec("validate", "validate", READ_ONLY, required=("calibration", "profile")),
+    ToolSpec("simulate", "simulate", WRITES),
+    ToolSpec("explain_launch", "explain-launch", READ_ONLY),
 )
 
 
-def _bind(spec: ToolSpec, runner: "CommandRunner | WorkerPool") -> Callable[..., dict[str, Any]]:
-    """The tool function: spec's signature, answered by running its command in-process."""
-    sig = inspect.signature(spec.signature)
+def _description(spec: ToolSpec, command) -> str:
+    from cli.common import SCHEMA_VERSION, SCHEMA_VERSIONS
 
-    @functools.wraps(spec.signature)
-    def tool(*args: Any, **kwargs: Any) -> dict[str, Any]:
-        bound = sig.bind(*args, **kwargs)
-        bound.apply_defaults()
+    contract = spec.contract or spec.command.replace("-", "_")
+    text = spec.summary or (command.help or "").strip().split("\n\n")[0]
+    return f"{text} Returns the floorfirst.{contract}/{SCHEMA_VERSIONS.get(contract, SCHEMA_VERSION)} document."
+
+
+def _bind(spec: ToolSpec, command, runner: "CommandRunner | WorkerPool") -> Callable[..., dict[str, Any]]:
+    """The tool function: the command's options as its signature, answered by running the command."""
+    options = tool_options(command, spec.drop, spec.only, spec.required)
+
+    def tool(**kwargs: Any) -> dict[str, Any]:
         try:
-            return runner.run(spec.command, option_args(bound.arguments, spec.rename))
+            return runner.run(spec.command, command_line(options, kwargs))
         except CommandError as exc:
             raise ToolError(str(exc)) from None
 
+    tool.__name__ = spec.name
+    tool.__doc__ = _description(spec, command)
+    tool.__signature__ = signature(options)
     return tool
 
 
@@ -221,6 +114,11 @@ class FloorfirstServer(MCPServer):
     its value and the rule (not pydantic's multi-line dump); a crash names its exception type."""
 
     async def call_tool(self, name, arguments, context=None):
+        tool = self._tool_manager.get_tool(name)
+        if tool is not None:
+            line = unknown_arguments(name, arguments or {}, list(tool.parameters.get("properties", {})))
+            if line:
+                raise ToolError(line)
         try:
             return await super().call_tool(name, arguments, context)
         except UnexpectedToolError as exc:
@@ -242,10 +140,12 @@ def build_server(runner: "CommandRunner | WorkerPool | None" = None) -> MCPServe
     if runner is None:
         runner = WorkerPool(COMMAND_MODULES)
         runner.warm()
+    group = runner.group
     server = FloorfirstServer("floorfirst", instructions=INSTRUCTIONS)
     for spec in TOOLS:
         if spec.command in runner.commands:
-            server.add_tool(_bind(spec, runner), name=spec.signature.__name__, annotations=spec.annotations)
+            server.add_tool(_bind(spec, group.commands[spec.command], runner), name=spec.name,
+                            annotations=spec.annotations)
     return server
 
 

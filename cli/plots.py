@@ -31,13 +31,18 @@ def _save(fig, path: str) -> None:
     fig.savefig(p, dpi=130, bbox_inches="tight")
 
 
+MAX_TICK_LABELS = 12  # regimes: beyond this many cells an axis labels every k-th (labels overprinted)
+
+
 def plot_walls(results: list[tuple[str, object]], title: str, path: str) -> None:
-    """One panel per layout: each resource's time along the axis, floors, and walls as lines."""
+    """One panel per layout: each resource's time along the axis, floors, and walls as lines.
+    NOTE: each wall's label sits inside its panel, along its line (axis-fraction y), so it never
+    meets the tick labels and every panel has one; the legend takes an empty panel or sits below."""
     plt = _pyplot()
     n = len(results)
     cols = min(n, 4)
     rows = int(np.ceil(n / cols))
-    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.4 * rows), squeeze=False, sharey=True)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.6 * rows + 0.6), squeeze=False, sharey=True)
     for ax, (label, w) in zip(axes.ravel(), results):
         for name, t in w.times_s.items():
             if not np.any(t > 0):
@@ -49,25 +54,39 @@ def plot_walls(results: list[tuple[str, object]], title: str, path: str) -> None
                 ax.axvline(x, color=RESOURCE_COLORS[name], lw=1, ls=":" if name != "kv_capacity" else "-")
         kv = w.walls.get("kv_capacity")
         if kv is not None:
-            ax.axvspan(kv, w.loads[-1], color="0.85", zorder=0)
-            ax.text(kv, ax.get_ylim()[0] if ax.get_yscale() == "linear" else 1e-3, " KV wall", fontsize=7, va="bottom")
+            ax.axvspan(kv, w.loads[-1], color="0.88", zorder=0)
+            ax.text(kv, 0.97, "KV wall ", transform=ax.get_xaxis_transform(), rotation=90, ha="right", va="top",
+                    fontsize=7, clip_on=True)
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_title(label, fontsize=9)
-        ax.set_xlabel(w.axis + (" (requests)" if w.axis == "batch" else " (tokens)"))
+        ax.set_xlabel(w.axis + (" (requests)" if w.axis == "batch" else " (tokens)"), fontsize=8)
+        ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3, which="both", lw=0.4)
-    for ax in axes.ravel()[n:]:
+    for r in range(rows):
+        axes[r, 0].set_ylabel("time per step (ms)", fontsize=8)
+
+    spare = axes.ravel()[n:]
+    for ax in spare:
         ax.axis("off")
-    axes[0, 0].set_ylabel("time per step (ms)")
-    seen: dict[str, object] = {}
+    seen: dict[str, object] = {}  # every panel's entries (the host link shows only in tiered panels)
     for ax in axes.ravel()[:n]:
         for h, lab in zip(*ax.get_legend_handles_labels()):
             seen.setdefault(lab, h)
-    axes[0, 0].legend(list(seen.values()), list(seen), fontsize=7, loc="upper left")
+    handles, names = list(seen.values()), list(seen)
+    if len(spare):
+        spare[0].legend(handles, names, fontsize=8, loc="center")
+    else:
+        fig.legend(handles, names, fontsize=8, loc="lower center", ncol=len(names), bbox_to_anchor=(0.5, 0.0))
     fig.suptitle(title + "  (grey: KV does not fit)", fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.06 if not len(spare) else 0, 1, 1))
     _save(fig, path)
     plt.close(fig)
+
+
+def _thinned(n: int) -> np.ndarray:
+    step = max(1, int(np.ceil(n / MAX_TICK_LABELS)))
+    return np.arange(0, n, step)
 
 
 def plot_regimes(reg, title: str, path: str) -> None:
@@ -82,10 +101,11 @@ def plot_regimes(reg, title: str, path: str) -> None:
     data = reg.best.astype(float) + 1  # 0 = infeasible
     ax.pcolormesh(np.arange(reg.context.size + 1), np.arange(reg.batch.size + 1), data, cmap=cmap,
                   vmin=-0.5, vmax=k + 0.5, edgecolors="0.9", linewidth=0.3)
-    ax.set_xticks(np.arange(reg.context.size) + 0.5)
-    ax.set_xticklabels([f"{c / 1024:.0f}k" if c >= 1024 else f"{c:.0f}" for c in reg.context], rotation=45, fontsize=7)
-    ax.set_yticks(np.arange(reg.batch.size) + 0.5)
-    ax.set_yticklabels([f"{b:.0f}" for b in reg.batch], fontsize=7)
+    xs, ys = _thinned(reg.context.size), _thinned(reg.batch.size)
+    ax.set_xticks(xs + 0.5)
+    ax.set_xticklabels([f"{c / 1024:.0f}k" if c >= 1024 else f"{c:.0f}" for c in reg.context[xs]], rotation=45, fontsize=7)
+    ax.set_yticks(ys + 0.5)
+    ax.set_yticklabels([f"{b:.0f}" for b in reg.batch[ys]], fontsize=7)
     ax.set_xlabel("context per request (tokens)")
     ax.set_ylabel("batch (concurrent requests)")
     from matplotlib.patches import Patch

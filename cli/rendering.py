@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich import box
 from rich.table import Table
 
 import planner
-from cli.common import fmt_bytes, fmt_ms, fmt_tokens, scalar
+from cli.common import fmt_gib, fmt_ms, fmt_tokens, scalar, title
 from planner.units import GiB
 
 
@@ -26,12 +27,12 @@ def infeasible_reason(cost: planner.StepCost) -> str:
         return cost.infeasible_reason
     res, pool = scalar(cost.kv_resident_bytes), cost.kv_pool_bytes
     if res > pool:
-        return f"KV {fmt_bytes(res)} on the busiest rank exceeds its pool {fmt_bytes(pool)} ({res / pool:.1f}×)"
+        return f"KV {fmt_gib(res)} on the busiest rank exceeds its pool {fmt_gib(pool)} ({res / pool:.1f}×)"
     tier = cost.host_tier
     if tier is not None and not bool(tier.host_fits[0]):
         host = float(tier.host_kv_resident_bytes[0])
-        return (f"host-tier KV {fmt_bytes(host)} on the busiest rank exceeds its host memory "
-                f"{fmt_bytes(tier.host_pool_bytes)} ({host / tier.host_pool_bytes:.1f}×)")
+        return (f"host-tier KV {fmt_gib(host)} on the busiest rank exceeds its host memory "
+                f"{fmt_gib(tier.host_pool_bytes)} ({host / tier.host_pool_bytes:.1f}×)")
     return ""
 
 
@@ -45,43 +46,77 @@ def memory_line(dep: planner.Deployment) -> str:
             f"{p.page_tokens}-token pages")
 
 
+# Short names of the binding resource in the narrow table (the JSON keeps the full names).
+SHORT = {"hbm": "hbm", "compute": "compute", "network_bytes": "net bytes", "network_messages": "net msgs",
+         "host_link": "pcie", "kv_capacity": "KV wall"}
+
+
 def compare_table(out: dict[str, Any], dep0: planner.Deployment, pricing_label: str, calibrated: bool,
-                  best_max: dict | None) -> Table:
-    t = Table(title=f"{deployment_title(dep0)}, B={out['batch']:.0f}, mean context "
-                    f"{fmt_tokens(out['context_mean_tokens'])} ({pricing_label} floors, busiest rank, {dep0.engine} memory)")
-    cols = ["attn/moe", "floor max", "floor sum", "binding", "tokens/s @max", "KV used", "HBM", "compute", "net bytes", "net msgs"]
+                  best_max: dict | None, wide: bool = False, launch_layout: str | None = None) -> Table:
+    """One row per layout. NOTE: the narrow form (the default) fits 100 columns: times in ms with two
+    decimals under a unit in the header; `wide` adds the decode kernel and three decimals. A host
+    tier adds its link time and the requests held without and with it."""
+    t = Table(title=title(f"{deployment_title(dep0)}, B={out['batch']:.0f}, mean context "
+                          f"{fmt_tokens(out['context_mean_tokens'])} ({pricing_label} floors, busiest rank, "
+                          f"{dep0.engine} memory)"), box=box.HEAVY_HEAD if wide else box.SIMPLE_HEAD)
+    ms = (lambda s: fmt_ms(s)) if wide else (lambda s: f"{s * 1e3:.2f}" if s == s and abs(s) != float("inf") else "—")
+    cols = (["attn/moe", "floor max", "floor sum", "binding", "tokens/s @max", "KV used", "HBM", "compute", "net bytes",
+             "net msgs"] if wide else
+            ["attn/moe", "max ms", "sum ms", "binds", "tok/s", "KV used", "hbm ms", "flop ms", "net ms", "msg ms"])
     tiered = any("host_tier" in d for d in out["layouts"])
     if tiered:
-        cols += ["host link", "held HBM-only → tiered"]
+        cols += ["host link", "held HBM-only → tiered"] if wide else ["pcie ms", "held → tiered"]
     if calibrated:
         cols.insert(3, "predicted")
+    if wide:
+        cols.append("decode kernel")
     for c in cols:
-        t.add_column(c, justify="left" if c in ("attn/moe", "binding") else "right")
+        t.add_column(c, justify="left" if c in ("attn/moe", "binds", "decode kernel") else "right")
     for d in out["layouts"]:
         r = d["resources"]
         kv = r["kv_capacity"]
-        star = " ★" if best_max and d is best_max else ""
+        star = (" ★" if best_max and d is best_max else "") + (" ◀" if launch_layout == f"{d['attn']}/{d['moe']}" else "")
         used = (f"{kv['used_fraction']:.0%}" if kv["used_fraction"] is not None else "no pool") + ("" if kv["fits"] else " ✗")
         speed = f"{d['decode_tokens_per_s_at_max']:.0f}" if d["feasible"] else "—"
-        row = [f"{d['attn']}/{d['moe']}{star}", fmt_ms(d["floor_max_s"]), fmt_ms(d["floor_sum_s"]), d["binding"], speed,
-               used, fmt_ms(r["hbm"]["time_s"]), fmt_ms(r["compute"]["time_s"]), fmt_ms(r["network_bytes"]["time_s"]),
-               fmt_ms(r["network_messages"]["time_s"])]
+        row = [f"{d['attn']}/{d['moe']}{star}", ms(d["floor_max_s"]), ms(d["floor_sum_s"]),
+               d["binding"] if wide else SHORT.get(d["binding"], d["binding"]), speed, used,
+               ms(r["hbm"]["time_s"]), ms(r["compute"]["time_s"]), ms(r["network_bytes"]["time_s"]),
+               ms(r["network_messages"]["time_s"])]
         if tiered:
             h = d["host_tier"]
-            row += [fmt_ms(r["host_link"]["time_s"]),
+            row += [ms(r["host_link"]["time_s"]),
                     f"{h['requests_held_hbm_only']:.0f} → {h['requests_held_tiered']:.0f} ({h['tier_wall']})"]
         if calibrated:
-            row.insert(3, fmt_ms(d["predicted_s"]))
+            row.insert(3, ms(d["predicted_s"]))
+        if wide:
+            row.append(d["decode_kernel"])
         t.add_row(*row)
     return t
 
 
+def launch_sentence(out: dict[str, Any], launch_layout: str, best_max: dict | None) -> str:
+    """What the launch line runs, against the fastest layout that fits."""
+    d = next((x for x in out["layouts"] if f"{x['attn']}/{x['moe']}" == launch_layout), None)
+    if d is None:
+        return f"◀ the launch runs {launch_layout}, which this model can't run here"
+    head = f"◀ the launch runs {launch_layout}: floor max {fmt_ms(d['floor_max_s'])}, floor sum {fmt_ms(d['floor_sum_s'])}"
+    if not d["feasible"]:
+        return f"{head}; it can't hold this load ({d['infeasible_reason']})"
+    if best_max is None or best_max is d:
+        return f"{head}; the fastest layout that fits"
+    return (f"{head}; {best_max['attn']}/{best_max['moe']} is {d['floor_max_s'] / best_max['floor_max_s']:.2f}× "
+            "faster by floor_max")
+
+
 def capacity_table(out: dict[str, Any], dep0: planner.Deployment) -> Table:
     p0 = dep0.memory
-    t = Table(title=f"{deployment_title(dep0)}: KV capacity at {fmt_tokens(out['context_tokens'])} tokens/request "
-                    f"({dep0.engine}, {p0.usable_hbm_bytes / GiB:.1f} GiB usable per GPU, {out['page_tokens']}-token pages)")
+    mix = [f"{fmt_tokens(x['context_tokens'])}×{x['requests']}" for x in out.get("context_mix", ())]
+    at = f"the mix {', '.join(mix)}" if mix else f"{fmt_tokens(out['context_tokens'])} tokens/request"
+    t = Table(title=title(f"{deployment_title(dep0)}: KV capacity at {at} "
+                          f"({dep0.engine}, {p0.usable_hbm_bytes / GiB:.1f} GiB usable per GPU, {out['page_tokens']}-token pages)"))
     tiered = any("host_tier" in d for d in out["layouts"])
-    cols = ["attn/moe", "weights GiB/GPU", "mem fraction", "KV pool GiB/GPU", "KV copies", "distinct tokens", "max concurrency"]
+    cols = ["attn/moe", "weights GiB/GPU", "mem fraction", "KV pool GiB/GPU", "KV copies", "distinct tokens",
+            "max concurrency"]
     if tiered:
         cols += ["HBM-only", "HBM-budget wall", "host wall", "binds"]
     for col in cols:

@@ -41,12 +41,17 @@ def regimes(deps: list[Deployment], batch, context, floor: str = "max") -> Regim
     c = np.asarray(context, dtype=np.float64)
     bb, cc = np.meshgrid(b, c, indexing="ij")
     load = DecodeLoad.equal(bb.ravel(), cc.ravel())
-    times, costs = [], []
+    times, others, costs = [], [], []
     for d in deps:
         cost = step_cost(d, load)
         costs.append(cost)
-        t = cost.floor_max_s if floor == "max" else cost.floor_sum_s
+        t, o = (cost.floor_max_s, cost.floor_sum_s) if floor == "max" else (cost.floor_sum_s, cost.floor_max_s)
         times.append(np.where(cost.kv_fits, t, np.inf).reshape(bb.shape))
+        others.append(np.asarray(o, dtype=np.float64).reshape(bb.shape))
     stack = np.stack(times)
-    best = np.where(np.isfinite(stack).any(axis=0), np.argmin(stack, axis=0), -1)
+    # NOTE: layouts that tie on the ranking floor (DCP and DOP move the same HBM bytes) are ordered
+    # by the other floor, as compare orders them; argmin alone picked whichever was registered first
+    tied = stack == stack.min(axis=0, keepdims=True)
+    pick = np.argmin(np.where(tied, np.stack(others), np.inf), axis=0)
+    best = np.where(np.isfinite(stack).any(axis=0), pick, -1)
     return Regimes(b, c, [f"{d.attn}/{d.moe}" for d in deps], floor, stack, best, costs)

@@ -11,7 +11,8 @@
   16K–64K tokens (retrieved documents, tool transcripts); outputs log-normal (median 512, σ 0.8):
   prefill-heavy, the regime where published work finds context parallelism wins.
 - trace CSV: columns `arrival_s,input_tokens,output_tokens` (header required); a bad row is one
-  SpecError naming its line. Read through planner.inputs (a regular file of at most
+  SpecError naming its line. The Azure LLM inference traces (`TIMESTAMP,ContextTokens,
+  GeneratedTokens`) and Mooncake-style JSONL are read as published (runtime_policy/traces.py). Read through planner.inputs (a regular file of at most
   TRACE_MAX_BYTES, UTF-8 with or without a BOM): a FIFO or a device is refused, never waited on.
 
 Parameters are fixed a priori (NOTE: chosen to be typical of each shape, not tuned to any
@@ -119,8 +120,13 @@ def from_csv(path: str | Path) -> Workload:
     except csv.Error as exc:
         raise SpecError(f"{path}: unreadable CSV: {exc}") from None
     want = ["arrival_s", "input_tokens", "output_tokens"]
+    from runtime_policy.traces import AZURE_HEADER, from_azure_csv
+
+    if rows and [c.strip().lstrip("\ufeff") for c in rows[0]] == AZURE_HEADER:
+        return from_azure_csv(p, rows)
     if not rows or [c.strip() for c in rows[0]] != want:
-        raise SpecError(f"{path}: line 1 must be the header {','.join(want)}")
+        raise SpecError(f"{path}: line 1 must be the header {','.join(want)} (or an Azure LLM inference trace's "
+                        f"{','.join(AZURE_HEADER)})")
     arr, inp, out = [], [], []
     for line, row in enumerate(rows[1:], start=2):
         if not row or all(not c.strip() for c in row):
@@ -165,7 +171,12 @@ def make_workload(name: str, n: int, seed: int = 0, rate_per_s: float | None = N
         return shrinking(n, seed)
     if name == "longprompt":
         return longprompt(n, seed, rate_per_s or LONGPROMPT_RATE_PER_S)
+    if name.endswith((".jsonl", ".json")):
+        from runtime_policy.traces import from_bench_result, from_mooncake_jsonl, is_bench_result
+
+        w = from_bench_result(name, seed) if is_bench_result(name) else from_mooncake_jsonl(name)
+        return w.subset(np.arange(min(n, w.requests))) if n else w
     if name.endswith(".csv") or path_kind(name, "workload file") != "missing":
         w = from_csv(name)
         return w.subset(np.arange(min(n, w.requests))) if n else w
-    raise SpecError(f"workload={name!r} is not one of {', '.join(BUILTIN_WORKLOADS)} or a .csv trace")
+    raise SpecError(f"workload={name!r} is not one of {', '.join(BUILTIN_WORKLOADS)}, a .csv trace or a Mooncake .jsonl trace")

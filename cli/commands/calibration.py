@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from typing import Annotated, Optional
 
 import typer
+from rich.markup import escape
 
 from cli.common import JsonOpt, console, emit_json
 from planner.errors import SpecError
@@ -154,7 +155,7 @@ def calibrate(
     con = console()
     from rich.table import Table
 
-    tab = Table(title=f"calibration of {cal.rates.hardware} from {cal.fit.rows} measured steps → {out}")
+    tab = Table(title=escape(f"calibration of {cal.rates.hardware} from {cal.fit.rows} measured steps → {out}"))
     for c in ("parameter", "value", "±1σ", "source"):
         tab.add_column(c)
     for k, v in cal.params.model_dump().items():
@@ -270,7 +271,7 @@ def microbench(
         try:
             import torch
         except ImportError:
-            raise SpecError("microbench needs torch (pip install floorfirst[torch]) and a CUDA GPU") from None
+            raise SpecError("microbench needs torch (pip install '.[torch]' in a clone) and a CUDA GPU") from None
         if not torch.cuda.is_available():
             raise SpecError("microbench needs a CUDA GPU; torch.cuda.is_available() is False here")
         from calibration.microbench.runner import plan, run_microbench

@@ -15,19 +15,21 @@ import typer
 from rich.table import Table
 
 import planner
-from cli.common import (console, DEFAULTS, Attn, BatchOpt, CalibrationOpt, ContextOpt, EngineOpt, GpusOpt, HardwareOpt,
+from cli.common import (console, title, DEFAULTS, AttnOpt, WideOpt, LayoutsOpt, select_layouts, BatchOpt, CalibrationOpt, ContextOpt, EngineOpt, GpusOpt, HardwareOpt,
                         JsonOpt, KvDtypeOpt, MemFractionOpt, ModelOpt, MoeOpt, NodesOpt, PageOpt, PrefillContextOpt,
                         PrefillOpt, PricingChoice, PricingOpt, ReplicasOpt, ReserveOpt, WeightDtypeOpt, build_load,
-                        deployment, emit_json, fmt_bytes, fmt_flops, fmt_ms, fmt_tokens, load_calibration, load_specs,
+                        deployment, emit_json, fmt_bytes, fmt_gib, fmt_flops, fmt_ms, fmt_tokens, load_calibration, load_specs,
                         parse_tokens, pricing_for, scalar)
 from cli.host_tier_options import BudgetOpt, HostPageOpt, HostTierOpt, LocalityOpt, host_tier_spec, tier_document
-from cli.rendering import capacity_table, compare_table, deployment_title, infeasible_reason, memory_line
+from cli.launch import planning
+from cli.registry_options import LAYOUTS, layout_names, live, moe_names
+from cli.rendering import capacity_table, compare_table, launch_sentence, deployment_title, infeasible_reason, memory_line
 from planner.capacity import capacity as kv_capacity
 from planner.errors import SpecError
 from planner.layouts.base import SCALEOUT, SCALEUP
 from planner.units import GiB
 
-AutoAttnOpt = Annotated[Optional[Attn], typer.Option("--attn", help="Attention layout. Default: the fastest layout whose KV fits (all are priced).")]
+AutoAttnOpt = Annotated[Optional[str], typer.Option("--attn", help="Attention layout. Default: the fastest layout whose KV fits (all are priced)."), LAYOUTS]
 
 
 def cost_document(dep: planner.Deployment, cost: planner.StepCost, calibration=None,
@@ -51,7 +53,7 @@ def cost_document(dep: planner.Deployment, cost: planner.StepCost, calibration=N
         "kv_dtype": dep.kv_dtype,
         "page_tokens": dep.page_tokens,
         "pricing": cost.pricing,
-        "batch": scalar(cost.batch),
+        "batch": int(round(scalar(cost.batch))),
         "context_mean_tokens": scalar(cost.mean_context),
         "prefill_tokens": scalar(cost.prefill_tokens),
         "prefill_context_tokens": prefill_context,
@@ -149,11 +151,11 @@ def floor(
     """The five-resource vector of one step on the busiest rank, its floors and what binds."""
     cal = load_calibration(calibration)
     if attn is None:
-        dep, cost, why = _auto_point(model, hardware, moe.value if moe else None, gpus, replicas, batch, context,
+        dep, cost, why = _auto_point(model, hardware, moe, gpus, replicas, batch, context,
                                      prefill_tokens, kv_dtype, weight_dtype, mem_fraction, page_tokens, reserve_gib,
                                      pricing, prefill_context, engine, nodes)
     else:
-        dep, cost = _point(model, hardware, attn.value, moe.value if moe else None, gpus, replicas, batch, context,
+        dep, cost = _point(model, hardware, attn, moe, gpus, replicas, batch, context,
                            prefill_tokens, kv_dtype, weight_dtype, mem_fraction, page_tokens, reserve_gib, pricing,
                            prefill_context, engine, nodes)
         why = "given by --attn"
@@ -164,8 +166,9 @@ def floor(
         return
     con = console()
     r = doc["resources"]
-    t = Table(title=f"{deployment_title(dep)}, {dep.label()}, B={doc['batch']:.0f}, mean context "
-                    f"{fmt_tokens(doc['context_mean_tokens'])} [{dep.weight_dtype} weights, {dep.kv_dtype} KV, {cost.pricing}]")
+    t = Table(title=title(f"{deployment_title(dep)}, {dep.label()}, B={doc['batch']:.0f}, mean context "
+                          f"{fmt_tokens(doc['context_mean_tokens'])} [{dep.weight_dtype} weights, {dep.kv_dtype} KV, "
+                          f"{cost.pricing}]"))
     t.add_column("resource (busiest rank)")
     t.add_column("amount", justify="right")
     t.add_column("time", justify="right")
@@ -178,8 +181,8 @@ def floor(
         mark = " ◀" if name == doc["binding"] else ""
         t.add_row(name + mark, amount, fmt_ms(ts), f"{ts / mx:.0%}" if mx > 0 else "—")
     kv = r["kv_capacity"]
-    pool = fmt_bytes(kv["pool_bytes"]) if doc["weights_fit"] else "no pool"
-    t.add_row("kv_capacity" + (" ◀ WALL" if not kv["fits"] else ""), f"{fmt_bytes(kv['resident_bytes'])} of {pool}",
+    pool = fmt_gib(kv["pool_bytes"]) if doc["weights_fit"] else "no pool"
+    t.add_row("kv_capacity" + (" ◀ WALL" if not kv["fits"] else ""), f"{fmt_gib(kv['resident_bytes'])} of {pool}",
               "fits" if kv["fits"] else "DOES NOT FIT", f"{kv['used_fraction']:.0%}" if kv["used_fraction"] is not None else "—")
     con.print(t)
     con.print(memory_line(dep))
@@ -215,8 +218,8 @@ def valid_deployments(m, hw, gpus, replicas, weight_dtype, kv_dtype, mem_fractio
     """Every (attn, moe) the model can run here (only `moe` if given), and the ones it can't
     with the reason."""
     deps, skipped = [], []
-    for a in planner.ATTN_LAYOUTS:
-        for mo in ([moe] if moe else planner.MOE_SPLITS):
+    for a in layout_names():
+        for mo in ([moe] if moe else moe_names()):
             try:
                 deps.append(deployment(m, hw, a, mo, gpus, replicas, weight_dtype, kv_dtype, mem_fraction, page_tokens,
                                        reserve_gib, engine, nodes, host_tier))
@@ -238,6 +241,9 @@ def compare(
     components: Annotated[bool, typer.Option("--components", help="Also show each layout's engine effects: DSA's indexer, top-k, padded head rows, unsharded attention weights (ms).")] = False,
     host_tier: HostTierOpt = False, hbm_budget_tokens: BudgetOpt = 4096, locality: LocalityOpt = 0.8,
     host_page_rows: HostPageOpt = 1,
+    moe: MoeOpt = None, layouts: LayoutsOpt = None, wide: WideOpt = False,
+    launch_layout: Annotated[Optional[str], typer.Option("--launch-layout", hidden=True,
+                                                         help="Set by --engine-args: the layout the launch runs.")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Every layout side by side at one operating point: those that fit first, fastest first."""
@@ -246,7 +252,8 @@ def compare(
     pre, pre_ctx = prefill_args(prefill_tokens, prefill_context)
     tier = host_tier_spec(host_tier, hbm_budget_tokens, locality, host_page_rows)
     deps, skipped = valid_deployments(m, hw, gpus, replicas, weight_dtype, kv_dtype, mem_fraction, page_tokens,
-                                      reserve_gib, engine, nodes, host_tier=tier)
+                                      reserve_gib, engine, nodes, moe, host_tier=tier)
+    deps = select_layouts(deps, layouts)
     load = build_load(batch, context)
     pr = pricing_for(hw, pricing)
     docs = [cost_document(d, planner.step_cost(d, load, pre, pr, prefill_context=pre_ctx), cal, pre_ctx, pr) for d in deps]
@@ -273,22 +280,28 @@ def compare(
     if json_out:
         emit_json("compare", out)
         return
-    con = console()
-    con.print(compare_table(out, deps[0], pr.label, cal is not None, best_max))
+    con = console(wide)
+    con.print(compare_table(out, deps[0], pr.label, cal is not None, best_max, wide, launch_layout))
     if components:
-        e = Table(title="engine effects per layout (ms at the pricing's rates; each overlaps the rest of its step)")
+        from rich import box
+
+        # NOTE: times in ms under the title's unit, no borders: fits 80 columns with the JSON key names
+        e = Table(title="engine effects per layout, ms at the pricing's rates (each overlaps the rest of its step)",
+                  box=box.HEAVY_HEAD if wide else None, pad_edge=wide, show_header=True)
         names = list(docs[0]["engine_effects_s"])
-        for c in ["attn/moe", "decode kernel", *names, "floor sum"]:
-            e.add_column(c, justify="left" if c in ("attn/moe", "decode kernel") else "right")
+        for c in ["layout", "kernel", *names, "sum"]:
+            e.add_column(c, justify="left" if c in ("layout", "kernel") else "right", no_wrap=True)
         for d in docs:
-            e.add_row(f"{d['attn']}/{d['moe']}", d["decode_kernel"], *(fmt_ms(d["engine_effects_s"][k]) for k in names),
-                      fmt_ms(d["floor_sum_s"]))
+            e.add_row(f"{d['attn']}/{d['moe']}", d["decode_kernel"],
+                      *(f"{d['engine_effects_s'][k] * 1e3:.3f}" for k in names), f"{d['floor_sum_s'] * 1e3:.3f}")
         con.print(e)
     for d in out["out"]:
         con.print(f"out: {d['attn']}/{d['moe']}: {d['reason']}")
     for s in skipped:
         con.print(f"[dim]skipped {s['attn']}/{s['moe']}: {s['reason']}[/]")
     con.print("★ fastest by floor_max among layouts whose KV fits" if best_max else "no layout fits this load")
+    if launch_layout:
+        con.print(launch_sentence(out, launch_layout, best_max))
 
 
 def capacity(
@@ -301,13 +314,14 @@ def capacity(
 ) -> None:
     """KV pool per GPU (as the engine sizes it), distinct tokens and max concurrency at a context length, every layout."""
     m, hw = load_specs(model, hardware)
-    ctx = parse_tokens(context)
+    mix = context_mix(context)
+    ctx = float(np.average(mix[:, 0], weights=mix[:, 1]))
     tier = host_tier_spec(host_tier, hbm_budget_tokens, locality, host_page_rows)
     deps, skipped = valid_deployments(m, hw, gpus, replicas, weight_dtype, kv_dtype, mem_fraction, page_tokens,
                                       reserve_gib, engine, nodes, host_tier=tier)
     docs = []
     for d in deps:
-        c = kv_capacity(d, [ctx])
+        c = kv_capacity(d, mix[:, 0])
         plan = c.memory
         docs.append({
             "attn": d.attn, "moe": d.moe, "gpus": d.gpus, "replicas": d.replicas, "nodes_per_group": d.group_nodes,
@@ -324,7 +338,7 @@ def capacity(
             "kv_replication": c.kv_replication,
             "distinct_tokens": c.distinct_tokens,
             "context_tokens": ctx,
-            "max_concurrency": float(c.max_concurrency[0]),
+            "max_concurrency": int(mix_concurrency(c.max_concurrency, mix[:, 1])),
             "memory": plan.describe(),
         })
         if c.host_tier is not None:
@@ -337,6 +351,8 @@ def capacity(
            "mem_fraction": mem_fraction, "page_tokens": deps[0].page_tokens,
            "datasheet_hbm_bytes_per_gpu": hw.peak.hbm_bytes, "usable_hbm_bytes_per_gpu": hw.usable_hbm_bytes,
            "context_tokens": ctx, "layouts": docs, "skipped": skipped}
+    if len(mix) > 1:
+        out["context_mix"] = [{"context_tokens": float(l), "requests": int(n)} for l, n in mix]
     if json_out:
         emit_json("capacity", out)
         return
@@ -349,7 +365,30 @@ def capacity(
         con.print(f"[dim]skipped {s['attn']}/{s['moe']}: {s['reason']}[/]")
 
 
+def context_mix(context: str) -> np.ndarray:
+    """--context as [[length, requests], …] (one length, a list, or a histogram)."""
+    load = build_load(None, context) if ("," in context or "*" in context) else None
+    if load is None:
+        return np.array([[parse_tokens(context), 1.0]])
+    lengths, counts = np.asarray(load.lengths[0]), np.asarray(load.counts[0])
+    out: dict[float, float] = {}
+    for l, n in zip(lengths, counts):
+        out[float(l)] = out.get(float(l), 0.0) + float(n)
+    return np.array(sorted(out.items()))
+
+
+def mix_concurrency(alone: np.ndarray, requests: np.ndarray) -> float:
+    """Requests of a context mix that fit at once. NOTE: a request of length L_i takes 1/n_i of the
+    pool, n_i being how many of that length alone fit (page rounding and the busiest rank included),
+    so N requests in the mix's shares f_i fit while N·Σ f_i/n_i ≤ 1; one length gives n_1."""
+    alone = np.asarray(alone, dtype=np.float64)
+    f = np.asarray(requests, dtype=np.float64) / float(np.sum(requests))
+    if np.any(alone <= 0):
+        return 0.0
+    return float(np.floor(1.0 / np.sum(f / alone) + 1e-9))
+
+
 def register(app: typer.Typer) -> None:
-    app.command("floor")(floor)
-    app.command("compare")(compare)
-    app.command("capacity")(capacity)
+    app.command("floor")(live(planning("floor", floor)))
+    app.command("compare")(live(planning("compare", compare)))
+    app.command("capacity")(live(planning("capacity", capacity)))

@@ -24,7 +24,7 @@ def mcp(
     except ModuleNotFoundError as exc:
         if (exc.name or "").split(".")[0] != "mcp":
             raise
-        raise SpecError("floorfirst mcp needs the MCP SDK: pip install 'floorfirst[mcp]'") from None
+        raise SpecError("floorfirst mcp needs the MCP SDK: pip install '.[mcp]' in a clone of floorfirst") from None
     from cli.inprocess import GiB, Limits
 
     serve(workers, Limits(time_s=time_limit_s, memory_bytes=int(memory_gib * GiB) or None))

@@ -16,7 +16,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from cli.commands.simulate import OrderChoice, PolicyChoice, render
+from cli.commands.simulate import OrderChoice, PolicyOpt, render
+from cli.registry_options import live
 from cli.common import DEFAULTS, GpusOpt, HardwareOpt, JsonOpt, ModelOpt, emit_json, load_specs
 from planner.errors import SpecError
 
@@ -56,10 +57,10 @@ def serve_cmd(
     model: ModelOpt = DEFAULTS["model"], hardware: HardwareOpt = DEFAULTS["hardware"],
     gpus: GpusOpt = 2,
     executor: Annotated[ExecutorChoice, typer.Option("--executor", help="torch: real decode layers on one process per rank; sim: the simulator over the same tables.")] = ExecutorChoice.torch,
-    workload: Annotated[str, typer.Option("--workload", "-w", help="chat, shrinking, bursty, longprompt, or a trace CSV (arrival_s,input_tokens,output_tokens).")] = "chat",
+    workload: Annotated[str, typer.Option("--workload", "-w", help="chat, shrinking, bursty, longprompt, or a trace: CSV (arrival_s,input_tokens,output_tokens), an Azure LLM inference trace CSV (TIMESTAMP,ContextTokens,GeneratedTokens) Mooncake JSONL (timestamp ms, input_length, output_length), or a benchmark result listing its requests (vllm bench serve --save-result JSON, SGLang bench_serving --output-details JSONL).")] = "chat",
     requests: Annotated[int, typer.Option("--requests", "-n", help="Requests to generate (or to take from a trace).")] = 32,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the workload.")] = 0,
-    policy: Annotated[PolicyChoice, typer.Option("--policy", help="A fixed attention layout, or dynamic switching.")] = PolicyChoice.dynamic,
+    policy: PolicyOpt = "dynamic",
     order: Annotated[OrderChoice, typer.Option("--order", help="Request ordering.")] = OrderChoice.fcfs,
     rate: Annotated[Optional[float], typer.Option("--rate", help="Mean arrival rate of chat/bursty/longprompt, requests/s.")] = None,
     dims: Annotated[DimsChoice, typer.Option("--dims", help="tiny: small dimensions a CPU runs quickly; model: the model card's MLA dimensions.")] = DimsChoice.tiny,
@@ -96,13 +97,13 @@ def serve_cmd(
     loop = LoopConfig(max_batch=max_batch, prefill_chunk_tokens=2048)
     tables = torch_tables(stack, hw, gpus, kv_pages, dtype, max_batch=max_batch, max_prefill_tokens=2048)
     if executor == ExecutorChoice.sim:
-        doc = _serve_sim(tables, w, policy.value, order.value, loop)
+        doc = _serve_sim(tables, w, policy, order.value, loop)
     else:
-        doc = _serve_torch(tables, stack, w, policy.value, order.value, loop, kv_pages, clock.value, dtype, seed,
+        doc = _serve_torch(tables, stack, w, policy, order.value, loop, kv_pages, clock.value, dtype, seed,
                            use_cuda)
     doc = {"model": m.name, "hardware": hw.name, "gpus": gpus, "replicas": 1, "moe": "tp",
            "kv_dtype": dtype, "workload": w.name, "workload_params": w.params, "seed": seed,
-           "policy": policy.value, "order": order.value, "executor": executor.value,
+           "policy": policy, "order": order.value, "executor": executor.value,
            "stack": {"layers": stack.num_layers, "heads": stack.num_heads, "hidden_size": stack.hidden_size,
                      "latent_dim": stack.latent_dim, "page_tokens": stack.page_size, "kv_pages_per_rank": kv_pages,
                      "device": "cuda" if use_cuda else "cpu", "clock": clock.value}, **doc}
@@ -111,7 +112,7 @@ def serve_cmd(
         emit_json("serve", doc)
         return
     render(doc, f"{m.name} stack ({stack.num_layers} layers) on {gpus} ranks ({doc['stack']['device']}): {w.name} "
-                f"({w.requests} requests), policy {policy.value}, order {order.value}, {executor.value} executor")
+                f"({w.requests} requests), policy {policy}, order {order.value}, {executor.value} executor")
     if "measured" in doc:
         me = doc["measured"]
         from cli.common import console
@@ -166,4 +167,4 @@ def _serve_torch(tables, stack, w, policy: str, order: str, loop, kv_pages: int,
 
 
 def register(app: typer.Typer) -> None:
-    app.command("serve")(serve_cmd)
+    app.command("serve")(live(serve_cmd))

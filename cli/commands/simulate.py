@@ -10,17 +10,20 @@ from enum import Enum
 from typing import Annotated, Optional
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 import planner
 from cli.common import (DEFAULTS, GpusOpt, HardwareOpt, JsonOpt, KvDtypeOpt, MemFractionOpt, ModelOpt,
                         MoeOpt, PlotOpt, ReplicasOpt, console, deployment, emit_json, load_specs)
 from cli.host_tier_options import BudgetOpt, HostPageOpt, HostTierOpt, LocalityOpt, host_tier_spec
+from cli.launch import planning
+from cli.registry_options import POLICIES, live
 from planner.errors import SpecError
 
 
-# the layouts from the planner's registry, and the dynamic policy
-PolicyChoice = Enum("PolicyChoice", {name: name for name in (*planner.ATTN_LAYOUTS, "dynamic")}, type=str)
+# the layouts from the planner's registry, and the dynamic policy (choices made at registration)
+PolicyOpt = Annotated[str, typer.Option("--policy", help="A fixed attention layout, or dynamic switching."), POLICIES]
 
 
 class OrderChoice(str, Enum):
@@ -78,10 +81,10 @@ def _any_kv_pool(m, hw, moe, gpus, replicas, kv_dtype, mem_fraction) -> bool:
 
 def simulate_cmd(
     model: ModelOpt = DEFAULTS["model"], hardware: HardwareOpt = DEFAULTS["hardware"], gpus: GpusOpt = DEFAULTS["gpus"],
-    workload: Annotated[str, typer.Option("--workload", "-w", help="chat, shrinking, bursty, longprompt, or a trace CSV (arrival_s,input_tokens,output_tokens).")] = "chat",
+    workload: Annotated[str, typer.Option("--workload", "-w", help="chat, shrinking, bursty, longprompt, or a trace: CSV (arrival_s,input_tokens,output_tokens), an Azure LLM inference trace CSV (TIMESTAMP,ContextTokens,GeneratedTokens) Mooncake JSONL (timestamp ms, input_length, output_length), or a benchmark result listing its requests (vllm bench serve --save-result JSON, SGLang bench_serving --output-details JSONL).")] = "chat",
     requests: Annotated[int, typer.Option("--requests", "-n", help="Requests to generate (or to take from a trace).")] = 1000,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the workload and of the step-time noise.")] = 0,
-    policy: Annotated[PolicyChoice, typer.Option("--policy", help="A fixed attention layout, or dynamic switching.")] = PolicyChoice.dynamic,
+    policy: PolicyOpt = "dynamic",
     order: Annotated[OrderChoice, typer.Option("--order", help="Request ordering.")] = OrderChoice.fcfs,
     calibration: Annotated[Optional[str], typer.Option("--calibration", help="A calibration artifact (floorfirst calibrate): step times from the fitted model instead of the datasheet floors.")] = None,
     json_out: JsonOpt = False, plot: PlotOpt = None,
@@ -103,17 +106,17 @@ def simulate_cmd(
     if rate is not None and (not math.isfinite(rate) or rate <= 0):
         raise SpecError(f"rate={rate} must be a positive number of requests per second")
     m, hw = load_specs(model, hardware)
-    attn = policy.value if policy != PolicyChoice.dynamic else None
+    attn = policy if policy != "dynamic" else None
     dep, first_err = None, None
     for a in ([attn] if attn else list(layout_names())):
         try:
-            dep = deployment(m, hw, a, moe.value if moe else None, gpus, replicas, None, kv_dtype, mem_fraction, None, None)
+            dep = deployment(m, hw, a, moe, gpus, replicas, None, kv_dtype, mem_fraction, None, None)
             break
         except SpecError as exc:
             first_err = first_err or exc
     if dep is None:
         raise first_err
-    if attn is None and not _any_kv_pool(m, hw, moe.value if moe else None, gpus, replicas, kv_dtype, mem_fraction):
+    if attn is None and not _any_kv_pool(m, hw, moe, gpus, replicas, kv_dtype, mem_fraction):
         raise SpecError(f"{m.name} on {gpus} × {hw.name}: the weights leave no KV pool under any layout, so nothing "
                         "can be served (more GPUs, lower-precision weights or a higher --mem-fraction)")
     step_model = calibrated_model(calibration) if calibration else datasheet_model()
@@ -127,9 +130,11 @@ def simulate_cmd(
         raise SpecError(f"max_batch={max_batch} must be in [1, 65536]")
     bar = None
     if not json_out and sys.stderr.isatty():
+        from rich.console import Console
         from rich.progress import Progress
 
-        bar = Progress(transient=True, console=None)
+        # NOTE: on stderr: `simulate > file` must hold only the report (console=None drew it on stdout)
+        bar = Progress(transient=True, console=Console(stderr=True))
         task = bar.add_task("simulating", total=w.requests)
         bar.start()
     last = [0]
@@ -140,28 +145,28 @@ def simulate_cmd(
             last[0] = done
 
     try:
-        doc = simulate(dep, w, policy.value, order.value, step_model, noise, seed, config=LoopConfig(max_batch=max_batch),
+        doc = simulate(dep, w, policy, order.value, step_model, noise, seed, config=LoopConfig(max_batch=max_batch),
                        boost=boost, progress=progress if bar else None)
     finally:
         if bar is not None:
             bar.stop()
     doc = {"model": m.name, "hardware": hw.name, "gpus": gpus, "replicas": replicas, "moe": dep.moe,
            "kv_dtype": dep.kv_dtype, "workload": w.name, "workload_params": w.params, "seed": seed,
-           "policy": policy.value, "order": order.value, **doc}
+           "policy": policy, "order": order.value, **doc}
     if plot:
         _plot(doc, plot)
     if json_out:
         doc.pop("timeline")
         emit_json("simulate", doc)
         return
-    render(doc, f"{m.name} on {gpus} × {hw.name}: {w.name} ({w.requests} requests), policy {policy.value}, "
+    render(doc, f"{m.name} on {gpus} × {hw.name}: {w.name} ({w.requests} requests), policy {policy}, "
                 f"order {order.value}")
 
 
 def render(doc: dict, title: str) -> None:
     """The serving metrics as a table and a few lines (simulate and serve print the same)."""
     con = console()
-    t = Table(title=title)
+    t = Table(title=escape(title))
     t.add_column("metric")
     for p in ("p50", "p90", "p99"):
         t.add_column(p, justify="right")
@@ -185,4 +190,4 @@ def render(doc: dict, title: str) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    app.command("simulate")(simulate_cmd)
+    app.command("simulate")(live(planning("simulate", simulate_cmd)))

@@ -11,6 +11,7 @@ from typing import Annotated, Optional
 
 import numpy as np
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 import planner
@@ -19,16 +20,24 @@ from cli.common import (DEFAULTS, AttnOpt, BatchOpt, CalibrationOpt, ContextOpt,
                         KvDtypeOpt, MemFractionOpt, ModelOpt, MoeOpt, NodesOpt, PageOpt, PrefillContextOpt, PrefillOpt,
                         PricingChoice, PricingOpt, ReplicasOpt, ReserveOpt, WeightDtypeOpt, console, emit_json, fmt_ms,
                         load_calibration, scalar)
+from cli.launch import planning
+from cli.registry_options import live
 from planner.errors import SpecError
 from planner.triage import DEFAULT_THRESHOLD, triage_step
 
 
-def _profile(path: str, threshold: float, json_out: bool, calibration: str | None) -> None:
+def _profile(path: str, threshold: float, json_out: bool, calibration: str | None, sets: list[str] | None) -> None:
     try:
+        from calibration.loaders import parse_defaults
         from calibration.triage import triage_profile
     except ImportError:
         raise SpecError("--profile needs the calibration package's bulk triage, which is not available") from None
-    result = triage_profile(path, threshold, calibration=load_calibration(calibration), calibration_path=calibration)
+    result = triage_profile(path, threshold, parse_defaults(sets), calibration=load_calibration(calibration),
+                            calibration_path=calibration)
+    if not result.rows and result.issues:
+        # NOTE: a file none of whose rows can be used is an error, not an empty table with exit 0
+        more = f" (and {len(result.issues) - 1} more rows)" if len(result.issues) > 1 else ""
+        raise SpecError(f"no usable rows: {result.issues[0]}{more}")
     render_profile_triage(result, json_out)
 
 
@@ -75,6 +84,7 @@ def triage(
     measured_ms: Annotated[Optional[float], typer.Option("--measured-ms", help="Measured step time in ms.")] = None,
     profile: Annotated[Optional[str], typer.Option("--profile", help="Triage every row of a profile file instead.")] = None,
     threshold: Annotated[float, typer.Option("--threshold", help="Residual over floor_sum that calls for a profiler.")] = DEFAULT_THRESHOLD,
+    sets: Annotated[Optional[list[str]], typer.Option("--set", help="With --profile: key=value filling a field the rows lack (e.g. hardware=h200, gpus=8, attn=dp, moe=ep); repeatable.")] = None,
     model: ModelOpt = DEFAULTS["model"], hardware: HardwareOpt = DEFAULTS["hardware"], gpus: GpusOpt = DEFAULTS["gpus"],
     attn: AttnOpt = "tp", moe: MoeOpt = None, replicas: ReplicasOpt = 1, batch: BatchOpt = None,
     context: ContextOpt = DEFAULTS["context"], prefill_tokens: PrefillOpt = 0.0, prefill_context: PrefillContextOpt = "0",
@@ -88,20 +98,22 @@ def triage(
     if profile is not None:
         if measured_ms is not None:
             raise SpecError("give either --measured-ms (one point) or --profile (a file), not both")
-        _profile(profile, threshold, json_out, calibration)
+        _profile(profile, threshold, json_out, calibration, sets)
         return
     if measured_ms is None:
         raise SpecError("--measured-ms is required (or --profile FILE)")
+    if sets:
+        raise SpecError("--set fills fields of a --profile file; for one point give the options themselves")
     if not np.isfinite(measured_ms) or measured_ms <= 0:
         raise SpecError(f"measured_ms={measured_ms} must be a positive number")
-    dep, cost = _point(model, hardware, attn.value, moe.value if moe else None, gpus, replicas, batch, context, prefill_tokens, kv_dtype,
+    dep, cost = _point(model, hardware, attn, moe, gpus, replicas, batch, context, prefill_tokens, kv_dtype,
                        weight_dtype, mem_fraction, page_tokens, reserve_gib, pricing, prefill_context, engine, nodes)
     tr = triage_step(cost, measured_ms / 1e3, threshold)
     cal = load_calibration(calibration)
     t = cost.times
     doc = {
         "model": dep.model.name, "hardware": dep.hardware.name, "gpus": dep.gpus, "attn": dep.attn, "moe": dep.moe,
-        "batch": scalar(cost.batch), "context_mean_tokens": scalar(cost.mean_context), "pricing": cost.pricing,
+        "batch": int(round(scalar(cost.batch))), "context_mean_tokens": scalar(cost.mean_context), "pricing": cost.pricing,
         "prefill_tokens": scalar(cost.prefill_tokens),
         "prefill_context_tokens": prefill_args(prefill_tokens, prefill_context)[1],
         "measured_s": measured_ms / 1e3, "floor_max_s": scalar(cost.floor_max_s), "floor_sum_s": scalar(cost.floor_sum_s),
@@ -131,7 +143,7 @@ def triage(
         emit_json("triage", doc)
         return
     con = console()
-    tab = Table(title=f"{dep.model.name} on {dep.gpus} × {dep.hardware.name}, {dep.label()}, B={doc['batch']:.0f}")
+    tab = Table(title=escape(f"{dep.model.name} on {dep.gpus} × {dep.hardware.name}, {dep.label()}, B={doc['batch']:.0f}"))
     tab.add_column("")
     tab.add_column("ms", justify="right")
     for k, v in doc["times_s"].items():
@@ -148,4 +160,4 @@ def triage(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("triage")(triage)
+    app.command("triage")(live(planning("triage", triage)))

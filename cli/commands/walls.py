@@ -8,13 +8,16 @@ from typing import Annotated, Optional
 
 import numpy as np
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from cli.commands.floor import valid_deployments
 from cli.host_tier_options import BudgetOpt, HostPageOpt, HostTierOpt, LocalityOpt, host_tier_spec
-from cli.common import (console, DEFAULTS, CalibrationOpt, EngineOpt, GpusOpt, HardwareOpt, JsonOpt, KvDtypeOpt,
+from cli.common import (console, DEFAULTS, LayoutsOpt, select_layouts, CalibrationOpt, EngineOpt, GpusOpt, HardwareOpt, JsonOpt, KvDtypeOpt,
                         MemFractionOpt, ModelOpt, NodesOpt, PageOpt, PlotOpt, ReplicasOpt, ReserveOpt, WeightDtypeOpt,
                         emit_json, fmt_ms, load_calibration, load_specs, parse_tokens)
+from cli.launch import planning
+from cli.registry_options import live
 from cli.rendering import deployment_title
 from planner.errors import SpecError
 from planner.units import GiB
@@ -58,26 +61,12 @@ def _grid(text: str, what: str, default_n: int) -> np.ndarray:
     return np.unique(np.round(np.geomspace(lo, hi, n)))
 
 
-LayoutsOpt = Annotated[Optional[str], typer.Option("--layouts", help="Comma list of attn/moe to include (default: all the model can run), e.g. tp/ep,dp/ep.")]
-
-
-def _select(deps, layouts: str | None):
-    if not layouts:
-        return deps
-    want = [x.strip() for x in layouts.split(",") if x.strip()]
-    have = {f"{d.attn}/{d.moe}": d for d in deps}
-    missing = [w for w in want if w not in have]
-    if missing:
-        raise SpecError(f"layout {missing[0]!r} is not available; choose from {', '.join(have)}")
-    return [have[w] for w in want]
-
-
 def walls(
     model: ModelOpt = DEFAULTS["model"], hardware: HardwareOpt = DEFAULTS["hardware"], gpus: GpusOpt = DEFAULTS["gpus"],
     replicas: ReplicasOpt = 1,
     along: Annotated[Along, typer.Option("--along", help="Grow batch at fixed --context, or context at fixed --batch.")] = Along.batch,
     batch: Annotated[int, typer.Option("--batch", "-b", help="Fixed batch when growing context.")] = DEFAULTS["batch"],
-    context: Annotated[str, typer.Option("--context", "-c", help="Fixed context when growing batch.")] = DEFAULTS["context"],
+    context: Annotated[str, typer.Option("--context", "-c", help="Fixed context when growing batch: one length (32k).")] = DEFAULTS["context"],
     range_: Annotated[Optional[str], typer.Option("--range", help="LO:HI of the growing axis (default 1:4096 requests or 512:512k tokens).")] = None,
     layouts: LayoutsOpt = None, kv_dtype: KvDtypeOpt = None, weight_dtype: WeightDtypeOpt = None,
     mem_fraction: MemFractionOpt = DEFAULTS["mem_fraction"], page_tokens: PageOpt = None, reserve_gib: ReserveOpt = None,
@@ -90,7 +79,7 @@ def walls(
     --host-tier: each layout with all KV in HBM and with the tier, side by side)."""
     cal = load_calibration(calibration)
     m, hw = load_specs(model, hardware)
-    deps = _select(valid_deployments(m, hw, gpus, replicas, weight_dtype, kv_dtype, mem_fraction, page_tokens,
+    deps = select_layouts(valid_deployments(m, hw, gpus, replicas, weight_dtype, kv_dtype, mem_fraction, page_tokens,
                                      reserve_gib, engine, nodes)[0], layouts)
     tier = host_tier_spec(host_tier, hbm_budget_tokens, locality, host_page_rows)
     if tier is not None:
@@ -99,33 +88,39 @@ def walls(
         deps = [x for d in deps for x in (d, planner.replace_deployment(d, host_tier=tier))]
     if batch < 1:
         raise SpecError(f"batch={batch} must be ≥ 1")
+    if along == Along.batch and ("," in context or "*" in context):
+        raise SpecError(f"walls --context {context!r}: give one length (every request has it as the batch grows); "
+                        "a list or histogram of contexts goes to compare, capacity or floor")
     fixed = parse_tokens(context) if along == Along.batch else float(batch)
     lo, hi = _range(range_, "--range") if range_ else ((1.0, 4096.0) if along == Along.batch else (512.0, 524288.0))
     results = []
     docs = []
+    # NOTE: every load carries its unit in its key: requests when batch grows, tokens when context does
+    u = "requests" if along == Along.batch else "tokens"
     for d in deps:
         w = compute_walls(d, along.value, fixed, lo, hi)
         label = f"{d.attn}/{d.moe}" + (" +host tier" if d.host_tier is not None else "")
         results.append((label, w))
-        doc = {"attn": d.attn, "moe": d.moe, "host_tier": d.host_tier is not None, "walls": w.walls,
-               "order": [{"resource": r, "load": x} for r, x in w.order],
-               "first_wall": {"resource": w.first_wall[0], "load": w.first_wall[1]} if w.first_wall else None,
-               "binding_at_start": str(w.binding[0]), "kv_wall": w.walls.get("kv_capacity"),
+        doc = {"attn": d.attn, "moe": d.moe, "host_tier": d.host_tier is not None, f"walls_{u}": w.walls,
+               "order": [{"resource": r, f"at_{u}": x} for r, x in w.order],
+               "first_wall": {"resource": w.first_wall[0], f"at_{u}": w.first_wall[1]} if w.first_wall else None,
+               "binding_at_start": str(w.binding[0]), f"kv_wall_{u}": w.walls.get("kv_capacity"),
                "feasible": d.memory.feasible, "infeasible_reason": d.memory.reason or None,
                "kv_pool_gib_per_gpu": d.memory.kv_pool_bytes / GiB, "nodes_per_group": d.group_nodes}
         if cal is not None:
-            doc["loads"] = w.loads
+            doc[f"loads_{u}"] = w.loads
             doc["predicted_s"] = cal.predict_s(w.cost)
             doc["floor_max_s"] = w.floor_max_s
             doc["floor_sum_s"] = w.floor_sum_s
         docs.append(doc)
     # layouts compared by which wall binds first, and where: earliest first
-    ranking = sorted((x for x in docs if x["first_wall"]), key=lambda x: x["first_wall"]["load"])
+    ranking = sorted((x for x in docs if x["first_wall"]), key=lambda x: x["first_wall"][f"at_{u}"])
     out = {"model": m.name, "hardware": hw.name, "gpus": gpus, "nodes": deps[0].nodes, "engine": deps[0].engine,
            "along": along.value,
-           ("context_tokens" if along == Along.batch else "batch"): fixed, "range": [lo, hi], "layouts": docs,
+           ("context_tokens" if along == Along.batch else "batch"): fixed if along == Along.batch else int(fixed),
+           f"range_{u}": [lo, hi], "layouts": docs,
            "first_wall_order": [{"attn": x["attn"], "moe": x["moe"], "host_tier": x["host_tier"], **x["first_wall"]}
-                                  for x in ranking]}
+                                for x in ranking]}
     title = (f"{deployment_title(deps[0])}: growing {along.value} at "
              + (f"context {fixed:.0f}" if along == Along.batch else f"batch {fixed:.0f}"))
     if plot:
@@ -137,7 +132,7 @@ def walls(
         emit_json("walls", out)
         return
     con = console()
-    t = Table(title=title)
+    t = Table(title=escape(title))
     t.add_column("attn/moe")
     t.add_column("binds at start")
     t.add_column("walls in order (resource @ load)")
@@ -147,13 +142,13 @@ def walls(
         if not d["feasible"]:
             t.add_row(f"{d['attn']}/{d['moe']}", "—", "no KV pool: " + d["infeasible_reason"], "—")
             continue
-        order = "  →  ".join(f"{o['resource']} @ {o['load']:.0f}{unit}" for o in d["order"])
-        kv = d["kv_wall"]
+        order = "  →  ".join(f"{o['resource']} @ {o[f'at_{u}']:.0f}{unit}" for o in d["order"])
+        kv = d[f"kv_wall_{u}"]
         name = f"{d['attn']}/{d['moe']}" + (" +host" if d["host_tier"] else "")
         t.add_row(name, d["binding_at_start"], order, f"{kv:.0f}{unit}" if kv else "none in range")
     con.print(t)
     con.print("first wall hit as " + along.value + " grows, earliest first: " + ", ".join(
-        f"{x['attn']}/{x['moe']}{' +host' if x['host_tier'] else ''} {x['resource']} @ {x['load']:.0f}{unit}"
+        f"{x['attn']}/{x['moe']}{' +host' if x['host_tier'] else ''} {x['resource']} @ {x[f'at_{u}']:.0f}{unit}"
         for x in out["first_wall_order"]))
     if plot:
         con.print(f"plot written to {plot}")
@@ -173,14 +168,14 @@ def regimes(
     """Best layout over a batch × context grid; capacity-infeasible cells marked."""
     cal = load_calibration(calibration)
     m, hw = load_specs(model, hardware)
-    deps = _select(valid_deployments(m, hw, gpus, replicas, weight_dtype, kv_dtype, mem_fraction, page_tokens,
+    deps = select_layouts(valid_deployments(m, hw, gpus, replicas, weight_dtype, kv_dtype, mem_fraction, page_tokens,
                                      reserve_gib, engine, nodes)[0], layouts)
     b = _grid(batch_range, "--batch-range", 11)
     c = _grid(context_range, "--context-range", 9)
     reg = compute_regimes(deps, b, c, floor.value)
     grid = [[reg.best_label(i, j) for j in range(c.size)] for i in range(b.size)]
     out = {"model": m.name, "hardware": hw.name, "gpus": gpus, "nodes": deps[0].nodes, "engine": deps[0].engine,
-           "floor": floor.value, "batch": b, "context_tokens": c,
+           "floor": floor.value, "batch": [int(x) for x in b], "context_tokens": c,
            "layouts": reg.labels, "best": grid,
            "step_time_s": {lab: reg.times_s[k] for k, lab in enumerate(reg.labels)}}
     if cal is not None:
@@ -195,7 +190,7 @@ def regimes(
         emit_json("regimes", out)
         return
     con = console()
-    t = Table(title=f"{title}: best layout by floor_{floor.value} (rows batch, columns context)")
+    t = Table(title=escape(f"{title}: best layout by floor_{floor.value} (rows batch, columns context)"))
     t.add_column("B \\ ctx", justify="right")
     for x in c:
         t.add_column(f"{x / 1024:.0f}k" if x >= 1024 else f"{x:.0f}", justify="center")
@@ -208,5 +203,5 @@ def regimes(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("walls")(walls)
-    app.command("regimes")(regimes)
+    app.command("walls")(live(planning("walls", walls)))
+    app.command("regimes")(live(planning("regimes", regimes)))

@@ -33,3 +33,15 @@ def test_walkthrough_pictures_exist_and_are_linked():
     assert len(images) >= 3
     for img in images:
         assert (ROOT / "docs" / img).stat().st_size > 10_000, img
+
+
+def test_docs_a_clone_can_follow():
+    """No link leaves the repository (a clone has no ../shared), and installs are from the clone."""
+    docs = [ROOT / "README.md", ROOT / "skills" / "floor-first" / "SKILL.md", *(ROOT / "docs").glob("*.md")]
+    for doc in docs:
+        text = doc.read_text()
+        assert "../shared" not in text, doc
+        for target in re.findall(r"\]\(([^)#]+)[^)]*\)", text):
+            if not target.startswith(("http://", "https://")):
+                assert (doc.parent / target).resolve().is_relative_to(ROOT) and (doc.parent / target).exists(), (doc, target)
+        assert "floorfirst[" not in text, f"{doc}: the project is not on the package index; pip install '.[extra]'"

@@ -24,7 +24,7 @@ CASES = {
                 ["compare", "--model", "llama-3.1-70b", "--batch", "8", "--context", "8k"],
                 ["compare", "--batch", "4096", "--context", "128k"],  # nothing fits: best_by_* null
                 ["compare", "--hardware", "h20", "--gpus", "16", "--batch", "64", "--context", "8k"]],
-    "capacity": [["capacity", "--context", "32k"], ["capacity", "--model", "qwen3-235b-a22b", "--context", "8k"],
+    "capacity": [["capacity", "--context", "32k"], ["capacity", "--context", "4k*60,64k*4"], ["capacity", "--model", "qwen3-235b-a22b", "--context", "8k"],
                  ["capacity", "--hardware", "h20", "--gpus", "16", "--context", "8k"],  # dp/ep: weights don't fit
                  ["capacity", "--engine", "vllm", "--gpus", "4", "--context", "8k"]],  # nothing fits
     "walls": [["walls", "--context", "32k"], ["walls", "--along", "context", "--batch", "16", "--layouts", "tp/ep,dop/ep"],
@@ -38,6 +38,9 @@ CASES = {
     "microbench": [["microbench", "--from", str(MICROBENCH)]],
     "simulate": [["simulate", "--requests", "40"], ["simulate", "--requests", "60", "--workload", "shrinking", "--policy", "tp"]],
     "serve": [["serve", "--executor", "sim", "--requests", "12"]],  # the torch executor: tests/cli/test_serve_cli.py
+    "explain_launch": [["explain-launch", "python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3.2 --tp 8 "
+                                          "--dp 8 --enable-dp-attention --port 30000"],
+                       ["explain-launch", "vllm serve -tp 8 --max-model-len 65536"]],  # no model named: null
 }
 
 

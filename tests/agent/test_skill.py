@@ -102,7 +102,7 @@ def test_claims_of_example_1_tp_or_dp(example_doc):
     assert _by_layout(big)["tp/ep"]["resources"]["kv_capacity"]["used_fraction"] > 1
     assert big["best_by_max"]["attn"] == "dop"
     walls = _by_layout(_example(example_doc, "floorfirst walls --model deepseek-v3.2 --hardware h200 --gpus 8 --context 32k --layouts"))
-    assert walls["tp/ep"]["kv_wall"] == 18 and walls["dp/ep"]["kv_wall"] == 41
+    assert walls["tp/ep"]["kv_wall_requests"] == 18 and walls["dp/ep"]["kv_wall_requests"] == 41
 
 
 def test_claims_of_example_2_what_to_profile(example_doc):

@@ -64,7 +64,7 @@ def test_walls_host_tier_plot(capsys, tmp_path):
     assert code == 0 and png.stat().st_size > 0
     doc = json.loads(out)
     tiered = next(d for d in doc["layouts"] if d["host_tier"])
-    assert tiered["walls"]["host_link"] is not None  # PCIe binds for TP in 64-row pages
+    assert tiered["walls_requests"]["host_link"] is not None  # PCIe binds for TP in 64-row pages
 
 
 @pytest.mark.xfail(strict=True, reason="DeepSeek-V4 loads once issue 14 adds its dsv4 variant; then drop this mark")

@@ -121,7 +121,7 @@ def test_calibration_adds_predicted_s(capsys):
     c = run_json(capsys, "compare", "--calibration", CAL, "--batch", "8", "--context", "4k")
     assert all("predicted_s" in x for x in c["layouts"])
     w = run_json(capsys, "walls", "--calibration", CAL, "--layouts", "tp/ep")
-    assert len(w["layouts"][0]["predicted_s"]) == len(w["layouts"][0]["loads"])
+    assert len(w["layouts"][0]["predicted_s"]) == len(w["layouts"][0]["loads_requests"])
     r = run_json(capsys, "regimes", "--calibration", CAL, "--batch-range", "1:64:3", "--context-range", "1k:8k:2")
     assert set(r["predicted_s"]) == set(r["layouts"])
 
@@ -189,3 +189,16 @@ def test_two_node_deployments_are_answered(capsys):
 def test_kv_dtype_fp8_on_a_dsa_model_is_the_dsa_record(capsys):
     d = run_json(capsys, "capacity", "--kv-dtype", "fp8", "--context", "32k")
     assert all(x["kv_dtype"] == "fp8_dsa" and x["kv_bytes_per_token"] == (656 + 132) * 61 for x in d["layouts"])
+
+
+def test_regimes_break_a_floor_max_tie_as_compare_does():
+    """DCP and DOP tie on floor_max at 64 requests of 32k (the same HBM bytes); compare ranks DOP
+    first by floor_sum, and regimes picks the same layout (argmin alone took the first registered)."""
+    from tests.agent.contracts import run_cli
+
+    reg = run_cli(["regimes", "--batch-range", "32:64:2", "--context-range", "16k:32k:2", "--json"])
+    cmp = run_cli(["compare", "--batch", "64", "--context", "32k", "--json"])
+    t = reg["step_time_s"]
+    i, j = reg["batch"].index(64), reg["context_tokens"].index(32768.0)
+    assert t["dcp/tp"][i][j] == t["dop/tp"][i][j]
+    assert reg["best"][i][j] == f"{cmp['best_by_max']['attn']}/{cmp['best_by_max']['moe']}" == "dop/tp"

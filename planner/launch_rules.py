@@ -1,0 +1,207 @@
+"""What an engine's parallel and memory flags make of a deployment, in floorfirst's terms (used by
+planner.launch, which cites the engines' argument definitions and semantics).
+
+Each rule takes {canonical flag: typed value} and returns (floorfirst options, readings, what the
+engine does that floorfirst does not model, the engine's context window or None); a combination
+no floorfirst layout represents is a SpecError naming it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from planner.errors import SpecError
+
+# NOTE: SGLang's MoE all-to-all backends other than "none" set ep_size = tp_size
+# (server_args.py `_handle_a2a_moe`: "The expert parallel size is adjusted to be the same as the
+# tensor parallel size").
+SGLANG_A2A_NONE = "none"
+
+
+def _reading(flag, value, meaning):
+    from planner.launch import Reading
+
+    return Reading(flag, str(value), meaning)
+
+
+def _common_memory(values: dict, flags: dict[str, str], options: dict, readings: list) -> None:
+    """mem fraction, KV dtype, page size: the flags named in `flags` (floorfirst option → engine flag)."""
+    what = {"mem_fraction": "--mem-fraction", "kv_dtype": "--kv-dtype", "page_tokens": "--page-tokens"}
+    for opt, flag in flags.items():
+        if flag in values:
+            options[opt] = values[flag]
+            readings.append(_reading(flag, values[flag], f"{what[opt]} {values[flag]}"))
+
+
+def _weights(values: dict, flag: str, options: dict, readings: list, notes: list) -> None:
+    q = values.get(flag)
+    if q is None:
+        return
+    dtype = {"fp8": "fp8", "modelopt_fp8": "fp8", "w8a8_fp8": "fp8", "modelopt_fp4": "fp4", "mxfp4": "fp4",
+             "nvfp4": "fp4", "modelopt": "fp8"}.get(str(q).lower())
+    if dtype is None:
+        notes.append(f"{flag} {q}: weights priced at the checkpoint's dtype (floorfirst knows bf16, fp8, fp4)")
+        return
+    options["weight_dtype"] = dtype
+    readings.append(_reading(flag, q, f"--weight-dtype {dtype}"))
+
+
+def sglang_deployment(v: dict[str, Any], moe_model: bool = True):
+    readings: list = []
+    notes: list[str] = []
+    tp, dp, pp = v.get("--tp-size", 1), v.get("--dp-size", 1), v.get("--pp-size", 1)
+    ep, dcp = v.get("--ep-size", 1), v.get("--dcp-size", 1)
+    dpa = bool(v.get("--enable-dp-attention", False))
+    a2a = str(v.get("--moe-a2a-backend", SGLANG_A2A_NONE))
+    for name, x in (("--tp-size", tp), ("--dp-size", dp), ("--pp-size", pp), ("--ep-size", ep), ("--dcp-size", dcp)):
+        if x < 1:
+            raise SpecError(f"--engine-args: {name} {x} must be ≥ 1")
+    if pp > 1:
+        raise SpecError(f"--engine-args: --pp-size {pp}: pipeline parallelism is not a floorfirst layout")
+    if dpa and dp == 1:
+        notes.append("--enable-dp-attention with --dp-size 1: SGLang turns DP attention off (_handle_data_parallelism)")
+        dpa = False
+    if a2a != SGLANG_A2A_NONE:
+        readings.append(_reading("--moe-a2a-backend", a2a, f"expert parallel over the tp group (SGLang sets ep_size = tp_size = {tp})"))
+        ep = tp
+        notes.append(f"--moe-a2a-backend {a2a}: floorfirst prices EP dispatch/combine as all-to-all bytes of the routed "
+                     "tokens, not this backend's kernels or its normal/low-latency modes")
+    if dpa:
+        if tp % dp:
+            raise SpecError(f"--engine-args: --dp-size {dp} does not divide --tp-size {tp}")
+        if dp != tp:
+            raise SpecError(f"--engine-args: DP attention with --tp-size {tp} --dp-size {dp} runs attention TP "
+                            f"{tp // dp} inside each DP rank; floorfirst's dp layout has one rank per DP rank "
+                            f"(use --dp-size {tp})")
+        if dcp > 1:
+            raise SpecError(f"--engine-args: --dcp-size {dcp} with DP attention (SGLang PR #31821) is not a floorfirst layout")
+        attn, gpus, replicas = "dp", tp, 1
+        readings.append(_reading("--enable-dp-attention", "true", f"--attn dp: {dp} DP attention ranks in the tp group of {tp} GPUs"))
+    else:
+        gpus, replicas = tp * dp, dp
+        if dcp > 1:
+            if dcp != tp:
+                raise SpecError(f"--engine-args: --dcp-size {dcp} below --tp-size {tp} splits KV over part of the "
+                                f"group; floorfirst's dcp layout spans the whole group (use --dcp-size {tp})")
+            attn = "dcp"
+            readings.append(_reading("--dcp-size", dcp, f"--attn dcp over the {tp} GPUs of the tp group"))
+        else:
+            attn = "tp"
+            readings.append(_reading("--tp-size", tp, f"--attn tp over {tp} GPUs"))
+        if dp > 1:
+            readings.append(_reading("--dp-size", dp, f"--replicas {dp}: without DP attention, {dp} copies of the tp group"))
+    if ep not in (1, tp):
+        raise SpecError(f"--engine-args: --ep-size {ep} with --tp-size {tp}: experts over part of the group "
+                        "(EP inside TP) is not a floorfirst MoE split (ep = tp, or 1 for TP-sharded experts)")
+    moe = "ep" if ep > 1 else "tp"
+    if ep > 1 and not moe_model:
+        raise SpecError("--engine-args: expert parallelism on a dense model (no experts to place)")
+    if "--ep-size" in v and a2a == SGLANG_A2A_NONE:
+        readings.append(_reading("--ep-size", v["--ep-size"], f"--moe {moe}"))
+    if ep > 1 and a2a == SGLANG_A2A_NONE:
+        notes.append("--ep-size without --moe-a2a-backend: SGLang dispatches tokens with all-reduce or all-gather "
+                     "(docs: expert_parallelism); floorfirst prices EP as all-to-all")
+    options: dict[str, Any] = {"gpus": gpus, "replicas": replicas, "attn": attn, "moe": moe}
+    if "--nnodes" in v:
+        options["nodes"] = v["--nnodes"]
+        readings.append(_reading("--nnodes", v["--nnodes"], f"--nodes {v['--nnodes']}"))
+    _common_memory(v, {"mem_fraction": "--mem-fraction-static", "kv_dtype": "--kv-cache-dtype",
+                       "page_tokens": "--page-size"}, options, readings)
+    _weights(v, "--quantization", options, readings, notes)
+    if "--mem-fraction-static" not in v and ("--chunked-prefill-size" in v or "--cuda-graph-max-bs" in v):
+        notes.append("--chunked-prefill-size / --cuda-graph-max-bs: SGLang's default mem_fraction_static reserves "
+                     "memory from them; floorfirst reserves for the GPU's default bucket (pass --mem-fraction to pin it)")
+    for flag, meaning in (("--chunked-prefill-size", "the largest prefill chunk per step (price a mixed step with "
+                                                     "--prefill-tokens)"),
+                          ("--cuda-graph-max-bs", "CUDA graphs up to this batch (launch overhead not priced)"),
+                          ("--max-running-requests", "a cap on the batch (floorfirst prices the --batch given)")):
+        if flag in v:
+            readings.append(_reading(flag, v[flag], meaning))
+    for flag, what in (("--moe-dense-tp-size", "the dense MLP's TP size"), ("--enable-dp-lm-head", "a DP LM head"),
+                       ("--deepep-mode", "DeepEP's mode"), ("--enable-two-batch-overlap", "two-batch overlap"),
+                       ("--attention-backend", "the attention backend's own kernel"),
+                       ("--disable-cuda-graph", "eager decode (no CUDA graphs)"),
+                       ("--enable-hierarchical-cache", "HiCache's host tier"), ("--max-total-tokens", "a fixed pool size"),
+                       ("--disaggregation-mode", "prefill/decode disaggregation")):
+        if v.get(flag):
+            notes.append(f"{flag} {v[flag]}: {what} is not modelled")
+    return options, readings, notes, v.get("--context-length")
+
+
+def vllm_deployment(v: dict[str, Any], moe_model: bool = True):
+    readings: list = []
+    notes: list[str] = []
+    tp, dp, pp = v.get("--tensor-parallel-size", 1), v.get("--data-parallel-size", 1), v.get("--pipeline-parallel-size", 1)
+    dcp = v.get("--decode-context-parallel-size", 1)
+    ep = bool(v.get("--enable-expert-parallel", False)) and not v.get("--no-enable-expert-parallel", False)
+    for name, x in (("--tensor-parallel-size", tp), ("--data-parallel-size", dp), ("--pipeline-parallel-size", pp),
+                    ("--decode-context-parallel-size", dcp)):
+        if x < 1:
+            raise SpecError(f"--engine-args: {name} {x} must be ≥ 1")
+    if pp > 1:
+        raise SpecError(f"--engine-args: --pipeline-parallel-size {pp}: pipeline parallelism is not a floorfirst layout")
+    if "--kv-cache-memory-bytes" in v:
+        raise SpecError("--engine-args: --kv-cache-memory-bytes sets vLLM's pool directly; floorfirst sizes it from "
+                        "--gpu-memory-utilization (drop it, or pass --mem-fraction)")
+    replicas = 1
+    if dp > 1 and not moe_model:
+        # NOTE: a dense model's DP ranks share nothing: dp independent engines of tp GPUs
+        replicas = dp
+    elif dp > 1 and tp > 1:
+        raise SpecError(f"--engine-args: --data-parallel-size {dp} × --tensor-parallel-size {tp} runs attention TP {tp} "
+                        f"inside each of {dp} DP ranks with the experts over all {dp * tp} GPUs; floorfirst runs "
+                        "attention over the whole group (tp, dcp) or one GPU per DP rank (dp, -tp 1)")
+    if dcp > 1 and dcp != tp:
+        raise SpecError(f"--engine-args: --decode-context-parallel-size {dcp} below --tensor-parallel-size {tp} "
+                        f"splits KV over part of the group; floorfirst's dcp layout spans it (use -dcp {tp})")
+    if dp > 1 and replicas == 1:
+        attn, gpus = "dp", dp
+        readings.append(_reading("--data-parallel-size", dp, f"--attn dp: {dp} DP ranks of one GPU, the experts over "
+                                                             f"the DP×TP group of {dp} GPUs"))
+    else:
+        attn, gpus = ("dcp" if dcp > 1 else "tp"), tp * replicas
+        readings.append(_reading("--tensor-parallel-size", tp, f"--attn {attn} over {tp} GPUs"))
+        if replicas > 1:
+            readings.append(_reading("--data-parallel-size", dp, f"--replicas {dp}: a dense model's DP ranks are "
+                                                                 "independent engines"))
+        if dcp > 1:
+            readings.append(_reading("--decode-context-parallel-size", dcp, f"--attn dcp: KV interleaved over the {tp} TP ranks"))
+    moe = "ep" if ep else "tp"
+    if moe_model:
+        readings.append(_reading("--enable-expert-parallel", str(ep).lower(), f"--moe {moe}" + (
+            "" if ep else " (the default: experts TP-sharded)")))
+    elif ep:
+        raise SpecError("--engine-args: --enable-expert-parallel on a dense model (no experts to place)")
+    options: dict[str, Any] = {"gpus": gpus, "replicas": replicas, "attn": attn, "moe": moe}
+    nodes = v.get("--nnodes")
+    if nodes is None and "--data-parallel-size-local" in v:
+        dpl = v["--data-parallel-size-local"]
+        if dpl < 1 or dp % dpl:
+            raise SpecError(f"--engine-args: --data-parallel-size-local {dpl} must divide --data-parallel-size {dp}")
+        nodes = dp // dpl
+        readings.append(_reading("--data-parallel-size-local", dpl, f"--nodes {nodes} ({dpl} DP ranks per node)"))
+    elif nodes is not None:
+        readings.append(_reading("--nnodes", nodes, f"--nodes {nodes}"))
+    if nodes is not None:
+        options["nodes"] = nodes
+    _common_memory(v, {"mem_fraction": "--gpu-memory-utilization", "kv_dtype": "--kv-cache-dtype",
+                       "page_tokens": "--block-size"}, options, readings)
+    _weights(v, "--quantization", options, readings, notes)
+    if "--all2all-backend" in v:
+        notes.append(f"--all2all-backend {v['--all2all-backend']}: floorfirst prices EP dispatch/combine as all-to-all "
+                     "bytes of the routed tokens (vLLM's default allgather_reducescatter moves more)")
+    if "--speculative-config" in v:
+        notes.append("--speculative-config: a step verifies several tokens per request; floorfirst prices one")
+    for flag, meaning in (("--max-num-batched-tokens", "the most tokens per step, prefill chunks included (price a "
+                                                       "mixed step with --prefill-tokens)"),
+                          ("--max-num-seqs", "a cap on the batch (floorfirst prices the --batch given)"),
+                          ("--max-model-len", "the context window (contexts above it are warned about)")):
+        if flag in v:
+            readings.append(_reading(flag, v[flag], meaning))
+    for flag, what in (("--enforce-eager", "eager decode (no CUDA graphs)"), ("--attention-backend", "the attention "
+                       "backend's own kernel"), ("--compilation-config", "compilation settings"),
+                       ("--hf-overrides", "config overrides (the model is priced from its card or config as given)"),
+                       ("--enable-dbo", "dual-batch overlap")):
+        if v.get(flag):
+            notes.append(f"{flag}: {what} is not modelled")
+    return options, readings, notes, v.get("--max-model-len")

@@ -1,0 +1,84 @@
+"""Fill the registry-made parts of schemas/*.schema.json from the planner's registries.
+
+A schema names a registry where its choices come from one, and this script writes the choices:
+- `"x-registry": "attention_layouts"` on a string key: its `enum` is the registry's names (a
+  `null` the schema allows is kept);
+- `"x-registry-keys": "attention_layouts"` on an object: one property per name, each
+  `"x-template"` with `{name}` in its description filled, all of them required.
+The registries are cli.registry_options.REGISTRIES (attention layouts, MoE splits, engines, the
+simulate/serve policies, attention and MLP variants), so a new layout or variant module needs no
+schema edit: `python schemas/generate.py` rewrites the files, and tests/agent/test_docs.py fails
+when a committed schema differs from what this writes (or a test's toy layout is missing from it).
+
+The rest of each schema (keys, types, units, descriptions) is written by hand; docs/json-contracts.md's
+reference is rendered from the result (schemas/render_docs.py).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+
+
+def _registries() -> dict:
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from cli.registry_options import REGISTRIES
+
+    return {k: tuple(f()) for k, f in REGISTRIES.items()}
+
+
+def _fill(node, names: dict) -> None:
+    if isinstance(node, list):
+        for x in node:
+            _fill(x, names)
+        return
+    if not isinstance(node, dict):
+        return
+    if "x-registry" in node:
+        nullable = None in node.get("enum", ()) or "null" in (node.get("type") or ())
+        node["enum"] = list(names[node["x-registry"]]) + ([None] if nullable and None in node.get("enum", ()) else [])
+    if "x-registry-keys" in node:
+        tmpl = node["x-template"]
+        props = {}
+        for n in names[node["x-registry-keys"]]:
+            p = copy.deepcopy(tmpl)
+            p["description"] = p.get("description", "").replace("{name}", n)
+            props[n] = p
+        node["properties"] = props
+        node["required"] = list(names[node["x-registry-keys"]])
+    for k, v in node.items():
+        if k != "x-template":
+            _fill(v, names)
+
+
+def generate(names: dict | None = None) -> dict[str, str]:
+    """{file name: text} of every schema with its registry parts filled from `names` (default: the
+    registries as they are now)."""
+    names = names or _registries()
+    out = {}
+    for path in sorted(HERE.glob("*.schema.json")):
+        schema = json.loads(path.read_text())
+        _fill(schema, names)
+        out[path.name] = json.dumps(schema, indent=2, ensure_ascii=False) + "\n"
+    return out
+
+
+def main() -> int:
+    changed = 0
+    for name, text in generate().items():
+        path = HERE / name
+        if path.read_text() != text:
+            path.write_text(text)
+            changed += 1
+            print(f"rewrote {path.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
