@@ -149,12 +149,15 @@ def agree_flags(flags: list[int], groups: RankGroups) -> list[int]:
     return t.tolist()
 
 
-def first_reason(reason: str | None, groups: RankGroups) -> str:
-    """The failure reason of the lowest rank that has one, the same line on every rank (a gather of
-    strings on the control group: only after an agreed failure, never on the step path)."""
+def first_reason(reason: str | None, groups: RankGroups, at_s: float = 0.0) -> str:
+    """The failure reason of the rank that failed first (`at_s`: when, by time.time(); ties: the
+    lowest rank), the same line on every rank: a gather of strings on the control group, only
+    after an agreed failure, never on the step path. NOTE: first in time, because a fault on one
+    rank makes its peers fail too (a transfer they waited on timed out): the first is the cause."""
     got: list = [None] * groups.world_size
-    dist.all_gather_object(got, reason, group=groups.ctrl)
-    return next((x for x in got if x), "failed on another rank")
+    dist.all_gather_object(got, (at_s, reason) if reason else None, group=groups.ctrl)
+    firsts = sorted((x[0], k, x[1]) for k, x in enumerate(got) if x)
+    return firsts[0][2] if firsts else "failed on another rank"
 
 
 def all_gather_cat(out: torch.Tensor, inp: torch.Tensor, group: Any) -> None:

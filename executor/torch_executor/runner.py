@@ -351,7 +351,7 @@ class RankRunner:
         free = self.alloc.free_set()
         self.alloc.check_disjoint()
         reserved = set(self.alloc.reserved)
-        deferred = set(sw.deferred_free) | set(sw.spare) if sw is not None else set()
+        deferred = set(sw.deferred_free) | set(sw.spare) | set(sw.ballast) if sw is not None else set()
         if free & set(used) or reserved & set(used) or free & reserved or deferred & (free | reserved | set(used)):
             raise AssertionError("a slot is both used and free/reserved")
         if len(free) + len(reserved) + len(used) + len(deferred) != self.alloc.num_slots:

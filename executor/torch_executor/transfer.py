@@ -123,8 +123,10 @@ def run_chunk(tr, runner, k: int) -> None:
     for _, idx, buf, cbuf in recvs:
         if idx is None:  # placeholders: nothing of ours to unpack
             continue
-        if f is not None and f.corrupt_chunk == k and f.fail_transfer_rank == r:
+        if f is not None and f.corrupt_chunk is not None and k >= f.corrupt_chunk and f.fail_transfer_rank == r \
+                and not tr.corrupted:
             buf.view(-1)[:1].view(_BITS[buf.element_size()]).bitwise_xor_(1)  # one flipped bit, no error
+            tr.corrupted = True
         flat.index_copy_(1, idx, buf)
         tr.mismatch += (payload_checksum(flat.index_select(1, idx)) != cbuf[0]).to(torch.int64)
     if f is not None and f.fail_transfer_chunk == k and f.fail_transfer_rank == r:

@@ -48,6 +48,7 @@ recover from a rank that dies.
 from __future__ import annotations
 
 import contextlib
+import time
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Callable
@@ -81,8 +82,9 @@ class Faults:
     fail_transfer_rank: int = 0
     deny_pages_rank: int | None = None  # no memory for the destination on that rank
     transfer_error_chunk: int | None = None  # the rank's transport raises before it posts that chunk
-    corrupt_chunk: int | None = None  # one bit of what the rank receives in that chunk flips, silently
+    corrupt_chunk: int | None = None  # one bit of the first message the rank receives from that chunk on flips
     fail_after_commit_rank: int | None = None  # that rank's host work raises in the step after the commit
+    starve_rank: int | None = None  # once the switch begins, it holds all of that rank's free pages
 
 
 @dataclass
@@ -103,12 +105,15 @@ class Transition:
     spare: list[int] = field(default_factory=list)  # reserved pages for the non-serving layout's growth
     mismatch: Any = None  # [] int64 on the device: moved messages whose checksum differed (transfer.py)
     _failed: str | None = None
+    _failed_at: float = 0.0
     _chunks_done: int = 0
     _agreed_chunks: int = -1
     _verified: bool = False
     _old: LayoutState | None = None  # the source layout until its pages are released
     _old_exec: Any = None
     _fallback: bool = False  # on probation, the old layout still holds every token
+    corrupted: bool = False  # a `corrupt_chunk` fault has flipped its bit
+    ballast: list[int] = field(default_factory=list)  # the free pages a `starve_rank` fault holds for the switch
     # slots of requests finished while copying: freed at the commit or abort (NOTE: not at once: a
     # chunk on the side stream may still be reading or writing them)
     deferred_free: list[int] = field(default_factory=list)
@@ -149,7 +154,7 @@ class Transition:
     def fail(self, reason: str) -> None:
         """Record a local failure; all ranks act on it at the next agreement."""
         if self._failed is None:
-            self._failed = reason
+            self._failed, self._failed_at = reason, time.time()
 
     # ---- pages ---------------------------------------------------------------------------------
     def take_page(self, runner, mirror: bool) -> int:
@@ -187,8 +192,11 @@ class Transition:
         elif self.probation and self._old is not None:
             self._fallback = False
             self._release_old(runner)
-        runner.alloc.release(self.spare)
-        self.spare = []
+        self._give_back_spare(runner)
+
+    def _give_back_spare(self, runner) -> None:
+        runner.alloc.release(self.spare + self.ballast)
+        self.spare, self.ballast = [], []
 
     # ---- begin ---------------------------------------------------------------------------------
     def begin(self, runner) -> None:
@@ -232,7 +240,7 @@ class Transition:
         except Exception as e:  # noqa: BLE001 - any failure here is agreed on, never raised on one rank
             self.fail(str(e) if isinstance(e, OutOfPages) else f"rank {r}: {type(e).__name__}: {e}")
         if agree_any(self._failed is not None, runner.g):
-            self.abort(runner, first_reason(self._failed, runner.g))
+            self.abort(runner, first_reason(self._failed, runner.g, self._failed_at))
             return
         if runner.side_stream is not None and self.new.heads is not old.heads:
             main = torch.cuda.current_stream(runner.g.device)
@@ -242,6 +250,9 @@ class Transition:
         runner.retired.clear()  # execs replaced before this switch: their last replays are long done
         self.state = SwitchState.COPYING
         self.new_exec.prepare(runner.seq_lens)
+        if self.faults is not None and self.faults.starve_rank == r:
+            self.ballast = runner.alloc.alloc(runner.alloc.num_free) + self.spare
+            self.spare = []
 
     def _side(self, runner):
         if runner.side_stream is None:
@@ -298,7 +309,7 @@ class Transition:
             if self.state == SwitchState.COPYING:
                 self._agreed_chunks = self._chunks_done
             return False
-        reason = first_reason(self._failed, runner.g)
+        reason = first_reason(self._failed, runner.g, self._failed_at)
         if broken:
             rebuild_side(runner.g)
             self.side_broken = False
@@ -341,8 +352,7 @@ class Transition:
         """The step after the commit has been issued: free the fallback and the unused spare."""
         if self._old is not None:
             self._release_old(runner)
-        runner.alloc.release(self.spare)
-        self.spare = []
+        self._give_back_spare(runner)
         self.probation = self._fallback = False
 
     def _release_old(self, runner) -> None:
@@ -366,8 +376,8 @@ class Transition:
             runner.retired.append(runner.exec)
         runner.retired.append(new)
         runner.state, runner.exec = old, self._old_exec
-        runner.alloc.release(self.spare)
-        self.spare, self._old, self._old_exec = [], None, None
+        self._give_back_spare(runner)
+        self._old = self._old_exec = None
         self.probation = self._fallback = False
         self.state = SwitchState.ABORTED
         self.reason = f"the first step after the commit failed ({reason}); rolled back to {old.kind}"
@@ -395,7 +405,8 @@ class Transition:
         if self.new_exec is not None:
             runner.retired.append(self.new_exec)
             self.new_exec = None
-        runner.alloc.release(self.deferred_free + self.spare)
-        self.deferred_free, self.spare = [], []
+        runner.alloc.release(self.deferred_free)
+        self.deferred_free = []
+        self._give_back_spare(runner)
         self.state = SwitchState.ABORTED
         self.reason = reason
