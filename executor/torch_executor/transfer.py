@@ -83,6 +83,8 @@ def run_chunk(tr, runner, k: int) -> None:
     f = tr.faults
     sends, recvs = [], []  # (peer, data, checksum); (peer, token idx or None, data buffer, checksum buffer)
     try:
+        if tr._failed is not None:  # failed since the last agreement: its tables may be gone, take part only
+            raise RuntimeError(tr._failed)
         old_t, new_t = runner.state.table, tr.new.table
         for peer in range(plan.world_size):
             if peer == r:

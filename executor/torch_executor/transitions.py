@@ -84,7 +84,7 @@ class Faults:
     transfer_error_chunk: int | None = None  # the rank's transport raises before it posts that chunk
     corrupt_chunk: int | None = None  # one bit of the first message the rank receives from that chunk on flips
     fail_after_commit_rank: int | None = None  # that rank's host work raises in the step after the commit
-    starve_rank: int | None = None  # once the switch begins, it holds all of that rank's free pages
+    starve_rank: int | None = None  # once the switch begins, it holds all of that rank's free pages (not the spare)
 
 
 @dataclass
@@ -251,8 +251,7 @@ class Transition:
         self.state = SwitchState.COPYING
         self.new_exec.prepare(runner.seq_lens)
         if self.faults is not None and self.faults.starve_rank == r:
-            self.ballast = runner.alloc.alloc(runner.alloc.num_free) + self.spare
-            self.spare = []
+            self.ballast = runner.alloc.alloc(runner.alloc.num_free)
 
     def _side(self, runner):
         if runner.side_stream is None:

@@ -69,7 +69,7 @@ def starved_slots(g, dims) -> int:
 def fault_case(g, name, src, dst, faults, slots, base, dims, retry=True) -> dict:
     """A scripted switch src -> dst at step SWITCH_AT with `faults`: outcome, slowest step (every
     rank), outputs against `base` (the never-switched run), KV, page accounting, then a clean retry
-    that commits (`retry`) and one more step."""
+    that commits (`retry`; its side group rebuilt where a transfer broke it) and one more step."""
     runner = _fresh(g, src, slots, dims)
     free0, kv0, outs, slowest, sw = runner.alloc.num_free, None, [], 0.0, None
     for s in range(STEPS):
@@ -89,13 +89,14 @@ def fault_case(g, name, src, dst, faults, slots, base, dims, retry=True) -> dict
            f"fault_pages_accounted/{name}": (runner.alloc.num_free + pages_now + len(runner.alloc.reserved)
                                              == runner.alloc.num_slots) and free0 >= runner.alloc.num_free}
     if retry:
-        again = runner.switch_to(dst, bytes_per_step(dims))
+        again = runner.switch_to(dst, 1 << 20)  # one chunk: the retry shows the group can still switch
         while again.in_flight or again.probation:
             runner.step()
         out[f"fault_retry/{name}"] = again.state.value
     runner.step()
     check_global_placement(runner)
     out[f"fault_served_after/{name}"] = True
+    out[f"fault_surrendered/{name}"] = bool(surrendered)  # the last rank's switch gave its memory back
     return out
 
 
@@ -115,7 +116,51 @@ def fault_cases(g, dims) -> tuple:
     )
 
 
-NO_RETRY = ("small_pool", "starved_begin")  # the pool can't hold both layouts: no switch commits
+NO_RETRY = ("small_pool", "starved_begin", "starved_admission")  # the pool can't hold both layouts
+
+
+def starved_admission(g, dims) -> dict:
+    """DP -> TP; a step later a request is admitted on the last rank that needs every free page
+    there, the switch's spare and one more: the serving layout gets them (the switch gives its
+    memory back at once and fails; every rank aborts at the next step), and what the switch held
+    beyond that is room the DP layout grows into afterwards. Compared with a DP run that never
+    switches and admits the same request at the same step."""
+    name, last = "starved_admission", g.world_size - 1
+    runner, outs, n, slowest = _fresh(g, "dp", dims=dims), [], 0, 0.0
+    free0 = runner.alloc.num_free
+    for s in range(STEPS):
+        t0 = time.perf_counter()
+        if s == SWITCH_AT:
+            kv0 = collect_logical_kv(runner)
+            sw = runner.switch_to("tp", bytes_per_step(dims))
+        if s == SWITCH_AT + 1:
+            # pages: every free one, the spare, one more; its last page holds one token (room to grow)
+            mine = (runner.alloc.num_free + len(sw.spare)) * dims.page_size + 1 if g.rank == last else 0
+            n = _max_slots(g, mine)
+            runner.add_requests({99: n}, {99: last})
+            surrendered = _max_slots(g, int(g.rank == last and "serving layout" in (sw._failed or "")))
+        outs.append(runner.step().clone())
+        slowest = max(slowest, _slowest(g, time.perf_counter() - t0))
+        check_global_placement(runner)
+    kv1 = collect_logical_kv(runner)
+    base = _fresh(g, "dp", dims=dims)
+    ref = []
+    for s in range(STEPS):
+        if s == SWITCH_AT + 1:
+            base.add_requests({99: n}, {99: last})
+        ref.append(base.step().clone())
+    pages_now = len(set(runner.state.table.slots()))
+    out = {f"fault_state/{name}": sw.state.value, f"fault_reason/{name}": sw.reason,
+           f"fault_layout/{name}": runner.layout, f"fault_slowest_step_s/{name}": slowest,
+           f"fault_err/{name}": max(float(((o - b).double().norm() / b.double().norm()).cpu()) for o, b in zip(outs, ref)),
+           f"fault_kv_prefix_identical/{name}": all(torch.equal(kv1[q][:, :kv0[q].shape[1]], kv0[q]) for q in kv0),
+           f"fault_pages_accounted/{name}": runner.alloc.num_free + pages_now + len(runner.alloc.reserved)
+           == runner.alloc.num_slots and free0 >= runner.alloc.num_free}
+    runner.step()
+    check_global_placement(runner)
+    out[f"fault_served_after/{name}"] = True
+    out[f"fault_surrendered/{name}"] = bool(surrendered)  # the last rank's switch gave its memory back
+    return out
 
 
 def runner_faults(g, cases=None, dims=None) -> dict:
@@ -128,6 +173,8 @@ def runner_faults(g, cases=None, dims=None) -> dict:
     out: dict = {}
     for name, src, dst, faults, slots in cases:
         out.update(fault_case(g, name, src, dst, faults, slots, base[src], dims, retry=name not in NO_RETRY))
+    if len(cases) == len(fault_cases(g, dims)):
+        out.update(starved_admission(g, dims))
     return out
 
 
@@ -161,6 +208,10 @@ def loop_faults(g) -> dict:
                      "switches": [(t.plan.src_kind, t.plan.dst_kind, t.state.value, t.after_commit_failure)
                                   for t in ex.transitions]}
     return out
+
+
+def _only_starved(g):
+    return starved_admission(g, tiny_dims(num_heads=8))
 
 
 def scenario_faults(g) -> dict:

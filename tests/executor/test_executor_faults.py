@@ -18,7 +18,8 @@ DONE = 4  # runtime_policy.loop.DONE
 SECONDS = 5.0  # "within seconds": a fault that waits on nobody (on a loaded 2-core CI machine)
 # each fault's source layout (executor_fault_scenarios.fault_cases)
 CASES = {"transfer": "cp", "transfer_weights": "dop", "deny_pages": "dp", "small_pool": "cp", "starved_begin": "dp",
-         "starved_mid": "dp", "transport_error": "cp", "corrupt_page": "cp", "after_commit": "cp"}
+         "starved_mid": "dp", "starved_admission": "dp", "transport_error": "cp", "corrupt_page": "cp",
+         "after_commit": "cp"}
 
 
 @pytest.fixture(scope="module")
@@ -61,6 +62,7 @@ def test_the_reason_names_the_cause(faults):
     assert "injected: transport error in chunk 1 on rank 3" in r["fault_reason/transport_error"]  # the first, not a timeout
     assert "failed their checksum" in r["fault_reason/corrupt_page"]
     assert "rank 3" in r["fault_reason/starved_mid"]
+    assert r["fault_surrendered/starved_admission"]  # the serving layout got every page the switch held
     assert r["fault_reason/after_commit"].endswith("rolled back to cp")
 
 
