@@ -36,15 +36,18 @@ _BITS = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 _CHECKSUM_TAG = 1  # the checksum message of a pair (gloo matches by tag; NCCL keeps the order)
 
 
-def payload_checksum(x: torch.Tensor, offset: int = 0) -> torch.Tensor:
-    """Σ_i bits(x_i)·c(offset + i) mod 2^64 over x's elements in row-major order -> int64 scalar
-    on x's device (bits: the element's bit pattern as an integer of its width). A changed element
-    changes it: its bit difference is nonzero and under 2^32 in magnitude (elements of ≤ 4 bytes),
-    and an odd weight times it can't be 0 mod 2^64; an element moved to another place meets
-    another weight. `offset` places x inside a larger tensor (a shard in a gathered weight)."""
-    flat = x.contiguous().view(-1).view(_BITS[x.element_size()]).to(torch.int64)
-    j = torch.arange(offset, offset + flat.numel(), dtype=torch.int64, device=x.device)
-    return (flat * ((j * _K + _C) | 1)).sum()
+def payload_checksum(x: torch.Tensor, offset: int = 0, word_bytes: int | None = None) -> torch.Tensor:
+    """Σ_i w_i·c(offset + i) mod 2^64 over x's bytes read as words w_i (4-byte words where its size
+    allows, else its elements; `word_bytes` fixes the width) in row-major order -> int64 scalar on
+    x's device. A changed word changes it: its difference is nonzero and under 2^32 in magnitude,
+    and an odd weight times it can't be 0 mod 2^64; a word moved to another place meets another
+    weight. `offset` (in words) places x inside a larger tensor (a shard in a gathered weight).
+    NOTE: words, not elements: a bf16 payload costs half the int64 arithmetic."""
+    flat = x.contiguous().view(-1)
+    width = word_bytes or (4 if flat.numel() * flat.element_size() % 4 == 0 else flat.element_size())
+    words = flat.view(torch.uint8).view(_BITS[width]).to(torch.int64)
+    j = torch.arange(offset, offset + words.numel(), dtype=torch.int64, device=x.device)
+    return (words * ((j * _K + _C) | 1)).sum()
 
 
 def _index(slots: list[int], counts: list[int], page: int, device) -> torch.Tensor:
@@ -66,9 +69,11 @@ def _gather_weights(tr, runner, k: int) -> None:
         return
     for out, src in pairs:
         all_gather_cat(out, src, g.side)
-    shares = torch.stack([payload_checksum(src, r * src.numel()) for _, src in pairs])  # [n] int64
+    widths = [4 if src.numel() * src.element_size() % 4 == 0 else src.element_size() for _, src in pairs]
+    shares = torch.stack([payload_checksum(src, r * src.numel() * src.element_size() // w, w)
+                          for (_, src), w in zip(pairs, widths)])  # [n] int64
     dist.all_reduce(shares, group=g.side)  # Σ over ranks = the checksum of the gathered tensor
-    got = torch.stack([payload_checksum(out) for out, _ in pairs])
+    got = torch.stack([payload_checksum(out, 0, w) for (out, _), w in zip(pairs, widths)])
     tr.mismatch += (got != shares).sum()
 
 
