@@ -41,8 +41,9 @@ every rank computes every request's latent (kv_a and the residual are replicated
 "small delta" of the hand-off is empty and the commit stall is a stream wait and a swap.
 What it does not do: choose when to switch (runtime_policy); bound a failure inside a step's
 device work (a rank raising between two of the step's main-group collectives leaves the others
-in the next one: the host work before the step's first collective is what is agreed on); or
-recover from a rank that dies.
+in the next one: the host work before the step's first collective is what is agreed on); admit
+a request the serving layout has no room for even with the switch's memory given back (the
+caller's accounting: it raises on that rank, as without a switch); or recover from a rank that dies.
 """
 
 from __future__ import annotations
