@@ -5,6 +5,13 @@ collectives; NCCL on GPUs, gloo on CPU), a side group of the same backend for ba
 and weight movement (its own communicator, so transfers never queue behind step collectives),
 and a gloo control group for small host-side agreements (abort flags, checks); `spawn_ranks`
 runs a function on T local processes and returns each rank's result.
+NOTE: the side group has a short timeout of its own (`SIDE_TIMEOUT_S`, not the process group's
+30 minutes): a switch's chunk moves at most `bytes_per_step` per rank, so a transfer that has not
+completed by then is a peer that will never send, and the ranks waiting on it fail the switch
+(transfer.py) instead of blocking the group; `rebuild_side` replaces the side group after such a
+failure (its pairs may hold half-finished messages). On gloo the timeout raises in the waiting
+rank; on NCCL the watchdog enforces it (whether it then tears down the process is
+TORCH_NCCL_ASYNC_ERROR_HANDLING's choice), and the communicator is aborted, not drained.
 What it does not do: multi-node rendezvous, or pick devices beyond local rank = CUDA device.
 """
 
@@ -17,10 +24,13 @@ import sys
 import tempfile
 import traceback
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
+
+SIDE_TIMEOUT_S = 30.0  # a side-group transfer not done by then fails the switch (module docstring)
 
 
 @dataclass
@@ -33,6 +43,7 @@ class RankGroups:
     main: Any
     side: Any
     ctrl: Any
+    side_timeout_s: float = SIDE_TIMEOUT_S
 
     @property
     def is_cuda(self) -> bool:
@@ -45,7 +56,8 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def init_rank(rank: int, world_size: int, init_method: str, use_cuda: bool) -> RankGroups:
+def init_rank(rank: int, world_size: int, init_method: str, use_cuda: bool,
+              side_timeout_s: float = SIDE_TIMEOUT_S) -> RankGroups:
     """Join the default group and create the side and control groups."""
     backend = "nccl" if use_cuda else "gloo"
     device = torch.device("cuda", rank) if use_cuda else torch.device("cpu")
@@ -53,16 +65,35 @@ def init_rank(rank: int, world_size: int, init_method: str, use_cuda: bool) -> R
         torch.cuda.set_device(device)
     kwargs = {"device_id": device} if use_cuda else {}
     dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size, **kwargs)
-    side = dist.new_group(list(range(world_size)), backend=backend)
+    side = dist.new_group(list(range(world_size)), backend=backend, timeout=timedelta(seconds=side_timeout_s))
     ctrl = dist.new_group(list(range(world_size)), backend="gloo")
-    return RankGroups(rank, world_size, device, dist.group.WORLD, side, ctrl)
+    return RankGroups(rank, world_size, device, dist.group.WORLD, side, ctrl, side_timeout_s)
+
+
+def rebuild_side(groups: RankGroups) -> None:
+    """Replace the side group (every rank calls this at the same point: after an agreed abort that
+    followed a transfer error). The old one is aborted on NCCL (its stuck transfers would block a
+    drain) and destroyed on gloo."""
+    old = groups.side
+    backend = "nccl" if groups.is_cuda else "gloo"
+    try:
+        if groups.is_cuda:
+            from torch.distributed.distributed_c10d import _abort_process_group
+
+            _abort_process_group(old)
+        else:
+            dist.destroy_process_group(old)
+    except Exception:  # noqa: BLE001 - best effort: the new group does not depend on the old one
+        pass
+    groups.side = dist.new_group(list(range(groups.world_size)), backend=backend,
+                                 timeout=timedelta(seconds=groups.side_timeout_s))
 
 
 def _entry(rank: int, world_size: int, init_method: str, use_cuda: bool, out_dir: str,
-           fn: Callable[..., Any], args: tuple) -> None:
+           fn: Callable[..., Any], args: tuple, side_timeout_s: float) -> None:
     if not use_cuda:
         torch.set_num_threads(1)
-    groups = init_rank(rank, world_size, init_method, use_cuda)
+    groups = init_rank(rank, world_size, init_method, use_cuda, side_timeout_s)
     ok = False
     try:
         result = fn(groups, *args)
@@ -85,7 +116,8 @@ def _entry(rank: int, world_size: int, init_method: str, use_cuda: bool, out_dir
         dist.destroy_process_group()
 
 
-def spawn_ranks(fn: Callable[..., Any], world_size: int, *args: Any, use_cuda: bool = False) -> list[Any]:
+def spawn_ranks(fn: Callable[..., Any], world_size: int, *args: Any, use_cuda: bool = False,
+                side_timeout_s: float = SIDE_TIMEOUT_S) -> list[Any]:
     """Run fn(groups, *args) on world_size fresh processes; return results by rank.
 
     fn must be importable (a module-level function). An exception on any rank is raised here.
@@ -94,7 +126,7 @@ def spawn_ranks(fn: Callable[..., Any], world_size: int, *args: Any, use_cuda: b
 
     with tempfile.TemporaryDirectory() as out_dir:
         init_method = f"tcp://127.0.0.1:{free_port()}"
-        mp.spawn(_entry, args=(world_size, init_method, use_cuda, out_dir, fn, args),
+        mp.spawn(_entry, args=(world_size, init_method, use_cuda, out_dir, fn, args, side_timeout_s),
                  nprocs=world_size, join=True)
         results = []
         for rank in range(world_size):
@@ -108,6 +140,24 @@ def agree_any(flag: bool, groups: RankGroups) -> bool:
     t = torch.tensor([1 if flag else 0], dtype=torch.int32)
     dist.all_reduce(t, op=dist.ReduceOp.MAX, group=groups.ctrl)
     return bool(t.item())
+
+
+def agree_flags(flags: list[int], groups: RankGroups) -> list[int]:
+    """Element-wise max of every rank's small integer flags (host-side, control group)."""
+    t = torch.tensor(flags, dtype=torch.int64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=groups.ctrl)
+    return t.tolist()
+
+
+def first_reason(reason: str | None, groups: RankGroups, at_s: float = 0.0) -> str:
+    """The failure reason of the rank that failed first (`at_s`: when, by time.time(); ties: the
+    lowest rank), the same line on every rank: a gather of strings on the control group, only
+    after an agreed failure, never on the step path. NOTE: first in time, because a fault on one
+    rank makes its peers fail too (a transfer they waited on timed out): the first is the cause."""
+    got: list = [None] * groups.world_size
+    dist.all_gather_object(got, (at_s, reason) if reason else None, group=groups.ctrl)
+    firsts = sorted((x[0], k, x[1]) for k, x in enumerate(got) if x)
+    return firsts[0][2] if firsts else "failed on another rank"
 
 
 def all_gather_cat(out: torch.Tensor, inp: torch.Tensor, group: Any) -> None:

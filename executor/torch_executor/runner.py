@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 
 from .config import MLADims
-from .dist import RankGroups
+from .dist import RankGroups, agree_any, rebuild_side
 from .kernels import KernelConfig, decode_kernel
 from .kv_pages import (OutOfPages, PageTable, SlotAllocator, check_layout_kind, gather_logical_kv, holders,
                        pages_for, write_history, write_kv)
@@ -91,9 +91,8 @@ class RankRunner:
     def add_requests(self, lengths: dict[int, int], owners: dict[int, int] | None = None) -> None:
         """Admit requests with `lengths[req]` tokens of history: synthetic, or the KV `save_request`
         kept for a preempted one. `owners`: each request's owner rank (owner layouts; default the
-        least-loaded). During a switch the destination's pages are written too."""
-        if self.switch is not None and self.switch._old is not None:
-            self.switch._release_old(self)  # committed at this boundary, no step since
+        least-loaded). During a switch the other layout's pages (the destination's, or on probation
+        the fallback's) are written too."""
         tables = self._tables_written()
         load = [0] * self.g.world_size
         for req, rank in self.state.table.owners.items():
@@ -114,23 +113,41 @@ class RankRunner:
             kept = self.saved.pop(req, None)
             if kept is not None and kept.shape[1] != n:
                 raise ValueError(f"request {req} was saved with {kept.shape[1]} tokens, admitted with {n}")
-            for table in tables:
+            for ti, table in enumerate(tables):
+                if ti and self.switch.mirror_table() is not table:
+                    continue  # the switch gave its pages back (or failed) admitting an earlier one
                 try:
                     for lp in range(pages_for(n, self.dims.page_size)):
                         if table.holds(self.g.rank, self.g.world_size, req, lp):
-                            slot = tables[0].pages.get(req, {}).get(lp) if table is not tables[0] else None
-                            table.add(req, lp, slot if slot is not None else self.alloc.alloc(1)[0])
+                            slot = tables[0].pages.get(req, {}).get(lp) if ti else None
+                            table.add(req, lp, slot if slot is not None else self._new_slot(ti > 0))
                 except OutOfPages as e:
-                    if table is tables[0]:
+                    if not ti:
                         raise
-                    # NOTE: no room for the destination's copy: the switch fails (every rank aborts
-                    # at the next agreement) and the request runs in the old layout
-                    self.switch.fail(f"no memory for request {req}'s pages in {table.kind}: {e}")
+                    # NOTE: no room for the other layout's copy: the switch fails (every rank
+                    # aborts at the next agreement) or loses its fallback; the request runs as is
+                    self._mirror_lost(f"no memory for request {req}'s pages in {table.kind}: {e}")
                     continue
                 if kept is None:
                     write_history(self.pool, table, req, n, self.seed)
                 else:
                     write_kv(self.pool, table, req, kept)
+
+    def _new_slot(self, mirror: bool) -> int:
+        """A page slot for the serving layout's table or (`mirror`) the switch's other one."""
+        sw = self.switch
+        if sw is not None and (sw.guarding or mirror):
+            return sw.take_page(self, mirror)
+        return self.alloc.alloc(1)[0]
+
+    def _mirror_lost(self, reason: str) -> None:
+        """The switch's other table could not get a page: while copying the switch fails; on
+        probation the fallback is incomplete, so the group can't roll back (agreed) any more."""
+        sw = self.switch
+        if sw.state.value == "copying":
+            sw.fail(reason)
+        else:
+            sw._fallback = False
 
     def finish_request(self, req: int) -> None:
         """Free a request's pages (both layouts' during a switch: freed when it commits or aborts)."""
@@ -141,6 +158,9 @@ class RankRunner:
             slots = sorted(set(slots) | set(sw.new.table.remove_request(req)))
             sw.new.table.owners.pop(req, None)
             sw.deferred_free.extend(slots)
+        elif sw is not None and sw._old is not None:  # on probation: the fallback's copy too
+            self.alloc.release(sorted(set(slots) | set(sw._old.table.remove_request(req))))
+            sw._old.table.owners.pop(req, None)
         else:
             self.alloc.release(slots)
         self.order.remove(req)
@@ -156,42 +176,55 @@ class RankRunner:
         self.finish_request(req)
 
     def _tables_written(self) -> list[PageTable]:
-        tables = [self.state.table]
-        if self.switch is not None and self.switch.mirroring:
-            tables.append(self.switch.new.table)
-        return tables
+        """The serving layout's table, and the switch's other one while it is written."""
+        mirror = self.switch.mirror_table() if self.switch is not None else None
+        return [self.state.table] if mirror is None else [self.state.table, mirror]
 
-    def _prepare_writes(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Allocate pages for each request's new token; return (rows [n] into B, flat token idx [n])."""
+    def _prepare_writes(self) -> tuple[list[int], list[int]]:
+        """Allocate pages for each request's new token; return (rows [n] into B, flat token idx [n]).
+        A page both tables hold shares one slot, written once."""
         page, t, r = self.dims.page_size, self.g.world_size, self.g.rank
         rows, toks = [], []
-        for table_i, table in enumerate(self._tables_written()):
+        tables = self._tables_written()
+        for table_i, table in enumerate(tables):
+            if table_i and self.switch.mirror_table() is not table:
+                break  # the switch gave its pages back for the serving layout's (transitions.surrender)
             for i, req in enumerate(self.order):
                 pos = self.seq_lens[req]
                 lp = pos // page
                 if r not in holders(table.kind, t, req, lp, table.owners):
                     continue
                 slot = table.pages.get(req, {}).get(lp)
+                shared = tables[0].pages.get(req, {}).get(lp) if table_i else None
                 if slot is None:
                     try:
-                        slot = self.alloc.alloc(1)[0]
+                        slot = shared if shared is not None else self._new_slot(table_i > 0)
                     except OutOfPages as e:
                         if table_i == 0:
                             raise
-                        self.switch.fail(f"no memory for a new page of the destination layout: {e}")
+                        self._mirror_lost(f"no memory for a new page of {table.kind}: {e}")
                         break
                     table.add(req, lp, slot)
-                tok = slot * page + pos % page
-                if table_i == 1 and tok in toks:
-                    continue  # page kept by both layouts: one write
+                if shared is not None and shared == slot:
+                    continue  # a slot both tables hold: written once, through the serving table
                 rows.append(i)
-                toks.append(tok)
+                toks.append(slot * page + pos % page)
         return rows, toks
 
-    def build_exec(self, state: LayoutState, extra_pages: int = 0) -> StepExec:
+    def _host_work(self) -> tuple[list[int], list[int], StepExec | None]:
+        """A step's host bookkeeping: pages for the new tokens, and a new (unprepared) executable
+        when the current one's inputs can't hold this step."""
+        rows, toks = self._prepare_writes()
+        ex = None
+        if self.exec is None or not self.exec.inputs.fits(self.state, self.order, self.seq_lens):
+            ex = self.build_exec(self.state, prepare=False)
+        return rows, toks, ex
+
+    def build_exec(self, state: LayoutState, extra_pages: int = 0, prepare: bool = True) -> StepExec:
         """Fixed-shape inputs (and, on CUDA, a captured graph) for `state` and the current batch.
 
         extra_pages: growth to allow for beyond the headroom (a switch passes its copy steps).
+        prepare: False leaves the capture (collectives on every rank) to the caller's `prepare()`.
         """
         page = self.dims.page_size
         # logical pages after this step's token, the same on every rank (see StepInputs.fits)
@@ -203,7 +236,8 @@ class RankRunner:
         inputs.batch.kernel = decode_kernel(self.kernel_config, heads, len(inputs.att), inputs.cap, self.dims,
                                             self.dtype, self.g.device)
         ex = StepExec(inputs, self._forward, self.use_graphs)
-        ex.prepare(self.seq_lens)
+        if prepare:
+            ex.prepare(self.seq_lens)
         return ex
 
     def _forward(self, inp: StepInputs) -> torch.Tensor:
@@ -227,47 +261,55 @@ class RankRunner:
     # ---- the step ----------------------------------------------------------------------------
     def step(self) -> torch.Tensor:
         """One decode step of every running request. Returns the final residual [B, D] (on CUDA
-        with graphs, the graph's output buffer: clone it to keep it past the next step)."""
-        if self.switch is not None:
-            self.switch.before_step(self)
-        rows, toks = self._prepare_writes()
-        if self.exec is None or not self.exec.inputs.fits(self.state, self.order, self.seq_lens):
+        with graphs, the graph's output buffer: clone it to keep it past the next step). While a
+        switch is copying or on probation, the host work is agreed on by every rank before the
+        device work (transitions.Transition.guard)."""
+        sw = self.switch
+        if sw is not None:
+            sw.before_step(self)
+        rows, toks, ex = sw.guard(self, self._host_work) if sw is not None and sw.guarding else self._host_work()
+        if ex is not None:
+            ex.prepare(self.seq_lens)
             if self.exec is not None:
                 self.retired.append(self.exec)
-            self.exec = self.build_exec(self.state)
+            self.exec = ex
         self.exec.inputs.upload(self.seq_lens, rows, toks)
         x = self.exec.run()
         for q in self.order:
             self.seq_lens[q] += 1
-        if self.switch is not None:
-            self.switch.after_step(self)
+        if sw is not None:
+            sw.after_step(self)
         self.step_index += 1
         return x
 
     def idle_step(self) -> None:
         """A step with nothing decoding (the caller's step ran only a prefill): the switch in
-        flight still moves its chunk of this step, so it advances as it would under decode steps."""
-        if self.switch is not None:
-            self.switch.before_step(self)
-        if self.switch is not None:
-            self.switch.after_step(self)
+        flight still agrees and moves its chunk of this step, so it advances as under decode steps."""
+        sw = self.switch
+        if sw is not None:
+            sw.before_step(self)
+            if sw.guarding:
+                sw.guard(self, lambda: None)
+            sw.after_step(self)
         self.step_index += 1
 
-    def switch_to(self, kind: str, bytes_per_step: int, faults=None, auto_commit: bool = True):
+    def switch_to(self, kind: str, bytes_per_step: int, faults=None, auto_commit: bool = True,
+                  after_commit: str = "rollback"):
         """Plan and begin a switch to `kind` at this batch boundary; returns the Transition. An
-        owner destination keeps each request's owner as admitted (`owner_of`)."""
+        owner destination keeps each request's owner as admitted (`owner_of`). `after_commit`: what
+        a failure in the step after the commit does (transitions.py: "rollback" or "forward")."""
         from .transitions import Transition, plan_page_moves
 
         check_layout_kind(kind)
         if self.switch is not None and self.switch.in_flight:
             raise RuntimeError(f"a switch to {self.switch.plan.dst_kind} is already in flight")
-        if self.switch is not None and self.switch._old is not None:
-            self.switch._release_old(self)
+        if self.switch is not None and self.switch.probation:
+            self.switch._end_probation(self)  # committed at this boundary, no step since
         owners = self.owner_of if all(q in self.owner_of for q in self.seq_lens) else None
         plan = plan_page_moves(self.state.kind, kind, self.g.world_size, dict(self.seq_lens),
                                dict(self.state.table.owners), self.dims, self.pool.element_size(),
                                self.head_bytes_full, self.step_index, bytes_per_step, owners)
-        self.switch = Transition(plan, faults, auto_commit)
+        self.switch = Transition(plan, faults, auto_commit, after_commit)
         self.switch.begin(self)
         return self.switch
 
@@ -278,9 +320,14 @@ class RankRunner:
         self.switch.commit(self)
 
     def abort_switch(self, reason: str) -> None:
-        """Drop the switch in flight at this boundary (every rank); the old layout is untouched."""
-        if self.switch is not None and self.switch.in_flight:
-            self.switch.abort(self, reason)
+        """Drop the switch in flight at this boundary (every rank calls it: one agreement on whether
+        a transfer broke the side group, which is then rebuilt); the old layout is untouched."""
+        sw = self.switch
+        if sw is not None and sw.in_flight:
+            if agree_any(sw.side_broken, self.g):
+                rebuild_side(self.g)
+                sw.side_broken = False
+            sw.abort(self, reason)
 
     # ---- checks ------------------------------------------------------------------------------
     def local_logical_kv(self) -> dict[int, tuple[list[int], torch.Tensor]]:
@@ -293,8 +340,9 @@ class RankRunner:
     def check_pages(self) -> None:
         """Raise unless every slot is exactly one of: free, reserved, or one logical page of a table."""
         used: dict[int, tuple] = {}
-        tables = [self.state.table] + ([self.switch.new.table] if self.switch is not None and self.switch.in_flight
-                                       else [])
+        sw = self.switch
+        tables = [self.state.table] + ([sw.new.table] if sw is not None and sw.in_flight else []) \
+            + ([sw._old.table] if sw is not None and sw._old is not None else [])
         for table in tables:
             for req, per in table.pages.items():
                 for lp, slot in per.items():
@@ -303,12 +351,12 @@ class RankRunner:
         free = self.alloc.free_set()
         self.alloc.check_disjoint()
         reserved = set(self.alloc.reserved)
-        deferred = set(self.switch.deferred_free) if self.switch is not None else set()
+        deferred = set(sw.deferred_free) | set(sw.spare) | set(sw.ballast) if sw is not None else set()
         if free & set(used) or reserved & set(used) or free & reserved or deferred & (free | reserved | set(used)):
             raise AssertionError("a slot is both used and free/reserved")
         if len(free) + len(reserved) + len(used) + len(deferred) != self.alloc.num_slots:
             raise AssertionError(f"slots lost: {len(free)} free + {len(reserved)} reserved + {len(used)} used "
-                                 f"+ {len(deferred)} to free != {self.alloc.num_slots}")
+                                 f"+ {len(deferred)} to free or spare != {self.alloc.num_slots}")
         for req, n in self.seq_lens.items():
             for lp in range(pages_for(n, self.dims.page_size)):
                 held = lp in self.state.table.pages.get(req, {})

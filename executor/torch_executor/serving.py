@@ -11,8 +11,11 @@ executor on one rank, over a `RankRunner`:
   group), so every rank's loop sees the same durations and decides the same;
 - a switch the policy decides is begun in the background (`RankRunner.switch_to`, pages moved in
   rate-limited chunks on the side group, new tokens written to both layouts), polled at every
-  batch boundary, and committed there once every chunk has moved; a fault aborts it on every rank
-  and the loop keeps serving in the old layout. The commit stall is measured (the slowest rank).
+  batch boundary, and committed there once every chunk has moved and been verified; a fault
+  anywhere (no memory, a transport error, a corrupted page) aborts it on every rank and the loop
+  keeps serving in the old layout; a failure in the step after the commit keeps the committed
+  layout (the loop already serves it) and retries the step there. The commit stall is measured
+  (the slowest rank).
 The step durations the loop's clock reads are the measured ones (`clock="measured"`), or the
 step-time tables' (`clock="table"`: the simulator's prices, while the real steps still run and
 are timed), which is how a test runs the same loop on the simulator and on real layers and gets
@@ -86,6 +89,7 @@ class TorchExecutor:
         self.measured_steps_s: list[float] = []  # every step's slowest-rank duration
         self.measured_stalls_s: list[float] = []  # every commit's slowest-rank stall
         self.kv_identical: list[bool] = []  # per commit, when check_kv: logical KV equal before and after
+        self.transitions: list = []  # every switch started (transitions.Transition), in order
         self.outputs: dict[int, dict[int, np.ndarray]] = {}  # request -> position -> final residual [D]
         self._last_step_s = 0.0
         self._reported_abort = True
@@ -141,7 +145,11 @@ class TorchExecutor:
         kind = check_runnable(plan.dst)
         faults = self.options.faults.get(self.switches_started)
         self.switches_started += 1
-        sw = self.runner.switch_to(kind, self.options.bytes_per_step, faults, auto_commit=False)
+        # NOTE: "forward": once the loop has committed it serves the new layout (its capacity, its
+        # admissions), so a failure in the step after the commit keeps that layout and retries
+        # the step there (transitions.py); only a switch in flight is rolled back, by aborting it
+        sw = self.runner.switch_to(kind, self.options.bytes_per_step, faults, auto_commit=False, after_commit="forward")
+        self.transitions.append(sw)
         self._reported_abort = False
         if self.sim is not None:
             return self.sim.start_switch(plan)
@@ -150,22 +158,20 @@ class TorchExecutor:
         return sw.plan.num_chunks * self._last_step_s
 
     def poll_switch(self) -> SwitchStatus:
-        """Agreed by every rank (one small all-reduce): a failure anywhere aborts everywhere, and
-        the switch is ready only when it is ready on every rank. NOTE: a rank can fail locally
-        between agreements (no room for an admitted request's destination pages); without this,
-        ranks could commit at different boundaries and their collectives would no longer match."""
+        """Agreed by every rank (the switch's agreement, one small all-reduce): a failure anywhere
+        aborts everywhere, and the switch is ready only when it is ready on every rank. NOTE: a
+        rank can fail locally between agreements (no room for an admitted request's destination
+        pages); without this, ranks could commit at different boundaries and their collectives
+        would no longer match."""
         sw = self.runner.switch
         if sw is None or sw.state == SwitchState.COMMITTED:
             return SwitchStatus.READY
         if sw.state == SwitchState.ABORTED:
             self.abort_reason = sw.reason or "aborted"
             return SwitchStatus.ABORTED
-        flags = torch.tensor([sw._failed is not None, not sw.ready], dtype=torch.int32)
-        dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=self.runner.g.ctrl)
-        if flags[0]:
-            self.runner.abort_switch(sw._failed or "the switch failed on another rank")
+        if sw.agree(self.runner):
             return self.poll_switch()
-        if not flags[1]:
+        if sw.ready:
             return SwitchStatus.READY
         if not self.runner.order:  # nothing decodes to carry the chunks: move the next one now
             self.runner.idle_step()

@@ -1,51 +1,71 @@
-"""Live switches between attention layouts: plans, background movement, commit and abort.
+"""Live switches between attention layouts: reservation, background movement, group-wide agreement,
+commit, probation, abort and rollback.
 
-What it does: `plan_page_moves` (pure, host-only, identical on every rank) lists what moves
-for any of the 12 ordered layout pairs — each KV page to each rank that must newly hold it,
-with the valid token prefix at plan time, and head weights gathered (sharded -> replicated)
-or sliced (replicated -> sharded) — chunked so no rank receives more than `bytes_per_step` a
-step, with bytes and memory per rank and the commit step fixed in the plan.
-`Transition` carries a plan out on one rank through explicit states
+What it does: `Transition` carries a plan (move_plan.py) out on one rank through explicit states
 planned -> copying (-> ready) -> committed | aborted:
-- begin: allocate destination pages and weight slots first (an agreed abort if any rank
-  can't); from here the new token of every step is written to both layouts' pages;
-- each step after the step's work: one chunk on a side stream over the side process group
-  (pack the valid prefixes, batched send/recv, unpack), then a host agreement on failures;
-- still in begin, the destination's fixed-shape step inputs are built and (on CUDA) its step
-  is captured as a CUDA graph, so nothing is built at the boundary;
-- commit at a batch boundary once every chunk has moved (`ready`): at the plan's commit step
-  (`auto_commit`, scripted switches), or when the serving loop says (`RankRunner.commit_switch`):
-  the main stream waits for the side stream and two references are swapped (layout state, step
-  executable); nothing is allocated, freed or synchronized there. The old layout's pages and
-  weight slots are freed after the commit step's device work has been issued;
-- requests admitted or finished while the switch is in flight are written to (freed from) both
-  layouts' pages, and a finished request's remaining moves are skipped (every rank knows it);
-- abort: destination pages and weights are dropped; the old layout was never written to
-  except by its own steps, so every request's KV stays bit-identical.
+- begin: reserve everything the switch will take before it starts — destination pages, weight
+  slots, and a spare of pages for the destination's new tokens over the copy steps and the step
+  after the commit — with the source's own growth over those steps still free, or refuse in one
+  line (an agreed abort: every rank reports the first failing rank's reason); build the
+  destination's fixed-shape step inputs (on CUDA its step is captured as a CUDA graph, after the
+  agreement); from here the new token of every step is written to both layouts' pages;
+- every step, after the step's host bookkeeping and before its device work, one agreement on the
+  control group (`agree`: the shared abort flag). Any failure on any rank since the last one — an
+  allocation, a chunk's preparation or transfer, a checksum mismatch, any exception in the
+  guarded host work — aborts the switch on every rank there, before any collective of the step
+  is entered, and the step's bookkeeping is redone on the agreed state;
+- after the step's device work: one chunk on a side stream over the side group (transfer.py:
+  checksummed, faults never leave a peer waiting past the side group's short timeout);
+- commit at a batch boundary once every chunk has moved, been verified and agreed on (`ready`): at
+  the plan's commit step (`auto_commit`, scripted switches), or when the serving loop says
+  (`RankRunner.commit_switch`): the main stream waits for the side stream and two references are
+  swapped (layout state, step executable); nothing is allocated, freed or synchronized there;
+- the step after the commit is on probation: the old layout stays complete as a fallback (its
+  pages are still written); its host work is agreed on as above, and a failure anywhere rolls the
+  group back to the old layout (`after_commit="rollback"`), or drops the fallback and retries the
+  step once in the committed layout (`"forward"`: for a caller already serving the new layout,
+  the serving loop); a retry that fails too raises the same error on every rank. Once that step's
+  device work is issued, the fallback's pages and weight slots and the unused spare are freed;
+- requests admitted or finished while the switch is in flight (or on probation) are written to
+  (freed from) both layouts' pages, and a finished request's remaining moves are skipped;
+- the layout that serves draws pages from the free list, then the spare; when both are empty the
+  switch gives its memory back at once (`surrender`) and fails, so a switch never starves the
+  layout that serves. The other layout draws from the spare, then from the free list while one
+  page per running request stays for the serving layout's next step; else the switch fails;
+- abort: destination pages, weights and the spare are dropped (the side group rebuilt if a
+  transfer broke it); the old layout was never written to except by its own steps, so every
+  request's KV stays bit-identical.
 NOTE: the commit moves no data. A page's prefix that existed at plan time is immutable and is
 copied in the background; every token after it is written by its new holder itself, since
 every rank computes every request's latent (kv_a and the residual are replicated). So the
 "small delta" of the hand-off is empty and the commit stall is a stream wait and a swap.
-What it does not do: choose when to switch (runtime_policy), recover from a rank that dies
-mid-transfer (a transfer error is detected and agreed on at the next step boundary).
+What it does not do: choose when to switch (runtime_policy); bound a failure inside a step's
+device work (a rank raising between two of the step's main-group collectives leaves the others
+in the next one: the host work before the step's first collective is what is agreed on); admit
+a request the serving layout has no room for even with the switch's memory given back (the
+caller's accounting: it raises on that rank, as without a switch); or recover from a rank that dies.
 """
 
 from __future__ import annotations
 
 import contextlib
+import time
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import Any, Callable
 
-import numpy as np
 import torch
-import torch.distributed as dist
 
-from .config import MLADims
-from .dist import agree_any, all_gather_cat
-from .kv_pages import OutOfPages, PageTable, balance_owners, holders, pages_for
+from .dist import agree_any, agree_flags, first_reason, rebuild_side
+from .kv_pages import OutOfPages, PageTable, holders, pages_for
 from .layers import HeadWeights
-from .layouts import LayoutState, heads_sharded, weight_slots_needed
+from .layouts import LayoutState
+from .move_plan import PageMovePlan, plan_page_moves, switch_growth_pages
+from .transfer import run_chunk
+
+__all__ = ["AFTER_COMMIT", "Faults", "PageMovePlan", "SwitchState", "Transition", "plan_page_moves"]
+
+AFTER_COMMIT = ("rollback", "forward")
 
 
 class SwitchState(str, Enum):
@@ -57,145 +77,15 @@ class SwitchState(str, Enum):
 
 @dataclass(frozen=True)
 class Faults:
-    """Injected faults for tests: a failing transfer, or no memory for destination pages."""
+    """Injected faults for tests, each on one rank (`fail_transfer_rank` for the transfer faults)."""
 
-    fail_transfer_chunk: int | None = None
+    fail_transfer_chunk: int | None = None  # that chunk's pages arrive as garbage, and the rank says so
     fail_transfer_rank: int = 0
-    deny_pages_rank: int | None = None
-
-
-@dataclass(frozen=True)
-class PageMovePlan:
-    """What a switch moves, per rank, and when it commits. One row per (page, new holder)."""
-
-    src_kind: str
-    dst_kind: str
-    world_size: int
-    start_step: int
-    commit_step: int
-    bytes_per_step: int
-    num_chunks: int
-    dst_owners: dict[int, int]
-    move_req: np.ndarray  # [M] request id
-    move_lp: np.ndarray  # [M] logical page
-    move_src: np.ndarray  # [M] sending rank
-    move_dst: np.ndarray  # [M] receiving rank
-    move_tokens: np.ndarray  # [M] valid tokens of the page at plan time (the copied prefix)
-    move_chunk: np.ndarray  # [M] chunk (step after start_step) that moves it
-    weight_chunk: tuple[int, ...]  # per layer: chunk that gathers its heads, -1 if none
-    weights: str  # "keep" | "gather" | "slice"
-    send_bytes: tuple[int, ...]  # per rank, KV + weights
-    recv_bytes: tuple[int, ...]
-    dest_pages: tuple[int, ...]  # pages each rank allocates before copying
-    freed_pages: tuple[int, ...]  # pages each rank frees at commit
-    weight_slots_before: int  # per rank, slots taken by replicated weights
-    weight_slots_after: int
-
-    def memory_needed_pages(self, rank: int) -> int:
-        """Free page slots rank needs before copying starts (destination pages + weight slots)."""
-        extra_w = self.weight_slots_after if self.weights == "gather" else 0
-        return self.dest_pages[rank] + extra_w
-
-    def summary(self) -> dict[str, Any]:
-        return {
-            "src": self.src_kind, "dst": self.dst_kind, "world_size": self.world_size,
-            "num_chunks": self.num_chunks, "commit_after_steps": self.commit_step - self.start_step,
-            "pages_moved": int(len(self.move_req)), "weights": self.weights,
-            "send_bytes_per_rank": list(self.send_bytes), "recv_bytes_per_rank": list(self.recv_bytes),
-            "dest_pages_per_rank": list(self.dest_pages), "freed_pages_per_rank": list(self.freed_pages),
-            "weight_slots_before": self.weight_slots_before, "weight_slots_after": self.weight_slots_after,
-            "bytes_per_step": self.bytes_per_step,
-        }
-
-
-def plan_page_moves(src: str, dst: str, world_size: int, seq_lens: dict[int, int], src_owners: dict[int, int],
-                    dims: MLADims, element_bytes: int, head_bytes_full: int, start_step: int,
-                    bytes_per_step: int, dst_owners: dict[int, int] | None = None) -> PageMovePlan:
-    """Plan a switch src -> dst at the boundary before `start_step` (pure; same on every rank).
-    `dst_owners`: each request's owner under an owner destination (None: kept from an owner source,
-    else balanced by KV bytes; a serving loop passes the owners it keeps for every layout)."""
-    if src == dst:
-        raise ValueError(f"switch from {src} to itself")
-    if bytes_per_step <= 0:
-        raise ValueError(f"bytes_per_step={bytes_per_step} must be positive")
-    t, page, layers = world_size, dims.page_size, dims.num_layers
-    if dst in ("dp", "dop"):
-        if src in ("dp", "dop"):
-            dst_owners = dict(src_owners)
-        elif dst_owners is None:
-            dst_owners = balance_owners(seq_lens, t)
-        else:
-            dst_owners = {q: dst_owners[q] for q in seq_lens}
-    else:
-        dst_owners = {}
-    token_bytes = layers * dims.latent_dim * element_bytes
-    rows, freed, dest = [], [0] * t, [0] * t
-    for req in sorted(seq_lens):
-        n = seq_lens[req]
-        for lp in range(pages_for(n, page)):
-            old = holders(src, t, req, lp, src_owners)
-            new = holders(dst, t, req, lp, dst_owners)
-            for k in old:
-                if k not in new:
-                    freed[k] += 1
-            for d in new:
-                if d not in old:
-                    rows.append((req, lp, old[(d + lp) % len(old)], d, min(page, n - lp * page)))
-                    dest[d] += 1
-    moves = np.array(rows, dtype=np.int64).reshape(-1, 5)
-    if heads_sharded(src) == heads_sharded(dst):
-        weights = "keep"
-    else:
-        weights = "gather" if heads_sharded(src) else "slice"
-    layer_gather = (head_bytes_full - head_bytes_full // t) // layers if weights == "gather" else 0
-    # Chunking: items in order (weights first), a new chunk when a receiving rank would pass the limit.
-    chunk, recv = 0, [0] * t
-    send_tot, recv_tot = [0] * t, [0] * t
-    any_item = False
-
-    def place(per_rank: list[int]) -> int:
-        nonlocal chunk, recv, any_item
-        if any(recv[k] and recv[k] + per_rank[k] > bytes_per_step for k in range(t) if per_rank[k]):
-            chunk, recv = chunk + 1, [0] * t
-        for k in range(t):
-            recv[k] += per_rank[k]
-        any_item = True
-        return chunk
-
-    weight_chunk = []
-    for _ in range(layers):
-        if weights == "gather":
-            weight_chunk.append(place([layer_gather] * t))
-            for k in range(t):
-                recv_tot[k] += layer_gather
-                send_tot[k] += layer_gather  # its shard to each of the T-1 others
-        else:
-            weight_chunk.append(-1)
-    move_chunk = np.zeros(len(moves), dtype=np.int64)
-    for i, (_, _, s, d, ntok) in enumerate(moves):
-        b = int(ntok) * token_bytes
-        per = [0] * t
-        per[d] = b
-        move_chunk[i] = place(per)
-        send_tot[s] += b
-        recv_tot[d] += b
-    num_chunks = chunk + 1 if any_item else 0
-    page_bytes = dims.kv_bytes_per_page(element_bytes)
-    return PageMovePlan(
-        src, dst, t, start_step, start_step + num_chunks + 1, bytes_per_step, num_chunks, dst_owners,
-        moves[:, 0].copy(), moves[:, 1].copy(), moves[:, 2].copy(), moves[:, 3].copy(), moves[:, 4].copy(),
-        move_chunk, tuple(weight_chunk), weights, tuple(send_tot), tuple(recv_tot), tuple(dest), tuple(freed),
-        weight_slots_needed(src, head_bytes_full, t, page_bytes), weight_slots_needed(dst, head_bytes_full, t, page_bytes),
-    )
-
-
-def _index(slots: list[int], counts: list[int], page: int, device) -> torch.Tensor:
-    """Flat token indices of the copied prefixes. -> [sum counts] int64 on device."""
-    if not slots:
-        return torch.zeros(0, dtype=torch.int64, device=device)
-    idx = np.concatenate([np.arange(s * page, s * page + c, dtype=np.int64) for s, c in zip(slots, counts)])
-    t = torch.from_numpy(idx)
-    return t.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else t
+    deny_pages_rank: int | None = None  # no memory for the destination on that rank
+    transfer_error_chunk: int | None = None  # the rank's transport raises before it posts that chunk
+    corrupt_chunk: int | None = None  # one bit of the first message the rank receives from that chunk on flips
+    fail_after_commit_rank: int | None = None  # that rank's host work raises in the step after the commit
+    starve_rank: int | None = None  # once the switch begins, it holds all of that rank's free pages (not the spare)
 
 
 @dataclass
@@ -205,51 +95,131 @@ class Transition:
     plan: PageMovePlan
     faults: Faults | None = None
     auto_commit: bool = True  # commit at plan.commit_step (scripted); False: the caller commits once `ready`
+    after_commit: str = "rollback"  # a failure in the step after the commit: "rollback" | "forward"
     state: SwitchState = SwitchState.PLANNED
     reason: str | None = None
     new: LayoutState | None = None
     new_exec: Any = None  # step_graph.StepExec of the destination, built during copying
+    probation: bool = False  # committed, the next step not run yet: the old layout is the fallback
+    after_commit_failure: str | None = None  # "forward": the failure the committed layout survived
+    side_broken: bool = False  # a transfer raised on this rank: the side group is rebuilt at the abort
+    spare: list[int] = field(default_factory=list)  # reserved pages for the non-serving layout's growth
+    mismatch: Any = None  # [] int64 on the device: moved messages whose checksum differed (transfer.py)
     _failed: str | None = None
+    _failed_at: float = 0.0
     _chunks_done: int = 0
+    _agreed_chunks: int = -1
+    _verified: bool = False
     _old: LayoutState | None = None  # the source layout until its pages are released
+    _old_exec: Any = None
+    _fallback: bool = False  # on probation, the old layout still holds every token
+    corrupted: bool = False  # a `corrupt_chunk` fault has flipped its bit
+    ballast: list[int] = field(default_factory=list)  # the free pages a `starve_rank` fault holds for the switch
     # slots of requests finished while copying: freed at the commit or abort (NOTE: not at once: a
     # chunk on the side stream may still be reading or writing them)
     deferred_free: list[int] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.after_commit not in AFTER_COMMIT:
+            raise ValueError(f"after_commit={self.after_commit!r} is not one of {AFTER_COMMIT}")
 
     @property
     def in_flight(self) -> bool:
         return self.state in (SwitchState.PLANNED, SwitchState.COPYING)
 
     @property
+    def guarding(self) -> bool:
+        """Steps whose host work is agreed on before their device work (the same on every rank)."""
+        return self.state == SwitchState.COPYING or self.probation
+
+    @property
     def mirroring(self) -> bool:
         return self.state == SwitchState.COPYING and self._failed is None
 
+    def mirror_table(self) -> PageTable | None:
+        """The table written besides the serving layout's: the destination's while copying, the
+        fallback's on probation."""
+        if self.mirroring:
+            return self.new.table
+        if self.probation and self._fallback:
+            return self._old.table
+        return None
+
     @property
     def ready(self) -> bool:
-        """Every chunk moved and agreed on: the switch can commit at the next batch boundary."""
-        return self.state == SwitchState.COPYING and self._failed is None and self._chunks_done >= self.plan.num_chunks
+        """Every chunk moved, verified and agreed on: the switch can commit at the next boundary."""
+        return (self.state == SwitchState.COPYING and self._failed is None and self._verified
+                and self._agreed_chunks >= self.plan.num_chunks)
 
     def fail(self, reason: str) -> None:
-        """Record a local failure; all ranks abort at the next agreement."""
+        """Record a local failure; all ranks act on it at the next agreement."""
         if self._failed is None:
-            self._failed = reason
+            self._failed, self._failed_at = reason, time.time()
 
-    # ---- begin -------------------------------------------------------------------------------
+    # ---- pages ---------------------------------------------------------------------------------
+    def take_page(self, runner, mirror: bool) -> int:
+        """One page slot for the serving layout (`mirror` False) or the other one (module docstring)."""
+        alloc, r = runner.alloc, runner.g.rank
+        if mirror:
+            if self.spare:
+                return self.spare.pop()
+            if alloc.num_free > len(runner.order):
+                return alloc.alloc(1)[0]
+            raise OutOfPages(f"rank {r}: the spare is used up and the {alloc.num_free} free page slots stay "
+                             f"for the serving layout")
+        if alloc.num_free:
+            return alloc.alloc(1)[0]
+        if self.spare:
+            return self.spare.pop()
+        self.surrender(runner, f"rank {r}: the serving layout {runner.state.kind} needed a page and none was free")
+        return alloc.alloc(1)[0]
+
+    def surrender(self, runner, reason: str) -> None:
+        """Give back this rank's switch memory at once (the serving layout needs it): the
+        destination's own pages, weight slots and the spare while copying (the switch fails), the
+        fallback's own pages on probation (no rollback any more)."""
+        if runner.side_stream is not None:
+            runner.side_stream.synchronize()  # a chunk may still write the pages given back
+        if self.state == SwitchState.COPYING and self.new is not None:
+            old, new = runner.state, self.new
+            keep = set(old.table.slots())
+            for q in list(new.table.pages):
+                runner.alloc.release([s for s in new.table.remove_request(q) if s not in keep])
+            if new.weight_slots is not old.weight_slots:
+                runner.alloc.unreserve(new.weight_slots)
+                new.weight_slots = []
+            self.fail(reason)
+        elif self.probation and self._old is not None:
+            self._fallback = False
+            self._release_old(runner)
+        self._give_back_spare(runner)
+
+    def _give_back_spare(self, runner) -> None:
+        runner.alloc.release(self.spare + self.ballast)
+        self.spare, self.ballast = [], []
+
+    # ---- begin ---------------------------------------------------------------------------------
     def begin(self, runner) -> None:
         plan, r, t = self.plan, runner.g.rank, runner.g.world_size
-        old = runner.state
+        old, page = runner.state, runner.dims.page_size
+        self.mismatch = torch.zeros((), dtype=torch.int64, device=runner.g.device)
         new_table = PageTable(plan.dst_kind, dict(plan.dst_owners))
         self.new = LayoutState(plan.dst_kind, new_table, old.heads, old.weight_slots)
         try:
             if self.faults is not None and self.faults.deny_pages_rank == r:
                 raise OutOfPages(f"injected: no memory for {plan.dest_pages[r]} destination pages on rank {r}")
-            need = plan.memory_needed_pages(r)
+            steps = plan.num_chunks + 2  # the copy steps, the one that agrees the last chunk, the probation step
+            src_growth, dst_growth = switch_growth_pages(plan, r, runner.seq_lens, old.table.owners, page, steps)
+            need = plan.memory_needed_pages(r) + src_growth + dst_growth
             if need > runner.alloc.num_free:
-                raise OutOfPages(f"rank {r} needs {need} free page slots for {plan.dst_kind} "
-                                 f"({plan.dest_pages[r]} pages + weights), has {runner.alloc.num_free}")
+                raise OutOfPages(
+                    f"rank {r} needs {need} free page slots to switch {plan.src_kind} -> {plan.dst_kind} "
+                    f"({plan.dest_pages[r]} destination pages, {plan.memory_needed_pages(r) - plan.dest_pages[r]} "
+                    f"weight slots, {src_growth} + {dst_growth} pages for both layouts' new tokens over {steps} "
+                    f"steps), has {runner.alloc.num_free}")
             for req in sorted(runner.seq_lens):
-                for lp in range(pages_for(runner.seq_lens[req], runner.dims.page_size)):
+                for lp in range(pages_for(runner.seq_lens[req], page)):
                     if r in holders(plan.dst_kind, t, req, lp, plan.dst_owners):
                         slot = old.table.pages.get(req, {}).get(lp)
                         new_table.add(req, lp, slot if slot is not None else runner.alloc.alloc(1)[0])
@@ -264,10 +234,14 @@ class Transition:
                 hs = runner.dims.num_heads // t
                 with self._side(runner):
                     self.new.heads = [h.slice_heads(r * hs, hs) for h in old.heads]
-        except OutOfPages as e:
-            self.fail(str(e))
+            self.spare = runner.alloc.alloc(dst_growth)
+            # Tokens grow by one per step until the commit: room for them (and headroom) in the inputs.
+            self.new_exec = runner.build_exec(self.new, extra_pages=pages_for(plan.num_chunks + 2, page),
+                                              prepare=False)
+        except Exception as e:  # noqa: BLE001 - any failure here is agreed on, never raised on one rank
+            self.fail(str(e) if isinstance(e, OutOfPages) else f"rank {r}: {type(e).__name__}: {e}")
         if agree_any(self._failed is not None, runner.g):
-            self.abort(runner, self._failed or "another rank could not prepare the destination")
+            self.abort(runner, first_reason(self._failed, runner.g, self._failed_at))
             return
         if runner.side_stream is not None and self.new.heads is not old.heads:
             main = torch.cuda.current_stream(runner.g.device)
@@ -276,8 +250,9 @@ class Transition:
                     x.record_stream(main)
         runner.retired.clear()  # execs replaced before this switch: their last replays are long done
         self.state = SwitchState.COPYING
-        # Tokens grow by one per step until the commit: room for them (and headroom) in the inputs.
-        self.new_exec = runner.build_exec(self.new, extra_pages=pages_for(plan.num_chunks + 2, runner.dims.page_size))
+        self.new_exec.prepare(runner.seq_lens)
+        if self.faults is not None and self.faults.starve_rank == r:
+            self.ballast = runner.alloc.alloc(runner.alloc.num_free)
 
     def _side(self, runner):
         if runner.side_stream is None:
@@ -285,76 +260,100 @@ class Transition:
         runner.side_stream.wait_stream(torch.cuda.current_stream(runner.g.device))
         return torch.cuda.stream(runner.side_stream)
 
-    # ---- per step ----------------------------------------------------------------------------
+    # ---- per step ------------------------------------------------------------------------------
     def before_step(self, runner) -> None:
-        if self.auto_commit and self.state == SwitchState.COPYING and runner.step_index >= self.plan.commit_step:
+        if self.auto_commit and self.ready and runner.step_index >= self.plan.commit_step:
             self.commit(runner)
 
+    def guard(self, runner, work: Callable[[], Any]) -> Any:
+        """The step's host work, then the agreement, before any collective of the step: returns
+        work()'s result on the agreed state (redone there if the switch was dropped)."""
+        r = runner.g.rank
+        ok, out = True, None
+        try:
+            f = self.faults
+            if self.probation and f is not None and f.fail_after_commit_rank == r:
+                raise RuntimeError(f"injected: the first step after the commit failed on rank {r}")
+            out = work()
+        except Exception as e:  # noqa: BLE001 - agreed on below, on every rank
+            self.fail(str(e) if isinstance(e, OutOfPages) else f"rank {r}: {type(e).__name__}: {e}")
+            ok = False
+        if not self.agree(runner) and ok:
+            return out
+        err = None
+        try:
+            out = work()
+        except Exception as e:  # noqa: BLE001
+            err = f"rank {r}: {type(e).__name__}: {e}"
+        if agree_any(err is not None, runner.g):
+            raise RuntimeError(f"{first_reason(err, runner.g)} (a step's host work, after the switch was dropped)")
+        return out
+
+    def agree(self, runner) -> bool:
+        """The shared abort flag: one all-reduce of [failed, side group broken, fallback lost] on the
+        control group. True when the switch failed on some rank; it is then aborted, rolled back or
+        moved forward on every rank, with the same reason. Reads the checksum counter once, when
+        the last chunk has moved (on CUDA a wait for the side stream, at the step after it)."""
+        if self.state == SwitchState.COPYING and self._failed is None and not self._verified \
+                and self._chunks_done >= self.plan.num_chunks:
+            if runner.side_stream is not None:
+                runner.side_stream.synchronize()
+            bad = int(self.mismatch.item())
+            if bad:
+                self.fail(f"rank {runner.g.rank}: {bad} moved message(s) failed their checksum (a corrupted transfer)")
+            else:
+                self._verified = True
+        failed, broken, lost = agree_flags([int(self._failed is not None), int(self.side_broken),
+                                            int(self.probation and not self._fallback)], runner.g)
+        if not failed:
+            if self.state == SwitchState.COPYING:
+                self._agreed_chunks = self._chunks_done
+            return False
+        reason = first_reason(self._failed, runner.g, self._failed_at)
+        if broken:
+            rebuild_side(runner.g)
+            self.side_broken = False
+        if self.in_flight:
+            self.abort(runner, reason)
+        elif self.after_commit == "rollback" and not lost:
+            self._rollback(runner, reason)
+        else:
+            self._forward(runner, reason)
+        return True
+
     def after_step(self, runner) -> None:
-        if self._old is not None:
-            self._release_old(runner)
+        if self.probation:
+            self._end_probation(runner)
         if self.state != SwitchState.COPYING:
             return
         k = runner.step_index - self.plan.start_step
-        if 0 <= k < self.plan.num_chunks and self._failed is None:
-            self._run_chunk(runner, k)
-        if agree_any(self._failed is not None, runner.g):
-            self.abort(runner, self._failed or "a transfer failed on another rank")
+        if 0 <= k < self.plan.num_chunks:
+            with self._side(runner):
+                run_chunk(self, runner, k)
+            self._chunks_done = k + 1
 
-    def _run_chunk(self, runner, k: int) -> None:
-        plan, r, g = self.plan, runner.g.rank, runner.g
-        page, dev, dims = runner.dims.page_size, g.device, runner.dims
-        flat = runner.pool.view(dims.num_layers, -1, dims.latent_dim)  # [L, P*page, C+R]
-        old_t, new_t = runner.state.table, self.new.table
-        with self._side(runner):
-            for layer, c in enumerate(plan.weight_chunk):
-                if c == k:
-                    for out, src in zip(self.new.heads[layer].tensors(), runner.state.heads[layer].tensors()):
-                        all_gather_cat(out, src, g.side)
-            live = np.fromiter((int(q) in runner.seq_lens for q in plan.move_req), dtype=bool, count=len(plan.move_req))
-            sel = np.nonzero((plan.move_chunk == k) & live)[0]  # moves of requests finished since: skipped
-            ops, recvs = [], []
-            for peer in range(plan.world_size):
-                if peer == r:
-                    continue
-                out_rows = sel[(plan.move_src[sel] == r) & (plan.move_dst[sel] == peer)]
-                if len(out_rows):
-                    idx = _index([old_t.pages[int(plan.move_req[i])][int(plan.move_lp[i])] for i in out_rows],
-                                 [int(plan.move_tokens[i]) for i in out_rows], page, dev)
-                    ops.append(dist.P2POp(dist.isend, flat.index_select(1, idx), peer, group=g.side))
-                in_rows = sel[(plan.move_dst[sel] == r) & (plan.move_src[sel] == peer)]
-                if len(in_rows):
-                    idx = _index([new_t.pages[int(plan.move_req[i])][int(plan.move_lp[i])] for i in in_rows],
-                                 [int(plan.move_tokens[i]) for i in in_rows], page, dev)
-                    buf = torch.empty((dims.num_layers, len(idx), dims.latent_dim), dtype=flat.dtype, device=dev)
-                    ops.append(dist.P2POp(dist.irecv, buf, peer, group=g.side))
-                    recvs.append((idx, buf))
-            if ops:
-                for work in dist.batch_isend_irecv(ops):
-                    work.wait()
-            for idx, buf in recvs:
-                flat.index_copy_(1, idx, buf)
-            f = self.faults
-            if f is not None and f.fail_transfer_chunk == k and f.fail_transfer_rank == r:
-                for idx, _ in recvs:  # what a broken transfer leaves behind: garbage in the new pages
-                    flat.index_fill_(1, idx, float("nan"))
-                self.fail(f"injected: transfer of chunk {k} failed on rank {r}")
-        self._chunks_done = k + 1
-
-    # ---- commit / abort ----------------------------------------------------------------------
+    # ---- commit / probation / abort ------------------------------------------------------------
     def commit(self, runner) -> None:
         """The hand-off: a stream wait and two reference swaps (everything else was done before)."""
         if self.state != SwitchState.COPYING:
             raise RuntimeError(f"commit in state {self.state.value}")
         if runner.side_stream is not None:
             torch.cuda.current_stream(runner.g.device).wait_stream(runner.side_stream)
-        self._old = runner.state
+        self._old, self._old_exec = runner.state, runner.exec
         if runner.exec is not None:
             runner.retired.append(runner.exec)
         runner.state, runner.exec = self.new, self.new_exec
         self.state = SwitchState.COMMITTED
+        self.probation = self._fallback = True
         runner.alloc.release(self.deferred_free)
         self.deferred_free = []
+
+    def _end_probation(self, runner) -> None:
+        """The step after the commit has been issued: free the fallback and the unused spare."""
+        if self._old is not None:
+            self._release_old(runner)
+        self._give_back_spare(runner)
+        self.probation = self._fallback = False
 
     def _release_old(self, runner) -> None:
         """Free the source layout's pages and weight slots (host bookkeeping after the commit step)."""
@@ -364,7 +363,32 @@ class Transition:
         if new.weight_slots is not old.weight_slots:
             runner.alloc.unreserve(old.weight_slots)
         runner.retired.append(old)  # its tensors may still be read by the last source replay
-        self._old = None
+        self._old = self._old_exec = None
+
+    def _rollback(self, runner, reason: str) -> None:
+        """Back to the fallback: the old layout holds every token (it was written on probation)."""
+        old, new = self._old, runner.state
+        keep = set(old.table.slots())
+        runner.alloc.release([s for s in new.table.slots() if s not in keep])
+        if new.weight_slots is not old.weight_slots:
+            runner.alloc.unreserve(new.weight_slots)
+        if runner.exec is not None:
+            runner.retired.append(runner.exec)
+        runner.retired.append(new)
+        runner.state, runner.exec = old, self._old_exec
+        self._give_back_spare(runner)
+        self._old = self._old_exec = None
+        self.probation = self._fallback = False
+        self.state = SwitchState.ABORTED
+        self.reason = f"the first step after the commit failed ({reason}); rolled back to {old.kind}"
+
+    def _forward(self, runner, reason: str) -> None:
+        """Keep the committed layout, drop the fallback (its pages may be what the step lacked)."""
+        old_kind = self._old.kind if self._old is not None else self.plan.src_kind
+        self._end_probation(runner)
+        self.after_commit_failure = reason
+        self.reason = (f"the first step after the commit failed ({reason}); dropped the {old_kind} fallback "
+                       f"and retried in {runner.state.kind}")
 
     def abort(self, runner, reason: str) -> None:
         if not self.in_flight:
@@ -383,5 +407,6 @@ class Transition:
             self.new_exec = None
         runner.alloc.release(self.deferred_free)
         self.deferred_free = []
+        self._give_back_spare(runner)
         self.state = SwitchState.ABORTED
         self.reason = reason

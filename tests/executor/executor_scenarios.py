@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from executor.torch_executor import Faults, RankRunner, tiny_dims
+from executor.torch_executor import RankRunner, tiny_dims
 from executor.torch_executor.checks import check_global_placement, collect_logical_kv, kv_checksum
 from executor.torch_executor.reference import ReferenceDecoder
 
@@ -34,15 +34,15 @@ def _runner(g, layout, num_slots=256, dims=None):
 
 
 def _kv_bytes_step(dims) -> int:
-    # a few tokens' pages per chunk so switches take several steps (3 pages of 4 tokens; 1 page
-    # of 16 on GPUs, where 3 would move CP -> TP in one chunk and the chunk-1 fault never fires)
-    return max(1, 12 // dims.page_size) * dims.kv_bytes_per_page(4)
+    from executor_fault_scenarios import bytes_per_step
+
+    return bytes_per_step(dims)
 
 
-def scenario_all(g, dims=None) -> dict:
+def scenario_all(g, dims=None, faults: bool = True) -> dict:
     """dims: default tiny_dims(num_heads=8) (CPU); on GPUs pass dims with page, latent and rope
     widths >= 16 (the Triton kernel's dot minimum). The reference runs on the ranks' device (seeded
-    weights are drawn per device type)."""
+    weights are drawn per device type). faults: also the four basic faults (executor_fault_scenarios)."""
     torch.manual_seed(0)
     out: dict = {"world_size": g.world_size}
     dims = dims or tiny_dims(num_heads=8)
@@ -101,45 +101,9 @@ def scenario_all(g, dims=None) -> dict:
         out[f"switch_chunks/{key}"] = chunks
         out[f"switch_free_after/{key}"] = runner.alloc.num_free
 
-    # 3. faults: a failing transfer, injected page denial, a pool too small for TP
-    probe = _runner(g, "cp", dims=dims)
-    fit = len(probe.alloc.reserved) + 1 + sum(
-        1 for q, n in LENGTHS.items() for lp in range(-(-(n + STEPS) // dims.page_size))
-        if probe.state.table.holds(g.rank, g.world_size, q, lp))
-    fit_t = torch.tensor([fit])
-    torch.distributed.all_reduce(fit_t, op=torch.distributed.ReduceOp.MAX, group=g.ctrl)
-    cp_fit_slots = int(fit_t.item())  # room for CP and its growth, not for TP's copies
-    for name, src, dst, faults, slots in (
-        ("transfer", "cp", "tp", Faults(fail_transfer_chunk=1, fail_transfer_rank=g.world_size - 1), 256),
-        ("transfer_weights", "dop", "dp", Faults(fail_transfer_chunk=0, fail_transfer_rank=0), 256),
-        ("deny_pages", "dp", "cp", Faults(deny_pages_rank=g.world_size - 1), 256),
-        ("small_pool", "cp", "tp", None, cp_fit_slots),
-    ):
-        runner = _runner(g, src, num_slots=slots, dims=dims)
-        free0 = runner.alloc.num_free
-        kv0 = None
-        outs = []
-        for s in range(STEPS):
-            if s == SWITCH_AT:
-                kv0 = collect_logical_kv(runner)
-                runner.switch_to(dst, bytes_per_step=_kv_bytes_step(dims), faults=faults)
-            outs.append(runner.step().clone())  # on CUDA: the graph's output buffer
-            check_global_placement(runner)
-        kv1 = collect_logical_kv(runner)
-        out[f"fault_state/{name}"] = runner.switch.state.value
-        out[f"fault_reason/{name}"] = runner.switch.reason
-        out[f"fault_layout/{name}"] = runner.layout
-        out[f"fault_err/{name}"] = max(rel_err(o, b) for o, b in zip(outs, base[src]))
-        out[f"fault_kv_prefix_identical/{name}"] = all(
-            torch.equal(kv1[q][:, :kv0[q].shape[1]], kv0[q]) for q in kv0)
-        pages_now = sum(len(p) for p in runner.state.table.pages.values())
-        out[f"fault_pages_accounted/{name}"] = (runner.alloc.num_free + pages_now + len(runner.alloc.reserved)
-                                                == runner.alloc.num_slots) and free0 >= runner.alloc.num_free
-        # a clean retry afterwards commits (except where the pool really is too small)
-        if name != "small_pool":
-            sw = runner.switch_to(dst, bytes_per_step=_kv_bytes_step(dims))
-            while sw.in_flight:
-                runner.step()
-            check_global_placement(runner)
-            out[f"fault_retry/{name}"] = sw.state.value
+    # 3. faults (GPUs; the CPU tests run them, and the group-wide ones, in executor_fault_scenarios.py at T = 4)
+    if faults:
+        from executor_fault_scenarios import fault_cases, runner_faults
+
+        out.update(runner_faults(g, fault_cases(g, dims)[:4], dims))
     return out

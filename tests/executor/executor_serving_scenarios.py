@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from executor.sim import SimExecutor
-from executor.torch_executor import Faults, tiny_dims
+from executor.torch_executor import tiny_dims
 from executor.torch_executor.serve import TorchServeSpec, build_rank, torch_tables
 from executor.torch_executor.serving import TorchServeOptions, with_step_times
 from planner.hardware.spec import HardwareSpec
@@ -152,27 +152,9 @@ def scenario_serving(g) -> dict:
     out["fixed"] = fixed
     out["outputs_vs_fixed"] = _max_rel_err(ex.outputs, ex_fixed.outputs)
 
-    # 3. a transfer fault in the first switch (DOP -> TP moves pages, several chunks): aborted, and
-    # the loop carries on in DOP; the outputs still match
-    fault, ex_fault = _torch(g, _spec(tables, clock="table", record_outputs=True, bytes_per_step=16 * 1280,
-                                      faults={0: Faults(fail_transfer_chunk=1, fail_transfer_rank=g.world_size - 1)}))
-    out["fault"] = fault
-    out["fault_outputs_vs_fixed"] = _max_rel_err(ex_fault.outputs, ex_fixed.outputs)
-    out["fault_kv_consistent"] = _placement_ok(ex_fault.runner)
-
-    # 4. step times measured on this executor, put in the tables: the simulator and the torch
+    # 3. step times measured on this executor, put in the tables: the simulator and the torch
     # executor (the tables' clock) still decide the same
     measured = with_step_times(tables, measure_fits(g, dims))
     out["measured_sim"] = _sim(measured)
     out["measured_torch"] = _torch(g, _spec(measured, clock="table"))[0]
     return out
-
-
-def _placement_ok(runner) -> bool:
-    from executor.torch_executor.checks import check_global_placement
-
-    try:
-        check_global_placement(runner)
-        return True
-    except AssertionError:
-        return False

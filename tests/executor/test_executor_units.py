@@ -190,3 +190,50 @@ def test_rebuild_decision_is_the_same_on_every_rank(kind):
                          device=torch.device("cpu"))
         verdicts.append((inp.fits(state, order, seq), inp.fits(state, order, {7: seq[7] + 1})))
     assert verdicts == [(True, False)] * t
+
+
+# ---- issue 19 item 5: what a switch reserves, and the checksum of moved pages -------------------
+
+def test_switch_growth_pages_counts_both_layouts_new_tokens():
+    """T = 2, 4-token pages, DP (request 0 on rank 0, request 1 on rank 1) -> TP over 4 steps.
+    Request 0 (5 tokens) writes positions 5..8: pages 0-1 exist, page 8 // 4 = 2 is new; request 1
+    (8 tokens) writes 8..11: page 2 is new. Rank 0 holds request 0's page 2 under DP (the source's)
+    and request 1's under TP alone (the destination's): (1, 1); rank 1 the mirror image. Over 3
+    steps request 0 reaches position 7 only: no new page; request 1 still needs page 2."""
+    from executor.torch_executor.move_plan import switch_growth_pages
+
+    dims = tiny_dims(num_heads=8)
+    seq = {0: 5, 1: 8}
+    owners = {0: 0, 1: 1}
+    plan = plan_page_moves("dp", "tp", 2, seq, owners, dims, 4, 1000, 0, 1 << 20)
+    assert switch_growth_pages(plan, 0, seq, owners, 4, 4) == (1, 1)
+    assert switch_growth_pages(plan, 1, seq, owners, 4, 4) == (1, 1)
+    assert switch_growth_pages(plan, 0, seq, owners, 4, 3) == (0, 1)
+    # 9 steps: request 0 writes 5..13 (pages 2, 3), request 1 writes 8..16 (pages 2, 3, 4)
+    assert switch_growth_pages(plan, 0, seq, owners, 4, 9) == (2, 3)
+
+
+def test_payload_checksum_arithmetic_and_what_it_catches():
+    from executor.torch_executor.transfer import payload_checksum
+
+    def signed(v: int) -> int:
+        v %= 1 << 64
+        return v - (1 << 64) if v >= 1 << 63 else v
+
+    k, c = 0x9E3779B97F4A7C15, 0x632BE59BD9B4E019
+    # 1.0 and 2.0 in fp32 are the bit patterns 0x3F800000 and 0x40000000; weights (j·K + C) | 1
+    want = signed(0x3F800000 * ((0 * k + c) | 1) + 0x40000000 * ((1 * k + c) | 1))
+    x = torch.tensor([1.0, 2.0])
+    assert int(payload_checksum(x)) == want
+    y = torch.randn(3, 5, 7)
+    base = int(payload_checksum(y))
+    flipped = y.clone()
+    flipped.view(-1)[17:18].view(torch.int32).bitwise_xor_(1)  # one bit of one element
+    assert int(payload_checksum(flipped)) != base
+    swapped = y.clone()
+    swapped[0, 0, 0], swapped[2, 4, 6] = y[2, 4, 6], y[0, 0, 0]  # same values, other places
+    assert int(payload_checksum(swapped)) != base
+    # a tensor's checksum is the sum of its parts' at their offsets (what the weight gather checks)
+    a, b = y[:1], y[1:]
+    assert signed(int(payload_checksum(a)) + int(payload_checksum(b, a.numel()))) == base
+    assert int(payload_checksum(y.to(torch.bfloat16))) != int(payload_checksum(y))  # widths differ

@@ -1,0 +1,164 @@
+"""Switch plans: what a live layout switch moves, per rank, and when it commits (pure, host-only).
+
+What it does: `plan_page_moves` lists, identically on every rank, what moves for any of the 12
+ordered layout pairs — each KV page to each rank that must newly hold it, with the valid token
+prefix at plan time, and head weights gathered (sharded -> replicated) or sliced (replicated ->
+sharded) — chunked so no rank receives more than `bytes_per_step` a step, with bytes and memory
+per rank and the commit step fixed in the plan; `switch_growth_pages` counts the pages a rank
+needs for both layouts' new tokens over the next steps (what a switch reserves before it begins).
+What it does not do: move anything (transfer.py) or track a switch's state (transitions.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+
+from .config import MLADims
+from .kv_pages import balance_owners, holders, pages_for
+from .layouts import heads_sharded, weight_slots_needed
+
+
+@dataclass(frozen=True)
+class PageMovePlan:
+    """What a switch moves, per rank, and when it commits. One row per (page, new holder)."""
+
+    src_kind: str
+    dst_kind: str
+    world_size: int
+    start_step: int
+    commit_step: int
+    bytes_per_step: int
+    num_chunks: int
+    dst_owners: dict[int, int]
+    move_req: np.ndarray  # [M] request id
+    move_lp: np.ndarray  # [M] logical page
+    move_src: np.ndarray  # [M] sending rank
+    move_dst: np.ndarray  # [M] receiving rank
+    move_tokens: np.ndarray  # [M] valid tokens of the page at plan time (the copied prefix)
+    move_chunk: np.ndarray  # [M] chunk (step after start_step) that moves it
+    weight_chunk: tuple[int, ...]  # per layer: chunk that gathers its heads, -1 if none
+    weights: str  # "keep" | "gather" | "slice"
+    send_bytes: tuple[int, ...]  # per rank, KV + weights
+    recv_bytes: tuple[int, ...]
+    dest_pages: tuple[int, ...]  # pages each rank allocates before copying
+    freed_pages: tuple[int, ...]  # pages each rank frees at commit
+    weight_slots_before: int  # per rank, slots taken by replicated weights
+    weight_slots_after: int
+
+    def memory_needed_pages(self, rank: int) -> int:
+        """Free page slots rank needs before copying starts (destination pages + weight slots)."""
+        extra_w = self.weight_slots_after if self.weights == "gather" else 0
+        return self.dest_pages[rank] + extra_w
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "src": self.src_kind, "dst": self.dst_kind, "world_size": self.world_size,
+            "num_chunks": self.num_chunks, "commit_after_steps": self.commit_step - self.start_step,
+            "pages_moved": int(len(self.move_req)), "weights": self.weights,
+            "send_bytes_per_rank": list(self.send_bytes), "recv_bytes_per_rank": list(self.recv_bytes),
+            "dest_pages_per_rank": list(self.dest_pages), "freed_pages_per_rank": list(self.freed_pages),
+            "weight_slots_before": self.weight_slots_before, "weight_slots_after": self.weight_slots_after,
+            "bytes_per_step": self.bytes_per_step,
+        }
+
+
+def plan_page_moves(src: str, dst: str, world_size: int, seq_lens: dict[int, int], src_owners: dict[int, int],
+                    dims: MLADims, element_bytes: int, head_bytes_full: int, start_step: int,
+                    bytes_per_step: int, dst_owners: dict[int, int] | None = None) -> PageMovePlan:
+    """Plan a switch src -> dst at the boundary before `start_step` (pure; same on every rank).
+    `dst_owners`: each request's owner under an owner destination (None: kept from an owner source,
+    else balanced by KV bytes; a serving loop passes the owners it keeps for every layout)."""
+    if src == dst:
+        raise ValueError(f"switch from {src} to itself")
+    if bytes_per_step <= 0:
+        raise ValueError(f"bytes_per_step={bytes_per_step} must be positive")
+    t, page, layers = world_size, dims.page_size, dims.num_layers
+    if dst in ("dp", "dop"):
+        if src in ("dp", "dop"):
+            dst_owners = dict(src_owners)
+        elif dst_owners is None:
+            dst_owners = balance_owners(seq_lens, t)
+        else:
+            dst_owners = {q: dst_owners[q] for q in seq_lens}
+    else:
+        dst_owners = {}
+    token_bytes = layers * dims.latent_dim * element_bytes
+    rows, freed, dest = [], [0] * t, [0] * t
+    for req in sorted(seq_lens):
+        n = seq_lens[req]
+        for lp in range(pages_for(n, page)):
+            old = holders(src, t, req, lp, src_owners)
+            new = holders(dst, t, req, lp, dst_owners)
+            for k in old:
+                if k not in new:
+                    freed[k] += 1
+            for d in new:
+                if d not in old:
+                    rows.append((req, lp, old[(d + lp) % len(old)], d, min(page, n - lp * page)))
+                    dest[d] += 1
+    moves = np.array(rows, dtype=np.int64).reshape(-1, 5)
+    if heads_sharded(src) == heads_sharded(dst):
+        weights = "keep"
+    else:
+        weights = "gather" if heads_sharded(src) else "slice"
+    layer_gather = (head_bytes_full - head_bytes_full // t) // layers if weights == "gather" else 0
+    # Chunking: items in order (weights first), a new chunk when a receiving rank would pass the limit.
+    chunk, recv = 0, [0] * t
+    send_tot, recv_tot = [0] * t, [0] * t
+    any_item = False
+
+    def place(per_rank: list[int]) -> int:
+        nonlocal chunk, recv, any_item
+        if any(recv[k] and recv[k] + per_rank[k] > bytes_per_step for k in range(t) if per_rank[k]):
+            chunk, recv = chunk + 1, [0] * t
+        for k in range(t):
+            recv[k] += per_rank[k]
+        any_item = True
+        return chunk
+
+    weight_chunk = []
+    for _ in range(layers):
+        if weights == "gather":
+            weight_chunk.append(place([layer_gather] * t))
+            for k in range(t):
+                recv_tot[k] += layer_gather
+                send_tot[k] += layer_gather  # its shard to each of the T-1 others
+        else:
+            weight_chunk.append(-1)
+    move_chunk = np.zeros(len(moves), dtype=np.int64)
+    for i, (_, _, s, d, ntok) in enumerate(moves):
+        b = int(ntok) * token_bytes
+        per = [0] * t
+        per[d] = b
+        move_chunk[i] = place(per)
+        send_tot[s] += b
+        recv_tot[d] += b
+    num_chunks = chunk + 1 if any_item else 0
+    page_bytes = dims.kv_bytes_per_page(element_bytes)
+    return PageMovePlan(
+        src, dst, t, start_step, start_step + num_chunks + 1, bytes_per_step, num_chunks, dst_owners,
+        moves[:, 0].copy(), moves[:, 1].copy(), moves[:, 2].copy(), moves[:, 3].copy(), moves[:, 4].copy(),
+        move_chunk, tuple(weight_chunk), weights, tuple(send_tot), tuple(recv_tot), tuple(dest), tuple(freed),
+        weight_slots_needed(src, head_bytes_full, t, page_bytes), weight_slots_needed(dst, head_bytes_full, t, page_bytes),
+    )
+
+
+
+def switch_growth_pages(plan: "PageMovePlan", rank: int, seq_lens: Mapping[int, int], src_owners: Mapping[int, int],
+                        page_size: int, steps: int) -> tuple[int, int]:
+    """Pages `rank` allocates for the new tokens of the next `steps` steps while both layouts of
+    `plan` are written: (the source's, the destination's alone). Every request gains one token a
+    step (positions n .. n+steps-1 of a request of n tokens); a new page both layouts hold on the
+    rank shares one slot (RankRunner writes it once), so it counts as the source's."""
+    t, src_n, dst_n = plan.world_size, 0, 0
+    for req, n in seq_lens.items():
+        for lp in range(pages_for(n, page_size), (n + steps - 1) // page_size + 1):
+            in_src = rank in holders(plan.src_kind, t, req, lp, src_owners)
+            if in_src:
+                src_n += 1
+            elif rank in holders(plan.dst_kind, t, req, lp, plan.dst_owners):
+                dst_n += 1
+    return src_n, dst_n
