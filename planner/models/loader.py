@@ -1,14 +1,18 @@
 """Load a model: a built-in card by name, or any Hugging Face config.json by path, offline.
 
-Every field the planner needs is checked once here; a config the planner can't model gives one
-SpecError naming the architecture or the field. The file is read through planner.inputs (regular
-files only, a size limit, UTF-8, bounded nesting, finite numbers), and `check_config_fields`
-refuses a field of the wrong type or range before any variant reads it.
+A config becomes a stack of layers: planner.models.patterns reads whatever pattern fields the
+config uses into one LayerType per decoder layer (refusing, in one line naming it, a field that
+shapes the stack and isn't read); each distinct layer type is claimed by the most specific
+registered mixer variant and MLP variant; identical layers are grouped (`LayerGroup`). Multimodal
+wrappers are unwrapped (`text_config`). Every value a variant reads passes through
+planner.models.config.HFConfig, so a config the planner can't model gives one SpecError naming
+the architecture and the field. The file is read through planner.inputs (regular files only, a
+size limit, UTF-8, bounded nesting, finite numbers), and `check_config_fields` refuses a field
+of the wrong type or range, and cross-field nonsense, before any variant reads it.
 """
 
 from __future__ import annotations
 
-import math
 import os
 from functools import lru_cache
 from pathlib import Path
@@ -16,30 +20,20 @@ from typing import Any
 
 from planner.errors import SpecError
 from planner.inputs import MODEL_CONFIG_MAX_BYTES, check_number, is_file, load_json_file, path_kind, shown, shown_path
-from planner.models.attention.base import variant_from_hf_config
-from planner.models.mlp.base import mlp_from_hf_config
-from planner.models.spec import ModelSpec
+from planner.models.attention.base import variant_for_layer
+from planner.models.config import HFConfig, LayerType
+from planner.models.mlp.base import mlp_for_layer
+from planner.models.patterns import layer_types, mtp_layers
+from planner.models.spec import LayerGroup, ModelSpec
 
 CARDS_DIR = Path(__file__).parent / "cards"
 
 _QUANT_TO_DTYPE = {"fp8": "fp8", "mxfp4": "fp4", "nvfp4": "fp4", "modelopt_fp4": "fp4", "fbgemm_fp8": "fp8",
                    "compressed-tensors": None, "modelopt": "fp8"}
 
-# Architectures with state-space or linear-attention layers have no per-token KV to cost yet.
-_UNMODELLED_FIELDS = ("linear_num_key_heads", "ssm_cfg", "mamba_d_state", "state_size", "attn_layer_period")
-
 
 def builtin_model_names() -> list[str]:
     return sorted(p.stem for p in CARDS_DIR.glob("*.json"))
-
-
-def _positive_int(cfg: dict[str, Any], key: str, where: str) -> int:
-    v = cfg.get(key)
-    if v is None:
-        raise SpecError(f"{where}: missing field '{key}'")
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0 or int(v) != v:
-        raise SpecError(f"{where}: field '{key}'={v!r} must be a positive integer")
-    return int(v)
 
 
 # Integer fields a variant reads, with the least value each may hold when present (None and absent
@@ -99,57 +93,77 @@ def check_config_fields(cfg: dict[str, Any], where: str) -> None:
         raise SpecError(f"{where}: field 'quantization_config.quant_method' must be a string")
 
 
-def model_from_hf_config(cfg: dict[str, Any], name: str) -> ModelSpec:
+def weight_dtype(cfg: HFConfig, quant_file: dict[str, Any] | None = None) -> str:
+    """The checkpoint dtype of the linear weights from `quantization_config` (or a model folder's
+    hf_quant_config.json): fp8 / fp4 methods by name, compressed-tensors by its weights' bits."""
+    q = cfg.sub("quantization_config")
+    if q is None and quant_file is not None:
+        algo = (quant_file.get("quantization") or {}).get("quant_algo") if isinstance(quant_file, dict) else None
+        return _QUANT_TO_DTYPE.get(str(algo).lower(), None) or "bf16" if algo else "bf16"
+    if q is None:
+        return "bf16"
+    method = q.text("quant_method", "")
+    if method == "compressed-tensors":
+        groups = q.get("config_groups")
+        bits = {g.get("weights", {}).get("num_bits") for g in groups.values() if isinstance(g, dict)
+                and isinstance(g.get("weights"), dict)} if isinstance(groups, dict) else set()
+        return "fp4" if 4 in bits else "fp8" if 8 in bits else "bf16"
+    return _QUANT_TO_DTYPE.get(method) or "bf16"
+
+
+def _group_layers(cfg: HFConfig, types: list[LayerType]) -> tuple[LayerGroup, ...]:
+    """One variant per distinct layer type, identical layers grouped (first index kept)."""
+    built: dict[LayerType, tuple[Any, Any]] = {}
+    groups: dict[tuple[Any, Any], list[int]] = {}
+    for i, t in enumerate(types):
+        if t not in built:
+            mixer = None
+            if t.mixer != "none":
+                mixer = variant_for_layer(cfg, t)
+                if mixer is None:
+                    raise SpecError(f"layer {i} is {t.mixer!r}, and no attention variant claims it from this config")
+            mlp = None
+            if t.mlp != "none":
+                mlp = mlp_for_layer(cfg, t)
+                if mlp is None:
+                    raise SpecError(f"layer {i} has a {t.mlp!r} MLP, and no MLP variant claims it from this config")
+            built[t] = (mixer, mlp)
+        groups.setdefault(built[t], []).append(i)
+    if all(m is None for m, _ in groups):
+        raise SpecError("no layer has attention or a recurrent mixer the planner can model")
+    return tuple(LayerGroup(count=len(ix), first_layer=ix[0], mixer=m, mlp=f) for (m, f), ix in groups.items())
+
+
+def model_from_hf_config(cfg: dict[str, Any], name: str, quant_file: dict[str, Any] | None = None) -> ModelSpec:
     where = f"config {name}"
     if not isinstance(cfg, dict):
         raise SpecError(f"{where}: expected a JSON object")
-    if isinstance(cfg.get("text_config"), dict):  # multimodal wrappers keep the LM in text_config
+    outer = cfg
+    if "text_config" in cfg:  # multimodal wrappers keep the LM in text_config
+        if not isinstance(cfg["text_config"], dict):
+            raise SpecError(f"{where}: field 'text_config' must be an object")
         cfg = {**cfg["text_config"], "architectures": cfg.get("architectures")}
+        if "quantization_config" in outer and "quantization_config" not in cfg:
+            cfg["quantization_config"] = outer["quantization_config"]
     archs = cfg.get("architectures")
     arch = str(archs[0]) if isinstance(archs, list) and archs else archs if isinstance(archs, str) and archs else \
         str(cfg.get("model_type") or "unknown")
-    for f in _UNMODELLED_FIELDS:
-        if f in cfg:
-            raise SpecError(f"{where}: architecture {arch} has field '{f}' (state-space/linear attention), which the planner cannot model")
     check_config_fields(cfg, where)
-    layers = _positive_int(cfg, "num_hidden_layers", where)
-    hidden = _positive_int(cfg, "hidden_size", where)
-    vocab = _positive_int(cfg, "vocab_size", where)
-    for key in ("num_attention_heads", "num_key_value_heads", "head_dim", "kv_lora_rank", "q_lora_rank",
-                "intermediate_size", "moe_intermediate_size", "n_routed_experts", "num_experts_per_tok"):
-        if cfg.get(key) is not None:
-            _positive_int(cfg, key, where)
+    c = HFConfig(cfg, where)
     try:
-        attention = variant_from_hf_config(cfg)
-    except SpecError as exc:
-        raise SpecError(f"{where} ({arch}): {exc}") from None
-    if attention is None:
-        raise SpecError(f"{where}: architecture {arch} has no attention the planner can model (no 'num_attention_heads')")
-    try:
-        mlp = mlp_from_hf_config(cfg, layers)
+        types = layer_types(c)
+        layers = _group_layers(c, types)
+        hidden, vocab = c.int("hidden_size"), c.int("vocab_size")
+        mtp = mtp_layers(c)
+        wdt = weight_dtype(c, quant_file)
+        spec = ModelSpec(
+            name=name, architecture=arch, num_layers=len(types), hidden_size=hidden, vocab_size=vocab,
+            intermediate_size=c.int("intermediate_size", None), tie_word_embeddings=c.flag("tie_word_embeddings"),
+            mtp_layers=mtp, default_weight_dtype=wdt, layers=layers,
+        )
     except SpecError as exc:
         raise SpecError(f"{where} ({arch}): {str(exc).removeprefix('config.json: ')}") from None
-    if mlp is None:
-        raise SpecError(f"{where}: architecture {arch} has no MLP the planner can model (no 'intermediate_size' or experts)")
-    if attention.num_heads % max(1, getattr(attention, "num_kv_heads", 1)):
-        raise SpecError(f"{where}: num_attention_heads={attention.num_heads} is not a multiple of num_key_value_heads")
-    quant = (cfg.get("quantization_config") or {}).get("quant_method")
-    wdt = _QUANT_TO_DTYPE.get(quant) if quant else None
-    if wdt is None:
-        wdt = "bf16"
-    return ModelSpec(
-        name=name,
-        architecture=arch,
-        num_layers=layers,
-        hidden_size=hidden,
-        vocab_size=vocab,
-        intermediate_size=cfg.get("intermediate_size"),
-        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-        mtp_layers=int(cfg.get("num_nextn_predict_layers") or 0),
-        default_weight_dtype=wdt,
-        attention=attention,
-        mlp=mlp,
-    )
+    return spec
 
 
 @lru_cache(maxsize=64)
