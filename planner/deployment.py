@@ -153,11 +153,12 @@ def make_deployment(model: ModelSpec, hardware: HardwareSpec, *, attn: str = "tp
     if wdt not in WEIGHT_DTYPES:
         raise SpecError(f"weight_dtype={wdt!r} is not one of {', '.join(WEIGHT_DTYPES)}")
     kdt = resolve_kv_dtype(model, kv_dtype, eng, hardware)
-    if model.mlp.kind == "dense" and moe == "ep":
+    if not model.has_moe and moe == "ep":
         raise SpecError(f"moe=ep needs a mixture-of-experts model; {model.name} is dense (use --moe tp)")
     ranks = gpus // replicas
     attention_layouts()[attn].check(model, ranks)
-    model.mlp.check_tp(ranks, moe)
+    for v, _ in model.mlps:
+        v.check_tp(ranks, moe)
     if attention_kernel is not None:
         decode_kernel(attention_kernel)  # SpecError naming the known kernels
     return Deployment(model, hardware, attn, moe, gpus, replicas, wdt, kdt, page, engine, nodes, mem_fraction,

@@ -277,7 +277,7 @@ def compile_tables(dep: Deployment, model: StepTimeModel | None = None, max_batc
         a.setflags(write=False)
     return StepTimeTable(
         ranks=dep.ranks, num_layers=dep.model.num_layers, max_tokens=n_max, max_prefill_tokens=max_prefill_tokens, topk=topk,
-        kv_bytes_per_token=att.kv_bytes_per_token(dep.kv_dtype) * dep.model.num_layers,
+        kv_bytes_per_token=dep.model.kv_bytes_per_token(dep.kv_dtype),
         page_tokens=dep.page_tokens,
         memory_budget_bytes=dep.memory.static_budget_bytes,
         base_s=base, base_rows_py=base[: max_batch + 1].tolist(), prefill_s=pre, prefix_lo_s=pfx_lo, prefix_hi_s=pfx_hi, prefix_knee_tokens=float(knee), chunk_rows_s=chunk_rows, c1_s=c1, c2_s=c2, alpha=model.alpha, overhead_s=model.overhead_s,
@@ -286,8 +286,8 @@ def compile_tables(dep: Deployment, model: StepTimeModel | None = None, max_batc
 
 
 def _tp_kv_split(d: Deployment) -> float:
-    from planner.layouts.base import ShareInputs
-    from planner.layouts.tp import kv_split
+    """How many ways TP splits a token's KV, over the model's layers (1 / the share a rank keeps)."""
+    from planner.engines.base import kv_bytes_on_rank
 
-    inp = ShareInputs(d.model, d.ranks, planner.DecodeLoad.equal(1.0, 1.0), np.zeros(1), d.kv_dtype, d.page_tokens)
-    return kv_split(inp)
+    on_rank = kv_bytes_on_rank(d)
+    return d.model.kv_bytes_per_token(d.kv_dtype) / on_rank if on_rank > 0 else 1.0

@@ -60,12 +60,7 @@ def batch_defaults(hw) -> tuple[int, int]:
 
 
 def _mlp_transient_elems_per_token(dep: "Deployment") -> float:
-    mlp, t = dep.model.mlp, dep.ranks
-    dense = 3.0 * mlp.dense_intermediate_size / t
-    if mlp.kind != "moe":
-        return dense
-    width = mlp.expert_intermediate_size / (t if dep.moe == "tp" else 1)
-    return max(mlp.top_k * (3.0 * width + mlp.hidden_size), dense)
+    return max(v.profile_transient_elems_per_token(dep.ranks, dep.moe) for v, _ in dep.model.mlps)
 
 
 def peak_activation_terms(dep: "Deployment") -> dict[str, float]:
@@ -86,10 +81,13 @@ class VLLM(EngineMemoryModel):
     fraction_name = "gpu_memory_utilization"
 
     def default_kv_dtype(self, model, hw):
-        return "bf16"
+        only = model.attention.supported_kv_dtypes()
+        # NOTE: DeepSeek-V4: "DeepseekV4 only supports fp8 kv-cache format" (vLLM deepseek_v4_attention.py)
+        return "bf16" if "bf16" in only else only[0]
 
     def default_page_tokens(self, model, hw):
-        return 64 if model.attention.kind in ("mla", "dsa") else 16
+        # NOTE: DeepSeek-V4's 256-token logical blocks (vLLM deepseek_compressor.py)
+        return 256 if model.attention.kind == "dsv4" else 64 if model.attention.kind in ("mla", "dsa") else 16
 
     def chunked_prefill_tokens(self, dep):
         return batch_defaults(dep.hardware)[0]
