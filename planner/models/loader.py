@@ -32,8 +32,26 @@ _QUANT_TO_DTYPE = {"fp8": "fp8", "mxfp4": "fp4", "nvfp4": "fp4", "modelopt_fp4":
                    "compressed-tensors": None, "modelopt": "fp8"}
 
 
+CARD_SOURCES = Path(__file__).parent / "card_sources.json"
+
+
 def builtin_model_names() -> list[str]:
     return sorted(p.stem for p in CARDS_DIR.glob("*.json"))
+
+
+@lru_cache(maxsize=1)
+def card_sources() -> dict[str, dict[str, str]]:
+    """Card name → its Hugging Face repo id (and the fixture file it was taken from)."""
+    return load_json_file(CARD_SOURCES, "card sources", MODEL_CONFIG_MAX_BYTES)
+
+
+def card_for_repo(repo_id: str) -> str | None:
+    """The built-in card whose source is this Hugging Face repo id (case-insensitive), or None."""
+    want = repo_id.strip().strip("/").lower()
+    for card, src in card_sources().items():
+        if src.get("repo", "").lower() == want:
+            return card
+    return None
 
 
 # Integer fields a variant reads, with the least value each may hold when present (None and absent
@@ -193,6 +211,11 @@ def load_model(name_or_path: str) -> ModelSpec:
         path, kind = path / "config.json", "file"
     if kind in ("file", "other"):  # a FIFO or a device is refused by the read, not called missing
         return _load_path(str(path.resolve()), str(name_or_path), _stamp(str(path)))
+    if kind == "missing" and name_or_path.count("/") == 1 and path.suffix != ".json":
+        card = card_for_repo(name_or_path)  # a Hugging Face repo id that matches a built-in card
+        if card is not None:
+            return load_model(card)
     if path.suffix == ".json" or "/" in name_or_path:
-        raise SpecError(f"model config not found: {shown_path(name_or_path)}")
+        raise SpecError(f"model config not found: {shown_path(name_or_path)}"
+                        + (" (nor a Hugging Face repo id of a built-in card)" if name_or_path.count("/") == 1 else ""))
     raise SpecError(f"unknown model '{shown_path(name_or_path)}'; built in: {', '.join(builtin_model_names())}, or a path to a config.json")

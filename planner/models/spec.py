@@ -107,6 +107,14 @@ class ModelSpec(BaseModel):
                 out[key] = out.get(key, 0) + g.count
         return out
 
+    def _kinds(self, side: str) -> str:
+        """'gqa' for a uniform stack, 'gdn×45+gqa×15' for a mixed one ('none' layers left out)."""
+        counts = {k.split(":", 1)[1]: n for k, n in self.layer_counts().items() if k.startswith(side + ":")}
+        counts.pop("none", None)
+        if len(counts) == 1:
+            return next(iter(counts))
+        return "+".join(f"{k}×{n}" for k, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+
     # ---- parameters ---------------------------------------------------------------------------
     @property
     def embedding_params(self) -> float:
@@ -178,6 +186,8 @@ class ModelSpec(BaseModel):
             "architecture": self.architecture,
             "attention": self.attention.kind,
             "mlp": self.mlp.kind,
+            "attention_layers": self._kinds("mixer"),
+            "mlp_layers": self._kinds("mlp"),
             "layers": self.num_layers,
             "layer_stack": [g.describe() for g in self.layers],
             "hidden_size": self.hidden_size,
