@@ -108,8 +108,10 @@ class MemoryPlan:
             "kv_cell_bytes_per_token": self.kv_cell_bytes_per_token, "kv_bytes_per_token": self.kv_bytes_per_token,
             "kv_pool_tokens": self.kv_pool_tokens, "kv_pool_bytes": self.kv_pool_bytes,
             "page_tokens": self.page_tokens, "kv_dtype": self.kv_dtype, "defaults": dict(self.defaults),
-            "state_pool_bytes": self.state_pool_bytes, "state_bytes_per_request": self.state_bytes_per_request,
-            "max_running_requests": None if math.isinf(self.max_running_requests) else self.max_running_requests,
+            "state_bytes_per_request": self.state_bytes_per_request,
+            # NOTE: present only with a separate state pool (no nulls: the documents' nullable fields are a contract)
+            **({} if self.state_pool_bytes is None else
+               {"state_pool_bytes": self.state_pool_bytes, "max_running_requests": self.max_running_requests}),
         }
 
 

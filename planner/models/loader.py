@@ -157,9 +157,7 @@ def model_from_hf_config(cfg: dict[str, Any], name: str, quant_file: dict[str, A
     if not isinstance(cfg, dict):
         raise SpecError(f"{where}: expected a JSON object")
     outer = cfg
-    if "text_config" in cfg:  # multimodal wrappers keep the LM in text_config
-        if not isinstance(cfg["text_config"], dict):
-            raise SpecError(f"{where}: field 'text_config' must be an object")
+    if isinstance(cfg.get("text_config"), dict):  # multimodal wrappers keep the LM in text_config
         cfg = {**cfg["text_config"], "architectures": cfg.get("architectures")}
         if "quantization_config" in outer and "quantization_config" not in cfg:
             cfg["quantization_config"] = outer["quantization_config"]
