@@ -11,6 +11,7 @@ the engine computes it) is derived on first use; an infeasible plan is an answer
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -23,8 +24,35 @@ from planner.models.attention.kernels import DecodeKernel, decode_kernel, gpu_ar
 from planner.models.spec import ModelSpec
 from planner.units import WEIGHT_BYTES_PER_PARAM, WEIGHT_DTYPES
 
-ATTN_LAYOUTS: tuple[str, ...] = ("tp", "cp", "dcp", "dp", "dop")
-MOE_SPLITS: tuple[str, ...] = ("ep", "tp")
+class RegistryNames(Sequence):
+    """The names a registry holds now, in each entry's declared `order` (then by name): a layout
+    module registered later (a test's toy layout, a user's plug-in) is listed without a central edit."""
+
+    def __init__(self, entries):
+        self._entries = entries
+
+    def _names(self) -> tuple[str, ...]:
+        items = self._entries()
+        return tuple(sorted(items, key=lambda n: (getattr(items[n], "order", 100), n)))
+
+    def __getitem__(self, i):
+        return self._names()[i]
+
+    def __len__(self) -> int:
+        return len(self._names())
+
+    def __eq__(self, other) -> bool:
+        return tuple(self) == tuple(other) if isinstance(other, (tuple, list, RegistryNames)) else NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._names())
+
+    def __repr__(self) -> str:
+        return repr(self._names())
+
+
+ATTN_LAYOUTS: Sequence[str] = RegistryNames(attention_layouts)
+MOE_SPLITS: Sequence[str] = RegistryNames(moe_splits)
 
 
 @dataclass(frozen=True)

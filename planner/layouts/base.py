@@ -215,6 +215,7 @@ class AttentionLayout:
     weights_sharded: ClassVar[bool]  # head-sharded attention weights split over ranks (True) or replicated
     activations_replicated: ClassVar[bool]  # after attention every rank holds every token's hidden state
     head_sharded: ClassVar[bool]  # LM head vocab-parallel over ranks
+    order: ClassVar[int] = 100  # where listings put it (planner.deployment.RegistryNames)
 
     def share(self, inp: ShareInputs) -> AttentionShare:
         raise NotImplementedError

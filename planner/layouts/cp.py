@@ -80,6 +80,7 @@ def partial_output_bytes(inp: ShareInputs) -> np.ndarray:
 @register_attention_layout
 class ContextParallel(AttentionLayout):
     name = "cp"
+    order = 1  # where listings put it
     description = "SPLASH CP: weights replicated, KV pages interleaved over ranks, partials all-gathered and LSE-merged"
     weights_sharded = False
     activations_replicated = True

@@ -34,6 +34,7 @@ from planner.layouts.tp import split_core
 @register_attention_layout
 class DecodeContextParallel(AttentionLayout):
     name = "dcp"
+    order = 2  # where listings put it
     description = "vLLM DCP: heads sharded like TP, KV interleaved by tokens, queries all-gathered, outputs reduce-scattered"
     weights_sharded = True
     activations_replicated = True

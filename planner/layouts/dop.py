@@ -17,6 +17,7 @@ from planner.layouts.dp import owner_attention, owner_candidates
 @register_attention_layout
 class DecoupledOwnership(AttentionLayout):
     name = "dop"
+    order = 4  # where listings put it
     description = "heads sharded like TP, each request's KV on one owner, queries routed by all-to-all"
     weights_sharded = True
     activations_replicated = True

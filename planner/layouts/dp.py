@@ -71,6 +71,7 @@ def owner_candidates(layout: AttentionLayout, inp: ShareInputs) -> list[Attentio
 @register_attention_layout
 class DataParallelAttention(AttentionLayout):
     name = "dp"
+    order = 3  # where listings put it
     description = "weights replicated, each request's KV on one owner"
     weights_sharded = False
     activations_replicated = False

@@ -22,6 +22,7 @@ DISPATCH_BYTES_PER_ELEMENT = 1.0 + 4.0 / 128.0  # fp8 value + an fp32 scale per 
 @register_moe_split
 class ExpertParallel(MoESplit):
     name = "ep"
+    order = 0  # where listings put it
     description = "experts spread over ranks, all-to-all dispatch/combine"
 
     def partitioned_collectives(self, inp, mlp):
@@ -36,6 +37,7 @@ class ExpertParallel(MoESplit):
 @register_moe_split
 class TensorParallelMoE(MoESplit):
     name = "tp"
+    order = 1  # where listings put it
     description = "every expert sharded over ranks"
 
     def partitioned_collectives(self, inp, mlp):

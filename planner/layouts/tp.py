@@ -41,6 +41,7 @@ def split_core(parts: dict, ways: float) -> dict:
 @register_attention_layout
 class TensorParallel(AttentionLayout):
     name = "tp"
+    order = 0  # where listings put it
     description = "heads sharded, KV split by heads (replicated for MLA), all-reduce"
     weights_sharded = True
     activations_replicated = True
