@@ -163,3 +163,27 @@ def test_mimo_v2_flash_and_llama_4_maverick_memory():
     # 36 chunked layers keep at most the current 8,192-token chunk; 12 NoPE layers keep everything
     mem = mav.memory_bytes(np.array([20_000.0]), "bf16")
     assert mem["token"][0] == 12 * 8 * 256 * 2 * 20_000 and mem["window"][0] == 36 * 8 * 256 * 2 * (20_000 - 2 * 8192)
+
+
+NEW_CARDS = [c for c, s in json.loads(CARD_SOURCES.read_text()).items() if "fixture" in s]
+
+
+@pytest.mark.parametrize("hardware", ["h200", "b200"])
+@pytest.mark.parametrize("card", NEW_CARDS)
+def test_compare_and_capacity_run_on_every_new_card_at_8_gpus(card, hardware, capsys):
+    """Every layout the model admits is priced; the others are skipped in one line naming why."""
+    from cli.main import main
+
+    docs = []
+    for cmd in (["compare", "--batch", "32", "--context", "32k"], ["capacity", "--context", "128k"]):
+        with pytest.raises(SystemExit) as exc:
+            main([*cmd, "--model", card, "--hardware", hardware, "--gpus", "8", "--json"])
+        out = capsys.readouterr()
+        assert exc.value.code == 0, out.err
+        docs.append(json.loads(out.out))
+    compare, capacity = docs
+    priced = {x["attn"] for x in compare["layouts"]}
+    assert "dp" in priced and "dop" in priced  # owner layouts run every variant
+    for s in compare["skipped"]:
+        assert "\n" not in s["reason"] and s["attn"] in s["reason"]
+    assert {x["attn"] for x in capacity["layouts"]} == priced
