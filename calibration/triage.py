@@ -10,11 +10,11 @@ worse than a calibrated expectation (profile the resource with the largest calib
 under −threshold it did better than the calibration expects (the row is unlike the fit's data:
 refit or check it); a datasheet floor violation is still reported as one.
 
-`triage_profile(path, threshold)` returns a `ProfileTriage`; `render_profile_triage(result,
-json_out)` prints it (a table on stdout, or one JSON document). `floorfirst triage --profile`
-calls exactly these two.
+`triage_profile(path, threshold)` returns a `ProfileTriage` (`to_json()` is its document);
+`floorfirst triage --profile` renders it (cli/commands/triage.py).
 
-Does not: fit anything; rows that can't be priced are listed as issues with their line.
+Does not: fit anything, or print anything (nothing here imports cli); rows that can't be priced are
+listed as issues with their line.
 """
 
 from __future__ import annotations
@@ -136,47 +136,3 @@ def triage_profile(path, threshold: float = DEFAULT_THRESHOLD, defaults: dict | 
             out.append(row)
     return ProfileTriage(threshold, out, issues, list(profile.notes), calibration_path)
 
-
-def render_profile_triage(result: ProfileTriage, json_out: bool = False) -> None:
-    """Print a table (people) or one JSON document (programs) on stdout."""
-    if json_out:
-        from cli.common import emit_json
-
-        emit_json("triage_profile", result.to_json())
-        return
-    from rich.table import Table
-
-    from cli.common import console
-
-    con = console()
-    tab = Table(title=f"triage of {len(result.rows)} measured steps (profile threshold {result.threshold:.0%})")
-    for col, just in (("line", "right"), ("deployment", "left"), ("B", "right"), ("ctx", "right"),
-                      ("measured ms", "right"), ("max ms", "right"), ("sum ms", "right"), ("verdict", "left"),
-                      ("q / residual", "right"), ("profile", "left")):
-        tab.add_column(col, justify=just)
-    calibrated = result.calibration is not None
-    if calibrated:
-        tab.add_column("predicted ms", justify="right")
-        tab.add_column("vs predicted", justify="right")
-    for r in result.rows:
-        q = (f"q={r['overlap_quality']:.2f}" if r["verdict"] == "inside" else
-             f"+{r['residual_fraction']:.0%}" if r["verdict"] == "above_sum" else ",".join(r["violated_resources"]))
-        cells = [str(r["line"]), r["deployment"], str(r["batch"]), f"{r['context_tokens']:.0f}",
-                 f"{r['measured_s'] * 1e3:.3f}", f"{r['floor_max_s'] * 1e3:.3f}", f"{r['floor_sum_s'] * 1e3:.3f}",
-                 r["verdict"], q, r["profile_resource"] or ""]
-        if calibrated:
-            cells += [f"{r['calibrated']['predicted_s'] * 1e3:.3f}", f"{r['calibrated']['residual_fraction']:+.0%}"]
-        tab.add_row(*cells)
-    con.print(tab)
-    c = result.counts()
-    con.print(f"{c['inside']} inside \\[max, sum], {c['above_sum']} above sum, {c['below_floor']} below the floor "
-              f"(a spec or the model is wrong), {c['rejected']} rejected")
-    if calibrated:
-        con.print(f"against {result.calibration}: {c['as_predicted']} as predicted, {c['above_prediction']} above "
-                  f"(profile), {c['below_prediction']} below the prediction (threshold {result.threshold:.0%})")
-    else:
-        con.print(f"{c['profile']} over the threshold above the sum: profile")
-    for i in result.issues:
-        con.print(f"[yellow]rejected[/] {i}")
-    for n in result.notes:
-        con.print(f"[dim]{n}[/]")

@@ -38,6 +38,8 @@ NULLABLE: dict[str, tuple[str, ...]] = {
     "microbench": ("gpus",),
     "regimes": ("predicted_s.*", "step_time_s.*"),
     "simulate": ("requests_per_s", "throughput_tokens_per_s", "tpot_p*_s", "ttft_p*_s", "ttlt_p*_s", "ttlt_mean_s"),
+    "serve": ("requests_per_s", "throughput_tokens_per_s", "tpot_p*_s", "ttft_p*_s", "ttlt_p*_s", "ttlt_mean_s",
+              "measured.step_p*_s"),
     "triage": ("overlap_quality", "residual_fraction"),
     "triage_profile": ("rows[].overlap_quality", "rows[].residual_fraction"),
     "validate": ("cv_median_abs_pct_error", "cv_p90_abs_pct_error", "fraction_inside_floors", "median_abs_pct_error",

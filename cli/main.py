@@ -21,6 +21,11 @@ app = typer.Typer(
 
 
 def _register_all() -> None:
+    """Add every command module's commands to `app`, once per process. NOTE: typer keeps every
+    registration, and each `main()` call used to register them all again (the 200th call in one
+    process took 3 s: the MCP server and the tests call `main()` many times)."""
+    if app.registered_commands or app.registered_groups:
+        return
     import cli.commands as pkg
 
     if app.registered_commands:  # NOTE: once per process: main() run in-process (tests, fuzz) must not re-add them

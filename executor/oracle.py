@@ -34,7 +34,7 @@ import numpy as np
 
 from executor.sim import SimExecutor
 from runtime_policy.executor import StepBatch
-from runtime_policy.tables import LAYOUTS, StepTimeTable
+from runtime_policy.tables import StepTimeTable
 
 
 @dataclass
@@ -67,13 +67,29 @@ class RecordingExecutor:
                                      np.array(dur)))
         return dur
 
+    @property
+    def tracks_kv(self) -> bool:
+        return bool(getattr(self.inner, "tracks_kv", True))
+
+    def admit(self, request_id: int, context_tokens: int, owner: int) -> None:
+        self.inner.admit(request_id, context_tokens, owner)
+
+    def retire(self, request_id: int, preempted: bool = False) -> None:
+        self.inner.retire(request_id, preempted)
+
     def start_switch(self, plan) -> float:
         return self.inner.start_switch(plan)
+
+    def poll_switch(self):
+        return self.inner.poll_switch()
 
     def commit_switch(self, plan) -> float:
         stall = self.inner.commit_switch(plan)
         self.commit_stall_s += stall
         return stall
+
+    def abort_switch(self, plan) -> None:
+        self.inner.abort_switch(plan)
 
 
 @dataclass(frozen=True)
@@ -94,10 +110,11 @@ def per_step_best(tables: StepTimeTable, rec: RecordingExecutor) -> OracleBound:
     """Reprice every recorded step in every layout; see the module docstring."""
     info, bpt, page = tables.info, tables.kv_bytes_per_token, float(tables.page_tokens)
     sim = SimExecutor(tables)
-    usable = [i for i in range(len(LAYOUTS)) if info.kv_pool_bytes[i] > 0]
+    names = tables.layouts
+    usable = [i for i in range(len(names)) if info.kv_pool_bytes[i] > 0]
     busy_actual = busy_oracle = 0.0
     steps = 0
-    chosen = np.zeros(len(LAYOUTS), dtype=np.int64)
+    chosen = np.zeros(len(names), dtype=np.int64)
     for r in rec.runs:
         k = r.prefill_tokens.shape[0]
         need = r.context_tokens + page  # [B] KV tokens each decoder holds
@@ -118,6 +135,6 @@ def per_step_best(tables: StepTimeTable, rec: RecordingExecutor) -> OracleBound:
         busy_actual += float(r.durations_s.sum())
         busy_oracle += float(best.sum())
         steps += k
-        chosen += np.bincount(arg, minlength=len(LAYOUTS))
+        chosen += np.bincount(arg, minlength=len(names))
     return OracleBound(steps, busy_actual, busy_oracle, rec.commit_stall_s,
-                       {LAYOUTS[i]: int(chosen[i]) for i in range(len(LAYOUTS))})
+                       {names[i]: int(chosen[i]) for i in range(len(names))})

@@ -1,10 +1,13 @@
 """The simulated executor: runtime_policy's `Executor` protocol with step times from the compiled
 step-time tables (datasheet floors or a calibration), optionally with seeded multiplicative noise.
 
-A run of k steps is priced in one vectorized call: contexts grow by one token per step, so the
-attention terms are arithmetic in the step index; for the owner layouts the busiest owner is
-found per step over the T ranks. Switches take the plan's link time in the background; its
-interference is added to the next step run, its commit stall returned at the hand-off.
+A run of k steps is priced by the one step-time formula (runtime_policy/step_time.py): contexts
+grow by one token per step, so the attention terms are arithmetic in the step index; for the owner
+layouts the busiest owner is found per step over the T ranks. Short runs go through the formula's
+kernels in plain floats, long ones through `StepTimeTable.step_s` (numpy), bit-identical. It holds
+no KV (`tracks_kv = False`: the loop need not admit or retire requests here). Switches take the
+plan's link time in the background (ready whenever the loop's clock passes it); their
+interference is added to the next step run, their commit stall returned at the hand-off.
 
 Does not: choose layouts or requests, or import torch. NOTE: Σ min(L, top-k) over a run is
 interpolated linearly between its first and last step (exact unless a request crosses top-k
@@ -15,7 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from runtime_policy.executor import StepBatch
+from runtime_policy import step_time
+from runtime_policy.executor import StepBatch, SwitchStatus
 from runtime_policy.tables import NO_TOPK, StepTimeTable
 from runtime_policy.transitions import TransitionPlan
 
@@ -28,6 +32,8 @@ _add = np.add.reduce
 
 
 class SimExecutor:
+    tracks_kv = False  # the loop need not call admit/retire: each run's batch says what decodes
+
     def __init__(self, tables: StepTimeTable, noise: float = 0.0, seed: int = 0):
         if not np.isfinite(noise) or noise < 0:
             from planner.errors import SpecError
@@ -51,7 +57,7 @@ class SimExecutor:
         # per layout, what a short run reads: its c1 and c2 rows, alpha, overhead, table bounds, rows
         # (decode-only rows from the compiled lists, longer ones cached here)
         dec = tables.base_rows_py
-        self._scalar = [(*self._c1[i], *self._c2[i], self._alpha, self._over, tables.max_prefill_tokens,
+        self._scalar = [(self._c1[i], self._c2[i], self._alpha, self._over, tables.max_prefill_tokens,
                          tables.max_tokens, dec, len(dec), self._rows[i]) for i in range(len(self._rows))]
 
     def run_steps(self, batch: StepBatch, prefill_tokens, prefill_context_tokens=None,
@@ -87,6 +93,23 @@ class SimExecutor:
         else:
             s1_0 = s1_end = s2_0 = 0.0
         chunk_owner = chunk_owner if owner_layout else None  # TP and CP spread every chunk
+        if k == 1 and not prefill_tokens[0] and not self.noise and self.scalar_run_steps:
+            # NOTE: one decode step (most runs, when arrivals cut them): `_run_scalar` of it, without
+            # its per-run set-up
+            c1, c2, alpha, over, _, max_n, dec, n_dec, rows = self._scalar[batch.layout]
+            n = b if b < max_n else max_n
+            row = dec[n][batch.layout] if n < n_dec else self._row(batch.layout, n)
+            s1, s2 = s1_0, s2_0
+            if b and owner_layout:
+                s2_own = max(own_ctx)
+                frac = s2_own / s2 if s2 > 0 else 0.0
+                s1, s2 = s1 * frac, s2_own
+            dur = [step_time.step_seconds(row, None, 0.0, 0.0, c1, c2, s1, s2, alpha, over)]
+            if self._pending_interference_s:
+                dur[0] += self._pending_interference_s
+                self._pending_interference_s = 0.0
+            self.steps_run += 1
+            return dur
         if k <= self.scalar_run_steps:
             scalar = not self.noise
         elif self.scalar_run_steps and k <= SCALAR_RUN_UNITS and not self.noise:
@@ -141,30 +164,34 @@ class SimExecutor:
         self.steps_run += k
         return dur
 
-    def _chunk_row(self, layout: int, p: int, c: float | None) -> tuple[float, float, float, float]:
-        """`StepTimeTable.chunk_terms` for one step, in the same operation order."""
+    def _row(self, layout: int, n: int) -> list[float]:
+        """The base table's row for n tokens in `layout` past the decode-only rows, as Python floats (cached)."""
+        rows = self._rows[layout]
+        row = rows.get(n)
+        if row is None:
+            row = rows[n] = self.tables.base_s[n, layout].tolist()
+        return row
+
+    def _chunk_row(self, layout: int, p: int) -> list[float]:
+        """The table's chunk row (3R floats) for a chunk of p tokens in `layout`, as Python floats."""
         rows = self._chunk_rows[layout]
         r = rows.get(p)
         if r is None:
             if len(rows) > 8192:
                 rows.clear()
             r = rows[p] = self.tables.chunk_rows_s[p, layout].tolist()  # prefill, prefix below / above the knee
-        q0, q1, q2, q3, a0, a1, a2, a3, h0, h1, h2, h3 = r
-        if c is None:
-            return q0, q1, q2, q3
-        lo = min(c, self._knee)
-        hi = c - lo
-        return q0 + (lo * a0 + hi * h0), q1 + (lo * a1 + hi * h1), q2 + (lo * a2 + hi * h2), q3 + (lo * a3 + hi * h3)
+        return r
 
     def _run_scalar(self, layout: int, b: int, prefill_tokens: list, k: int, s1_0: float, s1_end: float,
                     s2_0: float, own_ctx: list | None, own_cnt: list | None, prefix: list | None,
                     chunk_owner: list | None) -> list[float]:
-        """`run_steps` for a short run in plain Python floats: the same operations in the same order
-        as `StepTimeTable.step_s` (so bit-identical), without the ~20 numpy dispatches of the
-        vectorized path, which dominate when arrivals cut runs to a few steps. The max over the 4
-        resources is spelled out as conditionals with max()'s semantics (the first, replaced by
-        each greater one), which saves the builtin call."""
-        c10, c11, c12, c13, c20, c21, c22, c23, alpha, over, max_p, max_n, dec, n_dec, rows = self._scalar[layout]
+        """`run_steps` for a short run in plain Python floats: each step's sums, then the one
+        formula (runtime_policy/step_time.py's kernels, bit-identical to `StepTimeTable.step_s`),
+        without the ~20 numpy dispatches of the vectorized path, which dominate when arrivals cut
+        runs to a few steps."""
+        c1, c2, alpha, over, max_p, max_n, dec, n_dec, rows = self._scalar[layout]
+        seconds, owner_seconds, split, knee = step_time.step_seconds, step_time.owner_step_seconds, \
+            step_time.prefix_split, self._knee
         out = [0.0] * k
         ds1 = s1_end - s1_0
         km1 = k - 1
@@ -175,69 +202,53 @@ class SimExecutor:
             cands = [(oc, cnt) for oc, cnt in zip(own_ctx, own_cnt) if oc + cnt * km1 >= top]
             lead_ctx, lead_cnt = cands[0] if len(cands) == 1 else (-1.0, 0)
         for j, p in enumerate(prefill_tokens):
-            if p:
-                p = int(p)
-                if p > max_p:  # = min(int(p), max_p), min(b + p, max_n) without the calls
-                    p = max_p
-                n = b + p
-            else:
-                p, n = 0, b
-            if n > max_n:
-                n = max_n
-            if n < n_dec:
-                r = dec[n][layout]
-            else:
-                r = rows.get(n)
-                if r is None:
-                    r = rows[n] = self.tables.base_s[n, layout].tolist()
-            r0, r1, r2, r3 = r
+            p = min(int(p), max_p) if p else 0
+            n = min(b + p, max_n)
+            row = dec[n][layout] if n < n_dec else self._row(layout, n)
             s1 = s1_0 + ds1 * (j / km1) if km1 else s1_0
             s2 = s2_0 + b * j  # NOTE: whole numbers, so the int product adds as float(b) * float(j) would
             s1_all, s2_all = s1, s2
             if b and own_ctx is not None:
-                if lead_ctx >= 0:
-                    s2_own = lead_ctx + lead_cnt * j
-                else:
-                    s2_own = max([oc + cnt * j for oc, cnt in cands])
+                s2_own = lead_ctx + lead_cnt * j if lead_ctx >= 0 else max([oc + cnt * j for oc, cnt in cands])
                 frac = s2_own / s2 if s2 > 0 else 0.0
                 s1, s2 = s1 * frac, s2_own
-            t0 = r0 + s1 * c10 + s2 * c20  # NOTE: base + 0.0 is base, so steps without a chunk skip it
-            t1 = r1 + s1 * c11 + s2 * c21
-            t2 = r2 + s1 * c12 + s2 * c22
-            t3 = r3 + s1 * c13 + s2 * c23
-            if p and chunk_owner is None:
-                q0, q1, q2, q3 = self._chunk_row(layout, p, None if prefix is None else float(prefix[j]))
-                t0 = r0 + q0 + s1 * c10 + s2 * c20
-                t1 = r1 + q1 + s1 * c11 + s2 * c21
-                t2 = r2 + q2 + s1 * c12 + s2 * c22
-                t3 = r3 + q3 + s1 * c13 + s2 * c23
-            elif p:  # owner layouts: the slower of the decode-busiest owner and the chunk's owner
+            if not p:
+                out[j] = seconds(row, None, 0.0, 0.0, c1, c2, s1, s2, alpha, over)
+            elif chunk_owner is None:  # the chunk over every rank (or, unknown, on the busiest)
+                lo, hi = split(None if prefix is None else float(prefix[j]), knee)
+                out[j] = seconds(row, self._chunk_row(layout, p), lo, hi, c1, c2, s1, s2, alpha, over)
+            else:  # owner layouts: the slower of the decode-busiest owner and the chunk's owner
                 rank = chunk_owner[0][j]
-                pc = min(int(chunk_owner[1][j]), max_p)
-                q0, q1, q2, q3 = self._chunk_row(layout, pc, float(chunk_owner[2][j]))
+                lo, hi = split(float(chunk_owner[2][j]), knee)
                 if b:
                     s2c = own_ctx[rank] + own_cnt[rank] * j
                     s1c = s1_all * (s2c / s2_all if s2_all > 0 else 0.0)
                 else:
                     s1c = s2c = 0.0
-                u0 = r0 + q0 + s1c * c10 + s2c * c20
-                u1 = r1 + q1 + s1c * c11 + s2c * c21
-                u2 = r2 + q2 + s1c * c12 + s2c * c22
-                u3 = r3 + q3 + s1c * c13 + s2c * c23
-                if max(u0, u1, u2, u3) >= max(t0, t1, t2, t3):
-                    t0, t1, t2, t3 = u0, u1, u2, u3
-            mx = t1 if t1 > t0 else t0
-            mx = t2 if t2 > mx else mx
-            mx = t3 if t3 > mx else mx
-            out[j] = over + mx + alpha * (t0 + t1 + t2 + t3 - mx)
+                out[j] = owner_seconds(row, self._chunk_row(layout, min(int(chunk_owner[1][j]), max_p)), lo, hi,
+                                       c1, c2, s1, s2, s1c, s2c, alpha, over)
         return out
 
+    def admit(self, request_id: int, context_tokens: int, owner: int) -> None:
+        """Nothing to hold: the batch of each run says what decodes."""
+
+    def retire(self, request_id: int, preempted: bool = False) -> None:
+        """Nothing to free."""
+
     def start_switch(self, plan: TransitionPlan) -> float:
+        """The move's interference is charged to the next run; ready after the plan's link time."""
         self._pending_interference_s += plan.interference_s
         return plan.link_s
 
+    def poll_switch(self) -> SwitchStatus:
+        """Ready whenever the loop's clock says so (the link time it was given)."""
+        return SwitchStatus.READY
+
     def commit_switch(self, plan: TransitionPlan) -> float:
         return plan.commit_stall_s
+
+    def abort_switch(self, plan: TransitionPlan) -> None:
+        """Nothing moved, nothing to undo."""
 
 
 def simulate(dep, workload, policy: str = "dynamic", order: str = "fcfs", model=None, noise: float = 0.0,
@@ -253,19 +264,20 @@ def simulate(dep, workload, policy: str = "dynamic", order: str = "fcfs", model=
     from runtime_policy.metrics import summarize
     from runtime_policy.ordering import DEFAULT_BOOST, Ordering
     from runtime_policy.policy import FixedPolicy, LayoutPolicy, PolicyKnobs
-    from runtime_policy.tables import LAYOUTS, datasheet_model
+    from runtime_policy.tables import datasheet_model, layout_names
 
     model = model or datasheet_model()
     config = config or LoopConfig()
     knobs = replace(knobs or PolicyKnobs(), max_batch=config.max_batch)
-    if policy not in LAYOUTS + ("dynamic",):
-        raise SpecError(f"policy={policy!r} is not one of {', '.join(LAYOUTS + ('dynamic',))}")
+    names = layout_names()
+    if policy not in names + ("dynamic",):
+        raise SpecError(f"policy={policy!r} is not one of {', '.join(names + ('dynamic',))}")
     results = []
     groups = dep.replicas
     for g in range(groups):
         lp = LayoutPolicy.compile(dep, model, knobs, max_prefill_tokens=config.prefill_chunk_tokens)
-        pol = lp if policy == "dynamic" else FixedPolicy(LAYOUTS.index(policy))
-        if policy != "dynamic" and lp.tables.info.kv_pool_bytes[LAYOUTS.index(policy)] <= 0:
+        pol = lp if policy == "dynamic" else FixedPolicy(lp.tables.layouts.index(policy))
+        if policy != "dynamic" and lp.tables.info.kv_pool_bytes[lp.tables.layouts.index(policy)] <= 0:
             raise SpecError(f"layout {policy} leaves no KV pool for {dep.model.name} on {dep.ranks} × {dep.hardware.name}")
         ordering = Ordering(order, DEFAULT_BOOST if boost is None else boost)
         ex = SimExecutor(lp.tables, noise, seed + g)
@@ -290,4 +302,6 @@ def _merge(results, cls):
     m.decode_steps = sum(r.decode_steps for r in results)
     m.layout_time_s = {k: sum(r.layout_time_s[k] for r in results) for k in results[0].layout_time_s}
     m.timeline = results[0].timeline
+    m.aborted_switches = sorted((s for r in results for s in r.aborted_switches), key=lambda s: s.at_s)
+    m.cant_decide = sum(r.cant_decide for r in results)
     return m

@@ -1,10 +1,143 @@
-"""Admission helpers of the serving loop: how a run's prefill chunks split over the waiting
-requests and their owners, and whether one request can ever fit. Pure functions over the loop's
-lists; loop.py drives them."""
+"""Admission in the serving loop: waiting requests join the prefill queue in the ordering's order
+while their KV fits (head-of-line), a full batch may displace a running request for the head, and
+how a run's prefill chunks split over the admitted requests and their owners. `admit` works on a
+`ServingLoop`'s state (loop.py calls it); the rest are pure functions over its lists.
+
+Does not: order requests (ordering.py) or preempt at the KV wall (preemption.py).
+"""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from runtime_policy.preemption import displace_for
 from runtime_policy.tables import StepTimeTable
+from runtime_policy.waiting import ABORTED, DECODE, DONE, PREFILL
+
+if TYPE_CHECKING:
+    from runtime_policy.loop import ServingLoop
+
+
+def admit(loop: "ServingLoop") -> float:
+    """Admit waiting requests while they fit; returns Σ KV tokens after admission."""
+    okv, waiting = loop.okv, loop.waiting
+    total = sum(okv)
+    if waiting.pos >= len(waiting.ids) or loop.skip_admit:  # nobody waits (or a preemption just sent them back)
+        loop.skip_admit = False
+        return total
+    dec, prefill_q = loop.dec, loop.prefill_q
+    layout = loop.layout
+    lay_owner, lay_share, lay_pool = loop.is_owner[layout], loop.shares[layout], loop.pools[layout] * loop.watermark
+    bpt, page, ctx = loop.bpt, loop.page, loop.ctx
+    max_batch = loop.config.max_batch
+    wids = waiting.ids
+    displaced = False
+    # NOTE: a move that shed KV to fit admits nothing in the old layout until its commit; any
+    # other move admits only what also fits its destination (the move's memory was checked for
+    # the running set at its start; what joins meanwhile must fit where it is going too)
+    dst = -1
+    if loop.inflight is not None:
+        if loop.inflight.shed_kv_tokens > 0:
+            return total
+        dst = loop.inflight.layout
+        dst_owner, dst_share, dst_pool = loop.is_owner[dst], loop.shares[dst], loop.pools[dst] * loop.watermark
+    while waiting.pos < len(wids):
+        i = wids[waiting.pos]
+        if dec.b + len(prefill_q) >= max_batch:
+            # NOTE: only a request still owed its first token displaces (what it buys is that token)
+            if not (loop.ordering.displaces and ctx[i] == loop.inp_l[i] and displace_for(loop, i)):
+                break
+            displaced = True
+            total = sum(okv)
+        c = ctx[i]
+        need = c + page
+        r = okv.index(min(okv))
+        if lay_owner:
+            fits = (okv[r] + need) * bpt <= lay_pool
+        else:
+            fits = (total + need) * lay_share * bpt <= lay_pool
+        if fits and dst >= 0:
+            fits = ((okv[r] + need) * bpt if dst_owner else (total + need) * dst_share * bpt) <= dst_pool
+        if not fits:
+            if not dec.b and not prefill_q and loop.inflight is None and not fits_somewhere(
+                    need * bpt, loop.policy, loop.tables, loop.watermark):
+                waiting.pos += 1
+                loop._end(i, ABORTED)
+                continue
+            break
+        waiting.pos += 1
+        loop.owner[i] = r
+        okv[r] += need
+        total += need
+        loop.pre_left[i] = int(c)
+        loop.status[i] = PREFILL
+        prefill_q.append(i)
+        loop.pq_s2 += c
+        if loop.capped:
+            loop.pq_s1 += min(c, loop.topk)
+    loop.skip_admit = False
+    if displaced:
+        dec.first_to_finish()
+    return total
+
+
+def prefill_chunks(loop: "ServingLoop", k: int, pre_total: int) -> tuple[list, list, tuple, tuple]:
+    """A run's prefill: each of its k steps' chunk (the queue's prompt tokens, `prefill_chunk_tokens`
+    a step, `pre_total` in all), the cached prefix each attends to, the chunk owner (rank, tokens,
+    prefix) of each step, and the run's statistics (prompt tokens done, their token-weighted
+    prefix, the chunk owners' tokens, steps with a chunk)."""
+    prefill_q, pre_left, chunk = loop.prefill_q, loop.pre_left, loop.config.prefill_chunk_tokens
+    full = pre_total // chunk  # = [min(max(pre_total − chunk · j, 0), chunk) for j < k]
+    if full >= k:
+        pref = [float(chunk)] * k
+    else:
+        pref = [float(chunk)] * full + [float(pre_total - chunk * full)] + [0.0] * (k - full - 1)
+    run_tok = sum(pref)
+    i = prefill_q[0]
+    if pre_left[i] >= run_tok:  # = chunk_plan(...)'s common case: every chunk from the first request
+        done = loop.ctx[i] - pre_left[i]
+        pfx = []
+        for x in pref:
+            pfx.append(done)
+            done += x
+        chunk_owner = ([loop.owner[i]] * k, pref, pfx)
+        run_own = run_tok
+    else:
+        pfx, own_rank, own_tok, own_pfx = chunk_plan(pref, prefill_q, pre_left, loop.ctx, loop.owner)
+        chunk_owner = (own_rank, own_tok, own_pfx)
+        run_own = sum(own_tok)
+    run_tok_pfx = sum([a * c for a, c in zip(pref, pfx)])
+    run_chunks = float(min(k, -(-pre_total // chunk)))  # the steps whose chunk is not empty
+    return pref, pfx, chunk_owner, (int(run_tok), run_tok_pfx, run_own, run_chunks)
+
+
+def prefill_progress(loop: "ServingLoop", done_tokens: int) -> None:
+    """Credit a run's prompt tokens to the prefill queue in order; a request whose prefill is
+    done gets its first token and decodes (or is done, if that was all it asked for)."""
+    prefill_q, pre_left, ctx, inp_l = loop.prefill_q, loop.pre_left, loop.ctx, loop.inp_l
+    while prefill_q and done_tokens > 0:
+        i = prefill_q[0]
+        take = min(pre_left[i], done_tokens)
+        pre_left[i] -= take
+        done_tokens -= take
+        if pre_left[i] > 0:
+            break
+        prefill_q.pop(0)
+        c = ctx[i]
+        loop.pq_s2 -= c
+        if loop.capped:
+            loop.pq_s1 -= min(c, loop.topk)
+        if c == inp_l[i]:  # the first token
+            c += 1.0
+            ctx[i] = c
+            loop.okv[loop.owner[i]] += 1.0
+            loop.first[i] = loop.t
+        if c - inp_l[i] >= loop.out_l[i]:
+            loop.okv[loop.owner[i]] -= c + loop.page
+            loop._end(i, DONE)
+        else:
+            loop.status[i] = DECODE
+            loop._join(i, c)
 
 
 def chunk_plan(chunk_tokens: list[float], prefill_q: list[int], pre_left: list[int], ctx: list[float],

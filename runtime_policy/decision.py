@@ -1,6 +1,6 @@
 """What the layout policy reads and answers: the batch state the serving loop keeps, the small
 frozen decision with its enum reason, and the policy's knobs. Types only; the rules that turn
-one into the other are in policy.py."""
+one into the other are in policy.py (and capacity_rule.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from runtime_policy.tables import LAYOUTS
 from runtime_policy.transitions import TransitionPlan
 
 
@@ -31,7 +30,7 @@ class Reason(enum.IntEnum):
 
 @dataclass(frozen=True, slots=True)
 class Decision:
-    layout: int  # index into LAYOUTS: the layout to run (== current unless switching)
+    layout: int  # index into the policy's `tables.layouts`: the layout to run (== current unless switching)
     switch: bool
     reason: Reason
     gain_s: float = 0.0  # predicted serving time saved over the dwell
@@ -40,10 +39,10 @@ class Decision:
     # KV tokens (one copy) the server must free by preemption before starting the move, and admit
     # nothing in the old layout until the commit: the move's memory fits only below that (0: none)
     shed_kv_tokens: float = 0.0
-
-    @property
-    def layout_name(self) -> str:
-        return LAYOUTS[self.layout]
+    # > 0: this answer came from a capacity pricing that found no move (or one held by the
+    # cooldown); it stands for that many steps in this layout. A server that keeps the memo sets
+    # `PolicyState.capacity_reprice_at_step` = its step + this (capacity_rule.py)
+    capacity_stands_steps: int = 0
 
 
 @dataclass(slots=True)
@@ -80,9 +79,14 @@ class PolicyState:
     # tokens (runtime_policy/projection.py: from the observed output lengths; 0: none projected)
     kv_growth_tokens: float = 0.0
     owner_kv_growth_tokens: float = 0.0
-    # the server's step counter (−1: none kept; the policy then prices capacity at every call, see
-    # policy.REPRICE_EVERY_STEPS)
+    # the server's step counter (−1: none kept; the policy then prices capacity at every call)
     step_index: int = -1
+    # the caller's memo of the last capacity pricing (Decision.capacity_stands_steps): below this
+    # step, in this layout, the policy does not price capacity again unless it must (−1: none;
+    # reset it when the layout changes). NOTE: kept by the caller, so decide is a function of its
+    # inputs (a memo inside the policy answered SWITCH_CAPACITY once, then STAY_KV_WAIT for 63
+    # steps, to a server that deferred the switch)
+    capacity_reprice_at_step: int = -1
 
 
 @dataclass(frozen=True)
@@ -98,4 +102,4 @@ class PolicyKnobs:
     max_dwell_steps: float = 8192.0
     initial_dwell_steps: float = 256.0
     max_batch: int = 4096
-    allowed: tuple[str, ...] = LAYOUTS
+    allowed: tuple[str, ...] | None = None  # layouts the policy may use (None: every one the model can run)

@@ -1,22 +1,33 @@
 """The `Executor` protocol the serving loop drives, and the batch it hands over.
 
-An executor runs `steps` consecutive steps of one batch in one layout — every decoding request
-gains one token per step, and step j also runs `prefill_tokens[j]` prompt tokens — and returns each
-step's duration. It starts a layout switch in the background (returning when it will be ready) and
-commits it at a batch boundary (returning the stall). `executor.sim` prices steps from the
-compiled tables; a GPU executor runs them.
+An executor holds the KV of the requests the loop admits (`admit` when a request's prefill is done
+and it starts decoding, `retire` when it is done or preempted), runs `steps` consecutive steps of
+one batch in one layout — every decoding request gains one token per step, and step j also runs
+`prefill_tokens[j]` prompt tokens — and returns each step's duration. A layout switch the policy
+decides is started in the background (`start_switch`, returning when it should be ready), polled
+at every batch boundary (`poll_switch`: still moving, ready, or aborted by a fault), committed at a
+batch boundary once ready (`commit_switch`, returning the stall), or aborted (`abort_switch`: the
+old layout stays, untouched). `executor.sim` prices steps from the compiled tables;
+`executor.torch_executor.serving` runs them on T ranks.
 
 Does not: choose anything — admission, ordering and layout are the loop's and the policy's.
 """
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
 import numpy as np
 
 from runtime_policy.transitions import TransitionPlan
+
+
+class SwitchStatus(enum.IntEnum):
+    IN_FLIGHT = 0  # state is still moving
+    READY = 1  # moved: the switch can commit at the next batch boundary
+    ABORTED = 2  # failed (a transfer fault, no memory): the old layout is intact and keeps serving
 
 
 @dataclass(slots=True)
@@ -26,7 +37,7 @@ class StepBatch:
     reuses (copy what you keep). NOTE: not frozen: a frozen dataclass costs ~1 µs more to build,
     once per run."""
 
-    layout: int  # index into runtime_policy.tables.LAYOUTS
+    layout: int  # index into the tables' `layouts`
     # [B] context length of each decoding request at the first step, less context_offset_tokens
     # (NOTE: every context grows by one per step, so a loop keeps one base array and a step count
     # instead of writing B numbers per run; read `context_tokens`)
@@ -53,11 +64,23 @@ class StepBatch:
 
 
 class Executor(Protocol):
+    def admit(self, request_id: int, context_tokens: int, owner: int) -> None:
+        """Request `request_id` starts decoding with `context_tokens` of KV (its prompt, the first
+        token, and for a preempted request what it had generated: the prefill recomputed them);
+        `owner` is its rank under owner layouts (every request has one, in every layout)."""
+        ...
+
+    def retire(self, request_id: int, preempted: bool = False) -> None:
+        """Free the request's KV: it is done, or preempted (it will be admitted again later with the
+        same context)."""
+        ...
+
     def run_steps(self, batch: StepBatch, prefill_tokens: Sequence[float],
                   prefill_context_tokens: Sequence[float] | None = None,
                   chunk_owner: tuple[Sequence[int], Sequence[float], Sequence[float]] | None = None
                   ) -> Sequence[float]:
-        """Run len(prefill_tokens) steps; return their durations in seconds [k] (a list or an array).
+        """Run len(prefill_tokens) steps of the admitted decoding requests (`batch` says which, in
+        which layout); return their durations in seconds [k] (a list or an array).
         `prefill_context_tokens` [k]: the cached prefix step j's chunk attends to (token-weighted
         over its requests; None: 0). `chunk_owner` = (rank, tokens, prefix), arrays [k]: the owner
         rank that runs the most of step j's chunk, those tokens and their prefix (owner layouts
@@ -65,9 +88,17 @@ class Executor(Protocol):
         ...
 
     def start_switch(self, plan: TransitionPlan) -> float:
-        """Begin moving state in the background; seconds until the move is complete."""
+        """Begin moving state to `plan.dst` in the background; seconds until it should be ready."""
+        ...
+
+    def poll_switch(self) -> SwitchStatus:
+        """Where the switch in flight stands (called at batch boundaries)."""
         ...
 
     def commit_switch(self, plan: TransitionPlan) -> float:
-        """Hand off at a batch boundary; the stall in seconds."""
+        """Hand off at this batch boundary (the switch is READY); the stall in seconds."""
+        ...
+
+    def abort_switch(self, plan: TransitionPlan) -> None:
+        """Drop the switch in flight; the old layout keeps serving, its KV untouched."""
         ...

@@ -46,6 +46,10 @@ def summarize(res: ServeResult) -> dict:
     d["decode_steps"] = res.decode_steps
     d["layout_time_s"] = dict(res.layout_time_s)
     d["switches"] = [{"from": s.from_layout, "to": s.to_layout, "started_s": s.started_s, "at_s": s.at_s,
-                      "link_s": s.link_s, "cost_s": s.cost_s, "reason": s.reason} for s in res.switches]
+                      "link_s": s.link_s, "cost_s": s.cost_s, "reason": s.reason, "stall_s": s.stall_s}
+                     for s in res.switches]
     d["switch_cost_total_s"] = float(sum(s.cost_s for s in res.switches))
+    d["aborted_switches"] = [{"from": s.from_layout, "to": s.to_layout, "started_s": s.started_s, "at_s": s.at_s,
+                              "reason": s.reason, "why": s.aborted} for s in res.aborted_switches]
+    d["cant_decide"] = int(res.cant_decide)
     return d

@@ -27,12 +27,18 @@ zero before the first completion.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
+
+if TYPE_CHECKING:
+    from runtime_policy.loop import ServingLoop
 
 # NOTE: steps ahead at which the expected KV is evaluated: doubling from 16 to 2^20 (17 points),
 # which covers any output length a server runs; the peak is read to within the grid's factor of 2
 # in time, where the expected KV changes slowly (it is a sum over many requests).
 HORIZON_STEPS = 16.0 * 2.0 ** np.arange(17)
+PROJECTION_EVERY_STEPS = 256  # NOTE: the policy's cooldown scale: the serving loop refreshes the projection this often (decode steps)
 
 
 def expected_kv_peak_growth(sorted_lengths: np.ndarray, context_tokens: np.ndarray, attained_tokens: np.ndarray,
@@ -63,3 +69,33 @@ def expected_kv_peak_growth(sorted_lengths: np.ndarray, context_tokens: np.ndarr
     total_peak = max(float(per_owner.sum(axis=1).max()), total_now)
     owner_peak = max(float(per_owner.max()), float(now_owner.max()))
     return total_peak - total_now, owner_peak - float(now_owner.max())
+
+
+def project_growth(loop: "ServingLoop", total: float) -> None:
+    """Refresh a serving loop's projected KV growth for its policy (every PROJECTION_EVERY_STEPS decode steps)."""
+    dec, state = loop.dec, loop.state
+    loop.proj_at = dec.dsteps + PROJECTION_EVERY_STEPS
+    lens = loop.ordering.stats.sorted_lengths
+    # NOTE: no request's expected KV grows by more than the longest observed length
+    # (projection.py), so below this bound the running set can't outgrow the layout it runs
+    # in, and the projection (~10 µs per 100 requests) is skipped: none is reported
+    longest = float(lens[-1]) if lens.shape[0] else 0.0
+    if loop.is_owner[loop.layout]:
+        bound = max(loop.okv) + (max(dec.per_owner) + len(loop.prefill_q)) * longest
+    else:
+        bound = total + (dec.b + len(loop.prefill_q)) * longest
+    if lens.shape[0] and bound > loop.cap[loop.layout]:
+        state.kv_growth_tokens, state.owner_kv_growth_tokens = _kv_growth(loop)
+    else:
+        state.kv_growth_tokens = state.owner_kv_growth_tokens = 0.0
+
+def _kv_growth(loop: "ServingLoop") -> tuple[float, float]:
+    """The running set's expected KV peak over its KV now (projection.py), all and busiest owner."""
+    dec = loop.dec
+    b = dec.b
+    ids, ctx, own = dec.ids[:b], dec.c0[:b] + dec.dsteps, dec.owners[:b]
+    if loop.prefill_q:
+        q = np.asarray(loop.prefill_q, dtype=np.int64)
+        q_own = np.array([loop.owner[i] for i in loop.prefill_q], dtype=np.int64)
+        ids, ctx, own = np.concatenate([ids, q]), np.concatenate([ctx, loop.ctxf[q]]), np.concatenate([own, q_own])
+    return expected_kv_peak_growth(loop.ordering.stats.sorted_lengths, ctx, ctx - loop.inp[ids], own, loop.T)

@@ -46,19 +46,30 @@ import numpy as np
 import planner
 from planner.deployment import Deployment, replace_deployment
 from planner.errors import SpecError
+from planner.layouts import attention_layouts
 from planner.resources.vector import TIMED_RESOURCES
+from runtime_policy import step_time
 
-# NOTE: the four layouts the policy, the transition plans and the executor know (their index order
-# is used by every table here); the planner registers more (dcp) than the runtime runs until the
-# runtime reads the layout registry (issue 15).
-LAYOUTS: tuple[str, ...] = ("tp", "cp", "dp", "dop")
-OWNER_LAYOUTS = frozenset({"dp", "dop"})
-NO_TOPK = 1e18
+NO_TOPK = step_time.NO_TOPK
 DATASHEET_ALPHA = 0.5
 DATASHEET_MODEL = "datasheet_floor_midpoint: max + 0.5*(sum - max) of the datasheet floors, no overhead"
-NET_BYTES = TIMED_RESOURCES.index("network_bytes")
+NET_BYTES = step_time.NET_BYTES
 PREFIX_KNEE_DENSE_TOKENS = 16384.0  # knee of the prefix probes without sparse attention (linear anyway)
 PREFIX_FAR_TOKENS = 65536.0  # the far prefix probe: prompts up to 64K
+SHARE_PROBE_PAGES = 64  # pages per rank of the one request the KV-share probe stores (page-aligned: exact)
+
+
+def layout_names() -> tuple[str, ...]:
+    """The attention layouts the runtime indexes, from the planner's registry: the planner's order
+    (`planner.ATTN_LAYOUTS`) first, then any layout registered later (a new module, a test's toy).
+    NOTE: the order fixes layout indices, and with them the policy's tie-breaking; read it when
+    compiling (a table keeps its own `layouts`), not at import, so a later registration is seen."""
+    reg = attention_layouts()
+    known = [n for n in planner.ATTN_LAYOUTS if n in reg]
+    return tuple(known + [n for n in reg if n not in known])
+
+
+LAYOUTS: tuple[str, ...] = layout_names()  # the built-in layouts at import (CLI choices, scripts)
 
 
 @dataclass(frozen=True)
@@ -71,7 +82,7 @@ class StepTimeModel:
     calibration: object | None = None  # calibration.artifact.Calibration, imported lazily
 
     def terms_s(self, cost) -> np.ndarray:
-        """[4, P] per-resource seconds of a planner.StepCost."""
+        """[R, P] per-resource seconds of a planner.StepCost (R = len(TIMED_RESOURCES))."""
         if self.calibration is None:
             return cost.times.stacked()
         t = self.calibration.predict_terms_s(cost)
@@ -94,19 +105,25 @@ def calibrated_model(path: str) -> StepTimeModel:
 
 @dataclass(frozen=True)
 class LayoutInfo:
-    """Per-layout numbers the policy and the transition model need, arrays [4] in LAYOUTS order."""
+    """Per-layout numbers the policy and the transition model need, arrays [L] in the table's
+    `layouts` order; the KV facts follow each layout's declared `kv_placement`
+    (planner/layouts/base.py)."""
 
-    kv_pool_bytes: np.ndarray  # per GPU
+    kv_pool_bytes: np.ndarray  # per GPU (−1: the model can't run the layout)
     weights_bytes: np.ndarray  # resident per rank
     attn_weights_bytes: np.ndarray  # attention + LM head part of weights_bytes
-    kv_total_share: np.ndarray  # fraction of all KV one rank stores (TP: 1/kv_split, CP: 1/T); 0 for owner layouts
-    is_owner: np.ndarray  # bool
+    # fraction of all KV one rank stores, as the planner's share says (every_rank: 1, or 1/kv-split
+    # where KV splits by heads; token_split: 1/T); 0 for owner layouts, which store whole requests
+    kv_total_share: np.ndarray
+    is_owner: np.ndarray  # bool: kv_placement == "owner"
+    kv_placement: tuple[str, ...]  # each layout's declared placement
 
 
 @dataclass(frozen=True)
 class StepTimeTable:
     """The compiled tables of one deployment group (T ranks). Arrays are read-only views."""
 
+    layouts: tuple[str, ...]  # the layout of each index (layout_names() at compile)
     ranks: int
     num_layers: int
     max_tokens: int  # largest B + P the base table covers
@@ -115,21 +132,21 @@ class StepTimeTable:
     kv_bytes_per_token: float  # all layers, one copy
     page_tokens: int
     memory_budget_bytes: float  # weights + KV the engine allows per GPU (planner.engines MemoryPlan.static_budget_bytes)
-    base_s: np.ndarray  # [max_tokens+1, 4 layouts, 4 resources]
+    base_s: np.ndarray  # [max_tokens+1, L layouts, R resources]
     # base_s[: max_tokens − max_prefill_tokens + 1] (every decode-only step: n ≤ the max batch) as
     # nested lists of Python floats, read-only: the pure-Python hot paths (the policy's decide, the
     # simulator's short runs) read a row without a numpy round trip (NOTE: built once here, not
     # once per policy or executor)
     base_rows_py: list = field(repr=False, compare=False)
-    prefill_s: np.ndarray  # [max_prefill+1, 4, 4]
-    prefix_lo_s: np.ndarray  # [max_prefill+1, 4, 4] seconds per cached-prefix token up to the knee
-    prefix_hi_s: np.ndarray  # [max_prefill+1, 4, 4] seconds per cached-prefix token beyond the knee
+    prefill_s: np.ndarray  # [max_prefill+1, L, R]
+    prefix_lo_s: np.ndarray  # [max_prefill+1, L, R] seconds per cached-prefix token up to the knee
+    prefix_hi_s: np.ndarray  # [max_prefill+1, L, R] seconds per cached-prefix token beyond the knee
     prefix_knee_tokens: float
-    # [max_prefill+1, 4, 12]: prefill_s, prefix_lo_s and prefix_hi_s side by side (those three are
+    # [max_prefill+1, L, 3R]: prefill_s, prefix_lo_s and prefix_hi_s side by side (those three are
     # views of it), so a chunk size's row for a layout is one read
     chunk_rows_s: np.ndarray
-    c1_s: np.ndarray  # [4, 4] seconds per token of Σ min(L, top-k)
-    c2_s: np.ndarray  # [4, 4] seconds per token of Σ L
+    c1_s: np.ndarray  # [L, R] seconds per token of Σ min(L, top-k)
+    c2_s: np.ndarray  # [L, R] seconds per token of Σ L
     alpha: float
     overhead_s: float
     model_label: str
@@ -139,23 +156,19 @@ class StepTimeTable:
     message_latency_s: float
 
     def combine(self, terms: np.ndarray) -> np.ndarray:
-        """Step seconds from per-resource seconds on the last axis."""
-        mx = terms.max(axis=-1)
-        return self.overhead_s + mx + self.alpha * (terms.sum(axis=-1) - mx)
+        """Step seconds from per-resource seconds on the last axis (step_time.combine)."""
+        return step_time.combine(terms, self.alpha, self.overhead_s)
 
     def chunk_terms(self, layout: int, prefill_tokens: np.ndarray, prefill_context: np.ndarray | None) -> np.ndarray:
-        """[k, 4] what each step's chunk adds (prefill_r[P] + prefix_r(P, C)); C None: 0."""
+        """[k, R] what each step's chunk adds (prefill_r[P] + prefix_r(P, C)); C None: 0."""
         p = np.minimum(prefill_tokens.astype(np.int64), self.max_prefill_tokens)
-        chunk = self.prefill_s[p, layout]
-        if prefill_context is not None:
-            c = np.asarray(prefill_context, dtype=np.float64)
-            lo = np.minimum(c, self.prefix_knee_tokens)
-            chunk = chunk + (lo[:, None] * self.prefix_lo_s[p, layout] + (c - lo)[:, None] * self.prefix_hi_s[p, layout])
-        return chunk
+        return step_time.chunk_terms_np(self.prefill_s[p, layout], self.prefix_lo_s[p, layout],
+                                        self.prefix_hi_s[p, layout], prefill_context, self.prefix_knee_tokens)
 
     def step_s(self, layout: int, batch: int, prefill_tokens: np.ndarray, s1: np.ndarray, s2: np.ndarray,
                with_terms: bool = False, prefill_context: np.ndarray | None = None, chunk_owner=None):
-        """Step seconds [k] of k consecutive steps in one layout (vectorized over the steps).
+        """Step seconds [k] of k consecutive steps in one layout (runtime_policy/step_time.py's
+        formula, vectorized over the steps).
 
         `batch` decode requests in every step; `prefill_tokens`, `s1`, `s2` are [k] (S on the rank
         the layout makes busiest, see the module docstring); `prefill_context` [k] the cached prefix
@@ -166,16 +179,15 @@ class StepTimeTable:
         p = np.minimum(prefill_tokens.astype(np.int64), self.max_prefill_tokens)
         n = np.minimum(batch + p, self.max_tokens)
         base = self.base_s[n, layout]
+        c1, c2 = self.c1_s[layout], self.c2_s[layout]
         if chunk_owner is not None and self.info.is_owner[layout]:
             own_p, own_c, s1c, s2c = chunk_owner
-            busy = base + s1[:, None] * self.c1_s[layout] + s2[:, None] * self.c2_s[layout]
-            own = (base + self.chunk_terms(layout, own_p, own_c)
-                   + s1c[:, None] * self.c1_s[layout] + s2c[:, None] * self.c2_s[layout])
-            use_own = (p > 0) & (own.max(axis=-1) >= busy.max(axis=-1))
-            terms = np.where(use_own[:, None], own, busy)
+            busy = step_time.decode_terms_np(base, None, c1, c2, s1, s2)
+            own = step_time.decode_terms_np(base, self.chunk_terms(layout, own_p, own_c), c1, c2, s1c, s2c)
+            terms = step_time.owner_choice_np(busy, own, p > 0)
         else:
-            terms = (base + self.chunk_terms(layout, prefill_tokens, prefill_context)
-                     + s1[:, None] * self.c1_s[layout] + s2[:, None] * self.c2_s[layout])
+            terms = step_time.decode_terms_np(base, self.chunk_terms(layout, prefill_tokens, prefill_context),
+                                              c1, c2, s1, s2)
         t = self.combine(terms)
         return (t, terms) if with_terms else t
 
@@ -184,11 +196,12 @@ def _group_deployment(dep: Deployment) -> Deployment:
     return dep if dep.replicas == 1 else replace_deployment(dep, gpus=dep.ranks, replicas=1)
 
 
-def layout_deployments(dep: Deployment) -> list[Deployment | None]:
-    """The group deployment under each layout; None where the model can't run that layout."""
+def layout_deployments(dep: Deployment, names: tuple[str, ...] | None = None) -> list[Deployment | None]:
+    """The group deployment under each layout (`names`, default `layout_names()`); None where the
+    model can't run that layout."""
     g = _group_deployment(dep)
     out: list[Deployment | None] = []
-    for name in LAYOUTS:
+    for name in names or layout_names():
         try:
             out.append(replace_deployment(g, attn=name))
         except SpecError:
@@ -212,13 +225,14 @@ def compile_tables(dep: Deployment, model: StepTimeModel | None = None, max_batc
     model = model or datasheet_model()
     if max_batch < 1 or max_prefill_tokens < 1:
         raise SpecError(f"max_batch={max_batch} and max_prefill_tokens={max_prefill_tokens} must be ≥ 1")
-    deps = layout_deployments(dep)
-    if deps[LAYOUTS.index(dep.attn)] is None:
+    names = layout_names()
+    deps = layout_deployments(dep, names)
+    if deps[names.index(dep.attn)] is None:
         raise SpecError(f"{dep.model.name} cannot run attn={dep.attn} on {dep.ranks} ranks")
     att = dep.model.attention
     topk = float(getattr(att, "index_topk", 0) or 0) or NO_TOPK
     n_max = max_batch + max_prefill_tokens
-    nl, nr = len(LAYOUTS), len(TIMED_RESOURCES)
+    nl, nr = len(names), len(TIMED_RESOURCES)
     base = np.full((n_max + 1, nl, nr), np.inf)
     pre = np.zeros((max_prefill_tokens + 1, nl, nr))
     pfx_lo = np.zeros((max_prefill_tokens + 1, nl, nr))
@@ -227,6 +241,8 @@ def compile_tables(dep: Deployment, model: StepTimeModel | None = None, max_batc
     c1 = np.zeros((nl, nr))
     c2 = np.zeros((nl, nr))
     pools, weights, attn_w, share = (np.zeros(nl) for _ in range(4))
+    registry = attention_layouts()
+    placement = tuple(registry[name].kv_placement for name in names)
     for i, d in enumerate(deps):
         if d is None:
             pools[i] = -1.0  # never fits: the policy refuses layouts the model can't run
@@ -257,26 +273,21 @@ def compile_tables(dep: Deployment, model: StepTimeModel | None = None, max_batc
         pools[i] = planner.step.kv_pool_bytes(d)
         weights[i] = sum(w.values())
         attn_w[i] = sum(v for k, v in w.items() if k.startswith(("attention", "indexer", "embedding")))
-        if d.attn in OWNER_LAYOUTS:
-            share[i] = 0.0
-        elif d.attn == "tp":
-            share[i] = 1.0 / _tp_kv_split(d)
-        else:
-            share[i] = 1.0 / d.ranks
+        share[i] = 0.0 if placement[i] == "owner" else kv_share(d)
     np.maximum(c1, 0.0, out=c1)  # numerical noise of the finite differences
     np.maximum(pfx_lo, 0.0, out=pfx_lo)
     np.maximum(pfx_hi, 0.0, out=pfx_hi)
     np.maximum(c2, 0.0, out=c2)
     hw = dep.hardware
     pricing = planner.Pricing.datasheet(hw)
-    owner = np.array([n in OWNER_LAYOUTS for n in LAYOUTS])
-    info = LayoutInfo(pools, weights, attn_w, share, owner)
+    owner = np.array([p == "owner" for p in placement])
+    info = LayoutInfo(pools, weights, attn_w, share, owner, placement)
     chunk_rows = np.concatenate([pre, pfx_lo, pfx_hi], axis=2)
-    pre, pfx_lo, pfx_hi = chunk_rows[..., 0:4], chunk_rows[..., 4:8], chunk_rows[..., 8:12]
+    pre, pfx_lo, pfx_hi = chunk_rows[..., 0:nr], chunk_rows[..., nr:2 * nr], chunk_rows[..., 2 * nr:3 * nr]
     for a in (base, chunk_rows, pre, pfx_lo, pfx_hi, c1, c2, pools, weights, attn_w, share, owner):
         a.setflags(write=False)
     return StepTimeTable(
-        ranks=dep.ranks, num_layers=dep.model.num_layers, max_tokens=n_max, max_prefill_tokens=max_prefill_tokens, topk=topk,
+        layouts=names, ranks=dep.ranks, num_layers=dep.model.num_layers, max_tokens=n_max, max_prefill_tokens=max_prefill_tokens, topk=topk,
         kv_bytes_per_token=dep.model.kv_bytes_per_token(dep.kv_dtype),
         page_tokens=dep.page_tokens,
         memory_budget_bytes=dep.memory.static_budget_bytes,
@@ -285,9 +296,14 @@ def compile_tables(dep: Deployment, model: StepTimeModel | None = None, max_batc
         link_bytes_per_s=pricing.link_bytes_per_s, message_latency_s=pricing.message_latency_s)
 
 
-def _tp_kv_split(d: Deployment) -> float:
-    """How many ways TP splits a token's KV, over the model's layers (1 / the share a rank keeps)."""
-    from planner.engines.base import kv_bytes_on_rank
-
-    on_rank = kv_bytes_on_rank(d)
-    return d.model.kv_bytes_per_token(d.kv_dtype) / on_rank if on_rank > 0 else 1.0
+def kv_share(d: Deployment) -> float:
+    """The fraction of all KV the busiest rank stores under `d`'s layout, as the planner's share
+    says: one request of `SHARE_PROBE_PAGES` pages per rank (page-aligned, so page rounding is
+    exact), its resident KV on the busiest rank over its whole KV (TP with MLA: 1; with ≥ T KV heads:
+    1/T; token-split layouts: 1/T). NOTE: read from the layout's own cost declaration, not from its
+    name, so a new layout's share needs no runtime edit."""
+    tokens = float(SHARE_PROBE_PAGES * d.ranks * d.page_tokens)
+    resident = float(planner.step.decode_kv_resident_bytes(d, planner.DecodeLoad.equal(1.0, tokens))[0])
+    mem = d.model.memory_bytes(np.array([tokens]), d.kv_dtype)
+    whole = float(mem["token"][0] + mem["window"][0])  # per-token pages, all layers (states are per request)
+    return resident / whole if whole > 0 else 0.0

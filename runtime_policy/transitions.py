@@ -1,18 +1,25 @@
-"""Transition plans and their costs for the 12 ordered switches between attention layouts.
+"""Transition plans and their costs for the ordered switches between attention layouts (12 for
+the four built-in ones; any pair of registered layouts).
 
-A layout decides who holds what (DESIGN.md §1): TP and DOP shard attention weights, CP and
-DP-attention replicate them; TP keeps every request's KV on every rank (MLA; with ≥ T KV heads a
-1/T head slice of every request), CP a 1/T token slice of every request, DP-attention and DOP each
-request whole on one owner. A switch moves only the difference:
+A layout decides who holds what (DESIGN.md §1), and declares it (planner/layouts/base.py): where a
+request's KV lives (`kv_placement`: on every rank — TP, whole for MLA or a 1/T head slice with ≥ T
+KV heads; split by tokens — CP, 1/T of every request; on one owner — DP-attention, DOP) and the KV
+share s one rank stores (tables.LayoutInfo, read from the planner's share), and which weights
+it shards (TP and DOP shard attention weights, CP and DP-attention replicate them; the resident
+bytes come from the planner). A switch moves only the difference, from those alone — no layout is
+named here, so a new layout (vLLM's DCP: weights sharded, KV split by tokens) gets its plans:
 
-| to \\ held     | TP (all)        | CP (1/T of all)        | owner (own requests)  |
-|---------------|-----------------|------------------------|-----------------------|
-| TP (all)      | —               | all − all/T            | all − own             |
-| CP            | nothing (drop)  | —                      | (all − own)/T         |
-| owner         | nothing (drop)  | own − own/T            | nothing (same owners) |
+| to \\ held          | every rank, s = 1 | partial slice s (heads or tokens) | owner (own requests)  |
+|--------------------|-------------------|-----------------------------------|-----------------------|
+| every rank, s = 1  | —                 | all − s·all                       | all − all/T           |
+| partial slice s'   | nothing (drop)    | s'·all − s'·s·all (independent)   | (all − all/T)·s'      |
+| owner              | nothing (drop)    | own − s·own                       | nothing (same owners) |
 
-(received bytes per rank; "own" = the rank's owned KV). Weights: → CP/DP from TP/DOP all-gather
-the (T−1)/T attention and LM-head shards each rank lacks; the other way drops them. Old state is
+(received bytes per rank; "own" = the rank's owned KV, all/T under balanced ownership; two partial
+slices — a head slice and a token slice, or two token interleavings — are taken as independent,
+overlapping in s of s'). Weights: a move from sharded to replicated attention weights (TP/DOP →
+CP/DP) all-gathers what each rank lacks (the difference of the planner's resident bytes: the
+(T−1)/T attention and LM-head shards); the other way drops them. Old state is
 kept until the commit (the server keeps stepping in the old layout while the move runs in the
 background), so the memory needed before the move is: the larger weight footprint + the union
 of old and new KV on the fullest rank. Moving to TP needs room for every request's KV on every
@@ -37,7 +44,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from runtime_policy.tables import LAYOUTS, StepTimeTable
+from runtime_policy.tables import StepTimeTable
 
 COMMIT_COLLECTIVES = 4.0  # barrier + ownership-table broadcast + 2 slack; × the hardware's collective latency
 MESSAGE_KINDS = 2.0  # KV and weights: one message per layer each
@@ -102,7 +109,8 @@ def _kv_recv(tables: StepTimeTable, src: int, dst: int, total: float, own: float
         return 0.0  # TP with replicated KV holds everything
     if s_dst >= 1.0:
         return total - total * s_src
-    # GQA-TP head slice <-> CP token slice: they overlap in 1/T of 1/T
+    # two partial slices (GQA-TP's head slice and a token slice, or two token interleavings, e.g.
+    # CP's pages and DCP's tokens): taken as independent, they overlap in s_src of s_dst
     return total * s_dst - total * s_dst * s_src
 
 
@@ -136,7 +144,7 @@ def max_fitting_kv_bytes(tables: StepTimeTable, src: int, dst: int) -> float:
 
 def plan_transition(tables: StepTimeTable, src: int, dst: int, kv_total_bytes: float, kv_busiest_owner_bytes: float,
                     batch: float = 0.0, step_s: float = 0.0, network_share: float = 0.0) -> TransitionPlan:
-    """Plan switching layout `src` → `dst` (indices into LAYOUTS) at the given KV state.
+    """Plan switching layout `src` → `dst` (indices into `tables.layouts`) at the given KV state.
 
     `batch` and `step_s` size the KV written while the move runs (moved at the commit);
     `network_share` is the fraction of the current step spent on the link (contention)."""
@@ -160,7 +168,7 @@ def plan_transition(tables: StepTimeTable, src: int, dst: int, kv_total_bytes: f
     delta = kv_recv * min(batch * steps_during / tokens_total, 1.0) if tokens_total > 0 else 0.0
     stall_s = COMMIT_COLLECTIVES * tables.message_latency_s + delta / tables.link_bytes_per_s
     return TransitionPlan(
-        src=LAYOUTS[src], dst=LAYOUTS[dst], send_bytes_per_rank=send, recv_bytes_per_rank=recv,
+        src=tables.layouts[src], dst=tables.layouts[dst], send_bytes_per_rank=send, recv_bytes_per_rank=recv,
         kv_recv_bytes_per_rank=kv_recv, weight_recv_bytes_per_rank=w_recv,
         memory_needed_bytes=max(w_src, w_dst) + union, memory_budget_bytes=tables.memory_budget_bytes,
         post_kv_bytes_per_rank=held_dst, post_kv_pool_bytes=float(info.kv_pool_bytes[dst]),
@@ -168,6 +176,7 @@ def plan_transition(tables: StepTimeTable, src: int, dst: int, kv_total_bytes: f
 
 
 def all_plans(tables: StepTimeTable, kv_total_bytes: float, kv_busiest_owner_bytes: float) -> list[TransitionPlan]:
-    """The 12 ordered switches at one KV state (layouts the model can't run are left out)."""
-    ok = [i for i in range(len(LAYOUTS)) if tables.info.kv_pool_bytes[i] >= 0]
+    """Every ordered switch at one KV state (12 for the four built-in layouts; layouts the model
+    can't run are left out)."""
+    ok = [i for i in range(len(tables.layouts)) if tables.info.kv_pool_bytes[i] >= 0]
     return [plan_transition(tables, a, b, kv_total_bytes, kv_busiest_owner_bytes) for a in ok for b in ok if a != b]

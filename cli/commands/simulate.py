@@ -12,17 +12,14 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
+import planner
 from cli.common import (DEFAULTS, GpusOpt, HardwareOpt, JsonOpt, KvDtypeOpt, MemFractionOpt, ModelOpt,
                         MoeOpt, PlotOpt, ReplicasOpt, console, deployment, emit_json, load_specs)
 from planner.errors import SpecError
 
 
-class PolicyChoice(str, Enum):
-    tp = "tp"
-    cp = "cp"
-    dp = "dp"
-    dop = "dop"
-    dynamic = "dynamic"
+# the layouts from the planner's registry, and the dynamic policy
+PolicyChoice = Enum("PolicyChoice", {name: name for name in (*planner.ATTN_LAYOUTS, "dynamic")}, type=str)
 
 
 class OrderChoice(str, Enum):
@@ -38,12 +35,11 @@ def _plot(doc: dict, path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from runtime_policy.tables import LAYOUTS
-
     tl = doc["timeline"]
+    names = list(doc["layout_time_s"])  # the tables' layouts, in index order
     fig, ax = plt.subplots(3, 1, figsize=(9, 6.5), sharex=True)
     ax[0].step(tl["t_s"], tl["layout"], where="pre")
-    ax[0].set_yticks(range(len(LAYOUTS)), LAYOUTS)
+    ax[0].set_yticks(range(len(names)), names)
     ax[0].set_ylabel("layout")
     ax[1].step(tl["t_s"], tl["batch"], where="pre")
     ax[1].set_ylabel("decode batch")
@@ -98,7 +94,7 @@ def simulate_cmd(
     """Serve a workload with the simulated executor: dynamic or fixed layout, and an ordering."""
     from executor.sim import simulate
     from runtime_policy.loop import LoopConfig
-    from runtime_policy.tables import LAYOUTS, calibrated_model, datasheet_model
+    from runtime_policy.tables import calibrated_model, datasheet_model, layout_names
     from runtime_policy.workloads import make_workload
 
     if rate is not None and (not math.isfinite(rate) or rate <= 0):
@@ -106,7 +102,7 @@ def simulate_cmd(
     m, hw = load_specs(model, hardware)
     attn = policy.value if policy != PolicyChoice.dynamic else None
     dep, first_err = None, None
-    for a in ([attn] if attn else list(LAYOUTS)):
+    for a in ([attn] if attn else list(layout_names())):
         try:
             dep = deployment(m, hw, a, moe.value if moe else None, gpus, replicas, None, kv_dtype, mem_fraction, None, None)
             break
@@ -150,9 +146,14 @@ def simulate_cmd(
         doc.pop("timeline")
         emit_json("simulate", doc)
         return
+    render(doc, f"{m.name} on {gpus} × {hw.name}: {w.name} ({w.requests} requests), policy {policy.value}, "
+                f"order {order.value}")
+
+
+def render(doc: dict, title: str) -> None:
+    """The serving metrics as a table and a few lines (simulate and serve print the same)."""
     con = console()
-    t = Table(title=f"{m.name} on {gpus} × {hw.name}: {w.name} ({w.requests} requests), policy {policy.value}, "
-                    f"order {order.value}")
+    t = Table(title=title)
     t.add_column("metric")
     for p in ("p50", "p90", "p99"):
         t.add_column(p, justify="right")
@@ -166,7 +167,12 @@ def simulate_cmd(
     con.print("time per layout: " + ", ".join(f"{k} {v:.1f} s" for k, v in shares.items()))
     con.print(f"{len(doc['switches'])} switches, total cost {doc['switch_cost_total_s'] * 1e3:.2f} ms")
     for s in doc["switches"][:20]:
-        con.print(f"  {s['at_s']:9.2f} s  {s['from']} → {s['to']}  cost {s['cost_s'] * 1e3:.2f} ms  ({s['reason']})")
+        con.print(f"  {s['at_s']:9.2f} s  {s['from']} → {s['to']}  cost {s['cost_s'] * 1e3:.2f} ms, stall "
+                  f"{s['stall_s'] * 1e3:.2f} ms  ({s['reason']})")
+    for s in doc["aborted_switches"][:20]:
+        con.print(f"  {s['at_s']:9.2f} s  {s['from']} → {s['to']}  aborted: {s['why']}")
+    if doc["cant_decide"]:
+        con.print(f"[yellow]the policy could not decide {doc['cant_decide']} times (it stayed)[/]")
     con.print(f"step time model: {doc['step_time_model']}")
 
 

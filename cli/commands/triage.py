@@ -24,11 +24,50 @@ from planner.triage import DEFAULT_THRESHOLD, triage_step
 
 def _profile(path: str, threshold: float, json_out: bool, calibration: str | None) -> None:
     try:
-        from calibration.triage import render_profile_triage, triage_profile
+        from calibration.triage import triage_profile
     except ImportError:
         raise SpecError("--profile needs the calibration package's bulk triage, which is not available") from None
     result = triage_profile(path, threshold, calibration=load_calibration(calibration), calibration_path=calibration)
     render_profile_triage(result, json_out)
+
+
+def render_profile_triage(result, json_out: bool = False) -> None:
+    """Print a table (people) or one JSON document (programs) on stdout."""
+    if json_out:
+        emit_json("triage_profile", result.to_json())
+        return
+    con = console()
+    tab = Table(title=f"triage of {len(result.rows)} measured steps (profile threshold {result.threshold:.0%})")
+    for col, just in (("line", "right"), ("deployment", "left"), ("B", "right"), ("ctx", "right"),
+                      ("measured ms", "right"), ("max ms", "right"), ("sum ms", "right"), ("verdict", "left"),
+                      ("q / residual", "right"), ("profile", "left")):
+        tab.add_column(col, justify=just)
+    calibrated = result.calibration is not None
+    if calibrated:
+        tab.add_column("predicted ms", justify="right")
+        tab.add_column("vs predicted", justify="right")
+    for r in result.rows:
+        q = (f"q={r['overlap_quality']:.2f}" if r["verdict"] == "inside" else
+             f"+{r['residual_fraction']:.0%}" if r["verdict"] == "above_sum" else ",".join(r["violated_resources"]))
+        cells = [str(r["line"]), r["deployment"], str(r["batch"]), f"{r['context_tokens']:.0f}",
+                 f"{r['measured_s'] * 1e3:.3f}", f"{r['floor_max_s'] * 1e3:.3f}", f"{r['floor_sum_s'] * 1e3:.3f}",
+                 r["verdict"], q, r["profile_resource"] or ""]
+        if calibrated:
+            cells += [f"{r['calibrated']['predicted_s'] * 1e3:.3f}", f"{r['calibrated']['residual_fraction']:+.0%}"]
+        tab.add_row(*cells)
+    con.print(tab)
+    c = result.counts()
+    con.print(f"{c['inside']} inside \\[max, sum], {c['above_sum']} above sum, {c['below_floor']} below the floor "
+              f"(a spec or the model is wrong), {c['rejected']} rejected")
+    if calibrated:
+        con.print(f"against {result.calibration}: {c['as_predicted']} as predicted, {c['above_prediction']} above "
+                  f"(profile), {c['below_prediction']} below the prediction (threshold {result.threshold:.0%})")
+    else:
+        con.print(f"{c['profile']} over the threshold above the sum: profile")
+    for i in result.issues:
+        con.print(f"[yellow]rejected[/] {i}")
+    for n in result.notes:
+        con.print(f"[dim]{n}[/]")
 
 
 def triage(

@@ -13,7 +13,7 @@ import hashlib
 import torch
 import torch.distributed as dist
 
-from .kv_pages import holders, pages_for
+from .kv_pages import gather_logical_kv, holders, pages_for
 
 
 def collect_logical_kv(runner) -> dict[int, torch.Tensor]:
@@ -45,6 +45,30 @@ def collect_logical_kv(runner) -> dict[int, torch.Tensor]:
             raise AssertionError(f"request {req}: pages {torch.nonzero(~filled).flatten().tolist()} held nowhere")
         out[req] = full
     return out
+
+
+def collect_request_kv(runner, req: int) -> torch.Tensor:
+    """One request's KV [L, seq_len, C+R] on CPU, assembled from every rank (a collective on the
+    control group: every rank calls it), replicas checked as in `collect_logical_kv`."""
+    table, n, page = runner.state.table, runner.seq_lens[req], runner.dims.page_size
+    mine = (sorted(table.pages.get(req, {})), gather_logical_kv(runner.pool, table, req, n).cpu())
+    gathered: list = [None] * runner.g.world_size
+    dist.all_gather_object(gathered, mine, group=runner.g.ctrl)
+    full = None
+    filled = torch.zeros(pages_for(n, page), dtype=torch.bool)
+    for lps, kv in gathered:
+        if full is None:
+            full = torch.empty((kv.shape[0], n, kv.shape[2]), dtype=kv.dtype)
+        at = 0
+        for lp in lps:
+            cnt = min(page, n - lp * page)
+            if not filled[lp]:
+                full[:, lp * page:lp * page + cnt] = kv[:, at:at + cnt]
+                filled[lp] = True
+            at += cnt
+    if not bool(filled.all()):
+        raise AssertionError(f"request {req}: pages {torch.nonzero(~filled).flatten().tolist()} held nowhere")
+    return full
 
 
 def kv_checksum(kv: dict[int, torch.Tensor]) -> str:

@@ -63,6 +63,14 @@ class MLADims:
         """1/sqrt(nope + rope), the scale of q·k before softmax (YaRN mscale ignored)."""
         return (self.qk_nope_head_dim + self.qk_rope_head_dim) ** -0.5
 
+    def head_params(self) -> int:
+        """Per-head attention weights of one layer, all heads (what TP/DOP shard and CP/DP-attention
+        replicate): q_b [H, N+R, Q], the absorbed key and value halves [H, N, C] and [H, C, V], o [H, V, D]."""
+        per_head = ((self.qk_nope_head_dim + self.qk_rope_head_dim) * self.q_lora_rank
+                    + self.qk_nope_head_dim * self.kv_lora_rank + self.kv_lora_rank * self.v_head_dim
+                    + self.v_head_dim * self.hidden_size)
+        return self.num_heads * per_head
+
     def kv_bytes_per_page(self, element_bytes: int) -> int:
         """Bytes of one page across all layers of the stack."""
         return self.num_layers * self.page_size * self.latent_dim * element_bytes

@@ -221,3 +221,19 @@ def gather_logical_kv(pool: torch.Tensor, table: PageTable, req: int, seq_len: i
     idx = flat_token_index([s for _, s in held], [min(page, seq_len - lp * page) for lp, _ in held],
                            page, pool.device)
     return pool.view(num_layers, -1, width).index_select(1, idx)
+
+
+def write_kv(pool: torch.Tensor, table: PageTable, req: int, kv: torch.Tensor) -> None:
+    """Write a request's KV `kv` [L, n, W] (logical token order, any device) into this rank's held
+    pages of it (the rows of the pages `table` holds)."""
+    num_layers, _, page, width = pool.shape
+    n = kv.shape[1]
+    held = sorted(table.pages.get(req, {}).items())
+    if not held:
+        return
+    counts = [min(page, n - lp * page) for lp, _ in held]
+    idx = flat_token_index([s for _, s in held], counts, page, pool.device)
+    src = torch.from_numpy(np.concatenate([np.arange(lp * page, lp * page + c, dtype=np.int64)
+                                           for (lp, _), c in zip(held, counts)])).to(kv.device)
+    flat = pool.view(num_layers, -1, width)
+    flat.index_copy_(1, idx, kv.index_select(1, src).to(pool.device, pool.dtype))

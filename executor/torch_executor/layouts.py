@@ -10,7 +10,7 @@ identical on every rank afterwards, from the normed hidden state h [B, D] (repli
   outputs gathered (an all-reduce of rows that are zero off their owner, which is exact).
 - DOP: heads sharded like TP, each request's KV on its owner: queries go to owners by
   all-to-all, attention outputs come back by all-to-all, partial projections all-reduced.
-`StepBatch` carries the per-step kernel inputs a rank needs for its layout.
+`KernelInputs` carries the per-step kernel inputs a rank needs for its layout.
 What it does not do: caching or page allocation (runner.py), the FFN (always TP-sharded,
 runner.py), or switching (transitions.py).
 """
@@ -30,7 +30,7 @@ from .layers import HeadWeights, ReplicatedAttnWeights, absorbed_queries, attent
 
 
 @dataclass
-class StepBatch:
+class KernelInputs:
     """Kernel inputs of one step on one rank (built by the runner from its page table)."""
 
     positions: torch.Tensor  # [B] int64, position of the new token
@@ -43,7 +43,7 @@ class StepBatch:
     kernel: object | None = None  # kernels.decode_kernel's object (planned per step, run in-graph), or None
 
 
-def _kernel(q, pool_l, sb: StepBatch, dims: MLADims, kcfg: KernelConfig | dict | None):
+def _kernel(q, pool_l, sb: KernelInputs, dims: MLADims, kcfg: KernelConfig | dict | None):
     if sb.kernel is not None:
         return sb.kernel(q, pool_l)
     if isinstance(kcfg, dict):  # per heads-per-program count: {heads: KernelConfig}
@@ -52,7 +52,7 @@ def _kernel(q, pool_l, sb: StepBatch, dims: MLADims, kcfg: KernelConfig | dict |
                       sb.max_pages, kcfg)
 
 
-def attention_tp(h, attn: ReplicatedAttnWeights, heads: HeadWeights, pool_l, sb: StepBatch,
+def attention_tp(h, attn: ReplicatedAttnWeights, heads: HeadWeights, pool_l, sb: KernelInputs,
                  dims: MLADims, g: RankGroups, kcfg=None) -> torch.Tensor:
     q = absorbed_queries(q_latent(h, attn, dims), heads, sb.positions, dims)  # [B, Hs, C+R]
     o, _ = _kernel(q, pool_l, sb, dims, kcfg)  # [B, Hs, C]

@@ -6,13 +6,17 @@ active `LayoutState`; `step()` runs one decode step of every request (new token'
 written to the pages that hold it — both layouts' pages while a switch is copying — then per
 layer the layout's attention and the FFN) and returns the final residual [B, D], identical
 on every rank. `switch_to()` starts a transition (transitions.py) that `step()` advances in
-the background and commits at the plan's boundary.
+the background and commits at the plan's boundary (or, `auto_commit=False`, when the caller calls
+`commit_switch()` once the switch is `ready`; `abort_switch()` drops it). Requests can be admitted
+and finished while a switch is in flight (both layouts' pages are written, or freed).
 A step is host bookkeeping (pages for the new token, one fill of fixed-shape inputs, one copy;
 step_inputs.py) followed by the device work, which on CUDA is one CUDA-graph replay
 (step_graph.py) captured once per layout state, batch and page capacity. The host never waits
 for the device, so it runs ahead and its bookkeeping hides behind earlier steps.
 What it does not do: sampling (inputs are synthetic embeddings of (request, position)),
-prefill (history is synthetic, written straight into pages), admission or preemption policy.
+prefill (history is synthetic, written straight into pages; a preempted request's KV is kept on
+the host by `save_request` and written back on re-admission, as a recompute would rebuild it),
+admission or preemption policy.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from .config import MLADims
 from .dist import RankGroups
 from .kernels import KernelConfig, decode_kernel
 from .kv_pages import (OutOfPages, PageTable, SlotAllocator, check_layout_kind, gather_logical_kv, holders,
-                       pages_for, write_history)
+                       pages_for, write_history, write_kv)
 from .layers import ffn_partial, kv_latent, make_layer_weights, rms_norm, token_embeddings
 from .layouts import ATTENTION, LayoutState, heads_sharded, kernel_heads, weight_slots_needed
 from .step_graph import StepExec
@@ -70,6 +74,8 @@ class RankRunner:
         self.retired: list = []  # replaced execs/states kept until the next switch (in-flight replays)
         self.seq_lens: dict[int, int] = {}
         self.order: list[int] = []
+        self.owner_of: dict[int, int] = {}  # each request's owner as the caller keeps it (every layout)
+        self.saved: dict[int, torch.Tensor] = {}  # preempted requests' KV, [L, n, C+R] on the host
         self.step_index = 0
         self.switch = None  # transitions.Transition while one is in flight
         self.side_stream = torch.cuda.Stream(device=dev) if groups.is_cuda else None
@@ -83,35 +89,71 @@ class RankRunner:
         return self.state.kind
 
     def add_requests(self, lengths: dict[int, int], owners: dict[int, int] | None = None) -> None:
-        """Admit requests with `lengths[req]` tokens of synthetic history (no switch in flight)."""
-        if self.switch is not None and self.switch.in_flight:
-            raise RuntimeError("cannot admit requests while a switch is in flight")
-        table = self.state.table
-        if self.state.kind in ("dp", "dop"):
-            load = [0] * self.g.world_size
-            for req, rank in table.owners.items():
-                load[rank] += self.seq_lens[req]
-            for req in sorted(lengths, key=lambda q: (-lengths[q], q)):
-                rank = owners[req] if owners else min(range(self.g.world_size), key=lambda k: (load[k], k))
-                table.owners[req] = rank
-                load[rank] += lengths[req]
+        """Admit requests with `lengths[req]` tokens of history: synthetic, or the KV `save_request`
+        kept for a preempted one. `owners`: each request's owner rank (owner layouts; default the
+        least-loaded). During a switch the destination's pages are written too."""
+        if self.switch is not None and self.switch._old is not None:
+            self.switch._release_old(self)  # committed at this boundary, no step since
+        tables = self._tables_written()
+        load = [0] * self.g.world_size
+        for req, rank in self.state.table.owners.items():
+            load[rank] += self.seq_lens[req]
+        for req in sorted(lengths, key=lambda q: (-lengths[q], q)):
+            rank = owners[req] if owners else min(range(self.g.world_size), key=lambda k: (load[k], k))
+            if owners:
+                self.owner_of[req] = rank
+            load[rank] += lengths[req]
+            for table in tables:
+                if table.kind in ("dp", "dop"):
+                    table.owners[req] = rank
         for req, n in lengths.items():
             if req in self.seq_lens:
                 raise ValueError(f"request {req} is already running")
             self.seq_lens[req] = n
             self.order.append(req)
-            for lp in range(pages_for(n, self.dims.page_size)):
-                if table.holds(self.g.rank, self.g.world_size, req, lp):
-                    table.add(req, lp, self.alloc.alloc(1)[0])
-            write_history(self.pool, table, req, n, self.seed)
+            kept = self.saved.pop(req, None)
+            if kept is not None and kept.shape[1] != n:
+                raise ValueError(f"request {req} was saved with {kept.shape[1]} tokens, admitted with {n}")
+            for table in tables:
+                try:
+                    for lp in range(pages_for(n, self.dims.page_size)):
+                        if table.holds(self.g.rank, self.g.world_size, req, lp):
+                            slot = tables[0].pages.get(req, {}).get(lp) if table is not tables[0] else None
+                            table.add(req, lp, slot if slot is not None else self.alloc.alloc(1)[0])
+                except OutOfPages as e:
+                    if table is tables[0]:
+                        raise
+                    # NOTE: no room for the destination's copy: the switch fails (every rank aborts
+                    # at the next agreement) and the request runs in the old layout
+                    self.switch.fail(f"no memory for request {req}'s pages in {table.kind}: {e}")
+                    continue
+                if kept is None:
+                    write_history(self.pool, table, req, n, self.seed)
+                else:
+                    write_kv(self.pool, table, req, kept)
 
     def finish_request(self, req: int) -> None:
-        if self.switch is not None and self.switch.in_flight:
-            raise RuntimeError("cannot finish requests while a switch is in flight")
-        self.alloc.release(self.state.table.remove_request(req))
+        """Free a request's pages (both layouts' during a switch: freed when it commits or aborts)."""
+        slots = self.state.table.remove_request(req)
         self.state.table.owners.pop(req, None)
+        sw = self.switch
+        if sw is not None and sw.in_flight and sw.new is not None:
+            slots = sorted(set(slots) | set(sw.new.table.remove_request(req)))
+            sw.new.table.owners.pop(req, None)
+            sw.deferred_free.extend(slots)
+        else:
+            self.alloc.release(slots)
         self.order.remove(req)
         del self.seq_lens[req]
+        self.owner_of.pop(req, None)
+
+    def save_request(self, req: int) -> None:
+        """Keep a request's KV on the host (every rank: a collective on the control group) and free
+        its pages: a preempted request, admitted again later with the same history."""
+        from .checks import collect_request_kv
+
+        self.saved[req] = collect_request_kv(self, req)
+        self.finish_request(req)
 
     def _tables_written(self) -> list[PageTable]:
         tables = [self.state.table]
@@ -202,19 +244,43 @@ class RankRunner:
         self.step_index += 1
         return x
 
-    def switch_to(self, kind: str, bytes_per_step: int, faults=None):
-        """Plan and begin a switch to `kind` at this batch boundary; returns the Transition."""
-        from .transitions import Transition, plan_transition
+    def idle_step(self) -> None:
+        """A step with nothing decoding (the caller's step ran only a prefill): the switch in
+        flight still moves its chunk of this step, so it advances as it would under decode steps."""
+        if self.switch is not None:
+            self.switch.before_step(self)
+        if self.switch is not None:
+            self.switch.after_step(self)
+        self.step_index += 1
+
+    def switch_to(self, kind: str, bytes_per_step: int, faults=None, auto_commit: bool = True):
+        """Plan and begin a switch to `kind` at this batch boundary; returns the Transition. An
+        owner destination keeps each request's owner as admitted (`owner_of`)."""
+        from .transitions import Transition, plan_page_moves
 
         check_layout_kind(kind)
         if self.switch is not None and self.switch.in_flight:
             raise RuntimeError(f"a switch to {self.switch.plan.dst_kind} is already in flight")
-        plan = plan_transition(self.state.kind, kind, self.g.world_size, dict(self.seq_lens),
+        if self.switch is not None and self.switch._old is not None:
+            self.switch._release_old(self)
+        owners = self.owner_of if all(q in self.owner_of for q in self.seq_lens) else None
+        plan = plan_page_moves(self.state.kind, kind, self.g.world_size, dict(self.seq_lens),
                                dict(self.state.table.owners), self.dims, self.pool.element_size(),
-                               self.head_bytes_full, self.step_index, bytes_per_step)
-        self.switch = Transition(plan, faults)
+                               self.head_bytes_full, self.step_index, bytes_per_step, owners)
+        self.switch = Transition(plan, faults, auto_commit)
         self.switch.begin(self)
         return self.switch
+
+    def commit_switch(self) -> None:
+        """Hand off at this batch boundary (the switch is `ready`)."""
+        if self.switch is None or not self.switch.ready:
+            raise RuntimeError("no switch ready to commit")
+        self.switch.commit(self)
+
+    def abort_switch(self, reason: str) -> None:
+        """Drop the switch in flight at this boundary (every rank); the old layout is untouched."""
+        if self.switch is not None and self.switch.in_flight:
+            self.switch.abort(self, reason)
 
     # ---- checks ------------------------------------------------------------------------------
     def local_logical_kv(self) -> dict[int, tuple[list[int], torch.Tensor]]:
@@ -237,11 +303,12 @@ class RankRunner:
         free = self.alloc.free_set()
         self.alloc.check_disjoint()
         reserved = set(self.alloc.reserved)
-        if free & set(used) or reserved & set(used) or free & reserved:
+        deferred = set(self.switch.deferred_free) if self.switch is not None else set()
+        if free & set(used) or reserved & set(used) or free & reserved or deferred & (free | reserved | set(used)):
             raise AssertionError("a slot is both used and free/reserved")
-        if len(free) + len(reserved) + len(used) != self.alloc.num_slots:
+        if len(free) + len(reserved) + len(used) + len(deferred) != self.alloc.num_slots:
             raise AssertionError(f"slots lost: {len(free)} free + {len(reserved)} reserved + {len(used)} used "
-                                 f"!= {self.alloc.num_slots}")
+                                 f"+ {len(deferred)} to free != {self.alloc.num_slots}")
         for req, n in self.seq_lens.items():
             for lp in range(pages_for(n, self.dims.page_size)):
                 held = lp in self.state.table.pages.get(req, {})

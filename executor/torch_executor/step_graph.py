@@ -10,7 +10,7 @@ replay on the current stream; elsewhere it calls the function eagerly.
 NOTE: no device synchronize anywhere here (torch.cuda.graph's context manager would do one):
 a switch prepares the destination's graph during its copying phase, between steps, while the
 device is still busy with earlier steps and background transfers.
-A kernel that plans on the host (FlashInfer's, `StepBatch.kernel`) is planned by `StepInputs.upload`,
+A kernel that plans on the host (FlashInfer's, `KernelInputs.kernel`) is planned by `StepInputs.upload`,
 which precedes every eager call and every replay here and never runs inside a capture: the
 captured launch reads the plan's reserved device buffers, refilled before each replay.
 What it does not do: decide when to rebuild (runner.py), or share memory pools between graphs.

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from .kv_pages import PageTable, pages_for
-from .layouts import LayoutState, StepBatch
+from .layouts import LayoutState, KernelInputs
 
 
 class StepInputs:
@@ -69,7 +69,7 @@ class StepInputs:
         self.pos = self._view("pos")  # [B]
         self.wrows = self._view("wrows")  # [2B] batch row of each written token
         self.wtoks = self._view("wtoks")  # [2B] flat slot*page+offset (trash for padding)
-        self.batch = StepBatch(self.pos, self._view("bt").view(n_att, self.cap), self._view("lens"), self.cap,
+        self.batch = KernelInputs(self.pos, self._view("bt").view(n_att, self.cap), self._view("lens"), self.cap,
                                self._view("own") if own_rows is not None else None,
                                self._view("perm") if perm is not None else None, counts)
 

@@ -1,22 +1,25 @@
 """Live switches between attention layouts: plans, background movement, commit and abort.
 
-What it does: `plan_transition` (pure, host-only, identical on every rank) lists what moves
+What it does: `plan_page_moves` (pure, host-only, identical on every rank) lists what moves
 for any of the 12 ordered layout pairs — each KV page to each rank that must newly hold it,
 with the valid token prefix at plan time, and head weights gathered (sharded -> replicated)
 or sliced (replicated -> sharded) — chunked so no rank receives more than `bytes_per_step` a
 step, with bytes and memory per rank and the commit step fixed in the plan.
 `Transition` carries a plan out on one rank through explicit states
-planned -> copying -> committed | aborted:
+planned -> copying (-> ready) -> committed | aborted:
 - begin: allocate destination pages and weight slots first (an agreed abort if any rank
   can't); from here the new token of every step is written to both layouts' pages;
 - each step after the step's work: one chunk on a side stream over the side process group
   (pack the valid prefixes, batched send/recv, unpack), then a host agreement on failures;
 - still in begin, the destination's fixed-shape step inputs are built and (on CUDA) its step
   is captured as a CUDA graph, so nothing is built at the boundary;
-- commit at the plan's batch boundary: the main stream waits for the side stream and two
-  references are swapped (layout state, step executable); nothing is allocated, freed or
-  synchronized there. The old layout's pages and weight slots are freed after the commit
-  step's device work has been issued;
+- commit at a batch boundary once every chunk has moved (`ready`): at the plan's commit step
+  (`auto_commit`, scripted switches), or when the serving loop says (`RankRunner.commit_switch`):
+  the main stream waits for the side stream and two references are swapped (layout state, step
+  executable); nothing is allocated, freed or synchronized there. The old layout's pages and
+  weight slots are freed after the commit step's device work has been issued;
+- requests admitted or finished while the switch is in flight are written to (freed from) both
+  layouts' pages, and a finished request's remaining moves are skipped (every rank knows it);
 - abort: destination pages and weights are dropped; the old layout was never written to
   except by its own steps, so every request's KV stays bit-identical.
 NOTE: the commit moves no data. A page's prefix that existed at plan time is immutable and is
@@ -62,7 +65,7 @@ class Faults:
 
 
 @dataclass(frozen=True)
-class TransitionPlan:
+class PageMovePlan:
     """What a switch moves, per rank, and when it commits. One row per (page, new holder)."""
 
     src_kind: str
@@ -105,17 +108,24 @@ class TransitionPlan:
         }
 
 
-def plan_transition(src: str, dst: str, world_size: int, seq_lens: dict[int, int], src_owners: dict[int, int],
+def plan_page_moves(src: str, dst: str, world_size: int, seq_lens: dict[int, int], src_owners: dict[int, int],
                     dims: MLADims, element_bytes: int, head_bytes_full: int, start_step: int,
-                    bytes_per_step: int) -> TransitionPlan:
-    """Plan a switch src -> dst at the boundary before `start_step` (pure; same on every rank)."""
+                    bytes_per_step: int, dst_owners: dict[int, int] | None = None) -> PageMovePlan:
+    """Plan a switch src -> dst at the boundary before `start_step` (pure; same on every rank).
+    `dst_owners`: each request's owner under an owner destination (None: kept from an owner source,
+    else balanced by KV bytes; a serving loop passes the owners it keeps for every layout)."""
     if src == dst:
         raise ValueError(f"switch from {src} to itself")
     if bytes_per_step <= 0:
         raise ValueError(f"bytes_per_step={bytes_per_step} must be positive")
     t, page, layers = world_size, dims.page_size, dims.num_layers
     if dst in ("dp", "dop"):
-        dst_owners = dict(src_owners) if src in ("dp", "dop") else balance_owners(seq_lens, t)
+        if src in ("dp", "dop"):
+            dst_owners = dict(src_owners)
+        elif dst_owners is None:
+            dst_owners = balance_owners(seq_lens, t)
+        else:
+            dst_owners = {q: dst_owners[q] for q in seq_lens}
     else:
         dst_owners = {}
     token_bytes = layers * dims.latent_dim * element_bytes
@@ -171,7 +181,7 @@ def plan_transition(src: str, dst: str, world_size: int, seq_lens: dict[int, int
         recv_tot[d] += b
     num_chunks = chunk + 1 if any_item else 0
     page_bytes = dims.kv_bytes_per_page(element_bytes)
-    return TransitionPlan(
+    return PageMovePlan(
         src, dst, t, start_step, start_step + num_chunks + 1, bytes_per_step, num_chunks, dst_owners,
         moves[:, 0].copy(), moves[:, 1].copy(), moves[:, 2].copy(), moves[:, 3].copy(), moves[:, 4].copy(),
         move_chunk, tuple(weight_chunk), weights, tuple(send_tot), tuple(recv_tot), tuple(dest), tuple(freed),
@@ -192,8 +202,9 @@ def _index(slots: list[int], counts: list[int], page: int, device) -> torch.Tens
 class Transition:
     """One rank's side of a switch (see module docstring for the states)."""
 
-    plan: TransitionPlan
+    plan: PageMovePlan
     faults: Faults | None = None
+    auto_commit: bool = True  # commit at plan.commit_step (scripted); False: the caller commits once `ready`
     state: SwitchState = SwitchState.PLANNED
     reason: str | None = None
     new: LayoutState | None = None
@@ -201,6 +212,9 @@ class Transition:
     _failed: str | None = None
     _chunks_done: int = 0
     _old: LayoutState | None = None  # the source layout until its pages are released
+    # slots of requests finished while copying: freed at the commit or abort (NOTE: not at once: a
+    # chunk on the side stream may still be reading or writing them)
+    deferred_free: list[int] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -210,6 +224,11 @@ class Transition:
     @property
     def mirroring(self) -> bool:
         return self.state == SwitchState.COPYING and self._failed is None
+
+    @property
+    def ready(self) -> bool:
+        """Every chunk moved and agreed on: the switch can commit at the next batch boundary."""
+        return self.state == SwitchState.COPYING and self._failed is None and self._chunks_done >= self.plan.num_chunks
 
     def fail(self, reason: str) -> None:
         """Record a local failure; all ranks abort at the next agreement."""
@@ -268,7 +287,7 @@ class Transition:
 
     # ---- per step ----------------------------------------------------------------------------
     def before_step(self, runner) -> None:
-        if self.state == SwitchState.COPYING and runner.step_index >= self.plan.commit_step:
+        if self.auto_commit and self.state == SwitchState.COPYING and runner.step_index >= self.plan.commit_step:
             self.commit(runner)
 
     def after_step(self, runner) -> None:
@@ -292,7 +311,8 @@ class Transition:
                 if c == k:
                     for out, src in zip(self.new.heads[layer].tensors(), runner.state.heads[layer].tensors()):
                         all_gather_cat(out, src, g.side)
-            sel = np.nonzero(plan.move_chunk == k)[0]
+            live = np.fromiter((int(q) in runner.seq_lens for q in plan.move_req), dtype=bool, count=len(plan.move_req))
+            sel = np.nonzero((plan.move_chunk == k) & live)[0]  # moves of requests finished since: skipped
             ops, recvs = [], []
             for peer in range(plan.world_size):
                 if peer == r:
@@ -333,6 +353,8 @@ class Transition:
             runner.retired.append(runner.exec)
         runner.state, runner.exec = self.new, self.new_exec
         self.state = SwitchState.COMMITTED
+        runner.alloc.release(self.deferred_free)
+        self.deferred_free = []
 
     def _release_old(self, runner) -> None:
         """Free the source layout's pages and weight slots (host bookkeeping after the commit step)."""
@@ -359,5 +381,7 @@ class Transition:
         if self.new_exec is not None:
             runner.retired.append(self.new_exec)
             self.new_exec = None
+        runner.alloc.release(self.deferred_free)
+        self.deferred_free = []
         self.state = SwitchState.ABORTED
         self.reason = reason

@@ -48,6 +48,13 @@ from planner.models.spec import ModelSpec
 from planner.registry import Registry
 
 CollectiveKind = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all"]
+# Where a layout keeps a request's KV (AttentionLayout.kv_placement):
+# - "every_rank": every rank holds every token of every request (all of each token's KV, or its
+#   head slice where the attention variant splits KV by heads: TP);
+# - "token_split": each rank holds 1/T of every request's tokens (CP, DCP);
+# - "owner": one rank (the request's owner) holds the whole request (DP-attention, DOP).
+KvPlacement = Literal["every_rank", "token_split", "owner"]
+KV_PLACEMENTS: tuple[str, ...] = ("every_rank", "token_split", "owner")
 
 ACTIVATION_BYTES = 2.0  # bf16 hidden states, queries and partial outputs on the wire
 LSE_BYTES = 4.0  # fp32 log-sum-exp per (query, head) of a partial output (vLLM casts MLA's to fp32)
@@ -210,8 +217,14 @@ def refuse_unsplittable(layout: str, model: ModelSpec, why: str, bad) -> None:
 
 
 class AttentionLayout:
+    """What a layout declares in its class header is what the rest of the house reads: the share
+    methods below price a step; the runtime (runtime_policy.tables, .transitions) derives a layout's
+    KV share, owner semantics and every switch's moves from `kv_placement` and the weights flags,
+    so a new layout gets transition plans with no runtime edit."""
+
     name: ClassVar[str]
     description: ClassVar[str]
+    kv_placement: ClassVar[KvPlacement]  # where a request's KV lives (see KvPlacement above)
     weights_sharded: ClassVar[bool]  # head-sharded attention weights split over ranks (True) or replicated
     activations_replicated: ClassVar[bool]  # after attention every rank holds every token's hidden state
     head_sharded: ClassVar[bool]  # LM head vocab-parallel over ranks

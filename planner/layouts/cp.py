@@ -82,6 +82,7 @@ class ContextParallel(AttentionLayout):
     name = "cp"
     order = 1  # where listings put it
     description = "SPLASH CP: weights replicated, KV pages interleaved over ranks, partials all-gathered and LSE-merged"
+    kv_placement = "token_split"
     weights_sharded = False
     activations_replicated = True
     head_sharded = False

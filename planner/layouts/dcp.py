@@ -36,6 +36,7 @@ class DecodeContextParallel(AttentionLayout):
     name = "dcp"
     order = 2  # where listings put it
     description = "vLLM DCP: heads sharded like TP, KV interleaved by tokens, queries all-gathered, outputs reduce-scattered"
+    kv_placement = "token_split"
     weights_sharded = True
     activations_replicated = True
     head_sharded = True

@@ -19,6 +19,7 @@ class DecoupledOwnership(AttentionLayout):
     name = "dop"
     order = 4  # where listings put it
     description = "heads sharded like TP, each request's KV on one owner, queries routed by all-to-all"
+    kv_placement = "owner"
     weights_sharded = True
     activations_replicated = True
     head_sharded = True

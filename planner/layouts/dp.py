@@ -73,6 +73,7 @@ class DataParallelAttention(AttentionLayout):
     name = "dp"
     order = 3  # where listings put it
     description = "weights replicated, each request's KV on one owner"
+    kv_placement = "owner"
     weights_sharded = False
     activations_replicated = False
     head_sharded = False

@@ -43,6 +43,7 @@ class TensorParallel(AttentionLayout):
     name = "tp"
     order = 0  # where listings put it
     description = "heads sharded, KV split by heads (replicated for MLA), all-reduce"
+    kv_placement = "every_rank"
     weights_sharded = True
     activations_replicated = True
     head_sharded = True

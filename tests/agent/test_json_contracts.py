@@ -37,6 +37,7 @@ CASES = {
     "triage_profile": [["triage", "--profile", str(PROFILE)]],
     "microbench": [["microbench", "--from", str(MICROBENCH)]],
     "simulate": [["simulate", "--requests", "40"], ["simulate", "--requests", "60", "--workload", "shrinking", "--policy", "tp"]],
+    "serve": [["serve", "--executor", "sim", "--requests", "12"]],  # the torch executor: tests/cli/test_serve_cli.py
 }
 
 

@@ -8,7 +8,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from executor.torch_executor import (DEEPSEEK_V32, MLADims, deepseek_v32, merge_partials,  # noqa: E402
-                                     mla_decode_torch, plan_transition, tiny_dims)
+                                     mla_decode_torch, plan_page_moves, tiny_dims)
 from executor.torch_executor.kv_pages import (LAYOUT_KINDS, OutOfPages, PageTable, SlotAllocator,  # noqa: E402
                                               balance_owners, holders, pages_for)
 
@@ -104,7 +104,7 @@ def test_plan_moves_each_new_holding_exactly_once(src, dst, t):
     seq = {0: 5, 1: 17, 2: 1, 3: 30}
     owners = balance_owners(seq, t)
     limit = 2 * dims.kv_bytes_per_page(4)
-    plan = plan_transition(src, dst, t, seq, owners if src in ("dp", "dop") else {}, dims, 4, 10_000, 0, limit)
+    plan = plan_page_moves(src, dst, t, seq, owners if src in ("dp", "dop") else {}, dims, 4, 10_000, 0, limit)
     src_owners = owners if src in ("dp", "dop") else {}
     want = {(q, lp, d) for q, n in seq.items() for lp in range(pages_for(n, 4))
             for d in holders(dst, t, q, lp, plan.dst_owners) if d not in holders(src, t, q, lp, src_owners)}

@@ -57,7 +57,9 @@ def test_loop_accounting_property(n, seed, order, policy):
 def test_request_too_big_for_any_layout_is_aborted_not_lost(dsv32):
     dep, pol = dsv32
     arr = np.array([0.0, 0.0])
-    inp = np.array([100, 3_000_000])  # 3M tokens × 78 KB = 235 GB: no layout on 8 × H200 holds it
+    # 30M tokens × 78 KB = 2.3 TB: no layout on 8 × H200 holds it (3M would fit CP's and DCP's
+    # 1/8 token split: 29 GB per rank)
+    inp = np.array([100, 30_000_000])
     out = np.array([5, 5])
     res = serve(arr, inp, out, pol.tables, pol, Ordering("fcfs"), SimExecutor(pol.tables), CFG)
     assert list(res.status) == [DONE, ABORTED]
@@ -113,13 +115,13 @@ def test_stationary_workload_does_not_thrash():
 def test_dynamic_switches_when_kv_blocks_admission():
     """Chat at 50 req/s starts in TP (one request at t=0); TP's replicated KV (18 GB pool at
     mem_fraction 0.75) holds ~130 chat requests, fewer than arrive: admission blocks, and the
-    policy moves to a layout whose pool holds 6–8× more (CP and DOP tie as fixed layouts here,
-    3,479 and 3,477 tok/s; priced at the batch each holds, CP is the one chosen)."""
+    policy moves to a layout whose pool holds 6–8× more (the token-split layouts CP and DCP, or the
+    owner layouts DP and DOP)."""
     m, hw = planner.load_model("deepseek-v3.2"), planner.load_hardware("h200")
     dep = planner.make_deployment(m, hw, attn="tp", gpus=8, mem_fraction=datasheet_share(hw, 0.75))
     d = simulate(dep, chat(600, seed=2, rate_per_s=50.0), "dynamic", "fcfs", config=CFG)
     cap = [s for s in d["switches"] if s["reason"] == "switch_capacity"]
-    assert cap and cap[0]["from"] == "tp" and cap[0]["to"] in ("cp", "dp", "dop")
+    assert cap and cap[0]["from"] == "tp" and cap[0]["to"] in ("cp", "dcp", "dp", "dop")
     assert d["completed"] == 600
 
 
@@ -132,3 +134,57 @@ def test_run_time_sum_equals_numpys_bit_for_bit():
     for n in list(range(1, 300)) + [1000, 4099]:
         x = rng.random(n) * 10.0 ** rng.uniform(-4, 1, n)
         assert sum_as_numpy(x.tolist()) == float(np.add.reduce(x)), n
+
+
+def test_a_move_in_flight_admits_only_what_its_destination_holds():
+    """DOP → TP in flight (a long move): 24 requests of 40K tokens arrive; DOP's owners would hold
+    them all, TP (every request on every rank, ~467K tokens) only 11: until the commit, the loop
+    admits no more than TP holds, so the move still fits when it commits."""
+    from runtime_policy.decision import Decision, Reason
+    from runtime_policy.transitions import plan_transition
+    from tests.runtime_policy.conftest import make_policy
+
+    _, lp = make_policy()
+    t = lp.tables
+    tp, dop = t.layouts.index("tp"), t.layouts.index("dop")
+    cap_tp = t.info.kv_pool_bytes[tp] / t.kv_bytes_per_token
+
+    class MoveOnce:
+        reads_kv_growth = False
+
+        def __init__(self):
+            self.asked = 0
+            self.held_in_flight = 0  # most requests holding KV while the move ran
+
+        def initial_layout(self, waiting):
+            return dop
+
+        def usable_layouts(self):
+            return [tp, dop]
+
+        def observe_completion(self, n):
+            pass
+
+        def decide(self, s):
+            self.asked += 1
+            if s.switch_in_flight:
+                self.held_in_flight = max(self.held_in_flight, s.running)
+            if self.asked == 1:
+                return Decision(tp, True, Reason.SWITCH_CAPACITY, 0.0, 0.0, plan_transition(t, dop, tp, 0.0, 0.0))
+            return Decision(s.layout, False, Reason.STAY_IN_FLIGHT if s.switch_in_flight else Reason.STAY_BEST)
+
+    class LongMove(SimExecutor):
+        def start_switch(self, plan):
+            super().start_switch(plan)
+            return 30.0  # seconds of background move
+
+    n = 25
+    arr = np.concatenate([[0.0], np.full(n - 1, 0.01)])
+    inp = np.concatenate([[100], np.full(n - 1, 40_000)])
+    out = np.full(n, 4)
+    pol = MoveOnce()
+    res = serve(arr, inp, out, t, pol, Ordering("fcfs"), LongMove(t), CFG)
+    assert res.switches and res.switches[0].to_layout == "tp"
+    # the first request and the 40K ones TP holds with the watermark: ⌊0.99 × 467K / 40,064⌋ = 11
+    assert pol.held_in_flight == 1 + int(0.99 * cap_tp // 40_064) == 12
+    assert (res.status == DONE).sum() == n

@@ -33,20 +33,200 @@ floats = st.floats(allow_nan=True, allow_infinity=True, width=64)
 @settings(max_examples=300, deadline=None)
 @given(ctx=st.lists(st.one_of(floats, st.integers(0, 10**7).map(float)), max_size=40),
        owners=st.lists(floats, min_size=0, max_size=10), waiting=st.lists(floats, max_size=5),
-       layout=st.integers(-3, 7), in_flight=st.booleans(), since=st.integers(-5, 10**6))
-def test_decide_never_raises_on_fuzzed_states(dsv32, ctx, owners, waiting, layout, in_flight, since):
+       layout=st.integers(-3, 7), in_flight=st.booleans(), since=st.integers(-5, 10**6),
+       growth=floats, prefill=st.tuples(floats, floats, floats, floats))
+def test_decide_never_raises_on_fuzzed_states(dsv32, ctx, owners, waiting, layout, in_flight, since, growth, prefill):
+    """Every answer is a Decision for a valid layout, and none came from the rules' catch-all:
+    the boundary checks refuse what the rules can't handle (a CANT_DECIDE counted as refused)."""
     _, pol = dsv32
+    pol.refused_states = pol.internal_errors = 0
     s = PolicyState(np.asarray(ctx), np.asarray(owners), np.asarray(owners), np.asarray(waiting), layout, in_flight,
-                    since, len(ctx))
+                    since, len(ctx), kv_growth_tokens=growth, prefill_step_fraction=prefill[0],
+                    prefill_tokens_per_step=prefill[1], prefill_context_tokens=prefill[2], prefill_owner_share=prefill[3])
     d = pol.decide(s)
     assert isinstance(d, Decision)
     assert 0 <= d.layout < len(LAYOUTS)
+    assert pol.internal_errors == 0
+    assert (d.reason == Reason.CANT_DECIDE) == (pol.refused_states == 1)
 
 
-def test_decide_never_raises_on_garbage_types(dsv32):
+@settings(max_examples=150, deadline=None)
+@given(ctx=st.lists(st.integers(1, 200_000).map(float), min_size=1, max_size=60), layout=st.integers(0, 3),
+       waiting=st.lists(st.integers(1, 100_000).map(float), max_size=6), since=st.integers(0, 10**6),
+       frac=st.floats(0, 1), tok=st.floats(0, 8192), pfx=st.floats(0, 1e5), share=st.floats(0, 1))
+def test_valid_states_are_always_decided(dsv32, ctx, layout, waiting, since, frac, tok, pfx, share):
+    """In-range states never get CANT_DECIDE (the count a server would alert on stays at 0)."""
     _, pol = dsv32
-    for bad in (PolicyState(None, None, None, None, "tp"), PolicyState(np.zeros(3), np.zeros(2), None, [], 2)):
-        assert pol.decide(bad).reason in (Reason.CANT_DECIDE, Reason.STAY_BEST, Reason.STAY_IDLE)
+    before = pol.cant_decide
+    s = with_prefill(state(ctx, layout, waiting, policy=pol), frac, tok, pfx, share)
+    s.steps_since_switch = since
+    assert pol.decide(s).reason != Reason.CANT_DECIDE
+    assert pol.cant_decide == before
+
+
+def test_out_of_range_states_are_counted_refusals_not_errors(dsv32):
+    """decide(None), a bool or negative layout (−1 is not DOP), a batch beyond the tables (work
+    stays bounded: 10**9 requests is refused at once), non-finite inputs: CANT_DECIDE, each counted
+    as refused with the field named; nothing raised inside the rules."""
+    import time
+
+    from tests.runtime_policy.conftest import make_policy
+
+    _, pol = make_policy()
+    good = state([1000.0] * 4, DOP, waiting=[500.0], policy=pol)
+    cases = {"state": None, "layout": PolicyState(good.context_tokens, good.owner_kv_tokens, good.free_kv_bytes,
+                                                  good.waiting_tokens, -1, False, 1 << 30, 4)}
+    big = state([1000.0] * 4, DOP, policy=pol)
+    big.context_requests, big.context_sum_tokens, big.context_capped_sum_tokens = 10**9, 1e12, 1e12
+    cases["context_requests"] = big
+    nan_ctx = state([1000.0, float("nan")], DOP, policy=pol)
+    cases["context_tokens"] = nan_ctx
+    for name, value in (("owner_kv_tokens", np.full(T, np.inf)), ("waiting_tokens", np.array([np.nan])),
+                        ("free_kv_bytes", np.full(T, np.nan))):
+        bad = state([1000.0] * 4, DOP, waiting=[500.0], policy=pol)
+        setattr(bad, name, value)
+        cases[name] = bad
+    bad = with_prefill(state([1000.0] * 4, DOP, policy=pol), 0.5, float("inf"), 100.0)
+    cases["prefill statistics"] = bad
+    bad = state([1000.0] * 4, DOP, policy=pol)
+    bad.layout = True
+    cases["layout (bool)"] = bad
+    for name, s in cases.items():
+        t0 = time.perf_counter()
+        d = pol.decide(s)
+        assert time.perf_counter() - t0 < 0.05, name
+        assert d.reason == Reason.CANT_DECIDE and not d.switch, name
+        assert pol.last_refusal == name.split(" (")[0], name
+    assert pol.refused_states == len(cases) and pol.internal_errors == 0
+    assert pol.decide(good).reason != Reason.CANT_DECIDE
+    s = state([1000.0] * 4, np.int64(DOP), policy=pol)
+    assert pol.decide(s).reason != Reason.CANT_DECIDE  # a numpy integer is a layout index
+
+
+def test_a_nan_completion_is_ignored_not_stored():
+    """One observe_completion(nan) used to make every later gain NaN: 40 of 40 'not worth it'
+    answers became switches with gain_s = nan."""
+    from tests.runtime_policy.conftest import make_policy
+
+    _, pol = make_policy(min_dwell_steps=1.0)
+    for _ in range(20):
+        pol.observe_completion(2.0)  # a 1-step dwell: a 60K request's TP gain doesn't pay for the move
+    s = state([60000.0], DOP, policy=pol)
+    before = pol.decide(s)
+    assert before.reason == Reason.STAY_NOT_WORTH
+    for bad in (float("nan"), float("inf"), -5.0, None, "12"):
+        pol.observe_completion(bad)
+    assert pol.ignored_observations == 5
+    assert pol.decide(s) is before
+
+
+def test_decide_is_a_function_of_its_state_whatever_the_step_index():
+    """The capacity memo is the caller's: the same state asked at step 100, 101 and 163 gets the
+    same SWITCH_CAPACITY (a memo inside the policy, set also when a move was found, answered
+    STAY_KV_WAIT for the next 63 steps to a server that deferred the switch). Passing the memo back
+    (capacity_reprice_at_step) is what skips a pricing, and only while it stands."""
+    from tests.runtime_policy.conftest import make_policy
+
+    _, pol = make_policy()
+    s = state([1000.0] * 400, TP, waiting=[50000.0], policy=pol)
+    answers = []
+    for step in (100, 101, 163, 100):
+        s.step_index = step
+        answers.append(pol.decide(s))
+    assert [a.reason for a in answers] == [Reason.SWITCH_CAPACITY] * 4
+    assert len({(a.layout, a.gain_s, a.cost_s) for a in answers}) == 1
+    # a pricing that found no move: the memo is in the answer, and the caller decides to keep it
+    for _ in range(10):
+        pol.observe_completion(600.0)
+    # 40 x 10K in TP (400K of its 447K-token pool) with five 60K prompts waiting: no move repays itself
+    w = with_prefill(state([10000.0] * 40, TP, waiting=[60000.0] * 5, policy=pol), 0.1, 800.0, 18000.0)
+    w.step_index = 200
+    d = pol.decide(w)
+    assert d.reason == Reason.STAY_KV_WAIT and d.capacity_stands_steps == 64
+    w.waiting_tokens = np.full(100, 60000.0)  # the queue grew: its backlog now repays TP -> DCP (1/8 of the KV)
+    assert pol.decide(w).reason == Reason.SWITCH_CAPACITY
+    w.capacity_reprice_at_step = 200 + d.capacity_stands_steps  # the caller kept the memo: it stands
+    for step in (201, 263):
+        w.step_index = step
+        assert pol.decide(w).reason == Reason.STAY_KV_WAIT
+    w.step_index = 264  # 64 steps on: priced again
+    assert pol.decide(w).reason == Reason.SWITCH_CAPACITY
+
+
+def test_the_switch_margin_and_the_gain_hysteresis_hold_switches_back():
+    """One 60K request in DOP: TP is faster. With the dwell such that the time saved is 1.25× the
+    move's cost, the default margin (gain must exceed 1.5× cost) says not worth it, margin 0 says
+    switch; and a layout only 3 % faster is ignored by the 5 % gain hysteresis."""
+    from tests.runtime_policy.conftest import make_policy
+
+    _, probe = make_policy(margin=0.0, min_dwell_steps=1.0)
+    s = state([60000.0], DOP, policy=probe)
+    d0 = probe.decide(s)
+    assert d0.switch and d0.gain_s > d0.cost_s > 0
+    # gain_s = (t_dop − t_tp) × (dwell − link/t_dop): find the dwell that makes it 1.25 × cost
+    steps = probe.step_times_s(s)
+    per_step = steps[DOP] - steps[TP]
+    link_steps = d0.plan.link_s / steps[DOP]
+    dwell = 1.25 * d0.cost_s / per_step + link_steps
+    assert 1 < dwell < 8192  # inside the dwell's clamp, so 2 × dwell as the mean output sets it
+    for margin, switches in ((0.0, True), (0.5, False)):
+        _, pol = make_policy(margin=margin, min_dwell_steps=1.0)
+        pol.observe_completion(2.0 * dwell)
+        d = pol.decide(s)
+        assert d.switch == switches, margin
+        if switches:
+            assert d.gain_s == pytest.approx(1.25 * d.cost_s, rel=1e-9)
+    # the gain hysteresis: TP made only 3 % faster than DOP (a state TP is far faster for, with
+    # DOP's pricing replaced) is not worth looking at; with min_gain_fraction 0.01 it is
+    for min_gain, expect in ((0.05, Reason.STAY_SMALL_GAIN), (0.01, None)):
+        _, pol = make_policy(min_gain_fraction=min_gain)
+        real = pol.pricer.step_times
+
+        def three_percent(*a, _real=real):
+            out = _real(*a)
+            out[TP] = 0.97 * out[DOP]
+            return out
+
+        pol.pricer.step_times = three_percent
+        d = pol.decide(state([60000.0], DOP, policy=pol))
+        assert (d.reason == expect) if expect else d.reason != Reason.STAY_SMALL_GAIN
+
+
+def test_policy_step_times_are_the_tables_formula(dsv32):
+    """The policy's step times (pricing.py) are the one formula on the tables: decode-only states
+    equal StepTimeTable.step_s bit for bit (owner layouts at their busiest owner's share), and the
+    prefill blend is (1 − f) × that + f × the table's step with the chunk (spread layouts: the
+    whole chunk; owner layouts: the chunk owner's share, against the busiest without it)."""
+    _, pol = dsv32
+    t = pol.tables
+    rng = np.random.default_rng(3)
+    for _ in range(40):
+        b = int(rng.integers(1, 300))
+        ctx = rng.integers(1, 40000, b).astype(np.float64)
+        s = state(ctx, int(rng.integers(0, 4)), policy=pol)
+        own = np.asarray(s.owner_kv_tokens)
+        s2, s1 = ctx.sum(), np.minimum(ctx, t.topk).sum()
+        got = pol.step_times_s(s)
+        for i in range(4):
+            frac = min(own.max() / s2, 1.0) if t.info.is_owner[i] else 1.0
+            want = t.step_s(i, b, np.zeros(1), np.array([s1 * frac]), np.array([s2 * frac]))[0]
+            assert got[i] == want
+        f, tok, pfx, share = 0.3, 600.0, 20000.0, 0.5
+        got = pol.step_times_s(with_prefill(s, f, tok, pfx, share))
+        chunk = pol.pricer._chunk_sizes[round(np.log(tok / f) / np.log(1.03))]
+        own_p = int(chunk * round(share * 32) / 32)
+        for i in range(4):
+            dec = t.step_s(i, b, np.zeros(1), np.array([s1]), np.array([s2]))[0]
+            if t.info.is_owner[i]:
+                fb, fl = min(own.max() / s2, 1.0), min(own.min() / s2, 1.0)
+                dec = t.step_s(i, b, np.zeros(1), np.array([s1 * fb]), np.array([s2 * fb]))[0]
+                co = (np.array([float(own_p)]), np.array([pfx]), np.array([s1 * fl]), np.array([s2 * fl]))
+                with_chunk = t.step_s(i, b, np.array([float(chunk)]), np.array([s1 * fb]), np.array([s2 * fb]),
+                                      chunk_owner=co)[0]
+            else:
+                with_chunk = t.step_s(i, b, np.array([float(chunk)]), np.array([s1]), np.array([s2]),
+                                      prefill_context=np.array([pfx]))[0]
+            assert got[i] == (1 - f) * dec + f * with_chunk
 
 
 def test_in_flight_and_idle_stay(dsv32):
@@ -97,9 +277,29 @@ def test_hysteresis_and_cooldown(dsv32):
 
 
 def test_stay_decisions_do_not_allocate(dsv32):
+    """A stay answer is a prebuilt Decision, and reading a state of numpy arrays allocates nothing
+    that stays and little that passes (tracemalloc: < 512 B peak; a ufunc reduction alone takes
+    ~1 KB, which is why the context sums go through np.dot into preallocated buffers)."""
+    import tracemalloc
+
     _, pol = dsv32
-    s = state([2000.0] * 64, DOP, policy=pol)
-    assert pol.decide(s) is pol.decide(s)
+    # each state in a layout within the 5 % hysteresis of the best (DOP; DOP; CP is 3 % faster than TP)
+    for s in (state([2000.0] * 64, DOP, policy=pol), state([15000.0] * 16, DOP, policy=pol),
+              with_prefill(state([2000.0] * 64, TP, policy=pol), 0.4, 700.0, 9000.0)):
+        s.context_sum_tokens = s.context_capped_sum_tokens = -1.0  # decide sums the array itself
+        first = pol.decide(s)
+        assert not first.switch and pol.decide(s) is first
+        tracemalloc.start()
+        try:
+            tracemalloc.reset_peak()
+            before, _ = tracemalloc.get_traced_memory()
+            for _ in range(200):
+                pol.decide(s)
+            after, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert after - before < 128  # nothing kept
+        assert peak - before < 512  # nothing large made per call
 
 
 def with_prefill(s, fraction, tokens_per_step, prefix, owner_share=1.0):

@@ -1,0 +1,137 @@
+"""Serve a workload on real decode layers: one process per rank (torch.multiprocessing; gloo on
+CPU, NCCL on CUDA), each running the serving loop with the compiled policy and a TorchExecutor
+(serving.py) — `floorfirst serve --executor torch`.
+
+What it does: `stack_deployment` is the planner's model of the stack the executor runs (its MLA
+dimensions and depth, a dense FFN) on a GPU spec; `torch_tables` compiles the policy's tables for
+it and puts the executor's own capacity in (`executor_tables`); `serve_torch` spawns the ranks,
+`build_rank` makes one rank's policy, runner and executor (a test wraps them), `serve_rank` runs the
+loop and returns the simulator's metrics plus what was measured (step times, commit stalls, KV
+checks), from rank 0.
+
+What it does not do: multi-node launch (torchrun would start the same `serve_rank`), or replicas.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+import planner
+from planner.errors import SpecError
+from planner.models.loader import model_from_hf_config
+from runtime_policy.loop import LoopConfig
+from runtime_policy.policy import FixedPolicy, LayoutPolicy, PolicyKnobs
+from runtime_policy.tables import StepTimeModel, StepTimeTable, compile_tables
+
+from .config import MLADims
+from .kv_pages import LAYOUT_KINDS
+from .serving import TorchServeOptions, executor_tables
+
+DTYPES = {"float32": 4, "bfloat16": 2}
+
+
+def stack_deployment(dims: MLADims, hardware: planner.HardwareSpec, ranks: int) -> planner.Deployment:
+    """The planner's deployment of the stack the executor runs: `dims` as an MLA model with a dense
+    FFN (what layers.py computes), on `ranks` GPUs of `hardware`, pages of `dims.page_size`."""
+    cfg = {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "hidden_size": dims.hidden_size,
+           "intermediate_size": dims.intermediate_size, "num_hidden_layers": dims.num_layers,
+           "num_attention_heads": dims.num_heads, "num_key_value_heads": dims.num_heads,
+           "q_lora_rank": dims.q_lora_rank, "kv_lora_rank": dims.kv_lora_rank,
+           "qk_nope_head_dim": dims.qk_nope_head_dim, "qk_rope_head_dim": dims.qk_rope_head_dim,
+           "v_head_dim": dims.v_head_dim, "vocab_size": 1024}
+    model = model_from_hf_config(cfg, f"mla-stack-{dims.num_layers}l-{dims.num_heads}h")
+    return planner.make_deployment(model, hardware, attn="tp", moe="tp", gpus=ranks, page_tokens=dims.page_size)
+
+
+def torch_tables(dims: MLADims, hardware: planner.HardwareSpec, ranks: int, kv_pages: int, dtype: str = "float32",
+                 model: StepTimeModel | None = None, max_batch: int = 256, max_prefill_tokens: int = 512) -> StepTimeTable:
+    """The policy's tables for the torch executor's stack, with its capacity: `kv_pages` page slots
+    per rank (serving.executor_tables)."""
+    dims.check_world_size(ranks)
+    if kv_pages < 2:
+        raise SpecError(f"kv_pages={kv_pages} must be ≥ 2 (one page slot takes padded writes)")
+    tables = compile_tables(stack_deployment(dims, hardware, ranks), model, max_batch=max_batch,
+                            max_prefill_tokens=max_prefill_tokens)
+    return executor_tables(tables, dims, kv_pages, DTYPES[dtype])
+
+
+@dataclass(frozen=True)
+class TorchServeSpec:
+    """Everything a rank needs (the same on every rank; pickled to each)."""
+
+    tables: StepTimeTable  # torch_tables(...)
+    dims: MLADims
+    arrival_s: np.ndarray
+    input_tokens: np.ndarray
+    output_tokens: np.ndarray
+    kv_pages: int  # page slots per rank the tables count (the runner gets `slack_pages` more)
+    policy: str = "dynamic"  # or a layout name
+    order: str = "fcfs"
+    knobs: PolicyKnobs = field(default_factory=PolicyKnobs)
+    loop: LoopConfig = field(default_factory=lambda: LoopConfig(max_batch=256, prefill_chunk_tokens=512))
+    options: TorchServeOptions = field(default_factory=TorchServeOptions)
+    dtype: str = "float32"
+    seed: int = 0
+    # NOTE: pages beyond the tables' count: the loop counts one page of slack per request, and CP's
+    # page interleaving can put up to one page more than its 1/T share of a request on a rank
+    slack_pages: int = 0
+
+
+def build_rank(groups, spec: TorchServeSpec):
+    """One rank's (policy, executor) for `spec`: the policy compiled tables allow only layouts the
+    executor runs; the runner starts in the layout the loop will start in."""
+    import torch
+
+    from .runner import RankRunner
+    from .serving import TorchExecutor
+
+    tables = spec.tables
+    runnable = tuple(n for n in tables.layouts if n in LAYOUT_KINDS)
+    knobs = replace(spec.knobs, max_batch=spec.loop.max_batch,
+                    allowed=tuple(n for n in (spec.knobs.allowed or tables.layouts) if n in runnable))
+    if spec.policy == "dynamic":
+        policy = LayoutPolicy(tables, knobs)
+    else:
+        if spec.policy not in runnable:
+            raise SpecError(f"the torch executor cannot run layout {spec.policy!r}: it runs {', '.join(LAYOUT_KINDS)}")
+        policy = FixedPolicy(tables.layouts.index(spec.policy))
+    arr, inp = np.asarray(spec.arrival_s, dtype=np.float64), np.asarray(spec.input_tokens)
+    layout = tables.layouts[int(policy.initial_layout(inp[arr <= arr[0]].astype(np.float64)))]  # as serve() does
+    runner = RankRunner(spec.dims, groups, layout, spec.kv_pages + spec.slack_pages, getattr(torch, spec.dtype),
+                        spec.seed)
+    return policy, TorchExecutor(runner, tables, spec.options)
+
+
+def serve_rank(groups, spec: TorchServeSpec) -> dict:
+    """Run the loop on this rank; rank 0 returns the metrics (others an empty dict)."""
+    from runtime_policy.loop import serve
+    from runtime_policy.metrics import summarize
+    from runtime_policy.ordering import Ordering
+
+    policy, ex = build_rank(groups, spec)
+    res = serve(spec.arrival_s, spec.input_tokens, spec.output_tokens, spec.tables, policy, Ordering(spec.order), ex,
+                spec.loop)
+    if groups.rank != 0:
+        return {}
+    return {**summarize(res), "measured": measured_summary(ex), "step_time_model": spec.tables.model_label}
+
+
+def measured_summary(ex) -> dict:
+    """What the torch executor measured: step times (slowest rank), commit stalls, KV checks."""
+    steps = np.asarray(ex.measured_steps_s)
+    return {"steps": int(steps.size),
+            "step_p50_s": float(np.percentile(steps, 50)) if steps.size else None,
+            "step_p99_s": float(np.percentile(steps, 99)) if steps.size else None,
+            "switch_stalls_s": list(ex.measured_stalls_s),
+            "kv_identical_across_commits": list(ex.kv_identical)}
+
+
+def serve_torch(spec: TorchServeSpec, ranks: int, use_cuda: bool = False) -> dict:
+    """Spawn `ranks` processes, serve, return rank 0's metrics."""
+    from .dist import spawn_ranks
+
+    if ranks != spec.tables.ranks:
+        raise SpecError(f"ranks={ranks} must be the tables' group of {spec.tables.ranks}")
+    return spawn_ranks(serve_rank, ranks, spec, use_cuda=use_cuda)[0]

@@ -1,0 +1,245 @@
+"""The torch executor as runtime_policy's `Executor`: real MLA decode layers on T ranks, driven
+by the same serving loop and policy as the simulator.
+
+What it does: every rank runs the serving loop (runtime_policy/loop.py) itself, the same requests
+in the same order (SPMD: no driver process, no command queue); `TorchExecutor` is that loop's
+executor on one rank, over a `RankRunner`:
+- `admit` writes a request's KV when its prefill is done (synthetic history, or the KV a preempted
+  request had, kept on the host: `RankRunner.save_request`), `retire` frees it;
+- `run_steps` runs the decode steps (a step with nothing decoding still moves the switch's chunk),
+  times each and takes the slowest rank's time (one small all-reduce per run on the control
+  group), so every rank's loop sees the same durations and decides the same;
+- a switch the policy decides is begun in the background (`RankRunner.switch_to`, pages moved in
+  rate-limited chunks on the side group, new tokens written to both layouts), polled at every
+  batch boundary, and committed there once every chunk has moved; a fault aborts it on every rank
+  and the loop keeps serving in the old layout. The commit stall is measured (the slowest rank).
+The step durations the loop's clock reads are the measured ones (`clock="measured"`), or the
+step-time tables' (`clock="table"`: the simulator's prices, while the real steps still run and
+are timed), which is how a test runs the same loop on the simulator and on real layers and gets
+the same decisions. `executor_tables` gives the policy the executor's own capacity facts (pages,
+replicated-weight slots, page size), and `with_step_times` puts measured step times into a table.
+
+What it does not do: prefill compute (a prompt's KV is written as synthetic history, so measured
+step times are decode steps), sampling, or layouts it has no attention for: it runs tp, cp, dp and
+dop and refuses any other by name (`check_runnable`).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from planner.errors import SpecError
+from runtime_policy.executor import StepBatch, SwitchStatus
+from runtime_policy.tables import StepTimeTable
+from runtime_policy.transitions import TransitionPlan
+
+from .checks import collect_logical_kv, kv_checksum
+from .config import MLADims
+from .kv_pages import LAYOUT_KINDS
+from .layouts import weight_slots_needed
+from .runner import RankRunner
+from .transitions import Faults, SwitchState
+
+CLOCKS = ("measured", "table")
+
+
+def check_runnable(layout: str) -> str:
+    """`layout` if the torch executor has attention for it; else a one-line SpecError."""
+    if layout not in LAYOUT_KINDS:
+        raise SpecError(f"the torch executor cannot run layout {layout!r}: it runs {', '.join(LAYOUT_KINDS)}")
+    return layout
+
+
+@dataclass(frozen=True)
+class TorchServeOptions:
+    """How the torch executor serves (the same on every rank)."""
+
+    bytes_per_step: int = 1 << 20  # a switch moves at most this much per rank and step (chunking)
+    clock: str = "measured"  # the durations the loop reads: "measured" or "table" (see module docstring)
+    record_outputs: bool = False  # keep every request's final residual at every position (tests)
+    check_kv: bool = False  # checksum every request's KV before and after each commit (tests; slow)
+    faults: dict[int, Faults] = field(default_factory=dict)  # injected into the n-th switch started (0-based)
+
+    def __post_init__(self) -> None:
+        if self.clock not in CLOCKS:
+            raise SpecError(f"clock={self.clock!r} is not one of {', '.join(CLOCKS)}")
+        if self.bytes_per_step <= 0:
+            raise SpecError(f"bytes_per_step={self.bytes_per_step} must be positive")
+
+
+class TorchExecutor:
+    """runtime_policy.Executor over one rank's RankRunner (module docstring)."""
+
+    def __init__(self, runner: RankRunner, tables: StepTimeTable, options: TorchServeOptions = TorchServeOptions()):
+        from executor.sim import SimExecutor
+
+        self.runner, self.tables, self.options = runner, tables, options
+        check_runnable(runner.layout)
+        self.sim = SimExecutor(tables) if options.clock == "table" else None
+        self.switches_started = 0
+        self.abort_reason = ""
+        self.measured_steps_s: list[float] = []  # every step's slowest-rank duration
+        self.measured_stalls_s: list[float] = []  # every commit's slowest-rank stall
+        self.kv_identical: list[bool] = []  # per commit, when check_kv: logical KV equal before and after
+        self.outputs: dict[int, dict[int, np.ndarray]] = {}  # request -> position -> final residual [D]
+        self._last_step_s = 0.0
+        self._reported_abort = True
+
+    # ---- the KV of what decodes ------------------------------------------------------------------
+    def admit(self, request_id: int, context_tokens: int, owner: int) -> None:
+        self.runner.add_requests({int(request_id): int(context_tokens)}, {int(request_id): int(owner)})
+
+    def retire(self, request_id: int, preempted: bool = False) -> None:
+        if preempted:
+            self.runner.save_request(int(request_id))
+        else:
+            self.runner.finish_request(int(request_id))
+
+    # ---- steps -----------------------------------------------------------------------------------
+    def run_steps(self, batch: StepBatch, prefill_tokens, prefill_context_tokens=None, chunk_owner=None):
+        runner = self.runner
+        if self.tables.layouts[batch.layout] != runner.layout:
+            raise RuntimeError(f"the loop runs layout {self.tables.layouts[batch.layout]}, "
+                               f"the executor holds {runner.layout}")
+        if len(batch.request_ids) != len(runner.order):
+            raise RuntimeError(f"the loop decodes {len(batch.request_ids)} requests, the executor holds "
+                               f"{len(runner.order)}")
+        k = len(prefill_tokens)
+        took = torch.zeros(k, dtype=torch.float64)
+        for j in range(k):
+            t0 = time.perf_counter()
+            if runner.order:
+                x = runner.step()
+                if self.options.record_outputs:
+                    self._record(x)
+            else:
+                runner.idle_step()
+            if runner.g.is_cuda:
+                torch.cuda.synchronize(runner.g.device)
+            took[j] = time.perf_counter() - t0
+        dist.all_reduce(took, op=dist.ReduceOp.MAX, group=runner.g.ctrl)  # the slowest rank's steps
+        measured = took.tolist()
+        self.measured_steps_s.extend(measured)
+        self._last_step_s = measured[-1] if measured else self._last_step_s
+        if self.sim is not None:
+            return self.sim.run_steps(batch, prefill_tokens, prefill_context_tokens, chunk_owner)
+        return measured
+
+    def _record(self, x: torch.Tensor) -> None:
+        """Each request's final residual [D] at the position this step computed."""
+        rows = x.detach().cpu().numpy()
+        for i, q in enumerate(self.runner.order):
+            self.outputs.setdefault(q, {})[self.runner.seq_lens[q] - 1] = rows[i].copy()
+
+    # ---- switches --------------------------------------------------------------------------------
+    def start_switch(self, plan: TransitionPlan) -> float:
+        kind = check_runnable(plan.dst)
+        faults = self.options.faults.get(self.switches_started)
+        self.switches_started += 1
+        sw = self.runner.switch_to(kind, self.options.bytes_per_step, faults, auto_commit=False)
+        self._reported_abort = False
+        if self.sim is not None:
+            return self.sim.start_switch(plan)
+        # NOTE: a chunk moves per step; the loop commits at the first boundary past this estimate at
+        # which the switch is ready, so a low estimate costs a few 1-step runs, not a wrong commit
+        return sw.plan.num_chunks * self._last_step_s
+
+    def poll_switch(self) -> SwitchStatus:
+        """Agreed by every rank (one small all-reduce): a failure anywhere aborts everywhere, and
+        the switch is ready only when it is ready on every rank. NOTE: a rank can fail locally
+        between agreements (no room for an admitted request's destination pages); without this,
+        ranks could commit at different boundaries and their collectives would no longer match."""
+        sw = self.runner.switch
+        if sw is None or sw.state == SwitchState.COMMITTED:
+            return SwitchStatus.READY
+        if sw.state == SwitchState.ABORTED:
+            self.abort_reason = sw.reason or "aborted"
+            return SwitchStatus.ABORTED
+        flags = torch.tensor([sw._failed is not None, not sw.ready], dtype=torch.int32)
+        dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=self.runner.g.ctrl)
+        if flags[0]:
+            self.runner.abort_switch(sw._failed or "the switch failed on another rank")
+            return self.poll_switch()
+        if not flags[1]:
+            return SwitchStatus.READY
+        if not self.runner.order:  # nothing decodes to carry the chunks: move the next one now
+            self.runner.idle_step()
+            return self.poll_switch()
+        return SwitchStatus.IN_FLIGHT
+
+    def commit_switch(self, plan: TransitionPlan) -> float:
+        runner = self.runner
+        before = kv_checksum(collect_logical_kv(runner)) if self.options.check_kv else None
+        t0 = time.perf_counter()
+        runner.commit_switch()
+        if runner.g.is_cuda:
+            torch.cuda.synchronize(runner.g.device)
+        stall = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
+        dist.all_reduce(stall, op=dist.ReduceOp.MAX, group=runner.g.ctrl)
+        self.measured_stalls_s.append(float(stall.item()))
+        if before is not None:
+            self.kv_identical.append(before == kv_checksum(collect_logical_kv(runner)))
+        return self.sim.commit_switch(plan) if self.sim is not None else float(stall.item())
+
+    def abort_switch(self, plan: TransitionPlan) -> None:
+        self.runner.abort_switch("aborted by the serving loop")
+
+
+# ---- the policy's view of the executor -------------------------------------------------------------
+def executor_tables(tables: StepTimeTable, dims: MLADims, num_slots: int, element_bytes: int) -> StepTimeTable:
+    """`tables` with the executor's capacity in place of the planner's: per rank, `num_slots` page
+    slots less the one that takes padded writes, less the slots a layout's replicated head
+    weights claim (layouts.weight_slots_needed); the memory budget is every slot; layouts the
+    executor can't run get no pool (the policy never picks them). Units stay the table's (its KV
+    bytes per token), so the loop's token accounting is the runner's page accounting."""
+    if dims.page_size != tables.page_tokens:
+        raise SpecError(f"page_tokens={tables.page_tokens} of the tables must be the executor's page_size="
+                        f"{dims.page_size}")
+    t = tables.ranks
+    page_bytes = tables.page_tokens * tables.kv_bytes_per_token  # one page, in the table's units
+    head_bytes = dims.head_params() * dims.num_layers * element_bytes
+    runner_page_bytes = dims.kv_bytes_per_page(element_bytes)
+    pools, weights = [], []
+    for name in tables.layouts:
+        if name not in LAYOUT_KINDS:
+            pools.append(-1.0)
+            weights.append(0.0)
+            continue
+        ws = weight_slots_needed(name, head_bytes, t, runner_page_bytes)
+        pools.append((num_slots - 1 - ws) * page_bytes)
+        weights.append(ws * page_bytes)
+    pools_a, weights_a = np.array(pools), np.array(weights)
+    for a in (pools_a, weights_a):
+        a.setflags(write=False)
+    info = replace(tables.info, kv_pool_bytes=pools_a, weights_bytes=weights_a, attn_weights_bytes=weights_a)
+    return replace(tables, info=info, memory_budget_bytes=(num_slots - 1) * page_bytes)
+
+
+def with_step_times(tables: StepTimeTable, fits: dict[str, tuple[float, float, float]]) -> StepTimeTable:
+    """`tables` whose step time in each fitted layout is a measured fit, t = a + b·tokens + c·S
+    (`fits[name] = (a, b, c)`: seconds, per decode token, per context token the busiest rank reads),
+    put in the first timed resource (the others 0, so max = sum and α plays no part; no overhead);
+    chunks add their prefill tokens as decode tokens (the executor runs no prefill compute).
+    Layouts without a fit keep the table's times."""
+    base, c1, chunk = tables.base_s.copy(), tables.c1_s.copy(), tables.chunk_rows_s.copy()
+    c2 = tables.c2_s.copy()
+    n = np.arange(base.shape[0], dtype=np.float64)
+    for name, (a, b, c) in fits.items():
+        i = tables.layouts.index(name)
+        base[:, i] = 0.0
+        base[:, i, 0] = a + b * n
+        c1[i], c2[i] = 0.0, 0.0
+        c1[i, 0] = c
+        chunk[:, i] = 0.0
+    r = base.shape[2]
+    for x in (base, c1, c2, chunk):
+        x.setflags(write=False)
+    return replace(tables, base_s=base, base_rows_py=base[: len(tables.base_rows_py)].tolist(), c1_s=c1, c2_s=c2,
+                   chunk_rows_s=chunk, prefill_s=chunk[..., :r], prefix_lo_s=chunk[..., r:2 * r],
+                   prefix_hi_s=chunk[..., 2 * r:], overhead_s=0.0,
+                   model_label=f"measured on the torch executor ({', '.join(sorted(fits))}); {tables.model_label}")

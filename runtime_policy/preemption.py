@@ -1,0 +1,151 @@
+"""Preemption in the serving loop: the KV wall (how many steps the decoders can take, and which
+requests go back to the queue when they can't take one), shedding KV for a move that fits only
+with less, and displacement of a running request by the queue's head. Functions over a
+`ServingLoop`'s state (loop.py calls them; they read and write its fields).
+
+A preempted request keeps its generated tokens (the next prefill recomputes them) and rejoins the
+waiting queue; the executor is told (`retire(..., preempted=True)`), and, alone and too large for
+its layout, a request is aborted.
+
+Does not: choose the victim (ordering.py does), or run anything.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from runtime_policy.waiting import ABORTED, WAITING
+
+if TYPE_CHECKING:
+    from runtime_policy.loop import ServingLoop
+NEVER = 1 << 30
+
+
+def kv_steps(loop: "ServingLoop", total: float, layout: int = -1) -> int:
+    """Decode steps the decoders can take before KV runs out in `layout` (default the current
+    one; owner layouts: at most a run, all a run takes)."""
+    dec = loop.dec
+    layout = loop.layout if layout < 0 else layout
+    cap = loop.cap[layout]
+    if not loop.is_owner[layout]:
+        return int(math.floor((cap - total) / dec.b))
+    okv, per_owner = loop.okv, dec.per_owner
+    max_run = loop.config.max_run_steps
+    if cap - max(okv) >= max_run * max(per_owner):
+        return max_run  # NOTE: every owner has room for a whole run; the exact count needs T divisions
+    room = [math.floor((cap - kv) / c) for kv, c in zip(okv, per_owner) if c > 0]
+    return int(min(room)) if room else NEVER
+
+def kv_wall(loop: "ServingLoop", total: float) -> int:
+    """Steps the decoders can take before KV runs out; at the wall, preempt (the ordering's
+    victims) until they can take one. −1: preempted with victims to re-sort (decide again)."""
+    layout = loop.layout
+    k_kv = kv_steps(loop, total) if loop.is_owner[layout] else int(math.floor((loop.cap[layout] - total) / loop.dec.b))
+    if loop.inflight is not None:
+        # NOTE: a move holds the running set in both layouts until its commit, and what decodes
+        # meanwhile grows in both: the run stops where the destination is full, and a move
+        # whose destination can't take one more step is abandoned (its memory no longer fits)
+        k_dst = kv_steps(loop, total, loop.inflight.layout)
+        if k_dst < 1:
+            loop.executor.abort_switch(loop.inflight.plan)
+            loop._switch_ended(aborted="the destination's KV pool filled while the move ran")
+        else:
+            k_kv = min(k_kv, k_dst)
+    if k_kv >= 1:
+        return k_kv
+    dec, ctx, ctxf = loop.dec, loop.ctx, loop.ctxf
+    decoding = dec.in_join_order()
+    for i in decoding:  # write back: the victims' contexts are read below
+        ctx[i] = dec.context(i)
+    ctxf[decoding] = [ctx[i] for i in decoding]
+    while dec.b and k_kv < 1:
+        cand = decoding + loop.prefill_q
+        if len(cand) == 1:
+            v = cand[0]
+            decoding.remove(v)
+            loop._leave(v)
+            loop._end(v, ABORTED)
+        else:
+            if loop.is_owner[loop.layout]:
+                # NOTE: an owner layout's wall is one owner's pool: only a request held there
+                # frees room on it (a DP-attention rank preempts its own requests); a victim
+                # from another owner is a re-prefill that frees nothing where it binds (it was:
+                # DS-V3.2 heavy tail, DOP 925 preemptions, 228 this way)
+                lim = loop.cap[loop.layout]
+                short = [c > 0 and lim - x < c for x, c in zip(loop.okv, dec.per_owner)]
+                cand = [i for i in cand if short[loop.owner[i]]] or cand
+            v = cand[victim(loop, cand)]
+            if dec.slot[v] >= 0:
+                decoding.remove(v)
+            preempt(loop, v)
+        k_kv = kv_steps(loop, sum(loop.okv)) if dec.b else NEVER
+    dec.first_to_finish()
+    if loop.waiting.dirty:
+        loop.skip_admit = True  # NOTE: re-admitting the victim at once would undo the preemption
+        return -1
+    loop.s1_now = dec.capped_sum(dec.dsteps) if loop.capped and dec.b else dec.s2
+    return k_kv
+
+def victim(loop: "ServingLoop", cand: list[int]) -> int:
+    cids = np.asarray(cand, dtype=np.int64)
+    tok = loop.ctxf[cids]
+    return loop.ordering.victim(loop.arr[cids], tok, tok.astype(np.int64) - loop.inp[cids], loop.out[cids])
+
+
+
+def preempt(loop: "ServingLoop", v: int) -> None:
+    """Send running request v back to the waiting queue: its KV is freed, its generated tokens
+    kept (the next prefill recomputes them)."""
+    dec = loop.dec
+    if dec.slot[v] >= 0:
+        c = loop.ctx[v] = dec.context(v)
+        loop.ctxf[v] = c
+        loop._leave(v, preempted=True)
+    else:
+        loop.prefill_q.remove(v)
+        loop.pq_s2 -= loop.ctx[v]
+        if loop.capped:
+            loop.pq_s1 -= min(loop.ctx[v], loop.topk)
+        loop.okv[loop.owner[v]] -= loop.ctx[v] + loop.page
+    loop.status[v] = WAITING
+    loop.queued[v] = loop.t
+    loop.preempted[v] += 1
+    loop.waiting.push(v)
+
+def shed(loop: "ServingLoop", tokens: float) -> None:
+    """Preempt running requests (the ordering's victims) until `tokens` of KV are freed, keeping
+    at least one: a switch whose memory fits only with less KV (`Decision.shed_kv_tokens`)."""
+    dec, ctx, ctxf = loop.dec, loop.ctx, loop.ctxf
+    decoding = dec.in_join_order()
+    for i in decoding:  # write back: the victims' contexts are read below
+        ctx[i] = dec.context(i)
+    ctxf[decoding] = [ctx[i] for i in decoding]
+    freed = 0.0
+    while freed < tokens and len(decoding) + len(loop.prefill_q) > 1:
+        cand = decoding + loop.prefill_q
+        v = cand[victim(loop, cand)]
+        if dec.slot[v] >= 0:
+            decoding.remove(v)
+            freed += dec.context(v) + loop.page
+        else:
+            freed += ctx[v] + loop.page
+        preempt(loop, v)
+
+def displace_for(loop: "ServingLoop", i: int) -> bool:
+    """The batch is full and request i heads the queue: preempt the running request the
+    ordering says i should replace, if any."""
+    dec = loop.dec
+    cand = dec.in_join_order() + loop.prefill_q  # in the order they joined
+    if not cand:
+        return False
+    cids = np.asarray(cand, dtype=np.int64)
+    tok = np.array([dec.context(j) if dec.slot[j] >= 0 else loop.ctx[j] for j in cand])
+    v = loop.ordering.displace(float(loop._keys(np.array([i]))[0]), loop.arr_l[i], loop.arr[cids], tok,
+                               tok.astype(np.int64) - loop.inp[cids])
+    if v < 0:
+        return False
+    preempt(loop, cand[v])
+    return True

@@ -1,0 +1,127 @@
+"""The policy's step times: a batch state's predicted step seconds in every layout, in plain
+Python floats over the compiled tables (runtime_policy/step_time.py's formula; a numpy call costs
+~1 µs to dispatch, more than a table row's arithmetic).
+
+The decode step of the batch, blended with a prefill chunk of the observed mean size and prefix in
+the observed share of steps that run one (`PolicyState.prefill_*`): TP and CP spread a chunk over
+the ranks; the owner layouts run `prefill_owner_share` of it on one owner, so, as in the step
+model, their chunk step is the slower of the decode-busiest owner and that owner (taken as the
+lightest, where admission puts new requests). Without the blend a prefill-heavy (long-prompt) load
+looks like its decode batch alone, where owner layouts win, while its chunks run several times
+slower on one owner.
+
+Does not: decide anything (policy.py), or read a state's validity (policy.py checks it first).
+"""
+
+from __future__ import annotations
+
+import math
+
+from runtime_policy import step_time
+from runtime_policy.tables import StepTimeTable
+
+CHUNK_STEP = 1.03  # the prefill blend's chunk sizes, rounded to 3 % steps (cached rows)
+LOG_CHUNK_STEP = math.log(CHUNK_STEP)
+OWNER_SHARE_STEPS = 32  # the chunk's owner share, rounded to 1/32 (cached rows)
+ROW_CACHE_ENTRIES = 4096  # base rows past the decode-only ones, and chunk rows, kept as Python floats
+
+
+class StepPricer:
+    """Step seconds of a batch in every layout of one compiled table (see the module docstring)."""
+
+    def __init__(self, tables: StepTimeTable, max_batch: int):
+        t = tables
+        self.tables = t
+        n = len(t.layouts)
+        self.layouts = range(n)
+        self.owner = [bool(x) for x in t.info.is_owner]
+        self.spread = tuple(i for i in range(n) if not self.owner[i])
+        self.owned = tuple(i for i in range(n) if self.owner[i])
+        self.n_base = max_batch + 1
+        rows = t.base_rows_py  # NOTE: compiled once per table (a per-policy copy cost ~6 ms)
+        self.base_py = rows[: self.n_base] if self.n_base <= len(rows) else t.base_s[: self.n_base].tolist()
+        self.c1 = t.c1_s.tolist()
+        self.c2 = t.c2_s.tolist()
+        self.alpha, self.over = float(t.alpha), float(t.overhead_s)
+        self.knee = float(t.prefix_knee_tokens)
+        self.max_chunk = t.max_prefill_tokens
+        self.size_cap = 2.0 * t.max_prefill_tokens
+        self.n_max = t.max_tokens
+        self.steps = [0.0] * n  # the last call's answer (reused: the hot path allocates no list)
+        self.net = [0.0] * n  # the last call's network-bytes term of each layout's decode step
+        self._row_cache: dict[int, list] = {}  # base_s rows by token count past base_py
+        self._chunk_cache: dict[tuple[int, int], list] = {}  # chunk rows by (chunk, owner's tokens)
+        self._chunk_sizes: dict[int, int] = {}  # 1.03^e tokens, capped, by e
+
+    def step_times(self, b: int, s1: float, s2: float, own: float, own_min: float, prefill_fraction: float,
+                   prefill_tokens: float, prefill_context: float, owner_share: float) -> list[float]:
+        """[L] step seconds of a batch of `b` decodes with sums `s1` (Σ min(L, top-k)) and `s2` (Σ L),
+        whose busiest and lightest owners hold `own` and `own_min` KV tokens, and the observed
+        prefill (share of steps with a chunk, tokens per step, their prefix, the owner's share).
+        Returns `self.steps`, overwritten by the next call (copy what you keep)."""
+        # NOTE: min/max of two numbers spelled out (min(x, y) is x unless y < x): ~10 builtin calls
+        # here would cost more than the arithmetic of one layout
+        frac = frac_min = 0.0
+        if s2 > 0:
+            frac, frac_min = own / s2, own_min / s2
+            if frac > 1.0:
+                frac = 1.0
+            if frac_min > 1.0:
+                frac_min = 1.0
+        rows = self.base_py[b if b < self.n_base else self.n_base - 1]
+        out, net, c1, c2, alpha, over = self.steps, self.net, self.c1, self.c2, self.alpha, self.over
+        a, c = s1 * frac, s2 * frac  # the decode-busiest owner's sums
+        f = prefill_fraction if prefill_fraction < 1.0 else 1.0
+        if not (f > 0 and prefill_tokens > 0):
+            step_time.decode_steps(self.spread, self.owned, rows, c1, c2, s1, s2, a, c, alpha, over, out, net)
+            return out
+        # the blend's chunk: its size rounded to 3 % steps and the owner's share to 1/32 (both running
+        # means) so their rows are cached; NOTE: the chunk is capped at the tables' largest, so a size
+        # past twice that (a tiny share of steps with prefill: tokens / f overflows) rounds to the cap
+        size = prefill_tokens / f
+        if size > self.size_cap:
+            size = self.size_cap
+        e = round(math.log(size if size > 1.0 else 1.0) / LOG_CHUNK_STEP)
+        chunk = self._chunk_sizes.get(e)
+        if chunk is None:
+            chunk = self._chunk_sizes[e] = min(max(int(CHUNK_STEP ** e), 1), self.max_chunk)
+        share = owner_share if owner_share < 1.0 else 1.0
+        own_p = int(chunk * (round(share * OWNER_SHARE_STEPS) / OWNER_SHARE_STEPS if share > 0.0 else 0.0))
+        if own_p < 1:
+            own_p = 1
+        if own_p > chunk:
+            own_p = chunk
+        rows_n, crows = self._chunk_rows(b + chunk, chunk, own_p)
+        pfx = prefill_context if prefill_context > 0.0 else 0.0
+        lo = self.knee if self.knee < pfx else pfx  # = step_time.prefix_split(pfx, knee)
+        # the chunk over every rank, next to the whole batch; on one owner (the lightest), next to
+        # the decode-busiest
+        step_time.blended_steps(self.spread, self.owned, rows, rows_n, crows, lo, pfx - lo, c1, c2, s1, s2, a, c,
+                                s1 * frac_min, s2 * frac_min, f, alpha, over, out, net)
+        return out
+
+    def net_share(self, layout: int, step_s: float) -> float:
+        """The network-bytes share of `layout`'s last priced decode step (link contention)."""
+        return self.net[layout] / step_s if step_s > 0 else 0.0
+
+    def _chunk_rows(self, n: int, chunk: int, own_p: int) -> tuple[list, list]:
+        """The blend's base rows for n = b + chunk tokens, and each layout's chunk row (3R floats: the
+        whole chunk for spread layouts, the owner's share of it for owner layouts), cached."""
+        if n > self.n_max:
+            n = self.n_max
+        if n < self.n_base:
+            rows = self.base_py[n]
+        else:
+            rows = self._row_cache.get(n)
+            if rows is None:
+                if len(self._row_cache) > ROW_CACHE_ENTRIES:
+                    self._row_cache.clear()
+                rows = self._row_cache[n] = self.tables.base_s[n].tolist()
+        crows = self._chunk_cache.get((chunk, own_p))
+        if crows is None:
+            if len(self._chunk_cache) > ROW_CACHE_ENTRIES:
+                self._chunk_cache.clear()
+            cr = self.tables.chunk_rows_s
+            crows = self._chunk_cache[(chunk, own_p)] = [cr[own_p if self.owner[i] else chunk, i].tolist()
+                                                         for i in self.layouts]
+        return rows, crows

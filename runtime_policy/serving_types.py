@@ -1,0 +1,59 @@
+"""What the serving loop is configured with and what it returns: `LoopConfig`, a `SwitchRecord`
+per committed (or aborted) switch, and the per-request `ServeResult`. Types only (loop.py runs
+them; metrics.py summarizes them)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from planner.errors import SpecError
+from runtime_policy.tables import StepTimeTable
+
+
+@dataclass(frozen=True)
+class LoopConfig:
+    max_batch: int = 4096  # requests holding KV at once
+    prefill_chunk_tokens: int = 8192  # prompt tokens per step (chunked prefill)
+    max_run_steps: int = 64  # the policy is consulted at least this often
+    admit_watermark_fraction: float = 0.01  # KV pool share admission leaves free
+
+    def check(self, tables: StepTimeTable) -> None:
+        if not 1 <= self.max_batch <= tables.max_tokens - tables.max_prefill_tokens:
+            raise SpecError(f"max_batch={self.max_batch} must be in [1, {tables.max_tokens - tables.max_prefill_tokens}]")
+        if not 1 <= self.prefill_chunk_tokens <= tables.max_prefill_tokens:
+            raise SpecError(f"prefill_chunk_tokens={self.prefill_chunk_tokens} must be in [1, {tables.max_prefill_tokens}]")
+        if self.max_run_steps < 1:
+            raise SpecError(f"max_run_steps={self.max_run_steps} must be ≥ 1")
+
+
+@dataclass(frozen=True)
+class SwitchRecord:
+    from_layout: str
+    to_layout: str
+    started_s: float
+    at_s: float  # commit (or abort) time
+    link_s: float  # predicted
+    cost_s: float  # predicted interference + commit stall
+    reason: str
+    stall_s: float = 0.0  # the commit stall the executor returned (the torch executor: measured)
+    aborted: str = ""  # why the executor aborted it ("": committed)
+
+
+@dataclass
+class ServeResult:
+    arrival_s: np.ndarray
+    input_tokens: np.ndarray
+    output_tokens: np.ndarray
+    first_token_s: np.ndarray
+    finish_s: np.ndarray
+    status: np.ndarray
+    preemptions: np.ndarray
+    switches: list[SwitchRecord] = field(default_factory=list)  # committed
+    steps: int = 0
+    decode_steps: int = 0
+    layout_time_s: dict[str, float] = field(default_factory=dict)
+    timeline: dict[str, list] = field(default_factory=dict)  # t_s, layout, batch, kv_used_fraction
+    aborted_switches: list[SwitchRecord] = field(default_factory=list)
+    cant_decide: int = 0  # CANT_DECIDE answers the policy gave (it stayed)

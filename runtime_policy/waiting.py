@@ -1,0 +1,76 @@
+"""The serving loop's request states, its waiting queue, and the run-time sum the loop advances
+its clock by.
+
+Does not: decide admission (admission.py) or order requests (ordering.py: the loop hands its keys).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+PENDING, WAITING, PREFILL, DECODE, DONE, ABORTED = range(6)  # a request's states, in the order it moves
+
+
+class WaitingQueue:
+    """Requests waiting for admission: `ids[pos:]` in admission order with their KV needs, and the
+    ones that joined since (`new`), re-sorted by the ordering's keys when it changed."""
+
+    def __init__(self) -> None:
+        self.ids: list[int] = []
+        self.needs = np.zeros(0)  # [len(ids)] context tokens each needs
+        self.pos = 0
+        self.new: list[int] = []
+        self.dirty = False
+
+    def __len__(self) -> int:
+        return len(self.ids) - self.pos + len(self.new)
+
+    def push(self, i: int) -> None:
+        self.new.append(i)
+        self.dirty = True
+
+    def resort(self, keyfn, ctx: list[float], ctxf: np.ndarray, keys_are_arrival: bool) -> None:
+        """`ctx` and `ctxf`: every request's context, as a list and an array (equal for waiting ones);
+        `keys_are_arrival`: keyfn's keys are the arrival times (requests are numbered in arrival order)."""
+        if self.pos >= len(self.ids) and len(self.new) == 1:
+            self.ids = self.new  # one request: nothing to sort (the common case)
+            self.needs = np.array([ctx[self.ids[0]]])
+        else:
+            ids = self.ids[self.pos:] + self.new
+            if keys_are_arrival and ids == sorted(ids):
+                # NOTE: in request order, so in arrival order: the stable sort by arrival leaves them
+                # as they are (the new ones are arrivals after the queue's last, unless preempted)
+                self.ids = ids
+                self.needs = ctxf[ids]
+            else:
+                ids = np.array(ids, dtype=np.int64)
+                ids = ids[np.argsort(keyfn(ids), kind="stable")]
+                self.ids = ids.tolist()
+                self.needs = ctxf[ids]
+        self.pos, self.new, self.dirty = 0, [], False
+
+
+def sum_as_numpy(x: list[float]) -> float:
+    """`np.add.reduce` of a list of floats in numpy's order (pairwise: blocks of ≤ 128 summed in 8
+    lanes, numpy's `pairwise_sum`), bit for bit, without building an array (NOTE: a run's step
+    times are summed once per run; the array round trip costs more than the sum, and the sum must
+    be numpy's so a run priced either way ends at the same time)."""
+    n = len(x)
+    if n < 8:
+        res = -0.0
+        for v in x:
+            res += v
+        return res
+    if n <= 128:
+        lanes = list(x[:8])
+        m = n - n % 8
+        for i in range(8, m, 8):
+            for j in range(8):
+                lanes[j] += x[i + j]
+        res = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]))
+        for i in range(m, n):
+            res += x[i]
+        return res
+    half = n // 2
+    half -= half % 8
+    return sum_as_numpy(x[:half]) + sum_as_numpy(x[half:])
