@@ -25,15 +25,17 @@ from planner.models.spec import ModelSpec
 from planner.units import WEIGHT_BYTES_PER_PARAM, WEIGHT_DTYPES
 
 class RegistryNames(Sequence):
-    """The names a registry holds now, in each entry's declared `order` (then by name): a layout
-    module registered later (a test's toy layout, a user's plug-in) is listed without a central edit."""
+    """The names a registry holds now, in each entry's declared `order` (then by name; undeclared:
+    after the built-ins): a layout module registered later (a test's toy layout, a user's plug-in)
+    is listed without a central edit."""
 
     def __init__(self, entries):
         self._entries = entries
 
     def _names(self) -> tuple[str, ...]:
         items = self._entries()
-        return tuple(sorted(items, key=lambda n: (getattr(items[n], "order", 100), n)))
+        # NOTE: a layout's own `order` only (a subclass of cp is not listed next to cp), then by name
+        return tuple(sorted(items, key=lambda n: (vars(type(items[n])).get("order", 100), n)))
 
     def __getitem__(self, i):
         return self._names()[i]
@@ -46,6 +48,12 @@ class RegistryNames(Sequence):
 
     def __hash__(self) -> int:
         return hash(self._names())
+
+    def __add__(self, other) -> tuple[str, ...]:
+        return self._names() + tuple(other)
+
+    def __radd__(self, other) -> tuple[str, ...]:
+        return tuple(other) + self._names()
 
     def __repr__(self) -> str:
         return repr(self._names())

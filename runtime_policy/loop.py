@@ -93,6 +93,7 @@ class ServingLoop:
         self.topk = tables.topk
         info = tables.info
         self.pools = info.kv_pool_bytes.tolist()
+        self.max_requests = info.max_requests.tolist() if info.max_requests.size else [float("inf")] * len(self.pools)
         self.shares = info.kv_total_share.tolist()
         self.is_owner = [bool(x) for x in info.is_owner]
         bpt = self.bpt
