@@ -184,11 +184,12 @@ def make_deployment(model: ModelSpec, hardware: HardwareSpec, *, attn: str = "tp
             raise SpecError(f"reserve={reserve_bytes} must be ≥ 0")
         reserve_bytes = float(reserve_bytes)
     eng.check(mem_fraction, reserve_bytes)
-    page = eng.default_page_tokens(model, hardware) if page_tokens is None else _whole("page_tokens", page_tokens)
     wdt = weight_dtype or model.default_weight_dtype
     if wdt not in WEIGHT_DTYPES:
         raise SpecError(f"weight_dtype={wdt!r} is not one of {', '.join(WEIGHT_DTYPES)}")
     kdt = resolve_kv_dtype(model, kv_dtype, eng, hardware)
+    page = eng.default_page_tokens(model, hardware, gpus // replicas, attn, kdt) if page_tokens is None \
+        else _whole("page_tokens", page_tokens)
     if not model.has_moe and moe == "ep":
         raise SpecError(f"moe=ep needs a mixture-of-experts model; {model.name} is dense (use --moe tp)")
     ranks = gpus // replicas

@@ -126,8 +126,10 @@ class EngineMemoryModel:
         """The canonical KV dtype ('bf16', 'fp8', 'fp8_dsa') the engine picks for `auto`."""
         raise NotImplementedError
 
-    def default_page_tokens(self, model: "ModelSpec", hw: "HardwareSpec") -> int:
-        """Tokens per KV page (SGLang page_size, vLLM block_size) the engine uses by default."""
+    def default_page_tokens(self, model: "ModelSpec", hw: "HardwareSpec", ranks: int = 1, attn: str = "tp",
+                            kv_dtype: str = "bf16") -> int:
+        """Tokens per KV page (SGLang page_size, vLLM block_size) the engine uses by default for
+        the model on a group of `ranks` under layout `attn` (vLLM's hybrid pages depend on both)."""
         raise NotImplementedError
 
     def chunked_prefill_tokens(self, dep: "Deployment") -> int:

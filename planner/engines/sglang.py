@@ -132,7 +132,7 @@ class SGLang(EngineMemoryModel):
             return "fp8_dsa" if hw.vendor == "nvidia" and major is not None and major >= 10 else "bf16"
         return "bf16"
 
-    def default_page_tokens(self, model, hw):
+    def default_page_tokens(self, model, hw, ranks=1, attn="tp", kv_dtype="bf16"):
         if model.attention.kind == "dsa":
             return 1 if hw.vendor == "amd" else 64
         if model.attention.kind == "dsv4":  # `apply_deepseek_v4_defaults`: page_size 256
