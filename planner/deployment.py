@@ -79,6 +79,7 @@ class Deployment:
     mem_fraction: float | None  # explicit engine fraction; None = the engine's default
     reserve_bytes: float | None  # explicit reserve per GPU; None = the engine's estimate
     attention_kernel: str | None = None  # decode kernel override (planner.models.attention.kernels); None: the variant's engine default
+    weight_dtype_given: bool = False  # True: every linear weight at `weight_dtype`; False: the checkpoint's per-part dtypes
 
     @property
     def ranks(self) -> int:
@@ -110,6 +111,11 @@ class Deployment:
     @property
     def weight_bytes_per_param(self) -> float:
         return WEIGHT_BYTES_PER_PARAM[self.weight_dtype]
+
+    def part_dtype(self, group, part: str) -> str:
+        """The dtype one part of a layer group's weights is stored in: a `--weight-dtype` given
+        applies to every linear weight; otherwise the checkpoint's (planner.models.quant)."""
+        return self.weight_dtype if self.weight_dtype_given else group.part_dtype(part)
 
     @property
     def arch(self) -> str | None:
@@ -199,7 +205,7 @@ def make_deployment(model: ModelSpec, hardware: HardwareSpec, *, attn: str = "tp
     if attention_kernel is not None:
         decode_kernel(attention_kernel)  # SpecError naming the known kernels
     return Deployment(model, hardware, attn, moe, gpus, replicas, wdt, kdt, page, engine, nodes, mem_fraction,
-                      reserve_bytes, attention_kernel)
+                      reserve_bytes, attention_kernel, weight_dtype is not None)
 
 
 def replace_deployment(dep: Deployment, **changes) -> Deployment:
@@ -208,7 +214,8 @@ def replace_deployment(dep: Deployment, **changes) -> Deployment:
     keeps the GPUs per node; the explicit overrides (fraction, reserve) carry over."""
     if "gpus" in changes and "nodes" not in changes:
         changes["nodes"] = max(1, changes["gpus"] // dep.gpus_per_node)
-    kw = dict(attn=dep.attn, moe=dep.moe, gpus=dep.gpus, replicas=dep.replicas, weight_dtype=dep.weight_dtype,
+    kw = dict(attn=dep.attn, moe=dep.moe, gpus=dep.gpus, replicas=dep.replicas,
+              weight_dtype=dep.weight_dtype if dep.weight_dtype_given else None,
               kv_dtype=dep.kv_dtype, mem_fraction=dep.mem_fraction, page_tokens=dep.page_tokens,
               reserve_bytes=dep.reserve_bytes, engine=dep.engine, nodes=dep.nodes,
               attention_kernel=dep.attention_kernel)

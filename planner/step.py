@@ -33,6 +33,8 @@ import numpy as np
 from planner.deployment import Deployment
 from planner.errors import SpecError
 from planner.layouts.base import SCALEOUT, SCALEUP, AttentionShare, Collective, ShareInputs, link_bytes_by_tier
+from planner.models.mlp.base import component_part
+from planner.units import WEIGHT_BYTES_PER_PARAM
 from planner.load import DecodeLoad, busiest_owner_counts
 from planner.resources.vector import TIMED_RESOURCES, Pricing, ResourceTimes, price
 
@@ -159,16 +161,59 @@ def _sum_into(out: dict, parts: dict, scale: float, prefix: str = "", suffix: st
         out[key] = out.get(key, 0.0) + v * scale
 
 
+def _mixer_params_on_rank(dep: Deployment, group) -> dict[str, float]:
+    """One layer group's mixer parameters on one rank, by component (one layer)."""
+    lay, t = dep.attention_layout, dep.ranks
+    return {k: p.params / (t if lay.weights_sharded and p.head_sharded else 1.0)
+            for k, p in group.mixer.weight_parts().items()}
+
+
+def _add(out: dict, key: str, v) -> None:
+    out[key] = out.get(key, 0.0) + v
+
+
 def weights_resident_bytes(dep: Deployment) -> dict[str, float]:
-    """Weight bytes resident on one rank, by component."""
-    m, t, wb = dep.model, dep.ranks, dep.weight_bytes_per_param
-    lay = dep.attention_layout
-    out = {f"{k}_weights": v * wb for k, v in attention_weight_params(dep).items()}
-    for v, n in m.mlps:
-        _sum_into(out, v.rank_resident_params(t, dep.moe), n * wb, suffix="_weights")
+    """Weight bytes resident on one rank, by component; each layer group's parts at their own
+    checkpoint dtype (planner.models.quant) unless the deployment gives one."""
+    m, t, lay = dep.model, dep.ranks, dep.attention_layout
+    out: dict[str, float] = {}
+    for g in m.layers:
+        if g.mixer is not None:
+            wb = WEIGHT_BYTES_PER_PARAM[dep.part_dtype(g, "mixer")]
+            for k, v in _mixer_params_on_rank(dep, g).items():
+                _add(out, f"{k}_weights", v * wb * g.count)
+        if g.mlp is not None:
+            for k, v in g.mlp.rank_resident_params(t, dep.moe).items():
+                _add(out, f"{k}_weights", v * WEIGHT_BYTES_PER_PARAM[dep.part_dtype(g, component_part(k))] * g.count)
     emb = m.embedding_params / t if lay.head_sharded else m.embedding_params
     out["embedding_weights"] = emb * HEAD_BYTES_PER_PARAM
     return out
+
+
+def _weight_work(dep: Deployment, inp: ShareInputs, projected: np.ndarray, points: int):
+    """Weight bytes read, projection / MLP FLOPs (by component) and those FLOPs by dtype, of one
+    rank's step: every layer group at its parts' dtypes."""
+    m, t = dep.model, dep.ranks
+    hbm: dict[str, np.ndarray] = {}
+    flops: dict[str, np.ndarray] = {}
+    by_dtype: dict[str, np.ndarray] = {}
+    for g in m.layers:
+        n = float(g.count)
+        if g.mixer is not None:
+            dt = dep.part_dtype(g, "mixer")
+            wb = WEIGHT_BYTES_PER_PARAM[dt]
+            for k, v in _mixer_params_on_rank(dep, g).items():
+                _add(hbm, f"{k}_weights", np.full(points, v * wb * n))
+                f = 2.0 * projected * v * n
+                _add(flops, f"{k}_proj", f)
+                _add(by_dtype, dt, f)
+        if g.mlp is not None:
+            for k, v in g.mlp.rank_read_params(inp.step_tokens, t, dep.moe).items():
+                _add(hbm, f"{k}_weights", v * WEIGHT_BYTES_PER_PARAM[dep.part_dtype(g, component_part(k))] * n)
+            for k, v in g.mlp.rank_flops(inp.step_tokens, t, dep.moe).items():
+                _add(flops, k, v * n)
+                _add(by_dtype, dep.part_dtype(g, component_part(k)), v * n)
+    return hbm, flops, by_dtype
 
 
 def kv_pool_bytes(dep: Deployment) -> float:
@@ -214,21 +259,10 @@ def _rank_work(dep: Deployment, inp: ShareInputs, shares: list, points: int):
     """HBM bytes, FLOPs (by component), fixed latencies and resident (KV, state) bytes of one
     candidate rank; `shares` holds (share, variant, layers) per distinct mixer."""
     m, t, lay = dep.model, dep.ranks, dep.attention_layout
-    wb = dep.weight_bytes_per_param
-    att_params = attention_weight_params(dep)
     first = shares[0][0]
-    hbm: dict[str, np.ndarray] = {}
-    for k, v in att_params.items():
-        hbm[f"{k}_weights"] = np.full(points, v * wb)
-    for v, n in m.mlps:
-        _sum_into(hbm, v.rank_read_params(inp.step_tokens, t, dep.moe), n * wb, suffix="_weights")
+    hbm, flops, by_dtype = _weight_work(dep, inp, first.projected_tokens, points)
     head_frac = 1.0 / t if lay.head_sharded else 1.0
     hbm["lm_head_weights"] = np.full(points, m.head_params * head_frac * HEAD_BYTES_PER_PARAM)
-    flops: dict[str, np.ndarray] = {}
-    for k, v in att_params.items():
-        flops[f"{k}_proj"] = 2.0 * first.projected_tokens * v
-    for v, n in m.mlps:
-        _sum_into(flops, v.rank_flops(inp.step_tokens, t, dep.moe), float(n))
     sampled = inp.decode_tokens if first.sampled_tokens is None else first.sampled_tokens
     flops["lm_head"] = 2.0 * sampled * m.head_params * head_frac
     hbm["kv_write"] = np.zeros(points)
@@ -254,7 +288,6 @@ def _rank_work(dep: Deployment, inp: ShareInputs, shares: list, points: int):
         kv_res = kv_res + share.kv_stored_bytes * L
         state_res = state_res + share.state_stored_bytes * L
     bf16_names = {"lm_head", "head_padding", *att_names}
-    by_dtype = {dep.weight_dtype: sum(v for k, v in flops.items() if k not in bf16_names)}
     by_dtype["bf16"] = by_dtype.get("bf16", 0.0) + sum(flops[k] for k in bf16_names)
     return hbm, flops, by_dtype, {"topk": topk}, kv_res, np.broadcast_to(np.asarray(state_res, dtype=np.float64), (points,))
 

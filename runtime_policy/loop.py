@@ -122,6 +122,7 @@ class ServingLoop:
         # seconds per prompt token of a full chunk in each layout (the owner layouts run it on one owner)
         chunk = config.prefill_chunk_tokens
         self.prefill_price = [float(tables.step_s(i, 0, np.array([chunk]), np.zeros(1), np.zeros(1))[0]) / chunk
+                              if np.isfinite(tables.base_s[0, i]).all() else float("inf")  # a layout it can't run
                               for i in range(len(tables.layouts))]
         self.layout = int(policy.initial_layout(inp[arr <= arr[0]].astype(np.float64)))
         ordering.prefill_s_per_token = self.prefill_price[self.layout]  # NOTE: DP/DOP chunks run 2–3× slower than TP's

@@ -29,7 +29,7 @@ coverage is evaluated at B + P jointly, which is what the planner does). NOTE: a
 variants declare several knees (DeepSeek-V4: its 128-token window and the CSA span 4·top-k) is
 tabulated at the largest one (`cost_knee`), its probes at knee/2, knee and 2·knee: what the smaller
 knees cap (DeepSeek-V4-Flash: the 43 windows' 3.2 MB per request, full by 128 tokens) is missed as
-a per-request constant, −0.45 % of a TP step on 8 × H200 at 16 requests of 0.5K-32K
+a per-request constant, −0.63 % to −0.66 % of a TP step on 8 × H200 at 16 requests of 0.5K-32K
 (tests/runtime_policy/test_tables_knees.py).
 
 Owner layouts (DP-attention, DOP) run a request's chunk on its owner, so, as in the planner, a

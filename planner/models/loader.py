@@ -24,6 +24,8 @@ from planner.models.attention.base import variant_for_layer
 from planner.models.config import HFConfig, LayerType
 from planner.models.mlp.base import mlp_for_layer
 from planner.models.patterns import layer_types, mtp_layers
+from planner.models.quant import WeightQuant, weight_quant
+from planner.models.quant import describe as quant_describe
 from planner.models.spec import LayerGroup, ModelSpec
 
 CARDS_DIR = Path(__file__).parent / "cards"
@@ -111,28 +113,11 @@ def check_config_fields(cfg: dict[str, Any], where: str) -> None:
         raise SpecError(f"{where}: field 'quantization_config.quant_method' must be a string")
 
 
-def weight_dtype(cfg: HFConfig, quant_file: dict[str, Any] | None = None) -> str:
-    """The checkpoint dtype of the linear weights from `quantization_config` (or a model folder's
-    hf_quant_config.json): fp8 / fp4 methods by name, compressed-tensors by its weights' bits."""
-    q = cfg.sub("quantization_config")
-    if q is None and quant_file is not None:
-        algo = (quant_file.get("quantization") or {}).get("quant_algo") if isinstance(quant_file, dict) else None
-        return _QUANT_TO_DTYPE.get(str(algo).lower(), None) or "bf16" if algo else "bf16"
-    if q is None:
-        return "bf16"
-    method = q.text("quant_method", "")
-    if method == "compressed-tensors":
-        groups = q.get("config_groups")
-        bits = {g.get("weights", {}).get("num_bits") for g in groups.values() if isinstance(g, dict)
-                and isinstance(g.get("weights"), dict)} if isinstance(groups, dict) else set()
-        return "fp4" if 4 in bits else "fp8" if 8 in bits else "bf16"
-    return _QUANT_TO_DTYPE.get(method) or "bf16"
-
-
-def _group_layers(cfg: HFConfig, types: list[LayerType]) -> tuple[LayerGroup, ...]:
-    """One variant per distinct layer type, identical layers grouped (first index kept)."""
+def _group_layers(cfg: HFConfig, types: list[LayerType], quant: WeightQuant | None) -> tuple[LayerGroup, ...]:
+    """One variant per distinct layer type, identical layers (same variants, same weight dtypes)
+    grouped (first index kept)."""
     built: dict[LayerType, tuple[Any, Any]] = {}
-    groups: dict[tuple[Any, Any], list[int]] = {}
+    groups: dict[tuple[Any, Any, Any], list[int]] = {}
     for i, t in enumerate(types):
         if t not in built:
             mixer = None
@@ -146,10 +131,20 @@ def _group_layers(cfg: HFConfig, types: list[LayerType]) -> tuple[LayerGroup, ..
                 if mlp is None:
                     raise SpecError(f"layer {i} has a {t.mlp!r} MLP, and no MLP variant claims it from this config")
             built[t] = (mixer, mlp)
-        groups.setdefault(built[t], []).append(i)
-    if all(m is None for m, _ in groups):
+        sig = quant.signature(i) if quant is not None else ()
+        groups.setdefault((*built[t], sig), []).append(i)
+    if all(m is None for m, _, _ in groups):
         raise SpecError("no layer has attention or a recurrent mixer the planner can model")
-    return tuple(LayerGroup(count=len(ix), first_layer=ix[0], mixer=m, mlp=f) for (m, f), ix in groups.items())
+    return tuple(LayerGroup(count=len(ix), first_layer=ix[0], mixer=m, mlp=f, weight_dtypes=sig)
+                 for (m, f, sig), ix in groups.items())
+
+
+def _main_dtype(groups: tuple[LayerGroup, ...]) -> str:
+    """The dtype most linear-weight parameters are stored in."""
+    probe = ModelSpec(name="_", architecture="_", num_layers=1, hidden_size=1, vocab_size=1,
+                      default_weight_dtype="bf16", layers=groups)
+    by = probe.params_by_dtype()
+    return max(by, key=by.get) if by else "bf16"
 
 
 def model_from_hf_config(cfg: dict[str, Any], name: str, quant_file: dict[str, Any] | None = None) -> ModelSpec:
@@ -168,26 +163,42 @@ def model_from_hf_config(cfg: dict[str, Any], name: str, quant_file: dict[str, A
     c = HFConfig(cfg, where)
     try:
         types = layer_types(c)
-        layers = _group_layers(c, types)
+        layers = _group_layers(c, types, weight_quant(cfg, quant_file))
         hidden, vocab = c.int("hidden_size"), c.int("vocab_size")
         mtp = mtp_layers(c)
-        wdt = weight_dtype(c, quant_file)
         spec = ModelSpec(
             name=name, architecture=arch, num_layers=len(types), hidden_size=hidden, vocab_size=vocab,
             intermediate_size=c.int("intermediate_size", None), tie_word_embeddings=c.flag("tie_word_embeddings"),
-            mtp_layers=mtp, default_weight_dtype=wdt, layers=layers,
+            mtp_layers=mtp, default_weight_dtype=_main_dtype(layers), layers=layers,
+            quantization=quant_describe(cfg, quant_file),
         )
     except SpecError as exc:
         raise SpecError(f"{where} ({arch}): {str(exc).removeprefix('config.json: ')}") from None
     return spec
 
 
+QUANT_FILE = "hf_quant_config.json"  # NVIDIA ModelOpt checkpoints ship it beside config.json
+
+
 @lru_cache(maxsize=64)
-def _load_path(path: str, name: str, stamp: tuple[int, int]) -> ModelSpec:
-    """`stamp` (mtime, size) keys the cache, so an edited file is read again in a long-lived process."""
+def _load_path(path: str, name: str, stamp: tuple[int, int], quant_stamp: tuple[int, int] = (0, 0)) -> ModelSpec:
+    """`stamp` (mtime, size) keys the cache, so an edited file is read again in a long-lived
+    process; `quant_stamp` is the sibling hf_quant_config.json's ((0, 0): none)."""
     # NOTE: finite=False: real configs hold Infinity in fields the planner never reads (Nemotron-H's
     # time_step_limit); check_config_fields refuses a non-finite value in any field it does read.
-    return model_from_hf_config(load_json_file(path, "model config", MODEL_CONFIG_MAX_BYTES, finite=False), name)
+    cfg = load_json_file(path, "model config", MODEL_CONFIG_MAX_BYTES, finite=False)
+    quant = None
+    if quant_stamp != (0, 0):
+        quant = load_json_file(str(Path(path).parent / QUANT_FILE), "quantization config", MODEL_CONFIG_MAX_BYTES,
+                               finite=False)
+        if not isinstance(quant, dict):
+            raise SpecError(f"{shown_path(str(Path(path).parent / QUANT_FILE))}: expected a JSON object")
+    return model_from_hf_config(cfg, name, quant)
+
+
+def _quant_stamp(config_path: Path) -> tuple[int, int]:
+    q = config_path.parent / QUANT_FILE
+    return _stamp(str(q)) if path_kind(q, "quantization config") != "missing" else (0, 0)
 
 
 def _stamp(path: str) -> tuple[int, int]:
@@ -208,7 +219,7 @@ def load_model(name_or_path: str) -> ModelSpec:
     if kind == "folder" and path_kind(path / "config.json", "model config") != "missing":
         path, kind = path / "config.json", "file"
     if kind in ("file", "other"):  # a FIFO or a device is refused by the read, not called missing
-        return _load_path(str(path.resolve()), str(name_or_path), _stamp(str(path)))
+        return _load_path(str(path.resolve()), str(name_or_path), _stamp(str(path)), _quant_stamp(path))
     if kind == "missing" and name_or_path.count("/") == 1 and path.suffix != ".json":
         card = card_for_repo(name_or_path)  # a Hugging Face repo id that matches a built-in card
         if card is not None:

@@ -68,7 +68,7 @@ _UNMODELLED = {"state_size": "Mamba-1's state (mamba_ssm ops)", "ssm_cfg": "a Ma
 
 def check_structure_fields(cfg: HFConfig) -> None:
     """Refuse a field that shapes the stack but is not read, or a value that is not modelled."""
-    for key in cfg.raw:
+    for key in map(str, cfg.raw):
         if key in _UNMODELLED:
             raise SpecError(f"field '{key}' ({_UNMODELLED[key]}): the planner has no variant for it")
         if key in STRUCTURE_FIELDS or key in INERT_FIELDS:

@@ -34,6 +34,12 @@ class LayerGroup(BaseModel):
     first_layer: int = Field(ge=0)
     mixer: AttentionVariant | None = Field(description="Attention / recurrent-state variant; None: no token mixer.")
     mlp: MLPVariant | None = Field(description="Dense / MoE / dense+MoE variant; None: no MLP.")
+    weight_dtypes: tuple[tuple[str, str], ...] = Field(
+        default=(), description="Checkpoint dtype per part ('mixer', 'routed_experts', 'shared_experts', "
+                                "'dense_mlp'; planner.models.quant); a part not listed is bf16.")
+
+    def part_dtype(self, part: str) -> str:
+        return dict(self.weight_dtypes).get(part, "bf16")
 
     def describe(self) -> str:
         m = self.mixer.describe() if self.mixer is not None else "-"
@@ -116,6 +122,19 @@ class ModelSpec(BaseModel):
         return "+".join(f"{k}×{n}" for k, n in sorted(counts.items(), key=lambda kv: -kv[1]))
 
     # ---- parameters ---------------------------------------------------------------------------
+    def params_by_dtype(self) -> dict[str, float]:
+        """Linear-weight parameters by checkpoint dtype (embeddings excluded)."""
+        from planner.models.mlp.base import component_part
+
+        out: dict[str, float] = {}
+        for g in self.layers:
+            parts = [("mixer", sum(g.mixer.weight_params().values()))] if g.mixer else []
+            parts += [(component_part(k), v) for k, v in (g.mlp.weight_params().items() if g.mlp else ())]
+            for part, p in parts:
+                dt = g.part_dtype(part)
+                out[dt] = out.get(dt, 0.0) + p * g.count
+        return out
+
     @property
     def embedding_params(self) -> float:
         """Input embedding + LM head (one matrix if tied)."""

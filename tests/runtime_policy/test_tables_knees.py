@@ -25,7 +25,7 @@ def _planner_step_s(dep, batch, context):
     ("gpt-oss-120b", 128.0, 1e-3),  # sliding window 128
     ("qwen3.5-397b-a17b", NO_TOPK, 1e-3),  # no knee: GDN state in the base rows, full layers linear
     ("llama-4-maverick", 8192.0, 1e-3),  # chunked local attention
-    ("deepseek-v4-flash", 2048.0, 6e-3),  # two knees (window 128, CSA span 4 × 512): the larger one
+    ("deepseek-v4-flash", 2048.0, 8e-3),  # two knees (window 128, CSA span 4 × 512): the larger one
 ])
 def test_table_step_time_matches_the_planner(model, knee, tolerance):
     m = planner.load_model(model)

@@ -28,6 +28,15 @@ def mlp_for_layer(cfg: HFConfig, layer: LayerType) -> "MLPVariant | None":
     return _REGISTRY.claim(cfg, layer)
 
 
+# NOTE: which quantized part (planner.models.quant.PARTS) an MLP component's weights belong to
+_PART = {"experts": "routed_experts", "routed_experts": "routed_experts", "latent_proj": "shared_experts",
+         "shared_experts": "shared_experts", "dense_mlp": "dense_mlp"}
+
+
+def component_part(component: str) -> str:
+    return _PART.get(component, "dense_mlp")
+
+
 def matrices_for(act: str | None) -> int:
     """Weight matrices per FFN: 3 for gated activations (SwiGLU, GELU-tanh gated, SiTU), 2 for
     Nemotron-H's squared ReLU (`mlp_hidden_act: relu2`: up and down only, HF NemotronHMLP)."""
