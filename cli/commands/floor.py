@@ -310,6 +310,8 @@ def capacity(
             "distinct_tokens": c.distinct_tokens,
             "context_tokens": ctx,
             "max_concurrency": float(c.max_concurrency[0]),
+            "state_bytes_per_request": c.state_bytes_per_request,
+            "binding_memory": c.binding_memory[0],
             "memory": plan.describe(),
         })
     out = {"model": m.name, "hardware": hw.name, "gpus": gpus, "nodes": deps[0].nodes, "engine": deps[0].engine,
@@ -324,6 +326,13 @@ def capacity(
     for d in docs:
         if not d["feasible"]:
             con.print(f"out: {d['attn']}/{d['moe']}: {d['infeasible_reason']}")
+        elif d["state_bytes_per_request"] > 0:  # two kinds of memory: say which one binds
+            mem = d["memory"]
+            pool = (f"state pool {mem['state_pool_bytes'] / GiB:.1f} GiB/GPU, ≤ {mem['max_running_requests']:.0f} running"
+                    if "state_pool_bytes" in mem else "states share the KV pool")
+            con.print(f"{d['attn']}/{d['moe']}: {d['kv_bytes_per_token'] / 1024:.1f} KiB/token of KV + "
+                      f"{d['state_bytes_per_request'] / 2**20:.1f} MiB/request of state ({pool}); "
+                      f"binds: {d['binding_memory']}")
     for s in skipped:
         con.print(f"[dim]skipped {s['attn']}/{s['moe']}: {s['reason']}[/]")
 
