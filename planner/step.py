@@ -223,9 +223,15 @@ def kv_pool_bytes(dep: Deployment) -> float:
 
 
 def share_inputs(dep: Deployment, g: DecodeLoad, pre, pre_ctx=None, q=None) -> list[tuple[ShareInputs, int]]:
-    """One ShareInputs per distinct mixer variant of the model, with its layer count."""
-    return [(ShareInputs(dep.model, dep.ranks, g, pre, dep.kv_dtype, dep.page_tokens, pre_ctx, q, v), n)
-            for v, n in dep.model.mixers]
+    """One ShareInputs per distinct mixer variant of the model, with its layer count; with several
+    variants and unequal lengths, owners are balanced by each request's bytes over all layers."""
+    mixers = dep.model.mixers
+    owner = None
+    if len(mixers) > 1 and g.counts.shape[-1] > 1 and dep.attention_layout.kv_placement == "owner":
+        tokens = np.ceil(g.lengths / dep.page_tokens) * dep.page_tokens
+        owner = sum(sum(v.kv_stored_bytes(tokens, dep.kv_dtype).values()) * n for v, n in mixers)
+    return [(ShareInputs(dep.model, dep.ranks, g, pre, dep.kv_dtype, dep.page_tokens, pre_ctx, q, v, owner), n)
+            for v, n in mixers]
 
 
 def decode_resident_bytes(dep: Deployment, load: DecodeLoad) -> tuple[np.ndarray, np.ndarray]:

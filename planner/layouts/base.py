@@ -128,6 +128,7 @@ class ShareInputs:
     prefill_context: np.ndarray | None = None  # [P] tokens that request already has cached (None: 0)
     query_tokens: np.ndarray | None = None  # [P] query tokens per decode request (1; k+1 when verifying k drafts)
     attention: AttentionVariant | None = None  # the mixer variant of the layer group priced (None: the model's primary)
+    owner_bytes: np.ndarray | None = None  # [P, R] bytes per request over all layers, what owners are balanced by (None: this group's)
     decode_tokens: np.ndarray = field(init=False)  # [P] decode query tokens of the group
     step_tokens: np.ndarray = field(init=False)  # [P] decode + prefill tokens the group runs this step
 

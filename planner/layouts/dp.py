@@ -40,7 +40,9 @@ def owner_attention(inp: ShareInputs, with_prefill: bool) -> OwnerWork:
     load = inp.load
     per_req = stored_bytes(inp, pages_rounded(load.lengths, inp.page_tokens))
     pick = lightest_owner_counts if with_prefill else busiest_owner_counts
-    counts = pick(load, per_req, inp.ranks)
+    # NOTE: owners are balanced by a request's bytes over the whole stack, so every layer group
+    # names the same busiest owner (a recurrent group alone has no per-token bytes to balance by)
+    counts = pick(load, per_req if inp.owner_bytes is None else inp.owner_bytes, inp.ranks)
     stored = (per_req * counts).sum(-1)
     read = {k: (v * counts).sum(-1) for k, v in read_bytes(inp, load.lengths).items()}
     dec = decode_flops(inp, counts)

@@ -58,3 +58,14 @@ def test_vllm_aligns_the_attention_block_to_the_state_page():
     assert hybrid_block_tokens(planner.load_model("llama-3.1-70b"), 8, 16) == 16  # no recurrent layers
     c = capacity(_dep(engine="vllm"), [131072.0])
     assert c.binding_memory == ("shared_pool",) and c.state_pool_bytes_per_gpu is None
+
+
+def test_owner_layouts_balance_every_layer_group_by_the_same_request_bytes():
+    """One long and fifteen short requests on 8 DOP owners: the busiest owner holds the 128K
+    request alone (its KV outweighs two short ones), and the GDN group names the same owner: one
+    request's state, not the two a count-balanced assignment would put there."""
+    d = _dep("dop")
+    load = planner.DecodeLoad.from_lengths([131072.0] + [1024.0] * 15)
+    c = planner.step_cost(d, load)
+    assert c.kv_resident_bytes[0] == 15 * 2 * 512 * 2 * 131072  # the long request's 15 attention layers
+    assert c.state_resident_bytes[0] == 45 * STATE_PER_LAYER  # and its 45 states: one request
