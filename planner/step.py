@@ -128,10 +128,11 @@ class StepCost:
 def memory_fits(kv, state, kv_pool: float, state_pool: float | None) -> np.ndarray:
     """Per-token pages fit the KV pool and per-request states fit theirs (SGLang's separate mamba
     pool), or, with one shared pool (`state_pool` None: vLLM's hybrid pages), both fit it together."""
-    state = 0.0 if state is None else state
-    if state_pool is None:
-        return (kv + state <= kv_pool) & (kv_pool > 0)
-    return (kv <= kv_pool) & (kv_pool > 0) & (state <= state_pool)
+    if state_pool is not None:
+        return (kv <= kv_pool) & (kv_pool > 0) & (state <= state_pool)
+    if state is not None and np.any(state):
+        kv = kv + state
+    return (kv <= kv_pool) & (kv_pool > 0)
 
 
 def group_load(load: DecodeLoad, replicas: int) -> DecodeLoad:
@@ -153,12 +154,6 @@ def attention_weight_params(dep: Deployment) -> dict[str, float]:
         for k, p in v.weight_parts().items():
             out[k] = out.get(k, 0.0) + p.params * n / (t if lay.weights_sharded and p.head_sharded else 1.0)
     return out
-
-
-def _sum_into(out: dict, parts: dict, scale: float, prefix: str = "", suffix: str = "") -> None:
-    for k, v in parts.items():
-        key = f"{prefix}{k}{suffix}"
-        out[key] = out.get(key, 0.0) + v * scale
 
 
 def _mixer_params_on_rank(dep: Deployment, group) -> dict[str, float]:
@@ -192,28 +187,45 @@ def weights_resident_bytes(dep: Deployment) -> dict[str, float]:
 
 def _weight_work(dep: Deployment, inp: ShareInputs, projected: np.ndarray, points: int):
     """Weight bytes read, projection / MLP FLOPs (by component) and those FLOPs by dtype, of one
-    rank's step: every layer group at its parts' dtypes."""
+    rank's step: every layer group at its parts' dtypes. NOTE: groups that share a variant and its
+    dtypes are priced once (Qwen3.5's GDN and attention layers share one MoE): the sweep's speed."""
     m, t = dep.model, dep.ranks
-    hbm: dict[str, np.ndarray] = {}
-    flops: dict[str, np.ndarray] = {}
-    by_dtype: dict[str, np.ndarray] = {}
+    mixer_params: dict[tuple[str, str], float] = {}  # (component, dtype) -> params on the rank, all layers
+    mlp_groups: dict[tuple, float] = {}
     for g in m.layers:
-        n = float(g.count)
         if g.mixer is not None:
             dt = dep.part_dtype(g, "mixer")
-            wb = WEIGHT_BYTES_PER_PARAM[dt]
             for k, v in _mixer_params_on_rank(dep, g).items():
-                _add(hbm, f"{k}_weights", np.full(points, v * wb * n))
-                f = 2.0 * projected * v * n
-                _add(flops, f"{k}_proj", f)
-                _add(by_dtype, dt, f)
+                mixer_params[(k, dt)] = mixer_params.get((k, dt), 0.0) + v * g.count
         if g.mlp is not None:
-            for k, v in g.mlp.rank_read_params(inp.step_tokens, t, dep.moe).items():
-                _add(hbm, f"{k}_weights", v * WEIGHT_BYTES_PER_PARAM[dep.part_dtype(g, component_part(k))] * n)
-            for k, v in g.mlp.rank_flops(inp.step_tokens, t, dep.moe).items():
-                _add(flops, k, v * n)
-                _add(by_dtype, dep.part_dtype(g, component_part(k)), v * n)
+            key = (g.mlp, tuple(dep.part_dtype(g, p) for p in ("routed_experts", "shared_experts", "dense_mlp")))
+            mlp_groups[key] = mlp_groups.get(key, 0.0) + g.count
+    hbm: dict[str, np.ndarray] = {}
+    flops: dict[str, np.ndarray] = {}
+    coef: dict[str, float] = {}
+    by_coef: dict[str, float] = {}
+    for (k, dt), v in mixer_params.items():
+        hbm[f"{k}_weights"] = hbm.get(f"{k}_weights", 0.0) + v * WEIGHT_BYTES_PER_PARAM[dt]
+        coef[k] = coef.get(k, 0.0) + 2.0 * v
+        by_coef[dt] = by_coef.get(dt, 0.0) + 2.0 * v
+    hbm = {k: np.full(points, v) for k, v in hbm.items()}
+    flops = {f"{k}_proj": projected * c for k, c in coef.items()}
+    by_dtype: dict[str, np.ndarray] = {dt: projected * c for dt, c in by_coef.items()}
+    for (mlp, dts), n in mlp_groups.items():
+        part = dict(zip(("routed_experts", "shared_experts", "dense_mlp"), dts))
+        for k, v in mlp.rank_read_params(inp.step_tokens, t, dep.moe).items():
+            _acc(hbm, f"{k}_weights", v, n * WEIGHT_BYTES_PER_PARAM[part[component_part(k)]])
+        for k, v in mlp.rank_flops(inp.step_tokens, t, dep.moe).items():
+            f = v * n
+            _acc(flops, k, f, 1.0)
+            _acc(by_dtype, part[component_part(k)], f, 1.0)
     return hbm, flops, by_dtype
+
+
+def _acc(out: dict, key: str, v, scale: float) -> None:
+    """out[key] += v · scale, without a multiply when scale is 1 and without an add for a new key."""
+    x = v if scale == 1.0 else v * scale
+    out[key] = out[key] + x if key in out else x
 
 
 def kv_pool_bytes(dep: Deployment) -> float:
@@ -271,31 +283,40 @@ def _rank_work(dep: Deployment, inp: ShareInputs, shares: list, points: int):
     hbm["lm_head_weights"] = np.full(points, m.head_params * head_frac * HEAD_BYTES_PER_PARAM)
     sampled = inp.decode_tokens if first.sampled_tokens is None else first.sampled_tokens
     flops["lm_head"] = 2.0 * sampled * m.head_params * head_frac
-    hbm["kv_write"] = np.zeros(points)
-    flops["head_padding"] = np.zeros(points)
-    topk = np.zeros(points)
-    kv_res, state_res = np.zeros(points), 0.0
+    lat: dict[str, np.ndarray] = {}
+    res: dict[str, np.ndarray] = {}
     att_names: set[str] = set()
     q = inp.query_tokens
     for share, variant, n in shares:
         L = float(n)
-        _sum_into(hbm, share.kv_read_bytes, L, suffix="_read")
-        hbm["kv_write"] = hbm["kv_write"] + share.kv_write_bytes * L
-        _sum_into(flops, share.attention_flops, L)
+        for k, v in share.kv_read_bytes.items():
+            _acc(hbm, f"{k}_read", v, L)
+        _acc(hbm, "kv_write", share.kv_write_bytes, L)
+        for k, v in share.attention_flops.items():
+            _acc(flops, k, v, L)
         att_names.update(share.attention_flops)
         # NOTE: the decode kernel computes whole head tiles (planner.models.attention.kernels): the
         # padded rows do the real rows' per-(head, token) work on zeros.
-        heads = share.query_heads
-        rows = kernel_for(dep, variant).padded_rows(heads, q, dep.arch)
-        waste = np.divide(rows, heads * q, out=np.ones_like(q), where=heads * q > 0) - 1.0
-        flops["head_padding"] = flops["head_padding"] + share.decode_core_flops * waste * L
-        for x in share.topk_row_tokens:
-            topk = topk + variant.topk_latency_s(x) * L
-        kv_res = kv_res + share.kv_stored_bytes * L
-        state_res = state_res + share.state_stored_bytes * L
+        kern = kernel_for(dep, variant)
+        if kern.pads(dep.arch):
+            heads = share.query_heads
+            rows = kern.padded_rows(heads, q, dep.arch)
+            waste = np.divide(rows, heads * q, out=np.ones_like(q), where=heads * q > 0) - 1.0
+            _acc(flops, "head_padding", share.decode_core_flops * waste, L)
+        if variant.topk_tokens() is not None:
+            for x in share.topk_row_tokens:
+                _acc(lat, "topk", variant.topk_latency_s(x), L)
+        _acc(res, "kv", share.kv_stored_bytes, L)
+        if not (np.isscalar(share.state_stored_bytes) and share.state_stored_bytes == 0.0):
+            _acc(res, "state", share.state_stored_bytes, L)
+    zeros = np.zeros(points)
+    for d, key in ((flops, "head_padding"), (hbm, "kv_write"), (lat, "topk")):
+        d.setdefault(key, zeros)
+    kv_res = res["kv"]
+    state_res = np.broadcast_to(np.asarray(res.get("state", 0.0), dtype=np.float64), (points,))
     bf16_names = {"lm_head", "head_padding", *att_names}
     by_dtype["bf16"] = by_dtype.get("bf16", 0.0) + sum(flops[k] for k in bf16_names)
-    return hbm, flops, by_dtype, {"topk": topk}, kv_res, np.broadcast_to(np.asarray(state_res, dtype=np.float64), (points,))
+    return hbm, flops, by_dtype, lat, kv_res, state_res
 
 
 def _network(dep: Deployment, inps: list[tuple[ShareInputs, int]], points: int):

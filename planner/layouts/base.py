@@ -150,8 +150,16 @@ def pages_rounded(tokens: np.ndarray, page_tokens: int) -> np.ndarray:
 def stored_bytes(inp: ShareInputs, tokens: np.ndarray) -> np.ndarray:
     """Per-token-page bytes ('token' and 'window' components) one request keeps, one layer."""
     att = inp.attention
-    parts = att.kv_stored_bytes(tokens, inp.kv_dtype)
-    return sum((v for k, v in parts.items() if att.memory_kind(k) != STATE), np.zeros_like(np.asarray(tokens, dtype=np.float64)))
+    parts = [v for k, v in att.kv_stored_bytes(tokens, inp.kv_dtype).items() if att.memory_kind(k) != STATE]
+    if not parts:
+        return np.zeros_like(np.asarray(tokens, dtype=np.float64))
+    return sum(parts[1:], parts[0])
+
+
+def resident_state(requests, per_request: float):
+    """Resident state bytes of `requests` requests (the scalar 0.0 for a mixer without state: the
+    step model then skips the term)."""
+    return requests * per_request if per_request else 0.0
 
 
 def state_bytes(inp: ShareInputs) -> float:

@@ -24,7 +24,7 @@ import numpy as np
 from planner.layouts.base import (ACTIVATION_BYTES, LSE_BYTES, TOPK_CANDIDATE_BYTES, AttentionLayout, AttentionShare,
                                   Collective, ShareInputs, add_parts, decode_flops, longest_row, prefill_requests,
                                   prefill_resident, prefill_work, read_bytes, refuse_unsplittable,
-                                  register_attention_layout, state_bytes, stored_bytes, tokens_hidden_bytes, write_bytes)
+                                  register_attention_layout, resident_state, state_bytes, stored_bytes, tokens_hidden_bytes, write_bytes)
 
 
 def token_split_work(inp: ShareInputs, stored_tokens: np.ndarray):
@@ -42,7 +42,7 @@ def token_split_work(inp: ShareInputs, stored_tokens: np.ndarray):
     requests = load.batch + prefill_requests(inp)
     s = state_bytes(inp)
     write = write_bytes(inp, inp.step_tokens, 0.0) / t + requests * s
-    return stored, read, write, dec, topk_passes(inp), requests * s
+    return stored, read, write, dec, topk_passes(inp), resident_state(requests, s)
 
 
 def check_token_split(layout: str, model) -> None:

@@ -17,7 +17,7 @@ import numpy as np
 
 from planner.layouts.base import (AttentionLayout, AttentionShare, Collective, ShareInputs, add_parts, decode_flops,
                                   longest_row, pages_rounded, prefill_resident, prefill_work, read_bytes,
-                                  register_attention_layout, state_bytes, stored_bytes, write_bytes)
+                                  register_attention_layout, resident_state, state_bytes, stored_bytes, write_bytes)
 from planner.load import busiest_owner_counts, lightest_owner_counts
 
 
@@ -60,7 +60,7 @@ def owner_attention(inp: ShareInputs, with_prefill: bool) -> OwnerWork:
     write = write_bytes(inp, new_tokens, requests)
     return OwnerWork(stored, read, write, flops, dec["attention_core"], owned,
                      inp.attention.topk_row_scores(longest_row(inp, counts)),
-                     requests * state_bytes(inp))
+                     resident_state(requests, state_bytes(inp)))
 
 
 def owner_candidates(layout: AttentionLayout, inp: ShareInputs) -> list[AttentionShare]:

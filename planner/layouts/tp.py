@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from planner.layouts.base import (AttentionLayout, AttentionShare, Collective, ShareInputs, add_parts, decode_flops,
                                   longest_row, pages_rounded, prefill_requests, prefill_resident, prefill_work,
-                                  read_bytes, register_attention_layout, state_bytes, stored_bytes, tokens_hidden_bytes,
+                                  read_bytes, register_attention_layout, resident_state, state_bytes, stored_bytes, tokens_hidden_bytes,
                                   write_bytes)
 
 
@@ -61,7 +61,7 @@ class TensorParallel(AttentionLayout):
         write = write_bytes(inp, inp.step_tokens, requests) / s
         return AttentionShare(stored, read, write, flops, dec["attention_core"], inp.attention.num_heads / t,
                               inp.step_tokens, (inp.attention.topk_row_scores(longest_row(inp, load.counts)),),
-                              state_stored_bytes=requests * state_bytes(inp) / s)
+                              state_stored_bytes=resident_state(requests, state_bytes(inp)) / s)
 
     def collectives(self, inp: ShareInputs) -> list[Collective]:
         tokens = inp.step_tokens
