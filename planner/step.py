@@ -33,12 +33,10 @@ import numpy as np
 from planner.deployment import Deployment
 from planner.errors import SpecError
 from planner.layouts.base import SCALEOUT, SCALEUP, AttentionShare, Collective, ShareInputs, link_bytes_by_tier
-from planner.models.mlp.base import component_part
-from planner.units import WEIGHT_BYTES_PER_PARAM
 from planner.load import DecodeLoad, busiest_owner_counts
 from planner.resources.vector import TIMED_RESOURCES, Pricing, ResourceTimes, price
+from planner.step_weights import HEAD_BYTES_PER_PARAM, acc, weight_work, weights_resident_bytes  # noqa: F401 (re-exported)
 
-HEAD_BYTES_PER_PARAM = 2.0  # LM head and embeddings stay bf16 in FP8 checkpoints (reference/models.md)
 LOGIT_BYTES = 2.0
 
 
@@ -143,91 +141,6 @@ def group_load(load: DecodeLoad, replicas: int) -> DecodeLoad:
     return DecodeLoad(lengths=load.lengths, counts=counts)
 
 
-def attention_weight_params(dep: Deployment) -> dict[str, float]:
-    """Mixer parameters one rank holds (and reads each step), by component, all layers: a
-    head-sharding layout splits the variant's head-sharded parts over T and keeps the rest whole
-    (engines replicate the fused q_a/kv_a projection and DSA's indexer), a replicating layout
-    keeps everything whole."""
-    m, lay, t = dep.model, dep.attention_layout, dep.ranks
-    out: dict[str, float] = {}
-    for v, n in m.mixers:
-        for k, p in v.weight_parts().items():
-            out[k] = out.get(k, 0.0) + p.params * n / (t if lay.weights_sharded and p.head_sharded else 1.0)
-    return out
-
-
-def _mixer_params_on_rank(dep: Deployment, group) -> dict[str, float]:
-    """One layer group's mixer parameters on one rank, by component (one layer)."""
-    lay, t = dep.attention_layout, dep.ranks
-    return {k: p.params / (t if lay.weights_sharded and p.head_sharded else 1.0)
-            for k, p in group.mixer.weight_parts().items()}
-
-
-def _add(out: dict, key: str, v) -> None:
-    out[key] = out.get(key, 0.0) + v
-
-
-def weights_resident_bytes(dep: Deployment) -> dict[str, float]:
-    """Weight bytes resident on one rank, by component; each layer group's parts at their own
-    checkpoint dtype (planner.models.quant) unless the deployment gives one."""
-    m, t, lay = dep.model, dep.ranks, dep.attention_layout
-    out: dict[str, float] = {}
-    for g in m.layers:
-        if g.mixer is not None:
-            wb = WEIGHT_BYTES_PER_PARAM[dep.part_dtype(g, "mixer")]
-            for k, v in _mixer_params_on_rank(dep, g).items():
-                _add(out, f"{k}_weights", v * wb * g.count)
-        if g.mlp is not None:
-            for k, v in g.mlp.rank_resident_params(t, dep.moe).items():
-                _add(out, f"{k}_weights", v * WEIGHT_BYTES_PER_PARAM[dep.part_dtype(g, component_part(k))] * g.count)
-    emb = m.embedding_params / t if lay.head_sharded else m.embedding_params
-    out["embedding_weights"] = emb * HEAD_BYTES_PER_PARAM
-    return out
-
-
-def _weight_work(dep: Deployment, inp: ShareInputs, projected: np.ndarray, points: int):
-    """Weight bytes read, projection / MLP FLOPs (by component) and those FLOPs by dtype, of one
-    rank's step: every layer group at its parts' dtypes. NOTE: groups that share a variant and its
-    dtypes are priced once (Qwen3.5's GDN and attention layers share one MoE): the sweep's speed."""
-    m, t = dep.model, dep.ranks
-    mixer_params: dict[tuple[str, str], float] = {}  # (component, dtype) -> params on the rank, all layers
-    mlp_groups: dict[tuple, float] = {}
-    for g in m.layers:
-        if g.mixer is not None:
-            dt = dep.part_dtype(g, "mixer")
-            for k, v in _mixer_params_on_rank(dep, g).items():
-                mixer_params[(k, dt)] = mixer_params.get((k, dt), 0.0) + v * g.count
-        if g.mlp is not None:
-            key = (g.mlp, tuple(dep.part_dtype(g, p) for p in ("routed_experts", "shared_experts", "dense_mlp")))
-            mlp_groups[key] = mlp_groups.get(key, 0.0) + g.count
-    hbm: dict[str, np.ndarray] = {}
-    flops: dict[str, np.ndarray] = {}
-    coef: dict[str, float] = {}
-    by_coef: dict[str, float] = {}
-    for (k, dt), v in mixer_params.items():
-        hbm[f"{k}_weights"] = hbm.get(f"{k}_weights", 0.0) + v * WEIGHT_BYTES_PER_PARAM[dt]
-        coef[k] = coef.get(k, 0.0) + 2.0 * v
-        by_coef[dt] = by_coef.get(dt, 0.0) + 2.0 * v
-    hbm = {k: np.full(points, v) for k, v in hbm.items()}
-    flops = {f"{k}_proj": projected * c for k, c in coef.items()}
-    by_dtype: dict[str, np.ndarray] = {dt: projected * c for dt, c in by_coef.items()}
-    for (mlp, dts), n in mlp_groups.items():
-        part = dict(zip(("routed_experts", "shared_experts", "dense_mlp"), dts))
-        for k, v in mlp.rank_read_params(inp.step_tokens, t, dep.moe).items():
-            _acc(hbm, f"{k}_weights", v, n * WEIGHT_BYTES_PER_PARAM[part[component_part(k)]])
-        for k, v in mlp.rank_flops(inp.step_tokens, t, dep.moe).items():
-            f = v * n
-            _acc(flops, k, f, 1.0)
-            _acc(by_dtype, part[component_part(k)], f, 1.0)
-    return hbm, flops, by_dtype
-
-
-def _acc(out: dict, key: str, v, scale: float) -> None:
-    """out[key] += v · scale, without a multiply when scale is 1 and without an add for a new key."""
-    x = v if scale == 1.0 else v * scale
-    out[key] = out[key] + x if key in out else x
-
-
 def kv_pool_bytes(dep: Deployment) -> float:
     """KV pool per GPU as the deployment's engine sizes it (planner.engines): whole pages, 0 when
     the weights or the reserve leave no room (never negative)."""
@@ -278,7 +191,7 @@ def _rank_work(dep: Deployment, inp: ShareInputs, shares: list, points: int):
     candidate rank; `shares` holds (share, variant, layers) per distinct mixer."""
     m, t, lay = dep.model, dep.ranks, dep.attention_layout
     first = shares[0][0]
-    hbm, flops, by_dtype = _weight_work(dep, inp, first.projected_tokens, points)
+    hbm, flops, by_dtype = weight_work(dep, inp, first.projected_tokens, points)
     head_frac = 1.0 / t if lay.head_sharded else 1.0
     hbm["lm_head_weights"] = np.full(points, m.head_params * head_frac * HEAD_BYTES_PER_PARAM)
     sampled = inp.decode_tokens if first.sampled_tokens is None else first.sampled_tokens
@@ -290,10 +203,10 @@ def _rank_work(dep: Deployment, inp: ShareInputs, shares: list, points: int):
     for share, variant, n in shares:
         L = float(n)
         for k, v in share.kv_read_bytes.items():
-            _acc(hbm, f"{k}_read", v, L)
-        _acc(hbm, "kv_write", share.kv_write_bytes, L)
+            acc(hbm, f"{k}_read", v, L)
+        acc(hbm, "kv_write", share.kv_write_bytes, L)
         for k, v in share.attention_flops.items():
-            _acc(flops, k, v, L)
+            acc(flops, k, v, L)
         att_names.update(share.attention_flops)
         # NOTE: the decode kernel computes whole head tiles (planner.models.attention.kernels): the
         # padded rows do the real rows' per-(head, token) work on zeros.
@@ -302,13 +215,13 @@ def _rank_work(dep: Deployment, inp: ShareInputs, shares: list, points: int):
             heads = share.query_heads
             rows = kern.padded_rows(heads, q, dep.arch)
             waste = np.divide(rows, heads * q, out=np.ones_like(q), where=heads * q > 0) - 1.0
-            _acc(flops, "head_padding", share.decode_core_flops * waste, L)
+            acc(flops, "head_padding", share.decode_core_flops * waste, L)
         if variant.topk_tokens() is not None:
             for x in share.topk_row_tokens:
-                _acc(lat, "topk", variant.topk_latency_s(x), L)
-        _acc(res, "kv", share.kv_stored_bytes, L)
+                acc(lat, "topk", variant.topk_latency_s(x), L)
+        acc(res, "kv", share.kv_stored_bytes, L)
         if not (np.isscalar(share.state_stored_bytes) and share.state_stored_bytes == 0.0):
-            _acc(res, "state", share.state_stored_bytes, L)
+            acc(res, "state", share.state_stored_bytes, L)
     zeros = np.zeros(points)
     for d, key in ((flops, "head_padding"), (hbm, "kv_write"), (lat, "topk")):
         d.setdefault(key, zeros)
