@@ -47,7 +47,10 @@ def test_floors_non_decreasing_in_batch_and_context(p, b, db, l, dl):
     base = planner.step_cost(dep, DecodeLoad.equal(b, l))
     more_b = planner.step_cost(dep, DecodeLoad.equal(b + db, l))
     more_l = planner.step_cost(dep, DecodeLoad.equal(b, l + dl))
-    for bigger in (more_b, more_l):
+    # NOTE: chunked local attention (Llama-4) keeps and reads only the current chunk, so its costs
+    # fall at each chunk boundary: non-decreasing in context is not a property of that variant
+    sawtooth = any(v.kind == "chunked" for v, _ in dep.model.mixers)
+    for bigger in (more_b,) if sawtooth else (more_b, more_l):
         assert bigger.floor_max_s[0] >= base.floor_max_s[0] * (1 - 1e-12)
         assert bigger.floor_sum_s[0] >= base.floor_sum_s[0] * (1 - 1e-12)
         assert bigger.kv_resident_bytes[0] >= base.kv_resident_bytes[0]
