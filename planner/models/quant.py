@@ -29,6 +29,7 @@ from __future__ import annotations
 import fnmatch
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 PARTS = ("mixer", "routed_experts", "shared_experts", "dense_mlp")
@@ -92,16 +93,12 @@ class WeightQuant:
         return [f"{self.prefix}.{layer}.{s}" for s in FAMILIES[self.family][1][part]]
 
     def _excluded(self, name: str) -> bool:
-        for p in self.excluded:
-            if p.startswith("re:"):
-                try:
-                    if re.fullmatch(p[3:], name):
-                        return True
-                except re.error:
-                    continue
-            elif fnmatch.fnmatchcase(name, p) or fnmatch.fnmatchcase(name, p + ".*"):  # a module and what is under it
+        exact, pattern = _matchers(self.excluded)
+        if exact:
+            parts = name.split(".")
+            if any(".".join(parts[:i]) in exact for i in range(1, len(parts) + 1)):  # the module or a parent
                 return True
-        return False
+        return pattern is not None and pattern.fullmatch(name) is not None
 
     def dtype(self, layer: int, part: str) -> str:
         names = self._names(layer, part)
@@ -118,6 +115,25 @@ class WeightQuant:
 
     def signature(self, layer: int) -> tuple[tuple[str, str], ...]:
         return tuple((p, self.dtype(layer, p)) for p in PARTS)
+
+
+@lru_cache(maxsize=256)
+def _matchers(patterns: tuple[str, ...]) -> tuple[frozenset[str], re.Pattern | None]:
+    """(plain module names, one regex of every glob and `re:` pattern): a checkpoint lists up to
+    ~700 exclusions (GLM-5-FP8), matched against a few names per layer part."""
+    exact, alts = set(), []
+    for p in patterns:
+        if p.startswith("re:"):
+            try:
+                re.compile(p[3:])
+            except re.error:
+                continue  # NOTE: a pattern no engine could apply excludes nothing
+            alts.append(f"(?:{p[3:]})")
+        elif any(c in p for c in "*?["):
+            alts += [fnmatch.translate(p), fnmatch.translate(p + ".*")]  # the module and what is under it
+        else:
+            exact.add(p)
+    return frozenset(exact), (re.compile("|".join(alts)) if alts else None)
 
 
 def _patterns(q: dict[str, Any]) -> tuple[str, ...]:
