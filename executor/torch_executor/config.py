@@ -105,7 +105,7 @@ class MLADims:
         others = [f"{getattr(v, 'kind', v)} ×{n}" for v, n in getattr(spec, "mixers", ())
                   if getattr(v, "kind", None) not in MLA_SHAPED]
         if others:
-            raise ValueError(f"the torch executor runs MLA decode layers; {getattr(spec, 'name', 'this model')} "
+            raise ValueError(f"model spec is not MLA: the torch executor runs MLA decode layers; {getattr(spec, 'name', 'this model')} "
                              f"has {', '.join(others)} layers")
         attention = getattr(spec, "attention", None)
         missing = [
