@@ -149,7 +149,7 @@ def deployment(model, hw, attn: str, moe: str | None, gpus: int, replicas: int, 
                page_tokens, reserve_gib, engine=DEFAULT_ENGINE, nodes: int | None = None,
                host_tier=None) -> planner.Deployment:
     if moe is None:
-        moe = "ep" if model.mlp.kind == "moe" else "tp"
+        moe = "ep" if model.has_moe else "tp"
     if reserve_gib is not None and not math.isfinite(reserve_gib):
         raise SpecError(f"reserve_gib={reserve_gib} must be a finite number")
     return planner.make_deployment(model, hw, attn=attn, moe=moe, gpus=gpus, replicas=replicas,

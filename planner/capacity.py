@@ -11,6 +11,12 @@ respected: TP keeps T/s copies of every token, where s is how many ways it can s
 (s = 1 for MLA's single latent), so its distinct tokens are s × pool/bytes-per-token instead of
 T × pool/bytes-per-token. Max concurrency is found on the step model itself (bisection on the
 busiest rank's resident KV), so it agrees with `step_cost(...).kv_fits` by construction.
+
+Two kinds of memory: per-token pages and per-request state slots (recurrent states,
+DeepSeek-V4's compressor rings). With a separate state pool (SGLang's mamba pool, its
+`mamba_full_memory_ratio` and the running-request cap of slots // 3) each must fit its own pool;
+with one shared pool (vLLM) both fit it together. The wall is whichever runs out first
+(`Capacity.binding_memory`).
 """
 
 from __future__ import annotations
@@ -21,11 +27,12 @@ import numpy as np
 
 from planner.deployment import Deployment
 from planner.engines.base import MemoryPlan
+from planner.engines.base import kv_bytes_on_rank
 from planner.host_capacity import TierWalls, decode_kv_fits, tier_walls
 from planner.layouts.base import ShareInputs
 from planner.layouts.tp import kv_split
 from planner.load import DecodeLoad
-from planner.step import decode_kv_resident_bytes, kv_pool_bytes, weights_resident_bytes
+from planner.step import decode_resident_bytes, kv_pool_bytes, memory_fits, weights_resident_bytes
 
 MAX_REQUESTS = float(1 << 26)
 
@@ -37,15 +44,17 @@ def kv_split_ways(dep: Deployment) -> float:
 
 
 def kv_replication(dep: Deployment) -> float:
-    """Copies of each token's KV across the group (T/s under TP, 1 otherwise)."""
+    """Copies of each token's KV across the group (T/s under TP, weighted over the layers'
+    variants by their bytes; 1 otherwise)."""
     if dep.attn != "tp":
         return 1.0
-    return dep.ranks / kv_split_ways(dep)
+    full = kv_bytes_per_token(dep)
+    return dep.ranks * kv_bytes_on_rank(dep) / full if full > 0 else 1.0
 
 
 def kv_bytes_per_token(dep: Deployment) -> float:
-    """KV bytes one context token costs across all layers (full attention, all components)."""
-    return dep.model.attention.kv_bytes_per_token(dep.kv_dtype) * dep.model.num_layers
+    """KV bytes one context token costs across all layers below every window (one full copy)."""
+    return dep.model.kv_bytes_per_token(dep.kv_dtype)
 
 
 @dataclass(frozen=True)
@@ -59,6 +68,9 @@ class Capacity:
     context: np.ndarray  # [P]
     max_concurrency: np.ndarray  # [P] requests across the deployment
     host_tier: TierWalls | None = None  # with a host KV tier: its two walls and the HBM-only count
+    state_bytes_per_request: float = 0.0  # all layers, one full copy
+    state_pool_bytes_per_gpu: float | None = None  # the engine's separate state pool (None: shared with KV)
+    binding_memory: tuple[str, ...] = ()  # [P] 'kv_pages' | 'state_slots' | 'shared_pool' at max concurrency
 
 
 def max_concurrency(dep: Deployment, context, fits=None) -> np.ndarray:
@@ -72,12 +84,14 @@ def max_concurrency(dep: Deployment, context, fits=None) -> np.ndarray:
     if pool <= 0:
         return lo
     test = fits if fits is not None else (decode_kv_fits if dep.host_tier is not None else None)  # NOTE: issue 17's hook
+    state_pool = dep.memory.state_wall_bytes
 
     def fits(batch):
         load = DecodeLoad.equal(batch, ctx)
         if test is not None:
             return test(dep, load)
-        return decode_kv_resident_bytes(dep, load) <= pool
+        kv, state = decode_resident_bytes(dep, load)
+        return memory_fits(kv, state, pool, state_pool)
 
     fits_hi = fits(hi)
     lo = np.where(fits_hi, hi, lo)
@@ -98,6 +112,7 @@ def capacity(dep: Deployment, context) -> Capacity:
     rep = kv_replication(dep)
     distinct = max(pool, 0.0) * dep.ranks / rep / per_tok * dep.replicas
     ctx = np.atleast_1d(np.asarray(context, dtype=np.float64))
+    most = max_concurrency(dep, ctx)
     return Capacity(
         memory=dep.memory,
         kv_pool_bytes_per_gpu=max(pool, 0.0),  # NOTE: never negative; weights that don't fit leave 0
@@ -106,6 +121,21 @@ def capacity(dep: Deployment, context) -> Capacity:
         kv_replication=rep,
         distinct_tokens=float(np.floor(distinct)),
         context=ctx,
-        max_concurrency=max_concurrency(dep, ctx),
+        max_concurrency=most,
         host_tier=tier_walls(dep, ctx) if dep.host_tier is not None else None,
+        state_bytes_per_request=dep.model.state_bytes_per_request(dep.kv_dtype),
+        state_pool_bytes_per_gpu=dep.memory.state_wall_bytes,
+        binding_memory=binding_memory(dep, ctx, most),
     )
+
+
+def binding_memory(dep: Deployment, ctx: np.ndarray, most: np.ndarray) -> tuple[str, ...]:
+    """Which memory one more request would overflow at each context: 'kv_pages', 'state_slots'
+    (a separate state pool or its running-request cap) or 'shared_pool' (one pool for both)."""
+    pool, state_pool = kv_pool_bytes(dep), dep.memory.state_wall_bytes
+    if pool <= 0:
+        return tuple("none" for _ in ctx)
+    kv, state = decode_resident_bytes(dep, DecodeLoad.equal(most + 1.0, ctx))
+    if state_pool is None:
+        return tuple("shared_pool" if s > 0 else "kv_pages" for s in np.broadcast_to(state, ctx.shape))
+    return tuple("kv_pages" if k > pool else "state_slots" for k in kv)

@@ -11,6 +11,7 @@ the engine computes it) is derived on first use; an infeasible plan is an answer
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -24,8 +25,43 @@ from planner.models.attention.kernels import DecodeKernel, decode_kernel, gpu_ar
 from planner.models.spec import ModelSpec
 from planner.units import WEIGHT_BYTES_PER_PARAM, WEIGHT_DTYPES
 
-ATTN_LAYOUTS: tuple[str, ...] = ("tp", "cp", "dcp", "dp", "dop")
-MOE_SPLITS: tuple[str, ...] = ("ep", "tp")
+class RegistryNames(Sequence):
+    """The names a registry holds now, in each entry's declared `order` (then by name; undeclared:
+    after the built-ins): a layout module registered later (a test's toy layout, a user's plug-in)
+    is listed without a central edit."""
+
+    def __init__(self, entries):
+        self._entries = entries
+
+    def _names(self) -> tuple[str, ...]:
+        items = self._entries()
+        # NOTE: a layout's own `order` only (a subclass of cp is not listed next to cp), then by name
+        return tuple(sorted(items, key=lambda n: (vars(type(items[n])).get("order", 100), n)))
+
+    def __getitem__(self, i):
+        return self._names()[i]
+
+    def __len__(self) -> int:
+        return len(self._names())
+
+    def __eq__(self, other) -> bool:
+        return tuple(self) == tuple(other) if isinstance(other, (tuple, list, RegistryNames)) else NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._names())
+
+    def __add__(self, other) -> tuple[str, ...]:
+        return self._names() + tuple(other)
+
+    def __radd__(self, other) -> tuple[str, ...]:
+        return tuple(other) + self._names()
+
+    def __repr__(self) -> str:
+        return repr(self._names())
+
+
+ATTN_LAYOUTS: Sequence[str] = RegistryNames(attention_layouts)
+MOE_SPLITS: Sequence[str] = RegistryNames(moe_splits)
 
 
 @dataclass(frozen=True)
@@ -45,6 +81,7 @@ class Deployment:
     reserve_bytes: float | None  # explicit reserve per GPU; None = the engine's estimate
     attention_kernel: str | None = None  # decode kernel override (planner.models.attention.kernels); None: the variant's engine default
     host_tier: HostTierSpec | None = None  # a host KV tier (planner.host_tier); None: all KV in HBM
+    weight_dtype_given: bool = False  # True: every linear weight at `weight_dtype`; False: the checkpoint's per-part dtypes
 
     @property
     def ranks(self) -> int:
@@ -76,6 +113,11 @@ class Deployment:
     @property
     def weight_bytes_per_param(self) -> float:
         return WEIGHT_BYTES_PER_PARAM[self.weight_dtype]
+
+    def part_dtype(self, group, part: str) -> str:
+        """The dtype one part of a layer group's weights is stored in: a `--weight-dtype` given
+        applies to every linear weight; otherwise the checkpoint's (planner.models.quant)."""
+        return self.weight_dtype if self.weight_dtype_given else group.part_dtype(part)
 
     @property
     def arch(self) -> str | None:
@@ -152,22 +194,24 @@ def make_deployment(model: ModelSpec, hardware: HardwareSpec, *, attn: str = "tp
             raise SpecError(f"reserve={reserve_bytes} must be ≥ 0")
         reserve_bytes = float(reserve_bytes)
     eng.check(mem_fraction, reserve_bytes)
-    page = eng.default_page_tokens(model, hardware) if page_tokens is None else _whole("page_tokens", page_tokens)
     wdt = weight_dtype or model.default_weight_dtype
     if wdt not in WEIGHT_DTYPES:
         raise SpecError(f"weight_dtype={wdt!r} is not one of {', '.join(WEIGHT_DTYPES)}")
     kdt = resolve_kv_dtype(model, kv_dtype, eng, hardware)
-    if model.mlp.kind == "dense" and moe == "ep":
+    page = eng.default_page_tokens(model, hardware, gpus // replicas, attn, kdt) if page_tokens is None \
+        else _whole("page_tokens", page_tokens)
+    if not model.has_moe and moe == "ep":
         raise SpecError(f"moe=ep needs a mixture-of-experts model; {model.name} is dense (use --moe tp)")
     ranks = gpus // replicas
     attention_layouts()[attn].check(model, ranks)
-    model.mlp.check_tp(ranks, moe)
+    for v, _ in model.mlps:
+        v.check_tp(ranks, moe)
     if attention_kernel is not None:
         decode_kernel(attention_kernel)  # SpecError naming the known kernels
     if host_tier is not None:
         check_tier(model, host_tier)
     return Deployment(model, hardware, attn, moe, gpus, replicas, wdt, kdt, page, engine, nodes, mem_fraction,
-                      reserve_bytes, attention_kernel, host_tier)
+                      reserve_bytes, attention_kernel, host_tier, weight_dtype is not None)
 
 
 def replace_deployment(dep: Deployment, **changes) -> Deployment:
@@ -176,7 +220,8 @@ def replace_deployment(dep: Deployment, **changes) -> Deployment:
     keeps the GPUs per node; the explicit overrides (fraction, reserve) carry over."""
     if "gpus" in changes and "nodes" not in changes:
         changes["nodes"] = max(1, changes["gpus"] // dep.gpus_per_node)
-    kw = dict(attn=dep.attn, moe=dep.moe, gpus=dep.gpus, replicas=dep.replicas, weight_dtype=dep.weight_dtype,
+    kw = dict(attn=dep.attn, moe=dep.moe, gpus=dep.gpus, replicas=dep.replicas,
+              weight_dtype=dep.weight_dtype if dep.weight_dtype_given else None,
               kv_dtype=dep.kv_dtype, mem_fraction=dep.mem_fraction, page_tokens=dep.page_tokens,
               reserve_bytes=dep.reserve_bytes, engine=dep.engine, nodes=dep.nodes,
               attention_kernel=dep.attention_kernel, host_tier=dep.host_tier)

@@ -19,16 +19,17 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner.host_tier import HostTierCost, rank_tier
-from planner.layouts.base import ShareInputs
 from planner.load import DecodeLoad
 
 
 def decode_tier(dep, load: DecodeLoad) -> HostTierCost:
     """The host tier of a decode-only step on the busiest rank (no pricing)."""
-    from planner.step import group_load  # NOTE: planner.step imports planner.host_tier; import here
+    from planner.step import group_load, share_inputs  # NOTE: planner.step imports planner.host_tier; import here
 
     g = group_load(load, dep.replicas)
-    inp = ShareInputs(dep.model, dep.ranks, g, np.zeros(load.points), dep.kv_dtype, dep.page_tokens)
+    inps = share_inputs(dep, g, np.zeros(load.points))
+    # the primary attention's layer group, as step_cost prices the tier
+    inp = next((i for i, _ in inps if i.attention is dep.model.attention), inps[0][0])
     return rank_tier(dep, inp, dep.attention_layout.share(inp))
 
 

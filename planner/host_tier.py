@@ -75,15 +75,15 @@ class AccessPattern:
     source: str
 
 
-# NOTE: keyed by the attention variant's kind. `dsa` is today's variant (planner/models/attention/
-# dsa.py: components 'kv' and 'indexer'). `dsv4` and `block_sparse` are issue 14's future kinds,
-# declared here as data with the component names 14 is expected to use; the lead moves these
-# declarations onto the variant modules at 14's merge.
+# NOTE: keyed by the attention variant's kind, with its kv_stored_bytes component names: dsa.py
+# ('kv', 'indexer'), dsv4.py ('compressed' C4 or C128 entries, 'window', 'indexer', 'compressor_state';
+# only a CSA layer, the one with top-k, can tier), block_sparse.py ('kv', 'indexer'). A stack of
+# several attention groups prices the tier on its primary attention group (planner.step).
 ACCESS_PATTERNS: dict[str, AccessPattern] = {
     "dsa": AccessPattern(("kv",), ("indexer",), 1,
                          "SGLang HiSparse (docs/advanced_features/hisparse_guide.md): DSA latents in host memory, "
                          "top-k entries swapped in; the indexer scores every token each step, so its keys stay on device"),
-    "dsv4": AccessPattern(("c4_kv",), ("c4_indexer", "c128_kv", "swa_kv", "compressor_state"), 1,
+    "dsv4": AccessPattern(("compressed",), ("indexer", "window", "compressor_state"), 1,
                           "SGLang HiSparse for DeepSeek-V4: only C4 KV goes to host; C4-indexer and C128 stay on device "
                           "(shared/reference/frontier-models-and-engines.md §3)"),
     "block_sparse": AccessPattern(("kv",), ("indexer",), 128,
@@ -135,6 +135,12 @@ def working_set_rows(topk: float, spec: HostTierSpec, block_tokens: int = 1) -> 
 def check_tier(model, spec: HostTierSpec) -> None:
     """SpecError (one line, with the numbers) when the model or the budget can't run the tier."""
     att = model.attention
+    groups = [v for v, _ in model.mixers if v is not None]
+    if len(groups) > 1:
+        # NOTE: rank_tier prices one attention group's share over every layer; a stack of several
+        # (DeepSeek-V4's CSA, HCA and window layers) would be priced as if all layers were one kind
+        raise SpecError(f"host tier: {model.name} has {len(groups)} attention layer groups "
+                        f"({', '.join(sorted({v.kind for v in groups}))}); the tier is priced for one attention stack only")
     pat = access_pattern(att)
     need = working_set_rows(att.topk_tokens(), spec, pat.block_tokens)
     if need > spec.hbm_budget_tokens:

@@ -4,7 +4,10 @@ two floors, with a per-component breakdown.
 
 Vectorized: a `DecodeLoad` of P operating points in, arrays of P out; no Python loop over
 points for equal-length sweeps. Bytes and FLOPs follow the cost declarations in
-planner.models and the busiest-rank shares in planner.layouts.
+planner.models and the busiest-rank shares in planner.layouts. A model is a stack of layer
+groups (planner.models.spec): the layout prices each distinct mixer variant once and the MLP
+split each distinct MLP variant once, each times its layers (a loop over a handful of variants,
+vectorized over points inside).
 
 Engine effects are components of their own: the attention weights a layout holds come from the
 variant's `weight_parts` (what head-sharding splits, what engines replicate), the decode kernel's
@@ -33,8 +36,8 @@ from planner.host_tier import HostTierCost, rank_tier
 from planner.layouts.base import SCALEOUT, SCALEUP, AttentionShare, Collective, ShareInputs, link_bytes_by_tier
 from planner.load import DecodeLoad, busiest_owner_counts
 from planner.resources.vector import TIMED_RESOURCES, Pricing, ResourceTimes, price
+from planner.step_weights import HEAD_BYTES_PER_PARAM, acc, weight_work, weights_resident_bytes  # noqa: F401 (re-exported)
 
-HEAD_BYTES_PER_PARAM = 2.0  # LM head and embeddings stay bf16 in FP8 checkpoints (reference/models.md)
 LOGIT_BYTES = 2.0
 
 
@@ -66,6 +69,8 @@ class StepCost:
     memory_feasible: bool = True  # the engine's pool holds at least one page
     infeasible_reason: str = ""
     host_tier: HostTierCost | None = None  # the deployment's host KV tier on the busiest rank (planner.host_tier)
+    state_resident_bytes: np.ndarray | None = None  # [P] per-request state bytes on the busiest rank
+    state_pool_bytes: float | None = None  # the engine's state pool per GPU; None: states share the KV pool
 
     @property
     def network_bytes_scaleup_equivalent(self) -> np.ndarray:
@@ -95,9 +100,9 @@ class StepCost:
 
     @property
     def kv_fits(self) -> np.ndarray:
-        """[P] the step's KV fits: the HBM pool (with a host tier, its resident part and budgets)
-        and, with a tier, host memory (the two walls)."""
-        fits = (self.kv_resident_bytes <= self.kv_pool_bytes) & (self.kv_pool_bytes > 0)
+        """[P] both kinds of memory fit (planner.engines: a separate state pool, or one shared pool)
+        and, with a host tier, host memory (its second wall; the HBM part is its resident part)."""
+        fits = memory_fits(self.kv_resident_bytes, self.state_resident_bytes, self.kv_pool_bytes, self.state_pool_bytes)
         return fits if self.host_tier is None else fits & self.host_tier.host_fits
 
     @property
@@ -122,6 +127,16 @@ class StepCost:
         return np.where(self.feasible, self.batch / self.floor_sum_s, np.nan)
 
 
+def memory_fits(kv, state, kv_pool: float, state_pool: float | None) -> np.ndarray:
+    """Per-token pages fit the KV pool and per-request states fit theirs (SGLang's separate mamba
+    pool), or, with one shared pool (`state_pool` None: vLLM's hybrid pages), both fit it together."""
+    if state_pool is not None:
+        return (kv <= kv_pool) & (kv_pool > 0) & (state <= state_pool)
+    if state is not None and np.any(state):
+        kv = kv + state
+    return (kv <= kv_pool) & (kv_pool > 0)
+
+
 def group_load(load: DecodeLoad, replicas: int) -> DecodeLoad:
     """The busiest replica group's share of the deployment's requests."""
     if replicas == 1:
@@ -130,94 +145,106 @@ def group_load(load: DecodeLoad, replicas: int) -> DecodeLoad:
     return DecodeLoad(lengths=load.lengths, counts=counts)
 
 
-def attention_weight_params(dep: Deployment) -> dict[str, float]:
-    """Attention parameters one rank holds (and reads each step), by component, all layers: a
-    head-sharding layout splits the variant's head-sharded parts over T and keeps the rest whole
-    (engines replicate the fused q_a/kv_a projection and DSA's indexer), a replicating layout
-    keeps everything whole."""
-    m, lay, t = dep.model, dep.attention_layout, dep.ranks
-    return {k: p.params * m.num_layers / (t if lay.weights_sharded and p.head_sharded else 1.0)
-            for k, p in m.attention.weight_parts().items()}
-
-
-def weights_resident_bytes(dep: Deployment) -> dict[str, float]:
-    """Weight bytes resident on one rank, by component."""
-    m, t, wb = dep.model, dep.ranks, dep.weight_bytes_per_param
-    lay = dep.attention_layout
-    out = {f"{k}_weights": v * wb for k, v in attention_weight_params(dep).items()}
-    out.update({f"{k}_weights": v * wb for k, v in m.mlp.rank_resident_params(t, dep.moe).items()})
-    emb = m.embedding_params / t if lay.head_sharded else m.embedding_params
-    out["embedding_weights"] = emb * HEAD_BYTES_PER_PARAM
-    return out
-
-
 def kv_pool_bytes(dep: Deployment) -> float:
     """KV pool per GPU as the deployment's engine sizes it (planner.engines): whole pages, 0 when
     the weights or the reserve leave no room (never negative)."""
     return dep.memory.kv_pool_bytes
 
 
-def decode_kv_resident_bytes(dep: Deployment, load: DecodeLoad) -> np.ndarray:
-    """[P] KV bytes resident on the busiest rank for decode alone (no prefill chunk): what
-    `step_cost(dep, load).kv_resident_bytes` is, without pricing the step."""
+def share_inputs(dep: Deployment, g: DecodeLoad, pre, pre_ctx=None, q=None) -> list[tuple[ShareInputs, int]]:
+    """One ShareInputs per distinct mixer variant of the model, with its layer count; with several
+    variants and unequal lengths, owners are balanced by each request's bytes over all layers."""
+    mixers = dep.model.mixers
+    owner = None
+    if len(mixers) > 1 and g.counts.shape[-1] > 1 and dep.attention_layout.kv_placement == "owner":
+        tokens = np.ceil(g.lengths / dep.page_tokens) * dep.page_tokens
+        owner = sum(sum(v.kv_stored_bytes(tokens, dep.kv_dtype).values()) * n for v, n in mixers)
+    return [(ShareInputs(dep.model, dep.ranks, g, pre, dep.kv_dtype, dep.page_tokens, pre_ctx, q, v, owner), n)
+            for v, n in mixers]
+
+
+def decode_resident_bytes(dep: Deployment, load: DecodeLoad) -> tuple[np.ndarray, np.ndarray]:
+    """[P] (per-token-page bytes, per-request state bytes) resident on the busiest rank for decode
+    alone (no prefill chunk): what `step_cost(dep, load)` holds, without pricing the step."""
     g = group_load(load, dep.replicas)
     zeros = np.zeros(load.points)
-    inp = ShareInputs(dep.model, dep.ranks, g, zeros, dep.kv_dtype, dep.page_tokens)
-    return dep.attention_layout.share(inp).kv_stored_bytes * dep.model.num_layers
+    kv, state = np.zeros(load.points), np.zeros(load.points)
+    for inp, n in share_inputs(dep, g, zeros):
+        sh = dep.attention_layout.share(inp)
+        kv = kv + sh.kv_stored_bytes * n
+        state = state + sh.state_stored_bytes * n
+    return kv, state
 
 
-def _rank_work(dep: Deployment, g: DecodeLoad, inp: ShareInputs, share: AttentionShare, points: int):
-    """HBM bytes, FLOPs (by component) and fixed latencies of one candidate rank."""
+def decode_kv_resident_bytes(dep: Deployment, load: DecodeLoad) -> np.ndarray:
+    """[P] per-token KV bytes resident on the busiest rank for decode alone (`decode_resident_bytes`)."""
+    return decode_resident_bytes(dep, load)[0]
+
+
+def kernel_for(dep: Deployment, variant):
+    """The decode kernel a mixer runs: the deployment's override for attention, else the variant's default."""
+    from planner.models.attention.kernels import decode_kernel
+
+    if dep.attention_kernel is not None and not variant.recurrent:
+        return decode_kernel(dep.attention_kernel)
+    return decode_kernel(variant.decode_kernel(dep.arch, dep.kv_dtype))
+
+
+def _rank_work(dep: Deployment, inp: ShareInputs, shares: list, points: int):
+    """HBM bytes, FLOPs (by component), fixed latencies and resident (KV, state) bytes of one
+    candidate rank; `shares` holds (share, variant, layers) per distinct mixer."""
     m, t, lay = dep.model, dep.ranks, dep.attention_layout
-    L = float(m.num_layers)
-    wb = dep.weight_bytes_per_param
-    att_params = attention_weight_params(dep)
-    hbm: dict[str, np.ndarray] = {}
-    for k, v in att_params.items():
-        hbm[f"{k}_weights"] = np.full(points, v * wb)
-    for k, v in m.mlp.rank_read_params(inp.step_tokens, t, dep.moe).items():
-        hbm[f"{k}_weights"] = v * wb
+    first = shares[0][0]
+    hbm, flops, by_dtype = weight_work(dep, inp, first.projected_tokens, points)
     head_frac = 1.0 / t if lay.head_sharded else 1.0
     hbm["lm_head_weights"] = np.full(points, m.head_params * head_frac * HEAD_BYTES_PER_PARAM)
-    for k, v in share.kv_read_bytes.items():
-        hbm[f"{k}_read"] = v * L
-    hbm["kv_write"] = share.kv_write_bytes * L
-
-    flops: dict[str, np.ndarray] = {}
-    for k, v in att_params.items():
-        flops[f"{k}_proj"] = 2.0 * share.projected_tokens * v
-    for k, v in m.mlp.rank_flops(inp.step_tokens, t, dep.moe).items():
-        flops[k] = v
-    sampled = inp.decode_tokens if share.sampled_tokens is None else share.sampled_tokens
+    sampled = inp.decode_tokens if first.sampled_tokens is None else first.sampled_tokens
     flops["lm_head"] = 2.0 * sampled * m.head_params * head_frac
-    for k, v in share.attention_flops.items():
-        flops[k] = v * L
-    # NOTE: the decode kernel computes whole head tiles (planner.models.attention.kernels): the
-    # padded rows do the real rows' per-(head, token) work on zeros.
-    heads, q = share.query_heads, inp.query_tokens
-    rows = dep.decode_kernel.padded_rows(heads, q, dep.arch)
-    waste = np.divide(rows, heads * q, out=np.ones_like(q), where=heads * q > 0) - 1.0
-    flops["head_padding"] = share.decode_core_flops * waste * L
-    bf16_names = {"lm_head", "head_padding", *share.attention_flops}
-    by_dtype = {dep.weight_dtype: sum(v for k, v in flops.items() if k not in bf16_names)}
+    lat: dict[str, np.ndarray] = {}
+    res: dict[str, np.ndarray] = {}
+    att_names: set[str] = set()
+    q = inp.query_tokens
+    for share, variant, n in shares:
+        L = float(n)
+        for k, v in share.kv_read_bytes.items():
+            acc(hbm, f"{k}_read", v, L)
+        acc(hbm, "kv_write", share.kv_write_bytes, L)
+        for k, v in share.attention_flops.items():
+            acc(flops, k, v, L)
+        att_names.update(share.attention_flops)
+        # NOTE: the decode kernel computes whole head tiles (planner.models.attention.kernels): the
+        # padded rows do the real rows' per-(head, token) work on zeros.
+        kern = kernel_for(dep, variant)
+        if kern.pads(dep.arch):
+            heads = share.query_heads
+            rows = kern.padded_rows(heads, q, dep.arch)
+            waste = np.divide(rows, heads * q, out=np.ones_like(q), where=heads * q > 0) - 1.0
+            acc(flops, "head_padding", share.decode_core_flops * waste, L)
+        if variant.topk_tokens() is not None:
+            for x in share.topk_row_tokens:
+                acc(lat, "topk", variant.topk_latency_s(x), L)
+        acc(res, "kv", share.kv_stored_bytes, L)
+        if not (np.isscalar(share.state_stored_bytes) and share.state_stored_bytes == 0.0):
+            acc(res, "state", share.state_stored_bytes, L)
+    zeros = np.zeros(points)
+    for d, key in ((flops, "head_padding"), (hbm, "kv_write"), (lat, "topk")):
+        d.setdefault(key, zeros)
+    kv_res = res["kv"]
+    state_res = np.broadcast_to(np.asarray(res.get("state", 0.0), dtype=np.float64), (points,))
+    bf16_names = {"lm_head", "head_padding", *att_names}
     by_dtype["bf16"] = by_dtype.get("bf16", 0.0) + sum(flops[k] for k in bf16_names)
-    latency = {"topk": sum((m.attention.topk_latency_s(x) for x in share.topk_row_tokens), np.zeros(points)) * L}
-    return hbm, flops, by_dtype, latency, share.kv_stored_bytes * L
+    return hbm, flops, by_dtype, lat, kv_res, state_res
 
 
-def _network(dep: Deployment, inp: ShareInputs, g: DecodeLoad, points: int):
+def _network(dep: Deployment, inps: list[tuple[ShareInputs, int]], points: int):
     """Link bytes and collective launches (by collective, and by tier) of a step; the same on
     every rank. A collective's bytes split over the tiers it crosses; it is one message, on the
     scale-out tier when the group spans nodes (NOTE: the measured cross-node latency is of the
     whole hierarchical collective, so its intra-node steps are not charged again)."""
     m, t, lay, split = dep.model, dep.ranks, dep.attention_layout, dep.moe_split
-    moe_layers = float(getattr(m.mlp, "moe_layers", 0))
-    dense_layers = float(m.mlp.dense_layers)
-    groups = [(lay.collectives(inp), float(m.num_layers))]
-    if moe_layers:
-        groups.append((split.collectives(inp, lay.activations_replicated, True), moe_layers))
-    if dense_layers:
-        groups.append((split.collectives(inp, lay.activations_replicated, False), dense_layers))
+    inp = inps[0][0]
+    groups = [(lay.collectives(i), float(n)) for i, n in inps]
+    groups += [(split.collectives(inp, lay.activations_replicated, v), float(n)) for v, n in m.mlps]
     if lay.head_sharded:
         groups.append(([Collective("lm_head_gather", "all_gather", inp.decode_tokens * m.vocab_size * LOGIT_BYTES, 1.0)], 1.0))
     nodes = dep.group_nodes
@@ -271,15 +298,23 @@ def step_cost(dep: Deployment, load: DecodeLoad, prefill_tokens=0.0, pricing: Pr
         raise SpecError("prefill tokens and prefill context must be finite and ≥ 0")
     if not (np.all(np.isfinite(q)) and np.all(q >= 1)):
         raise SpecError("query tokens per decode request must be finite and ≥ 1")
-    inp = ShareInputs(m, dep.ranks, g, pre, dep.kv_dtype, dep.page_tokens, pre_ctx, q)
-    net_b, net_m, tier_b, tier_m = _network(dep, inp, g, pts)
+    inps = share_inputs(dep, g, pre, pre_ctx, q)
+    inp = inps[0][0]
+    net_b, net_m, tier_b, tier_m = _network(dep, inps, pts)
     net_total = tier_b[SCALEUP] + tier_b[SCALEOUT] if dep.group_nodes > 1 else tier_b[SCALEUP]
     msg_total = tier_m[SCALEUP] + tier_m[SCALEOUT] if dep.group_nodes > 1 else tier_m[SCALEUP]
 
     best = None
-    for share in dep.attention_layout.candidate_shares(inp):
-        hbm, flops, by_dtype, latency, kv_res = _rank_work(dep, g, inp, share, pts)
-        host = rank_tier(dep, inp, share)  # NOTE: issue 17's hook: the host tier's misses and walls (None: no tier)
+    per_variant = [(dep.attention_layout.candidate_shares(i), i.attention, n) for i, n in inps]
+    # NOTE: issue 17's hook: the host tier's misses and walls, priced on the primary attention's group
+    tier_group = next((k for k, (_, v, _) in enumerate(per_variant) if v is m.attention), 0)
+    for c in range(len(per_variant[0][0])):
+        # NOTE: candidate c is the same rank in every group (the decode-busiest owner, or the one
+        # running the prefill chunk), so its work is the sum over the groups' c-th shares.
+        shares = [(cands[c], v, n) for cands, v, n in per_variant]
+        hbm, flops, by_dtype, latency, kv_res, state_res = _rank_work(dep, inp, shares, pts)
+        host = (rank_tier(dep, inps[tier_group][0], per_variant[tier_group][0][c])
+                if dep.host_tier is not None else None)
         t = price(sum(hbm.values()), by_dtype, tier_b[SCALEUP], tier_m[SCALEUP], pricing,
                   *((tier_b[SCALEOUT], tier_m[SCALEOUT]) if dep.group_nodes > 1 else ()),
                   host_link_bytes=None if host is None else host.host_link_equivalent_bytes)
@@ -289,15 +324,16 @@ def step_cost(dep: Deployment, load: DecodeLoad, prefill_tokens=0.0, pricing: Pr
         # time the SMs spend: it adds to the compute resource's time, so floor_sum counts it whole
         # and floor_max hides it only behind a larger resource, as perfect overlap would.
         times = replace(t, compute_s=t.compute_s + sum(latency.values()))
-        cand = (times, hbm, flops, by_dtype, latency, kv_res, host)
+        cand = (times, hbm, flops, by_dtype, latency, kv_res, state_res, host)
         if best is None:
             best = cand
             continue
         keep = best[0].floor_max_s >= times.floor_max_s
         picked = ResourceTimes(*(np.where(keep, x, y) for x, y in zip(best[0].stacked(), times.stacked())))
-        best = (picked, *(_select(keep, best[i], cand[i]) for i in range(1, 5)), np.where(keep, best[5], cand[5]),
-                None if host is None else best[6].where(keep, host))
-    times, hbm, flops, by_dtype, latency, kv_res, host = best
+        best = (picked, *(_select(keep, best[i], cand[i]) for i in range(1, 5)),
+                *(np.where(keep, best[i], cand[i]) for i in (5, 6)),
+                None if host is None else best[7].where(keep, host))
+    times, hbm, flops, by_dtype, latency, kv_res, state_res, host = best
     hbm_total = sum(hbm.values())
     components = {"hbm_bytes": hbm, "flops": flops, "network_bytes": net_b, "network_messages": net_m, "latency_s": latency}
     if host is not None:
@@ -314,6 +350,8 @@ def step_cost(dep: Deployment, load: DecodeLoad, prefill_tokens=0.0, pricing: Pr
         network_messages=msg_total,
         kv_resident_bytes=kv_res,
         kv_pool_bytes=plan.kv_pool_bytes,
+        state_resident_bytes=state_res,
+        state_pool_bytes=plan.state_wall_bytes,
         weights_resident_bytes=plan.weights_bytes,
         times=times,
         pricing=pricing.label,

@@ -29,7 +29,8 @@ def admit(loop: "ServingLoop") -> float:
     layout = loop.layout
     lay_owner, lay_share, lay_pool = loop.is_owner[layout], loop.shares[layout], loop.pools[layout] * loop.watermark
     bpt, page, ctx = loop.bpt, loop.page, loop.ctx
-    max_batch = loop.config.max_batch
+    # NOTE: the engine's per-request state slots cap the running set too (tables.request_caps)
+    max_batch = min(loop.config.max_batch, loop.max_requests[layout])
     wids = waiting.ids
     displaced = False
     # NOTE: a move that shed KV to fit admits nothing in the old layout until its commit; any

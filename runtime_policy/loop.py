@@ -93,6 +93,7 @@ class ServingLoop:
         self.topk = tables.topk
         info = tables.info
         self.pools = info.kv_pool_bytes.tolist()
+        self.max_requests = info.max_requests.tolist() if info.max_requests.size else [float("inf")] * len(self.pools)
         self.shares = info.kv_total_share.tolist()
         self.is_owner = [bool(x) for x in info.is_owner]
         bpt = self.bpt
@@ -121,6 +122,7 @@ class ServingLoop:
         # seconds per prompt token of a full chunk in each layout (the owner layouts run it on one owner)
         chunk = config.prefill_chunk_tokens
         self.prefill_price = [float(tables.step_s(i, 0, np.array([chunk]), np.zeros(1), np.zeros(1))[0]) / chunk
+                              if np.isfinite(tables.base_s[0, i]).all() else float("inf")  # a layout it can't run
                               for i in range(len(tables.layouts))]
         self.layout = int(policy.initial_layout(inp[arr <= arr[0]].astype(np.float64)))
         ordering.prefill_s_per_token = self.prefill_price[self.layout]  # NOTE: DP/DOP chunks run 2–3× slower than TP's

@@ -114,8 +114,9 @@ class LayoutPolicy:
         # seconds per prompt token of a full chunk in each layout (owner layouts: on one owner), the
         # price of prefilling again the KV a move sheds
         one = np.array([float(t.max_prefill_tokens)])
+        # (inf for a layout the model can't run: its base rows are inf, and inf − inf is no price)
         self._prefill_s_per_token = [float(t.step_s(i, 0, one, np.zeros(1), np.zeros(1))[0]) / t.max_prefill_tokens
-                                     for i in range(n)]
+                                     if np.isfinite(t.base_s[0, i]).all() else float("inf") for i in range(n)]
         self._max_fit_bytes = [[max_fitting_kv_bytes(t, a, c) if a != c else -1.0 for c in range(n)] for a in range(n)]
 
     @property

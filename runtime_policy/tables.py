@@ -14,13 +14,23 @@ a step without calling the planner. What is tabulated, per layout and per timed 
   (prefix KV read, the chunk × prefix attention): piecewise linear in C, exact at C = 0, C = knee
   (top-k for sparse attention, where the sparse core saturates; else 16K) and C = 64K, and linear
   beyond the knee (exact there: only the dense indexer and the prefix read still grow);
-- S1 = Σ min(L, top-k), S2 = Σ L over the requests whose KV the busiest rank reads (all requests for
+- S1 = Σ min(L, knee), S2 = Σ L over the requests whose KV the busiest rank reads (all requests for
   TP and CP, whose per-token coefficient already holds the 1/kv-split or 1/T share; the busiest
-  owner's requests for DP-attention and DOP). Without sparse attention top-k = ∞ and c2 = 0.
+  owner's requests for DP-attention and DOP). The knee (the table's `topk` field) is where the
+  model's per-request costs bend, as its variants declare it (`AttentionVariant.knees`: DSA's and
+  DeepSeek-V4 CSA's top-k span, a sliding window, MiniMax-M3's block span, Llama-4's chunk);
+  without one knee = ∞ and c2 = 0. A per-request state (a recurrent state read and rewritten once
+  per step) costs the same at every context, so base_r[n] (n requests at the 1-token probe
+  context) already holds it.
 
-The KV-dependent terms are linear in L in every cost declaration, so the decomposition is exact up
+Between knees every cost declaration is linear in L, so with one knee the decomposition is exact up
 to the 1-token probe context and the additivity of prefill and decode (NOTE: the MoE expert
-coverage is evaluated at B + P jointly, which is what the planner does).
+coverage is evaluated at B + P jointly, which is what the planner does). NOTE: a model whose
+variants declare several knees (DeepSeek-V4: its 128-token window and the CSA span 4·top-k) is
+tabulated at the largest one (`cost_knee`), its probes at knee/2, knee and 2·knee: what the smaller
+knees cap (DeepSeek-V4-Flash: the 43 windows' 3.2 MB per request, full by 128 tokens) is missed as
+a per-request constant, −0.63 % to −0.66 % of a TP step on 8 × H200 at 16 requests of 0.5K-32K
+(tests/runtime_policy/test_tables_knees.py).
 
 Owner layouts (DP-attention, DOP) run a request's chunk on its owner, so, as in the planner, a
 step with a chunk is the slower (larger max term) of two ranks: the decode-busiest owner without
@@ -117,6 +127,8 @@ class LayoutInfo:
     kv_total_share: np.ndarray
     is_owner: np.ndarray  # bool: kv_placement == "owner"
     kv_placement: tuple[str, ...]  # each layout's declared placement
+    # most requests the group may run (the engine's per-request state slots; inf: no cap)
+    max_requests: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
 
 @dataclass(frozen=True)
@@ -231,8 +243,7 @@ def compile_tables(dep: Deployment, model: StepTimeModel | None = None, max_batc
     deps = layout_deployments(dep, names)
     if deps[names.index(dep.attn)] is None:
         raise SpecError(f"{dep.model.name} cannot run attn={dep.attn} on {dep.ranks} ranks")
-    att = dep.model.attention
-    topk = float(getattr(att, "index_topk", 0) or 0) or NO_TOPK
+    topk = cost_knee(dep.model)
     n_max = max_batch + max_prefill_tokens
     nl, nr = len(names), len(TIMED_RESOURCES)
     base = np.full((n_max + 1, nl, nr), np.inf)
@@ -243,6 +254,7 @@ def compile_tables(dep: Deployment, model: StepTimeModel | None = None, max_batc
     c1 = np.zeros((nl, nr))
     c2 = np.zeros((nl, nr))
     pools, weights, attn_w, share = (np.zeros(nl) for _ in range(4))
+    caps = np.full(nl, np.inf)
     registry = attention_layouts()
     placement = tuple(registry[name].kv_placement for name in names)
     for i, d in enumerate(deps):
@@ -276,6 +288,7 @@ def compile_tables(dep: Deployment, model: StepTimeModel | None = None, max_batc
         weights[i] = sum(w.values())
         attn_w[i] = sum(v for k, v in w.items() if k.startswith(("attention", "indexer", "embedding")))
         share[i] = 0.0 if placement[i] == "owner" else kv_share(d)
+        caps[i] = request_caps(d)
     np.maximum(c1, 0.0, out=c1)  # numerical noise of the finite differences
     np.maximum(pfx_lo, 0.0, out=pfx_lo)
     np.maximum(pfx_hi, 0.0, out=pfx_hi)
@@ -283,14 +296,14 @@ def compile_tables(dep: Deployment, model: StepTimeModel | None = None, max_batc
     hw = dep.hardware
     pricing = planner.Pricing.datasheet(hw)
     owner = np.array([p == "owner" for p in placement])
-    info = LayoutInfo(pools, weights, attn_w, share, owner, placement)
+    info = LayoutInfo(pools, weights, attn_w, share, owner, placement, caps)
     chunk_rows = np.concatenate([pre, pfx_lo, pfx_hi], axis=2)
     pre, pfx_lo, pfx_hi = chunk_rows[..., 0:nr], chunk_rows[..., nr:2 * nr], chunk_rows[..., 2 * nr:3 * nr]
-    for a in (base, chunk_rows, pre, pfx_lo, pfx_hi, c1, c2, pools, weights, attn_w, share, owner):
+    for a in (base, chunk_rows, pre, pfx_lo, pfx_hi, c1, c2, pools, weights, attn_w, share, owner, caps):
         a.setflags(write=False)
     table = StepTimeTable(
         layouts=names, ranks=dep.ranks, num_layers=dep.model.num_layers, max_tokens=n_max, max_prefill_tokens=max_prefill_tokens, topk=topk,
-        kv_bytes_per_token=att.kv_bytes_per_token(dep.kv_dtype) * dep.model.num_layers,
+        kv_bytes_per_token=dep.model.kv_bytes_per_token(dep.kv_dtype),
         page_tokens=dep.page_tokens,
         memory_budget_bytes=dep.memory.static_budget_bytes,
         base_s=base, base_rows_py=base[: max_batch + 1].tolist(), prefill_s=pre, prefix_lo_s=pfx_lo, prefix_hi_s=pfx_hi, prefix_knee_tokens=float(knee), chunk_rows_s=chunk_rows, c1_s=c1, c2_s=c2, alpha=model.alpha, overhead_s=model.overhead_s,
@@ -303,6 +316,22 @@ def compile_tables(dep: Deployment, model: StepTimeModel | None = None, max_batc
     return with_host_tier(table, dep, model, deps)
 
 
+def cost_knee(model) -> float:
+    """The context where the model's per-request decode costs bend (module docstring): the largest
+    knee its mixers declare, NO_TOPK when none does."""
+    knees = [k for v, _ in model.mixers for k in v.knees() if k > 0]
+    return float(max(knees)) if knees else NO_TOPK
+
+
+def request_caps(d: Deployment) -> float:
+    """Most requests the group may run under `d`'s layout as the engine's memory plan allows
+    (SGLang with recurrent layers: max_mamba_cache_size // 3 per GPU; an owner layout's GPUs each
+    hold their own requests' states), inf without a cap."""
+    cap = d.memory.max_running_requests
+    placement = attention_layouts()[d.attn].kv_placement
+    return float(cap * d.ranks) if placement == "owner" else float(cap)
+
+
 def kv_share(d: Deployment) -> float:
     """The fraction of all KV the busiest rank stores under `d`'s layout, as the planner's share
     says: one request of `SHARE_PROBE_PAGES` pages per rank (page-aligned, so page rounding is
@@ -311,5 +340,6 @@ def kv_share(d: Deployment) -> float:
     name, so a new layout's share needs no runtime edit."""
     tokens = float(SHARE_PROBE_PAGES * d.ranks * d.page_tokens)
     resident = float(planner.step.decode_kv_resident_bytes(d, planner.DecodeLoad.equal(1.0, tokens))[0])
-    whole = sum(d.model.attention.kv_stored_bytes(np.array([tokens]), d.kv_dtype).values())[0] * d.model.num_layers
-    return resident / float(whole)
+    mem = d.model.memory_bytes(np.array([tokens]), d.kv_dtype)
+    whole = float(mem["token"][0] + mem["window"][0])  # per-token pages, all layers (states are per request)
+    return resident / whole if whole > 0 else 0.0

@@ -339,6 +339,8 @@ def capacity(
             "distinct_tokens": c.distinct_tokens,
             "context_tokens": ctx,
             "max_concurrency": int(mix_concurrency(c.max_concurrency, mix[:, 1])),
+            "state_bytes_per_request": c.state_bytes_per_request,
+            "binding_memory": c.binding_memory[int(np.argmax(mix[:, 1]))],  # at the mix's most frequent length
             "memory": plan.describe(),
         })
         if c.host_tier is not None:
@@ -361,6 +363,13 @@ def capacity(
     for d in docs:
         if not d["feasible"]:
             con.print(f"out: {d['attn']}/{d['moe']}: {d['infeasible_reason']}")
+        elif d["state_bytes_per_request"] > 0:  # two kinds of memory: say which one binds
+            mem = d["memory"]
+            pool = (f"state pool {mem['state_pool_bytes'] / GiB:.1f} GiB/GPU, ≤ {mem['max_running_requests']:.0f} running"
+                    if "state_pool_bytes" in mem else "states share the KV pool")
+            con.print(f"{d['attn']}/{d['moe']}: {d['kv_bytes_per_token'] / 1024:.1f} KiB/token of KV + "
+                      f"{d['state_bytes_per_request'] / 2**20:.1f} MiB/request of state ({pool}); "
+                      f"binds: {d['binding_memory']}")
     for s in skipped:
         con.print(f"[dim]skipped {s['attn']}/{s['moe']}: {s['reason']}[/]")
 

@@ -13,6 +13,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 
+MLA_SHAPED = ("mla", "dsa")  # mixer kinds (planner registry names) whose decode the MLA layers run
+
+
 @dataclass(frozen=True)
 class MLADims:
     """Dimensions of one MLA decode stack (absorbed MLA, latent KV cache)."""
@@ -97,6 +100,13 @@ class MLADims:
         Reads `hidden_size`, `num_layers`, `intermediate_size` and `attention.{num_heads,
         q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim}`.
         """
+        # NOTE: a layered model runs only if every mixer is MLA-shaped (MLA, DSA): a stack with
+        # recurrent, sliding or other layers is refused by name, never run as an MLA stack
+        others = [f"{getattr(v, 'kind', v)} ×{n}" for v, n in getattr(spec, "mixers", ())
+                  if getattr(v, "kind", None) not in MLA_SHAPED]
+        if others:
+            raise ValueError(f"model spec is not MLA: the torch executor runs MLA decode layers; {getattr(spec, 'name', 'this model')} "
+                             f"has {', '.join(others)} layers")
         attention = getattr(spec, "attention", None)
         missing = [
             name for name in ("num_heads", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",

@@ -74,11 +74,22 @@ class MemoryPlan:
     reason: str  # '' when feasible
     defaults: dict[str, Any] = field(default_factory=dict)  # engine defaults that produced the plan
     source: str = ""  # which engine code this reproduces
+    state_pool_bytes: float | None = None  # a separate per-request state pool (SGLang's mamba pool); None: shared
+    state_bytes_per_request: float = 0.0  # per-request state on this rank (all layers)
+    max_running_requests: float = math.inf  # the engine's cap on running requests per GPU (SGLang: mamba slots / ratio)
 
     @property
     def kv_pool_bytes(self) -> float:
         """KV bytes the pool holds on this GPU (0 when infeasible; never negative)."""
         return self.kv_pool_tokens * self.kv_bytes_per_token
+
+    @property
+    def state_wall_bytes(self) -> float | None:
+        """State bytes the busiest rank may hold: the state pool, capped by the engine's running-
+        request limit (SGLang admits max_mamba_cache_size // 3 requests); None: states share the KV pool."""
+        if self.state_pool_bytes is None:
+            return None
+        return min(self.state_pool_bytes, self.max_running_requests * self.state_bytes_per_request)
 
     @property
     def static_budget_bytes(self) -> float:
@@ -97,6 +108,10 @@ class MemoryPlan:
             "kv_cell_bytes_per_token": self.kv_cell_bytes_per_token, "kv_bytes_per_token": self.kv_bytes_per_token,
             "kv_pool_tokens": self.kv_pool_tokens, "kv_pool_bytes": self.kv_pool_bytes,
             "page_tokens": self.page_tokens, "kv_dtype": self.kv_dtype, "defaults": dict(self.defaults),
+            "state_bytes_per_request": self.state_bytes_per_request,
+            # NOTE: present only with a separate state pool (no nulls: the documents' nullable fields are a contract)
+            **({} if self.state_pool_bytes is None else
+               {"state_pool_bytes": self.state_pool_bytes, "max_running_requests": self.max_running_requests}),
         }
 
 
@@ -111,8 +126,10 @@ class EngineMemoryModel:
         """The canonical KV dtype ('bf16', 'fp8', 'fp8_dsa') the engine picks for `auto`."""
         raise NotImplementedError
 
-    def default_page_tokens(self, model: "ModelSpec", hw: "HardwareSpec") -> int:
-        """Tokens per KV page (SGLang page_size, vLLM block_size) the engine uses by default."""
+    def default_page_tokens(self, model: "ModelSpec", hw: "HardwareSpec", ranks: int = 1, attn: str = "tp",
+                            kv_dtype: str = "bf16") -> int:
+        """Tokens per KV page (SGLang page_size, vLLM block_size) the engine uses by default for
+        the model on a group of `ranks` under layout `attn` (vLLM's hybrid pages depend on both)."""
         raise NotImplementedError
 
     def chunked_prefill_tokens(self, dep: "Deployment") -> int:
@@ -127,13 +144,22 @@ class EngineMemoryModel:
         raise NotImplementedError
 
 
-def kv_bytes_on_rank(dep: "Deployment") -> float:
-    """Bytes one cached token occupies on the busiest rank, all layers: the full record for
-    owner and CP layouts, the record over the head split for TP (1 for MLA's single latent)."""
-    from planner.capacity import kv_split_ways  # lazy: capacity imports the step model
+def _tp_split(dep: "Deployment", variant) -> float:
+    from planner.layouts.tp import kv_split_ways  # lazy: layouts import model specs only, but keep engines light
 
-    record = dep.model.attention.kv_bytes_per_token(dep.kv_dtype) * dep.model.num_layers
-    return record / (kv_split_ways(dep) if dep.attn == "tp" else 1.0)
+    return kv_split_ways(variant, dep.ranks) if dep.attn == "tp" else 1.0
+
+
+def kv_bytes_on_rank(dep: "Deployment") -> float:
+    """Bytes one cached token occupies on the busiest rank, all layers with per-token pages: the
+    full record for owner and CP layouts, the record over each variant's head split for TP (1 for
+    MLA's single latent)."""
+    return float(sum(v.token_bytes(dep.kv_dtype) * n / _tp_split(dep, v) for v, n in dep.model.mixers))
+
+
+def state_bytes_on_rank(dep: "Deployment") -> float:
+    """Per-request state bytes on the rank that owns a request, all layers (split by heads under TP)."""
+    return float(sum(v.state_bytes(dep.kv_dtype) * n / _tp_split(dep, v) for v, n in dep.model.mixers))
 
 
 def whole_page_tokens(budget_bytes: float, cell_bytes: float, page_tokens: int, spare_pages: int = 0) -> float:

@@ -43,5 +43,6 @@ def resolve_kv_dtype(model: "ModelSpec", name: str | None, engine: "EngineMemory
         kdt = "fp8_dsa"
     else:
         raise SpecError(f"kv_dtype={name!r} is not a KV dtype; choose one of {', '.join(KV_DTYPE_NAMES)}")
-    model.attention.check_kv_dtype(kdt)
+    for v, _ in model.mixers:
+        v.check_kv_dtype(kdt)
     return kdt

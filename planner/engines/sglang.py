@@ -41,8 +41,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import math
+
 from planner.engines.base import (EngineMemoryModel, MemoryPlan, infeasible_reason, kv_bytes_on_rank,
-                                  register_engine, weights_resident, whole_page_tokens)
+                                  register_engine, state_bytes_on_rank, weights_resident, whole_page_tokens)
 from planner.errors import SpecError
 from planner.units import MiB
 
@@ -91,6 +93,26 @@ def default_mem_fraction_static(gpu_mem_mib: float, reserved_mib: float) -> floa
     return round((gpu_mem_mib - reserved_mib) / gpu_mem_mib, 3)
 
 
+# NOTE: sgl-project/sglang model_runner_kv_cache_mixin.py `handle_max_mamba_cache` (radix cache on,
+# no max_mamba_cache_size given): mamba_state_memory = rest·r/(1 + r), max_mamba_cache_size =
+# mamba_state_memory // mamba_cache_per_req, the KV pool gets rest − slots·per_req; then
+# `init_memory_pool`: max_num_reqs ≤ max_mamba_cache_size // MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO (3).
+# r = server_args `mamba_full_memory_ratio`, 0.9 (shared/reference/frontier-models-and-engines.md §1.1).
+MAMBA_FULL_MEMORY_RATIO = 0.9
+MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO = 3
+
+
+def mamba_pool(dep: "Deployment", rest_bytes: float, state_per_request: float) -> tuple[float | None, float, float]:
+    """(state pool bytes, state slots, what is left for the KV pool) of one GPU. Only models with a
+    recurrent mixer get SGLang's mamba pool (its `mambaish_config`); others: (None, 0, rest)."""
+    if not any(v.recurrent for v, _ in dep.model.mixers) or state_per_request <= 0 or rest_bytes <= 0:
+        return None, 0.0, rest_bytes
+    r = MAMBA_FULL_MEMORY_RATIO
+    slots = math.floor(rest_bytes * r / (1.0 + r) / state_per_request)
+    pool = slots * state_per_request
+    return pool, float(slots), rest_bytes - pool
+
+
 def _dp_attention(dep: "Deployment") -> bool:
     return dep.attn == "dp" and dep.ranks > 1
 
@@ -102,14 +124,19 @@ class SGLang(EngineMemoryModel):
     fraction_name = "mem_fraction_static"
 
     def default_kv_dtype(self, model, hw):
+        only = model.attention.supported_kv_dtypes()
+        if "bf16" not in only:  # NOTE: DeepSeek-V4: `apply_deepseek_v4_defaults` forces fp8_e4m3
+            return only[0]
         if model.attention.kind == "dsa":
             major = hw.compute_capability_major
             return "fp8_dsa" if hw.vendor == "nvidia" and major is not None and major >= 10 else "bf16"
         return "bf16"
 
-    def default_page_tokens(self, model, hw):
+    def default_page_tokens(self, model, hw, ranks=1, attn="tp", kv_dtype="bf16"):
         if model.attention.kind == "dsa":
             return 1 if hw.vendor == "amd" else 64
+        if model.attention.kind == "dsv4":  # `apply_deepseek_v4_defaults`: page_size 256
+            return 256
         return 1
 
     def chunked_prefill_tokens(self, dep):
@@ -124,11 +151,13 @@ class SGLang(EngineMemoryModel):
 
     def cell_bytes_per_token(self, dep: "Deployment") -> float:
         """What `get_cell_size_per_token` divides by, per token on the rank (all layers)."""
-        att, layers = dep.model.attention, dep.model.num_layers
-        if att.kind == "dsa":
-            elem = 1.0 if dep.kv_dtype == "fp8_dsa" else 2.0
-            return ((att.kv_lora_rank + att.qk_rope_head_dim) * elem + INDEXER_CELL_BYTES) * layers
-        return kv_bytes_on_rank(dep)
+        dsa = [(v, n) for v, n in dep.model.mixers if v.kind == "dsa"]
+        if not dsa:
+            return kv_bytes_on_rank(dep)
+        elem = 1.0 if dep.kv_dtype == "fp8_dsa" else 2.0
+        # NOTE: GLM-5.2's 'shared' layers (no indexer of their own) are counted without the indexer cell
+        return sum(((v.kv_lora_rank + v.qk_rope_head_dim) * elem + (INDEXER_CELL_BYTES if v.own_indexer else 0.0)) * n
+                   for v, n in dsa)
 
     def plan(self, dep):
         hw = dep.hardware
@@ -144,7 +173,9 @@ class SGLang(EngineMemoryModel):
             frac = default_mem_fraction_static(gpu_mem, sum(terms.values()))
         total = hw.usable_hbm_bytes - hw.memory.context_bytes
         weights = weights_resident(dep)
-        budget = frac * total - weights
+        rest = frac * total - weights
+        state = state_bytes_on_rank(dep)
+        state_pool, slots, budget = mamba_pool(dep, rest, state)
         cell = self.cell_bytes_per_token(dep)
         tokens = whole_page_tokens(budget, cell, dep.page_tokens) if frac > 0 else 0.0
         chunk, graph_bs = graph_and_chunk_defaults(gpu_mem, dep.ranks)
@@ -159,5 +190,11 @@ class SGLang(EngineMemoryModel):
                       "page_size": dep.page_tokens, "context_bytes": hw.memory.context_bytes},
             source=SOURCE,
         )
-        feasible = tokens > 0
+        if state_pool is not None:
+            kw.update(state_pool_bytes=state_pool, state_bytes_per_request=state,
+                      max_running_requests=math.floor(slots / MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO))
+            kw["defaults"].update(mamba_full_memory_ratio=MAMBA_FULL_MEMORY_RATIO, max_mamba_cache_size=slots)
+        elif state:
+            kw.update(state_bytes_per_request=state)
+        feasible = tokens > 0 and (state_pool is None or kw["max_running_requests"] >= 1)
         return MemoryPlan(**kw, feasible=feasible, reason="" if feasible else infeasible_reason(kw, self.fraction_name))

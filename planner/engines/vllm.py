@@ -33,10 +33,11 @@ Ignores: the CUDA-graph estimate newer versions may subtract (`cudagraph_memory_
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from planner.engines.base import (EngineMemoryModel, MemoryPlan, infeasible_reason, kv_bytes_on_rank,
-                                  register_engine, weights_resident, whole_page_tokens)
+                                  register_engine, state_bytes_on_rank, weights_resident, whole_page_tokens)
 from planner.units import GiB
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -60,12 +61,28 @@ def batch_defaults(hw) -> tuple[int, int]:
 
 
 def _mlp_transient_elems_per_token(dep: "Deployment") -> float:
-    mlp, t = dep.model.mlp, dep.ranks
-    dense = 3.0 * mlp.dense_intermediate_size / t
-    if mlp.kind != "moe":
-        return dense
-    width = mlp.expert_intermediate_size / (t if dep.moe == "tp" else 1)
-    return max(mlp.top_k * (3.0 * width + mlp.hidden_size), dense)
+    return max(v.profile_transient_elems_per_token(dep.ranks, dep.moe) for v, _ in dep.model.mlps)
+
+
+def hybrid_block_tokens(model, tp: int, block_size: int, kv_dtype: str = "bf16", kernel_block: int = 16) -> int:
+    """Attention block size of a hybrid (attention + recurrent) model, vLLM
+    `vllm/platforms/interface.py _align_hybrid_block_size`: every KV group shares one page size, so
+    the attention block grows until its page holds one layer's recurrent state on the rank:
+    align·⌈mamba_page / (align·attn_page_1_token)⌉ tokens, align = max(kernel block, block_size),
+    and the state page is padded up to it. Qwen3.5-397B at TP8: GDN page 4,268,032 / 8 =
+    533,504 B, 1 KV head × 256 × 2 × 2 B = 1,024 B per token → 16·⌈533,504 / 16,384⌉ = 528 tokens
+    (shared/reference/frontier-models-and-engines.md §0). Without recurrent layers: `block_size`.
+    NOTE: the smallest kernel block is taken as 16 (FlashAttention's), as in the reference's example."""
+    rec = [v for v, _ in model.mixers if v.recurrent]
+    att = [v for v, _ in model.mixers if not v.recurrent and v.token_bytes(kv_dtype) > 0]
+    if not rec or not att:
+        return block_size
+    from planner.layouts.tp import kv_split_ways
+
+    mamba_page = max(v.state_bytes(kv_dtype) / kv_split_ways(v, tp) for v in rec)
+    attn_1tok = max(v.token_bytes(kv_dtype) / kv_split_ways(v, tp) for v in att)
+    align = max(kernel_block, block_size)
+    return int(align * math.ceil(mamba_page / (align * attn_1tok)))
 
 
 def peak_activation_terms(dep: "Deployment") -> dict[str, float]:
@@ -86,10 +103,14 @@ class VLLM(EngineMemoryModel):
     fraction_name = "gpu_memory_utilization"
 
     def default_kv_dtype(self, model, hw):
-        return "bf16"
+        only = model.attention.supported_kv_dtypes()
+        # NOTE: DeepSeek-V4: "DeepseekV4 only supports fp8 kv-cache format" (vLLM deepseek_v4_attention.py)
+        return "bf16" if "bf16" in only else only[0]
 
-    def default_page_tokens(self, model, hw):
-        return 64 if model.attention.kind in ("mla", "dsa") else 16
+    def default_page_tokens(self, model, hw, ranks=1, attn="tp", kv_dtype="bf16"):
+        # NOTE: DeepSeek-V4's 256-token logical blocks (vLLM deepseek_compressor.py)
+        block = 256 if model.attention.kind == "dsv4" else 64 if model.attention.kind in ("mla", "dsa") else 16
+        return hybrid_block_tokens(model, ranks if attn == "tp" else 1, block, kv_dtype)
 
     def chunked_prefill_tokens(self, dep):
         return batch_defaults(dep.hardware)[0]
@@ -124,5 +145,8 @@ class VLLM(EngineMemoryModel):
                       "max_num_batched_tokens": max_tokens, "max_num_seqs": max_seqs},
             source=SOURCE,
         )
+        # NOTE: one pool for pages and states (vLLM's KV cache groups share the page size); a state
+        # page padded up to the attention page (`hybrid_block_tokens`) is counted at its own size
+        kw["state_bytes_per_request"] = state_bytes_on_rank(dep)
         feasible = tokens > 0
         return MemoryPlan(**kw, feasible=feasible, reason="" if feasible else infeasible_reason(kw, self.fraction_name))

@@ -8,7 +8,13 @@ tile), which top-k selections it runs, and which collectives each layer launches
 answers which collectives each MLP layer launches given whether activations are replicated
 across the group after attention. A new layout is one module in this package with
 `@register_attention_layout` / `@register_moe_split`; everything it needs from the model comes
-through the attention-variant protocol (planner.models.attention.base).
+through the variant protocols (planner.models.attention.base, planner.models.mlp.base).
+
+A model is a stack of layer groups (planner.models.spec): the step model asks a layout for one
+mixer variant at a time (`ShareInputs.attention`), so a layout never reads a variant's own
+fields. Memory comes in two kinds: per-token pages ('token' and 'window' components,
+`AttentionShare.kv_stored_bytes`) and per-request state slots ('state' components,
+`AttentionShare.state_stored_bytes`); each layout says how it splits or replicates each.
 
 Collectives are declared with their payload S in bytes; the link bytes a rank sends follow from
 the kind (ring algorithms): all-reduce 2(T−1)/T·S, all-gather and reduce-scatter (T−1)/T·S with
@@ -34,7 +40,10 @@ from typing import ClassVar, Literal
 
 import numpy as np
 
+from planner.errors import SpecError
 from planner.load import DecodeLoad
+from planner.models.attention.base import STATE, AttentionVariant
+from planner.models.mlp.base import MLPVariant
 from planner.models.spec import ModelSpec
 from planner.registry import Registry
 
@@ -103,6 +112,7 @@ class AttentionShare:
     projected_tokens: np.ndarray  # tokens whose projections this rank computes
     topk_row_tokens: tuple[np.ndarray, ...] = ()  # per top-k pass: scores in the longest row on this rank
     sampled_tokens: np.ndarray | None = None  # decode queries whose logits this rank computes (None: all of them)
+    state_stored_bytes: np.ndarray | float = 0.0  # resident per-request state bytes ('state' kind), one layer
 
 
 @dataclass(frozen=True)
@@ -117,6 +127,8 @@ class ShareInputs:
     page_tokens: int
     prefill_context: np.ndarray | None = None  # [P] tokens that request already has cached (None: 0)
     query_tokens: np.ndarray | None = None  # [P] query tokens per decode request (1; k+1 when verifying k drafts)
+    attention: AttentionVariant | None = None  # the mixer variant of the layer group priced (None: the model's primary)
+    owner_bytes: np.ndarray | None = None  # [P, R] bytes per request over all layers, what owners are balanced by (None: this group's)
     decode_tokens: np.ndarray = field(init=False)  # [P] decode query tokens of the group
     step_tokens: np.ndarray = field(init=False)  # [P] decode + prefill tokens the group runs this step
 
@@ -125,6 +137,8 @@ class ShareInputs:
             object.__setattr__(self, "prefill_context", np.zeros_like(self.prefill_tokens))
         if self.query_tokens is None:
             object.__setattr__(self, "query_tokens", np.ones_like(self.prefill_tokens))
+        if self.attention is None:
+            object.__setattr__(self, "attention", self.model.attention)
         object.__setattr__(self, "decode_tokens", self.load.batch * self.query_tokens)
         object.__setattr__(self, "step_tokens", self.decode_tokens + self.prefill_tokens)
 
@@ -134,19 +148,39 @@ def pages_rounded(tokens: np.ndarray, page_tokens: int) -> np.ndarray:
 
 
 def stored_bytes(inp: ShareInputs, tokens: np.ndarray) -> np.ndarray:
-    parts = inp.model.attention.kv_stored_bytes(tokens, inp.kv_dtype)
-    return sum(parts.values())
+    """Per-token-page bytes ('token' and 'window' components) one request keeps, one layer."""
+    att = inp.attention
+    parts = [v for k, v in att.kv_stored_bytes(tokens, inp.kv_dtype).items() if att.memory_kind(k) != STATE]
+    if not parts:
+        return np.zeros_like(np.asarray(tokens, dtype=np.float64))
+    return sum(parts[1:], parts[0])
+
+
+def resident_state(requests, per_request: float):
+    """Resident state bytes of `requests` requests (the scalar 0.0 for a mixer without state: the
+    step model then skips the term)."""
+    return requests * per_request if per_request else 0.0
+
+
+def state_bytes(inp: ShareInputs) -> float:
+    """Per-request state bytes ('state' components), one layer."""
+    return inp.attention.state_bytes(inp.kv_dtype)
 
 
 def read_bytes(inp: ShareInputs, tokens: np.ndarray) -> dict[str, np.ndarray]:
-    return inp.model.attention.kv_read_bytes(tokens, inp.kv_dtype)
+    return inp.attention.kv_read_bytes(tokens, inp.kv_dtype)
+
+
+def write_bytes(inp: ShareInputs, tokens, requests) -> np.ndarray:
+    """Bytes written for `tokens` new tokens of `requests` requests (each request's state once), one layer."""
+    return inp.attention.kv_write_bytes(tokens, requests, inp.kv_dtype)
 
 
 def decode_flops(inp: ShareInputs, counts: np.ndarray, core_split: float = 1.0,
                  indexer_split: float = 1.0) -> dict[str, np.ndarray]:
     """Attention FLOPs by component of the decode queries of `counts` [P, R] requests, one layer,
     the per-head core divided `core_split` ways and the token-scoring parts `indexer_split` ways."""
-    parts = inp.model.attention.decode_flops_by_component(inp.load.lengths)
+    parts = inp.attention.decode_flops_by_component(inp.load.lengths)
     q = inp.query_tokens
     return {k: (v * counts).sum(-1) * q / (core_split if k == "attention_core" else indexer_split)
             for k, v in parts.items()}
@@ -164,7 +198,7 @@ def longest_row(inp: ShareInputs, counts: np.ndarray) -> np.ndarray:
 def prefill_work(inp: ShareInputs) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """(attention FLOPs by component, prefix KV bytes read) of the step's prefill chunk, one layer,
     whole. The chunk's queries read the request's cached prefix once (tiled, flash-style)."""
-    att = inp.model.attention
+    att = inp.attention
     if not np.any(inp.prefill_tokens > 0):  # NOTE: decode-only sweeps skip the causal-pair sums
         zeros = np.zeros_like(inp.prefill_tokens)
         return {k: zeros for k in att.prefill_flops_by_component(np.zeros(1), np.zeros(1))}, zeros
@@ -179,9 +213,16 @@ def prefill_resident(inp: ShareInputs) -> np.ndarray:
     return np.where(inp.prefill_tokens > 0, stored_bytes(inp, total), 0.0)
 
 
-def new_token_bytes(inp: ShareInputs) -> float:
-    """KV bytes written for one new token, one layer."""
-    return inp.model.attention.kv_bytes_per_token(inp.kv_dtype)
+def prefill_requests(inp: ShareInputs) -> np.ndarray:
+    """[P] 1 where the step runs a prefill chunk (one request), else 0."""
+    return np.where(inp.prefill_tokens > 0, 1.0, 0.0)
+
+
+def refuse_unsplittable(layout: str, model: ModelSpec, why: str, bad) -> None:
+    """One line naming the layout and the first variant `bad(variant)` says it can't run."""
+    for v, _ in model.mixers:
+        if bad(v):
+            raise SpecError(f"layout {layout} cannot run {model.name}'s {v.describe()} layers: {why}")
 
 
 class AttentionLayout:
@@ -196,6 +237,7 @@ class AttentionLayout:
     weights_sharded: ClassVar[bool]  # head-sharded attention weights split over ranks (True) or replicated
     activations_replicated: ClassVar[bool]  # after attention every rank holds every token's hidden state
     head_sharded: ClassVar[bool]  # LM head vocab-parallel over ranks
+    order: ClassVar[int] = 100  # where listings put it (planner.deployment.RegistryNames)
 
     def share(self, inp: ShareInputs) -> AttentionShare:
         raise NotImplementedError
@@ -211,21 +253,24 @@ class AttentionLayout:
 
     def check(self, model: ModelSpec, ranks: int) -> None:
         """Raise SpecError if the model can't run this layout on `ranks` ranks."""
+        if self.weights_sharded:
+            for v, _ in model.mixers:
+                v.check_tp(ranks)
 
 
 class MoESplit:
     name: ClassVar[str]
     description: ClassVar[str]
 
-    def collectives(self, inp: ShareInputs, activations_replicated: bool, layer_is_moe: bool) -> list[Collective]:
+    def collectives(self, inp: ShareInputs, activations_replicated: bool, mlp: MLPVariant) -> list[Collective]:
         """Per-layer collectives of one MLP layer (dense or MoE). With every token's hidden state
         on every rank, each rank applies its share of the layer and an all-reduce sums them,
         whatever the split; otherwise the split decides."""
         if activations_replicated:
             return [Collective("mlp_allreduce", "all_reduce", tokens_hidden_bytes(inp, inp.step_tokens), 1.0)]
-        return self.partitioned_collectives(inp, layer_is_moe)
+        return self.partitioned_collectives(inp, mlp)
 
-    def partitioned_collectives(self, inp: ShareInputs, layer_is_moe: bool) -> list[Collective]:
+    def partitioned_collectives(self, inp: ShareInputs, mlp: MLPVariant) -> list[Collective]:
         """Collectives of one MLP layer when each rank holds only its own tokens (DP-attention)."""
         raise NotImplementedError
 

@@ -22,40 +22,50 @@ from __future__ import annotations
 import numpy as np
 
 from planner.layouts.base import (ACTIVATION_BYTES, LSE_BYTES, TOPK_CANDIDATE_BYTES, AttentionLayout, AttentionShare,
-                                  Collective, ShareInputs, add_parts, decode_flops, longest_row, new_token_bytes,
-                                  prefill_resident, prefill_work, read_bytes, register_attention_layout, stored_bytes,
-                                  tokens_hidden_bytes)
+                                  Collective, ShareInputs, add_parts, decode_flops, longest_row, prefill_requests,
+                                  prefill_resident, prefill_work, read_bytes, refuse_unsplittable,
+                                  register_attention_layout, resident_state, state_bytes, stored_bytes, tokens_hidden_bytes, write_bytes)
 
 
 def token_split_work(inp: ShareInputs, stored_tokens: np.ndarray):
-    """(stored, read, write, decode flops, top-k passes) of one rank holding `stored_tokens` [P, R]
-    of each request (page-rounded) and ~1/T of every request's KV reads, scores and attended
-    tokens, one layer (shared by cp and dcp)."""
+    """(stored, read, write, decode flops, top-k passes, state) of one rank holding `stored_tokens`
+    [P, R] of each request (page-rounded) and ~1/T of every request's KV reads, scores and
+    attended tokens, one layer (shared by cp and dcp). A per-request state (DeepSeek-V4's
+    compressor ring) is not split by tokens: every rank keeps and rewrites it whole.
+    NOTE: a layout split by tokens refuses recurrent mixers outright (`check_token_split`)."""
     load, t = inp.load, inp.ranks
     stored = (stored_bytes(inp, stored_tokens) * load.counts).sum(-1) + prefill_resident(inp) / t
     # NOTE: each rank reads its ~1/T of every request's KV (for DSA: its slice of the indexer keys
     # and ~1/T of the top-k latents the global selection picks); exact up to one page or token.
     read = {k: (v * load.counts).sum(-1) / t for k, v in read_bytes(inp, load.lengths).items()}
     dec = decode_flops(inp, load.counts, core_split=t, indexer_split=t)
-    write = inp.step_tokens * new_token_bytes(inp) / t
-    return stored, read, write, dec, topk_passes(inp)
+    requests = load.batch + prefill_requests(inp)
+    s = state_bytes(inp)
+    write = write_bytes(inp, inp.step_tokens, 0.0) / t + requests * s
+    return stored, read, write, dec, topk_passes(inp), resident_state(requests, s)
+
+
+def check_token_split(layout: str, model) -> None:
+    """A recurrent state is one per request: it can't be interleaved over ranks by tokens."""
+    refuse_unsplittable(layout, model, "a recurrent state is one per request and can't be split by tokens",
+                        lambda v: not v.token_splittable())
 
 
 def topk_passes(inp: ShareInputs) -> tuple[np.ndarray, ...]:
     """Scores per row of the two top-k passes of a token-split indexer: the local one over a
     rank's ~L/T keys, then the merge over min(L, T·top-k) gathered candidates (no selection is
     needed where L ≤ top-k: both passes then price at 0)."""
-    k = inp.model.attention.topk_tokens()
+    k = inp.attention.topk_tokens()
     if k is None:
         return ()
-    longest, t = longest_row(inp, inp.load.counts), inp.ranks
-    return np.ceil(longest / t), np.minimum(longest, t * k)
+    rows, t = inp.attention.topk_row_scores(longest_row(inp, inp.load.counts)), inp.ranks
+    return np.ceil(rows / t), np.minimum(rows, t * k)
 
 
 def topk_merge_collectives(inp: ShareInputs, name: str) -> list[Collective]:
     """The all-gather of every rank's local top-k candidates: a [rows, top-k] buffer per rank,
     whatever the rows' lengths (short rows pad it), gathered over the group."""
-    k = inp.model.attention.topk_tokens()
+    k = inp.attention.topk_tokens()
     if k is None:
         return []
     return [Collective(name, "all_gather", inp.ranks * inp.decode_tokens * k * TOPK_CANDIDATE_BYTES, 1.0)]
@@ -63,13 +73,14 @@ def topk_merge_collectives(inp: ShareInputs, name: str) -> list[Collective]:
 
 def partial_output_bytes(inp: ShareInputs) -> np.ndarray:
     """[P] one rank's partial outputs + log-sum-exps of every decode query, all heads."""
-    att = inp.model.attention
+    att = inp.attention
     return inp.decode_tokens * att.num_heads * (att.decode_output_width() * ACTIVATION_BYTES + LSE_BYTES)
 
 
 @register_attention_layout
 class ContextParallel(AttentionLayout):
     name = "cp"
+    order = 1  # where listings put it
     description = "SPLASH CP: weights replicated, KV pages interleaved over ranks, partials all-gathered and LSE-merged"
     kv_placement = "token_split"
     weights_sharded = False
@@ -79,13 +90,13 @@ class ContextParallel(AttentionLayout):
     def share(self, inp: ShareInputs) -> AttentionShare:
         load, t, pg = inp.load, inp.ranks, inp.page_tokens
         pages_on_busiest = np.ceil(np.ceil(load.lengths / pg) / t)
-        stored, read, write, dec, topk = token_split_work(inp, pages_on_busiest * pg)
+        stored, read, write, dec, topk, state = token_split_work(inp, pages_on_busiest * pg)
         pre, prefix = prefill_work(inp)
         read["prefill_prefix"] = prefix / t
         flops = add_parts(dec, {k: v / t for k, v in pre.items()})
         projected = inp.decode_tokens + inp.prefill_tokens / t
-        return AttentionShare(stored, read, write, flops, dec["attention_core"], inp.model.attention.num_heads,
-                              projected, topk)
+        return AttentionShare(stored, read, write, flops, dec["attention_core"], inp.attention.num_heads,
+                              projected, topk, state_stored_bytes=state)
 
     def collectives(self, inp: ShareInputs) -> list[Collective]:
         colls = [Collective("cp_partials_allgather", "all_gather", inp.ranks * partial_output_bytes(inp), 1.0)]
@@ -98,3 +109,6 @@ class ContextParallel(AttentionLayout):
                       Collective("cp_prefill_output_allgather", "all_gather",
                                  tokens_hidden_bytes(inp, inp.prefill_tokens), 1.0)]
         return colls
+
+    def check(self, model, ranks):
+        check_token_split(self.name, model)

@@ -26,14 +26,15 @@ import numpy as np
 
 from planner.layouts.base import (ACTIVATION_BYTES, LSE_BYTES, AttentionLayout, AttentionShare, Collective,
                                   ShareInputs, add_parts, pages_rounded, prefill_resident, prefill_work,
-                                  register_attention_layout, tokens_hidden_bytes)
-from planner.layouts.cp import token_split_work, topk_merge_collectives
+                                  refuse_unsplittable, register_attention_layout, tokens_hidden_bytes)
+from planner.layouts.cp import check_token_split, token_split_work, topk_merge_collectives
 from planner.layouts.tp import split_core
 
 
 @register_attention_layout
 class DecodeContextParallel(AttentionLayout):
     name = "dcp"
+    order = 2  # where listings put it
     description = "vLLM DCP: heads sharded like TP, KV interleaved by tokens, queries all-gathered, outputs reduce-scattered"
     kv_placement = "token_split"
     weights_sharded = True
@@ -43,15 +44,15 @@ class DecodeContextParallel(AttentionLayout):
     def share(self, inp: ShareInputs) -> AttentionShare:
         t = inp.ranks
         local_tokens = pages_rounded(np.ceil(inp.load.lengths / t), inp.page_tokens)
-        stored, read, write, dec, topk = token_split_work(inp, local_tokens)
+        stored, read, write, dec, topk, state = token_split_work(inp, local_tokens)
         pre, prefix = prefill_work(inp)
         read["prefill_prefix"] = prefix  # the gathered prefix, whole
         flops = add_parts(dec, split_core(pre, t))
-        return AttentionShare(stored, read, write, flops, dec["attention_core"], inp.model.attention.num_heads,
-                              inp.step_tokens, topk)
+        return AttentionShare(stored, read, write, flops, dec["attention_core"], inp.attention.num_heads,
+                              inp.step_tokens, topk, state_stored_bytes=state)
 
     def collectives(self, inp: ShareInputs) -> list[Collective]:
-        att, t, q = inp.model.attention, inp.ranks, inp.decode_tokens
+        att, t, q = inp.attention, inp.ranks, inp.decode_tokens
         colls = [
             Collective("dcp_query_allgather", "all_gather", q * att.num_heads * att.decode_query_width() * ACTIVATION_BYTES, 1.0),
             Collective("dcp_lse_allgather", "all_gather", t * q * att.num_heads * LSE_BYTES, 1.0),
@@ -65,4 +66,9 @@ class DecodeContextParallel(AttentionLayout):
         return colls
 
     def check(self, model, ranks):
-        model.attention.check_tp(ranks)
+        super().check(model, ranks)
+        check_token_split(self.name, model)
+        # NOTE: vLLM: "DCP is not supported with sliding window" (vllm/v1/kv_cache_interface.py
+        # SlidingWindowSpec); chunked local attention and DeepSeek-V4's window are windows too.
+        refuse_unsplittable(self.name, model, "vLLM's DCP does not support sliding-window caches",
+                            lambda v: "window" in v.memory_kinds())

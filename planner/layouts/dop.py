@@ -17,6 +17,7 @@ from planner.layouts.dp import owner_attention, owner_candidates
 @register_attention_layout
 class DecoupledOwnership(AttentionLayout):
     name = "dop"
+    order = 4  # where listings put it
     description = "heads sharded like TP, each request's KV on one owner, queries routed by all-to-all"
     kv_placement = "owner"
     weights_sharded = True
@@ -25,8 +26,8 @@ class DecoupledOwnership(AttentionLayout):
 
     def owner_share(self, inp: ShareInputs, with_prefill: bool) -> AttentionShare:
         w = owner_attention(inp, with_prefill)
-        return AttentionShare(w.stored, w.read, w.write, w.flops, w.decode_core, inp.model.attention.num_heads,
-                              inp.step_tokens, (w.longest,))
+        return AttentionShare(w.stored, w.read, w.write, w.flops, w.decode_core, inp.attention.num_heads,
+                              inp.step_tokens, (w.longest,), state_stored_bytes=w.state)
 
     def share(self, inp: ShareInputs) -> AttentionShare:
         return self.owner_share(inp, with_prefill=False)
@@ -35,7 +36,7 @@ class DecoupledOwnership(AttentionLayout):
         return owner_candidates(self, inp)
 
     def collectives(self, inp: ShareInputs) -> list[Collective]:
-        att = inp.model.attention
+        att = inp.attention
         tokens = inp.step_tokens
         heads_per_rank = att.num_heads / inp.ranks
         q = tokens * heads_per_rank * att.decode_query_width() * ACTIVATION_BYTES
@@ -46,5 +47,3 @@ class DecoupledOwnership(AttentionLayout):
             Collective("attn_allreduce", "all_reduce", tokens_hidden_bytes(inp, tokens), 1.0),
         ]
 
-    def check(self, model, ranks):
-        model.attention.check_tp(ranks)

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner.layouts.base import (AttentionLayout, AttentionShare, Collective, ShareInputs, add_parts, decode_flops,
-                                  longest_row, new_token_bytes, pages_rounded, prefill_resident, prefill_work,
-                                  read_bytes, register_attention_layout, stored_bytes)
+                                  longest_row, pages_rounded, prefill_resident, prefill_work, read_bytes,
+                                  register_attention_layout, resident_state, state_bytes, stored_bytes, write_bytes)
 from planner.load import busiest_owner_counts, lightest_owner_counts
 
 
@@ -31,7 +31,8 @@ class OwnerWork:
     flops: dict
     decode_core: np.ndarray
     owned: np.ndarray  # decode requests it owns
-    longest: np.ndarray  # context of its longest request
+    longest: np.ndarray  # top-k scores in its longest request's row
+    state: np.ndarray  # per-request state bytes it keeps
 
 
 def owner_attention(inp: ShareInputs, with_prefill: bool) -> OwnerWork:
@@ -39,21 +40,27 @@ def owner_attention(inp: ShareInputs, with_prefill: bool) -> OwnerWork:
     load = inp.load
     per_req = stored_bytes(inp, pages_rounded(load.lengths, inp.page_tokens))
     pick = lightest_owner_counts if with_prefill else busiest_owner_counts
-    counts = pick(load, per_req, inp.ranks)
+    # NOTE: owners are balanced by a request's bytes over the whole stack, so every layer group
+    # names the same busiest owner (a recurrent group alone has no per-token bytes to balance by)
+    counts = pick(load, per_req if inp.owner_bytes is None else inp.owner_bytes, inp.ranks)
     stored = (per_req * counts).sum(-1)
     read = {k: (v * counts).sum(-1) for k, v in read_bytes(inp, load.lengths).items()}
     dec = decode_flops(inp, counts)
     flops = dec
     owned = counts.sum(-1)
     new_tokens = owned * inp.query_tokens
+    requests = owned
     if with_prefill:
         pre, prefix = prefill_work(inp)
         read["prefill_prefix"] = prefix
         flops = add_parts(dec, pre)
         new_tokens = new_tokens + inp.prefill_tokens
         stored = stored + prefill_resident(inp)
-    write = new_tokens * new_token_bytes(inp)
-    return OwnerWork(stored, read, write, flops, dec["attention_core"], owned, longest_row(inp, counts))
+        requests = owned + np.where(inp.prefill_tokens > 0, 1.0, 0.0)
+    write = write_bytes(inp, new_tokens, requests)
+    return OwnerWork(stored, read, write, flops, dec["attention_core"], owned,
+                     inp.attention.topk_row_scores(longest_row(inp, counts)),
+                     resident_state(requests, state_bytes(inp)))
 
 
 def owner_candidates(layout: AttentionLayout, inp: ShareInputs) -> list[AttentionShare]:
@@ -66,6 +73,7 @@ def owner_candidates(layout: AttentionLayout, inp: ShareInputs) -> list[Attentio
 @register_attention_layout
 class DataParallelAttention(AttentionLayout):
     name = "dp"
+    order = 3  # where listings put it
     description = "weights replicated, each request's KV on one owner"
     kv_placement = "owner"
     weights_sharded = False
@@ -76,8 +84,8 @@ class DataParallelAttention(AttentionLayout):
         w = owner_attention(inp, with_prefill)
         own_queries = w.owned * inp.query_tokens
         projected = own_queries + (inp.prefill_tokens if with_prefill else 0.0)
-        return AttentionShare(w.stored, w.read, w.write, w.flops, w.decode_core, inp.model.attention.num_heads,
-                              projected, (w.longest,), own_queries)
+        return AttentionShare(w.stored, w.read, w.write, w.flops, w.decode_core, inp.attention.num_heads,
+                              projected, (w.longest,), own_queries, state_stored_bytes=w.state)
 
     def share(self, inp: ShareInputs) -> AttentionShare:
         return self.owner_share(inp, with_prefill=False)

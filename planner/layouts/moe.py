@@ -22,13 +22,14 @@ DISPATCH_BYTES_PER_ELEMENT = 1.0 + 4.0 / 128.0  # fp8 value + an fp32 scale per 
 @register_moe_split
 class ExpertParallel(MoESplit):
     name = "ep"
+    order = 0  # where listings put it
     description = "experts spread over ranks, all-to-all dispatch/combine"
 
-    def partitioned_collectives(self, inp, layer_is_moe):
-        if not layer_is_moe:
+    def partitioned_collectives(self, inp, mlp):
+        if not mlp.is_moe:
             return []
-        k = inp.model.mlp.top_k
-        copies = (inp.step_tokens / inp.ranks) * k * inp.model.hidden_size
+        # NOTE: a latent MoE dispatches the latent (planner.models.mlp.moe `dispatch_width`)
+        copies = (inp.step_tokens / inp.ranks) * mlp.top_k * mlp.dispatch_width()
         return [Collective("ep_dispatch_a2a", "all_to_all", copies * DISPATCH_BYTES_PER_ELEMENT, 1.0),
                 Collective("ep_combine_a2a", "all_to_all", copies * ACTIVATION_BYTES, 1.0)]
 
@@ -36,9 +37,10 @@ class ExpertParallel(MoESplit):
 @register_moe_split
 class TensorParallelMoE(MoESplit):
     name = "tp"
+    order = 1  # where listings put it
     description = "every expert sharded over ranks"
 
-    def partitioned_collectives(self, inp, layer_is_moe):
+    def partitioned_collectives(self, inp, mlp):
         full = tokens_hidden_bytes(inp, inp.step_tokens)
         return [Collective("dp_gather", "all_gather", full, 1.0),
                 Collective("dp_reduce_scatter", "reduce_scatter", full, 1.0)]

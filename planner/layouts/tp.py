@@ -13,14 +13,21 @@ T-th of the heads to the decode kernel's head tile.
 from __future__ import annotations
 
 from planner.layouts.base import (AttentionLayout, AttentionShare, Collective, ShareInputs, add_parts, decode_flops,
-                                  longest_row, new_token_bytes, pages_rounded, prefill_resident, prefill_work,
-                                  read_bytes, register_attention_layout, stored_bytes, tokens_hidden_bytes)
+                                  longest_row, pages_rounded, prefill_requests, prefill_resident, prefill_work,
+                                  read_bytes, register_attention_layout, resident_state, state_bytes, stored_bytes, tokens_hidden_bytes,
+                                  write_bytes)
 
 
 def kv_split(inp: ShareInputs) -> float:
     """How many ways TP splits KV: min(T, KV heads) when heads divide evenly, else 1."""
-    h = inp.model.attention.kv_splittable_heads()
-    t = inp.ranks
+    return kv_split_ways(inp.attention, inp.ranks)
+
+
+def kv_split_ways(variant, ranks: int) -> float:
+    """How many ways TP over `ranks` splits one variant's cache by heads (a recurrent state by its
+    heads; MLA's single latent: 1)."""
+    h = variant.kv_splittable_heads()
+    t = ranks
     if h >= t:
         return float(t) if h % t == 0 else 1.0
     return float(h) if t % h == 0 else 1.0
@@ -34,6 +41,7 @@ def split_core(parts: dict, ways: float) -> dict:
 @register_attention_layout
 class TensorParallel(AttentionLayout):
     name = "tp"
+    order = 0  # where listings put it
     description = "heads sharded, KV split by heads (replicated for MLA), all-reduce"
     kv_placement = "every_rank"
     weights_sharded = True
@@ -49,13 +57,13 @@ class TensorParallel(AttentionLayout):
         stored = stored + prefill_resident(inp) / s
         dec = decode_flops(inp, load.counts, core_split=t)
         flops = add_parts(dec, split_core(pre, t))
-        write = inp.step_tokens * new_token_bytes(inp) / s
-        return AttentionShare(stored, read, write, flops, dec["attention_core"], inp.model.attention.num_heads / t,
-                              inp.step_tokens, (longest_row(inp, load.counts),))
+        requests = load.batch + prefill_requests(inp)
+        write = write_bytes(inp, inp.step_tokens, requests) / s
+        return AttentionShare(stored, read, write, flops, dec["attention_core"], inp.attention.num_heads / t,
+                              inp.step_tokens, (inp.attention.topk_row_scores(longest_row(inp, load.counts)),),
+                              state_stored_bytes=resident_state(requests, state_bytes(inp)) / s)
 
     def collectives(self, inp: ShareInputs) -> list[Collective]:
         tokens = inp.step_tokens
         return [Collective("attn_allreduce", "all_reduce", tokens_hidden_bytes(inp, tokens), 1.0)]
 
-    def check(self, model, ranks):
-        model.attention.check_tp(ranks)

@@ -1,14 +1,18 @@
 """Load a model: a built-in card by name, or any Hugging Face config.json by path, offline.
 
-Every field the planner needs is checked once here; a config the planner can't model gives one
-SpecError naming the architecture or the field. The file is read through planner.inputs (regular
-files only, a size limit, UTF-8, bounded nesting, finite numbers), and `check_config_fields`
-refuses a field of the wrong type or range before any variant reads it.
+A config becomes a stack of layers: planner.models.patterns reads whatever pattern fields the
+config uses into one LayerType per decoder layer (refusing, in one line naming it, a field that
+shapes the stack and isn't read); each distinct layer type is claimed by the most specific
+registered mixer variant and MLP variant; identical layers are grouped (`LayerGroup`). Multimodal
+wrappers are unwrapped (`text_config`). Every value a variant reads passes through
+planner.models.config.HFConfig, so a config the planner can't model gives one SpecError naming
+the architecture and the field. The file is read through planner.inputs (regular files only, a
+size limit, UTF-8, bounded nesting, finite numbers), and `check_config_fields` refuses a field
+of the wrong type or range, and cross-field nonsense, before any variant reads it.
 """
 
 from __future__ import annotations
 
-import math
 import os
 from functools import lru_cache
 from pathlib import Path
@@ -16,30 +20,40 @@ from typing import Any
 
 from planner.errors import SpecError
 from planner.inputs import MODEL_CONFIG_MAX_BYTES, check_number, is_file, load_json_file, path_kind, shown, shown_path
-from planner.models.attention.base import variant_from_hf_config
-from planner.models.mlp.base import mlp_from_hf_config
-from planner.models.spec import ModelSpec
+from planner.models.attention.base import variant_for_layer
+from planner.models.config import HFConfig, LayerType
+from planner.models.mlp.base import mlp_for_layer
+from planner.models.patterns import layer_types, mtp_layers
+from planner.models.quant import WeightQuant, weight_quant
+from planner.models.quant import describe as quant_describe
+from planner.models.spec import LayerGroup, ModelSpec
 
 CARDS_DIR = Path(__file__).parent / "cards"
 
 _QUANT_TO_DTYPE = {"fp8": "fp8", "mxfp4": "fp4", "nvfp4": "fp4", "modelopt_fp4": "fp4", "fbgemm_fp8": "fp8",
                    "compressed-tensors": None, "modelopt": "fp8"}
 
-# Architectures with state-space or linear-attention layers have no per-token KV to cost yet.
-_UNMODELLED_FIELDS = ("linear_num_key_heads", "ssm_cfg", "mamba_d_state", "state_size", "attn_layer_period")
+
+CARD_SOURCES = Path(__file__).parent / "card_sources.json"
 
 
 def builtin_model_names() -> list[str]:
     return sorted(p.stem for p in CARDS_DIR.glob("*.json"))
 
 
-def _positive_int(cfg: dict[str, Any], key: str, where: str) -> int:
-    v = cfg.get(key)
-    if v is None:
-        raise SpecError(f"{where}: missing field '{key}'")
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0 or int(v) != v:
-        raise SpecError(f"{where}: field '{key}'={v!r} must be a positive integer")
-    return int(v)
+@lru_cache(maxsize=1)
+def card_sources() -> dict[str, dict[str, str]]:
+    """Card name → its Hugging Face repo id (and the fixture file it was taken from)."""
+    return load_json_file(CARD_SOURCES, "card sources", MODEL_CONFIG_MAX_BYTES)
+
+
+def card_for_repo(repo_id: str) -> str | None:
+    """The built-in card whose source is this Hugging Face repo id (case-insensitive), or None."""
+    want = repo_id.strip().strip("/").lower()
+    for card, src in card_sources().items():
+        if src.get("repo", "").lower() == want:
+            return card
+    return None
 
 
 # Integer fields a variant reads, with the least value each may hold when present (None and absent
@@ -99,65 +113,92 @@ def check_config_fields(cfg: dict[str, Any], where: str) -> None:
         raise SpecError(f"{where}: field 'quantization_config.quant_method' must be a string")
 
 
-def model_from_hf_config(cfg: dict[str, Any], name: str) -> ModelSpec:
+def _group_layers(cfg: HFConfig, types: list[LayerType], quant: WeightQuant | None) -> tuple[LayerGroup, ...]:
+    """One variant per distinct layer type, identical layers (same variants, same weight dtypes)
+    grouped (first index kept)."""
+    built: dict[LayerType, tuple[Any, Any]] = {}
+    groups: dict[tuple[Any, Any, Any], list[int]] = {}
+    for i, t in enumerate(types):
+        if t not in built:
+            mixer = None
+            if t.mixer != "none":
+                mixer = variant_for_layer(cfg, t)
+                if mixer is None:
+                    raise SpecError(f"layer {i} is {t.mixer!r}, and no attention variant claims it from this config")
+            mlp = None
+            if t.mlp != "none":
+                mlp = mlp_for_layer(cfg, t)
+                if mlp is None:
+                    raise SpecError(f"layer {i} has a {t.mlp!r} MLP, and no MLP variant claims it from this config")
+            built[t] = (mixer, mlp)
+        sig = quant.signature(i) if quant is not None else ()
+        groups.setdefault((*built[t], sig), []).append(i)
+    if all(m is None for m, _, _ in groups):
+        raise SpecError("no layer has attention or a recurrent mixer the planner can model")
+    return tuple(LayerGroup(count=len(ix), first_layer=ix[0], mixer=m, mlp=f, weight_dtypes=sig)
+                 for (m, f, sig), ix in groups.items())
+
+
+def _main_dtype(groups: tuple[LayerGroup, ...]) -> str:
+    """The dtype most linear-weight parameters are stored in."""
+    probe = ModelSpec(name="_", architecture="_", num_layers=1, hidden_size=1, vocab_size=1,
+                      default_weight_dtype="bf16", layers=groups)
+    by = probe.params_by_dtype()
+    return max(by, key=by.get) if by else "bf16"
+
+
+def model_from_hf_config(cfg: dict[str, Any], name: str, quant_file: dict[str, Any] | None = None) -> ModelSpec:
     where = f"config {name}"
     if not isinstance(cfg, dict):
         raise SpecError(f"{where}: expected a JSON object")
+    outer = cfg
     if isinstance(cfg.get("text_config"), dict):  # multimodal wrappers keep the LM in text_config
         cfg = {**cfg["text_config"], "architectures": cfg.get("architectures")}
+        if "quantization_config" in outer and "quantization_config" not in cfg:
+            cfg["quantization_config"] = outer["quantization_config"]
     archs = cfg.get("architectures")
     arch = str(archs[0]) if isinstance(archs, list) and archs else archs if isinstance(archs, str) and archs else \
         str(cfg.get("model_type") or "unknown")
-    for f in _UNMODELLED_FIELDS:
-        if f in cfg:
-            raise SpecError(f"{where}: architecture {arch} has field '{f}' (state-space/linear attention), which the planner cannot model")
     check_config_fields(cfg, where)
-    layers = _positive_int(cfg, "num_hidden_layers", where)
-    hidden = _positive_int(cfg, "hidden_size", where)
-    vocab = _positive_int(cfg, "vocab_size", where)
-    for key in ("num_attention_heads", "num_key_value_heads", "head_dim", "kv_lora_rank", "q_lora_rank",
-                "intermediate_size", "moe_intermediate_size", "n_routed_experts", "num_experts_per_tok"):
-        if cfg.get(key) is not None:
-            _positive_int(cfg, key, where)
+    c = HFConfig(cfg, where)
     try:
-        attention = variant_from_hf_config(cfg)
-    except SpecError as exc:
-        raise SpecError(f"{where} ({arch}): {exc}") from None
-    if attention is None:
-        raise SpecError(f"{where}: architecture {arch} has no attention the planner can model (no 'num_attention_heads')")
-    try:
-        mlp = mlp_from_hf_config(cfg, layers)
+        types = layer_types(c)
+        layers = _group_layers(c, types, weight_quant(cfg, quant_file))
+        hidden, vocab = c.int("hidden_size"), c.int("vocab_size")
+        mtp = mtp_layers(c)
+        spec = ModelSpec(
+            name=name, architecture=arch, num_layers=len(types), hidden_size=hidden, vocab_size=vocab,
+            intermediate_size=c.int("intermediate_size", None), tie_word_embeddings=c.flag("tie_word_embeddings"),
+            mtp_layers=mtp, default_weight_dtype=_main_dtype(layers), layers=layers,
+            quantization=quant_describe(cfg, quant_file),
+        )
     except SpecError as exc:
         raise SpecError(f"{where} ({arch}): {str(exc).removeprefix('config.json: ')}") from None
-    if mlp is None:
-        raise SpecError(f"{where}: architecture {arch} has no MLP the planner can model (no 'intermediate_size' or experts)")
-    if attention.num_heads % max(1, getattr(attention, "num_kv_heads", 1)):
-        raise SpecError(f"{where}: num_attention_heads={attention.num_heads} is not a multiple of num_key_value_heads")
-    quant = (cfg.get("quantization_config") or {}).get("quant_method")
-    wdt = _QUANT_TO_DTYPE.get(quant) if quant else None
-    if wdt is None:
-        wdt = "bf16"
-    return ModelSpec(
-        name=name,
-        architecture=arch,
-        num_layers=layers,
-        hidden_size=hidden,
-        vocab_size=vocab,
-        intermediate_size=cfg.get("intermediate_size"),
-        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-        mtp_layers=int(cfg.get("num_nextn_predict_layers") or 0),
-        default_weight_dtype=wdt,
-        attention=attention,
-        mlp=mlp,
-    )
+    return spec
+
+
+QUANT_FILE = "hf_quant_config.json"  # NVIDIA ModelOpt checkpoints ship it beside config.json
 
 
 @lru_cache(maxsize=64)
-def _load_path(path: str, name: str, stamp: tuple[int, int]) -> ModelSpec:
-    """`stamp` (mtime, size) keys the cache, so an edited file is read again in a long-lived process."""
+def _load_path(path: str, name: str, stamp: tuple[int, int], quant_stamp: tuple[int, int] = (0, 0)) -> ModelSpec:
+    """`stamp` (mtime, size) keys the cache, so an edited file is read again in a long-lived
+    process; `quant_stamp` is the sibling hf_quant_config.json's ((0, 0): none)."""
     # NOTE: finite=False: real configs hold Infinity in fields the planner never reads (Nemotron-H's
     # time_step_limit); check_config_fields refuses a non-finite value in any field it does read.
-    return model_from_hf_config(load_json_file(path, "model config", MODEL_CONFIG_MAX_BYTES, finite=False), name)
+    cfg = load_json_file(path, "model config", MODEL_CONFIG_MAX_BYTES, finite=False)
+    quant = None
+    if quant_stamp != (0, 0):
+        quant = load_json_file(str(Path(path).parent / QUANT_FILE), "quantization config", MODEL_CONFIG_MAX_BYTES,
+                               finite=False)
+        if not isinstance(quant, dict):
+            raise SpecError(f"{shown_path(str(Path(path).parent / QUANT_FILE))}: expected a JSON object")
+    return model_from_hf_config(cfg, name, quant)
+
+
+def _quant_stamp(config_path: Path) -> tuple[int, int]:
+    q = config_path.parent / QUANT_FILE
+    return _stamp(str(q)) if path_kind(q, "quantization config") != "missing" else (0, 0)
 
 
 def _stamp(path: str) -> tuple[int, int]:
@@ -178,7 +219,12 @@ def load_model(name_or_path: str) -> ModelSpec:
     if kind == "folder" and path_kind(path / "config.json", "model config") != "missing":
         path, kind = path / "config.json", "file"
     if kind in ("file", "other"):  # a FIFO or a device is refused by the read, not called missing
-        return _load_path(str(path.resolve()), str(name_or_path), _stamp(str(path)))
+        return _load_path(str(path.resolve()), str(name_or_path), _stamp(str(path)), _quant_stamp(path))
+    if kind == "missing" and name_or_path.count("/") == 1 and path.suffix != ".json":
+        card = card_for_repo(name_or_path)  # a Hugging Face repo id that matches a built-in card
+        if card is not None:
+            return load_model(card)
     if path.suffix == ".json" or "/" in name_or_path:
-        raise SpecError(f"model config not found: {shown_path(name_or_path)}")
+        raise SpecError(f"model config not found: {shown_path(name_or_path)}"
+                        + (" (nor a Hugging Face repo id of a built-in card)" if name_or_path.count("/") == 1 else ""))
     raise SpecError(f"unknown model '{shown_path(name_or_path)}'; built in: {', '.join(builtin_model_names())}, or a path to a config.json")

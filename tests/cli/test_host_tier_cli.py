@@ -67,12 +67,12 @@ def test_walls_host_tier_plot(capsys, tmp_path):
     assert tiered["walls_requests"]["host_link"] is not None  # PCIe binds for TP in 64-row pages
 
 
-@pytest.mark.xfail(strict=True, reason="DeepSeek-V4 loads once issue 14 adds its dsv4 variant; then drop this mark")
-def test_deepseek_v4_capacity_host_tier(capsys):
-    code, out, _ = run(capsys, "capacity", "-m", "tests/fixtures/hf_configs/deepseek-ai--DeepSeek-V4-Flash/config.json",
-                       "-hw", "h200", "-g", "8", "-c", "128k", "--host-tier", "--json")
-    assert code == 0
-    assert all("host_tier" in d for d in json.loads(out)["layouts"])
+def test_deepseek_v4_host_tier_is_refused_not_mispriced(capsys):
+    """DeepSeek-V4 stacks CSA, HCA and window layers; the tier prices one attention stack, so it says
+    so in one line instead of pricing every layer as the primary kind."""
+    code, out, err = run(capsys, "capacity", "-m", "tests/fixtures/hf_configs/deepseek-ai--DeepSeek-V4-Flash/config.json",
+                         "-hw", "h200", "-g", "8", "-c", "128k", "--host-tier", "--json")
+    assert code == 2 and "attention layer groups" in err and len(err.strip().splitlines()) == 1
 
 
 def test_simulate_host_tier_admits_more(capsys):

@@ -43,5 +43,5 @@ def deployment(model="deepseek-v3.2", hardware="h200", attn="tp", moe=None, gpus
     m = planner.load_model(model)
     hw = planner.load_hardware(hardware)
     if moe is None:
-        moe = "ep" if m.mlp.kind == "moe" else "tp"
+        moe = "ep" if m.has_moe else "tp"
     return planner.make_deployment(m, hw, attn=attn, moe=moe, gpus=gpus, **kw)

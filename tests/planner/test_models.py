@@ -63,12 +63,13 @@ def test_dsa_reads_topk_latents_but_every_indexer_key():
     assert s["kv"][0] == 100_000 * 656  # stores every token: sparse lowers bandwidth, not capacity
 
 
-def test_sliding_window_caps_kv_and_alternating_mixes():
-    oss = planner.load_model("gpt-oss-120b").attention
-    assert oss.kind == "alternating" and oss.sliding_fraction == 0.5 and oss.window == 128
+def test_sliding_window_caps_kv_and_alternating_layers_are_two_groups():
+    oss = planner.load_model("gpt-oss-120b")
+    assert oss.layer_counts()["mixer:sliding"] == 18 and oss.layer_counts()["mixer:gqa"] == 18
     per_tok = 2 * 8 * 64 * 2  # K+V, 8 kv heads, head_dim 64, bf16
-    # half the layers hold 10_000 tokens, half hold 128
-    assert oss.kv_stored_bytes(np.array([10_000.0]), "bf16")["kv"][0] == pytest.approx(per_tok * (0.5 * 10_000 + 0.5 * 128))
+    # 18 layers hold 10_000 tokens, 18 hold the 128-token window
+    mem = oss.memory_bytes(np.array([10_000.0]), "bf16")
+    assert mem["token"][0] == per_tok * 18 * 10_000 and mem["window"][0] == per_tok * 18 * 128
 
 
 def test_expected_distinct_experts():
@@ -82,7 +83,8 @@ def test_expected_distinct_experts():
 def test_hf_config_by_path_and_directory(tmp_path):
     p = write_config(tmp_path, MLA_CONFIG)
     m = planner.load_model(str(p))
-    assert m.attention.kind == "mla" and m.mlp.kind == "moe" and m.mlp.dense_layers == 1 and m.mlp.moe_layers == 3
+    assert m.attention.kind == "mla" and m.mlp.kind == "moe"
+    assert m.layer_counts()["mlp:dense"] == 1 and m.layer_counts()["mlp:moe"] == 3
     assert planner.load_model(str(tmp_path)).name == str(tmp_path)
     g = planner.load_model(str(write_config(tmp_path, GQA_CONFIG, "g.json")))
     assert g.attention.kind == "gqa" and g.attention.num_kv_heads == 4 and g.attention.head_dim == 64
@@ -95,7 +97,7 @@ def test_hf_config_by_path_and_directory(tmp_path):
     ({"kv_lora_rank": 128.5}, "kv_lora_rank"),
     ({"qk_rope_head_dim": None}, "qk_rope_head_dim"),
     ({"num_experts_per_tok": None}, "num_experts_per_tok"),
-    ({"moe_layer_freq": 2}, "moe_layer_freq"),
+    ({"moe_layer_freq": 0}, "moe_layer_freq"),
 ])
 def test_bad_config_fields_are_named(tmp_path, patch, needle):
     with pytest.raises(SpecError, match=needle):
@@ -124,6 +126,6 @@ def test_unknown_model_lists_builtins():
 
 
 def test_registries_find_every_variant_module():
-    assert {"gqa", "mla", "dsa", "sliding", "alternating"} <= set(attention_variants())
-    assert {"dense", "moe"} <= set(mlp_variants())
+    assert {"gqa", "mla", "dsa", "sliding", "chunked", "block_sparse", "dsv4", "gdn", "kda", "mamba2"} <= set(attention_variants())
+    assert {"dense", "moe", "dense+moe"} <= set(mlp_variants())
 

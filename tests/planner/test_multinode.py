@@ -100,8 +100,10 @@ def test_nodes_option_and_topology_checks():
     assert "over 2 nodes" in deployment(attn="tp", gpus=16).label()
 
 
+# MLA/DSA MoE stacks without recurrent layers (those refuse CP/DCP: tests/planner/test_conformance.py)
 MOE_MLA_CARDS = [m for m in planner.builtin_model_names()
-                 if planner.load_model(m).mlp.kind == "moe" and planner.load_model(m).attention.kind in ("mla", "dsa")]
+                 if planner.load_model(m).mlp.kind == "moe" and planner.load_model(m).attention.kind in ("mla", "dsa")
+                 and not any(v.recurrent for v, _ in planner.load_model(m).mixers)]
 
 
 @pytest.mark.parametrize("model", MOE_MLA_CARDS)

@@ -47,7 +47,10 @@ def test_floors_non_decreasing_in_batch_and_context(p, b, db, l, dl):
     base = planner.step_cost(dep, DecodeLoad.equal(b, l))
     more_b = planner.step_cost(dep, DecodeLoad.equal(b + db, l))
     more_l = planner.step_cost(dep, DecodeLoad.equal(b, l + dl))
-    for bigger in (more_b, more_l):
+    # NOTE: chunked local attention (Llama-4) keeps and reads only the current chunk, so its costs
+    # fall at each chunk boundary: non-decreasing in context is not a property of that variant
+    sawtooth = any(v.kind == "chunked" for v, _ in dep.model.mixers)
+    for bigger in (more_b,) if sawtooth else (more_b, more_l):
         assert bigger.floor_max_s[0] >= base.floor_max_s[0] * (1 - 1e-12)
         assert bigger.floor_sum_s[0] >= base.floor_sum_s[0] * (1 - 1e-12)
         assert bigger.kv_resident_bytes[0] >= base.kv_resident_bytes[0]
@@ -77,7 +80,8 @@ def test_capacity_non_increasing_in_context(p, l, dl):
     assert c.max_concurrency[1] <= c.max_concurrency[0]
 
 
-@pytest.mark.parametrize("model", [m for m in MODELS if planner.load_model(m).attention.kind in ("mla", "dsa")])
+@pytest.mark.parametrize("model", [m for m in MODELS if planner.load_model(m).attention.kind in ("mla", "dsa")
+                                   and not any(v.recurrent for v, _ in planner.load_model(m).mixers)])
 @pytest.mark.parametrize("gpus", [1, 2, 4, 8])
 def test_mla_owner_layouts_hold_at_least_tp_distinct_tokens(model, gpus):
     # NOTE: at one memory fraction for every layout: with SGLang's own defaults DP-attention gives

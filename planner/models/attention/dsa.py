@@ -13,6 +13,12 @@ weights_proj are ReplicatedLinear, n_heads = index_n_heads unsharded; vllm
 vllm/model_executor/models/deepseek_v2.py Indexer: "no tensor parallel, just replicated"; TRT-LLM
 blog15 "TP is not applied to the indexer layers"), so every TP rank scores every request.
 
+GLM-5.2's `indexer_types` marks most layers 'shared': such a layer has no indexer of its own and
+attends to the top-k its nearest 'full' layer selected (`index_topk_freq` 4, offset 3: one
+indexer per four layers), so it stores no index keys, scores nothing, holds no indexer weights
+and runs no top-k (`own_indexer=False`). NOTE: that reading of 'shared' is the configs' (the
+field names and their 21 full / 57 shared split), not an engine's code checked here.
+
 Top-k: a radix select with one 1024-thread CTA per row (sglang .../nsa/cuda/csrc/topk.cu,
 TopK = 2048), so a selection over up to ~100 rows takes the time of one row and does not shrink
 with T or with B/T. `topk_latency_s` is a line through SGLang's committed H200 medians
@@ -27,13 +33,14 @@ second wave).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 
 from planner.models.attention.base import WeightPart, as_tokens, causal_pairs, need, register_attention
 from planner.models.attention.kernels import HOPPER
 from planner.models.attention.mla import MLA
+from planner.models.config import HFConfig, LayerType
 
 INDEXER_KEY_BYTES = 128 + 4  # fp8 key + one fp32 scale
 DSA_FP8_RECORD_BYTES = 512 + 16 + 128  # fp8 latent + 4 fp32 scales + bf16 rope (DeepSeek dims)
@@ -51,16 +58,18 @@ class DSA(MLA):
     index_n_heads: int = 64
     index_head_dim: int = 128
     index_topk: int = 2048
+    own_indexer: bool = True  # False: a GLM-5.2 'shared' layer reusing another layer's top-k
 
     @classmethod
-    def from_hf_config(cls, cfg: dict[str, Any]) -> "DSA | None":
-        if cfg.get("index_topk") is None:
+    def from_hf_config(cls, cfg: HFConfig, layer: LayerType) -> "DSA | None":
+        if layer.mixer != "full_attention" or not cfg.has("index_topk") or not cfg.has("kv_lora_rank"):
             return None
         return cls(
             **cls._fields(cfg),
-            index_n_heads=int(need(cfg, "index_n_heads", cls.kind)),
-            index_head_dim=int(need(cfg, "index_head_dim", cls.kind)),
-            index_topk=int(cfg["index_topk"]),
+            index_n_heads=need(cfg, "index_n_heads", cls.kind),
+            index_head_dim=need(cfg, "index_head_dim", cls.kind),
+            index_topk=cfg.int("index_topk"),
+            own_indexer=layer.opt("indexer", "full") == "full",
         )
 
     def supported_kv_dtypes(self):
@@ -73,25 +82,28 @@ class DSA(MLA):
         return super().main_bytes_per_token(kv_dtype)
 
     def indexer_bytes_per_token(self) -> float:
-        return self.index_head_dim + 4.0
+        return self.index_head_dim + 4.0 if self.own_indexer else 0.0
 
     def attended_tokens(self, context_tokens):
         return np.minimum(as_tokens(context_tokens), float(self.index_topk))
 
     def kv_stored_bytes(self, context_tokens, kv_dtype):
         l = as_tokens(context_tokens)
-        return {"kv": l * self.main_bytes_per_token(kv_dtype), "indexer": l * self.indexer_bytes_per_token()}
+        out = {"kv": l * self.main_bytes_per_token(kv_dtype)}
+        if self.own_indexer:
+            out["indexer"] = l * self.indexer_bytes_per_token()
+        return out
 
     def kv_read_bytes(self, context_tokens, kv_dtype):
         l = as_tokens(context_tokens)
-        return {
-            "kv": self.attended_tokens(l) * self.main_bytes_per_token(kv_dtype),
-            "indexer": l * self.indexer_bytes_per_token(),
-        }
+        out = {"kv": self.attended_tokens(l) * self.main_bytes_per_token(kv_dtype)}
+        if self.own_indexer:
+            out["indexer"] = l * self.indexer_bytes_per_token()
+        return out
 
     def indexer_flops_per_token(self) -> float:
-        """FLOPs of scoring one cached token for one query, all index heads."""
-        return 2.0 * self.index_n_heads * self.index_head_dim
+        """FLOPs of scoring one cached token for one query, all index heads (0 on a shared layer)."""
+        return 2.0 * self.index_n_heads * self.index_head_dim if self.own_indexer else 0.0
 
     def decode_flops_by_component(self, context_tokens):
         l = as_tokens(context_tokens)
@@ -112,6 +124,8 @@ class DSA(MLA):
 
     def weight_parts(self):
         parts = super().weight_parts()
+        if not self.own_indexer:
+            return parts
         q_in = self.q_lora_rank or self.hidden_size
         # NOTE: replicated under TP in every engine (module docstring): wq_b, wk, weights_proj
         parts["indexer"] = WeightPart(float(q_in * self.index_n_heads * self.index_head_dim
@@ -121,8 +135,10 @@ class DSA(MLA):
 
     def weight_params(self):
         parts = self.weight_parts()
-        return {"attention": parts["attention"].params + parts["attention_qkv_a"].params,
-                "indexer": parts["indexer"].params}
+        out = {"attention": parts["attention"].params + parts["attention_qkv_a"].params}
+        if "indexer" in parts:
+            out["indexer"] = parts["indexer"].params
+        return out
 
     def decode_kernel(self, arch, kv_dtype):
         # NOTE: SGLang's DSA defaults (docs/basic_usage/deepseek_v32.md; server_args
@@ -133,8 +149,13 @@ class DSA(MLA):
         return "fa3_mla" if arch == HOPPER else "unpadded"
 
     def topk_tokens(self):
-        return float(self.index_topk)
+        return float(self.index_topk) if self.own_indexer else None
 
     def topk_latency_s(self, row_tokens):
         l = as_tokens(row_tokens)
+        if not self.own_indexer:
+            return np.zeros_like(l)
         return np.where(l > self.index_topk, TOPK_BASE_S + TOPK_PER_TOKEN_S * l, 0.0)
+
+    def knees(self):
+        return (float(self.index_topk),)

@@ -60,6 +60,10 @@ class DecodeKernel:
         t = self.tiles.get(arch or "", self.tiles.get("*", 1))
         return int(t)
 
+    def pads(self, arch: str | None) -> bool:
+        """Whether a decode query can compute idle rows here (False: a 1-row tile, nothing to pad)."""
+        return not (self.tile(arch) == 1 and self.packs_query_tokens and not self.head_options and not self.min_tile)
+
     def padded_heads(self, heads: float, arch: str | None) -> float:
         """Query rows one query token costs on a rank holding `heads` query heads (no token folding)."""
         if heads <= 0:

@@ -1,13 +1,17 @@
-"""MLA (multi-head latent attention, DeepSeek-V2/V3, Kimi-K2): one compressed latent of
-`kv_lora_rank` plus a shared RoPE key of `qk_rope_head_dim` per token and layer, the same for
-every head, so tensor parallelism cannot split it: every TP rank stores every token.
+"""MLA (multi-head latent attention, DeepSeek-V2/V3, Kimi-K2, Kimi-K3's full layers): one
+compressed latent of `kv_lora_rank` plus a shared RoPE key of `qk_rope_head_dim` per token and
+layer, the same for every head, so tensor parallelism cannot split it: every TP rank stores every
+token.
 
 Decode uses the absorbed form (W_UK folded into the query, W_UV applied after): per head and
 context token, a dot over kv_lora+rope for the score and an axpy over kv_lora for the value,
 2·(576) + 2·(512) = 2176 FLOPs at DeepSeek dims. Prefill uses the plain form, 2·(nope+rope) +
 2·v FLOPs per (head, pair). Projection FLOPs are 2 × parameters either way (the absorbed
 products use kv_b's parameters once each). Under TP the fused q_a/kv_a projection stays whole on
-every rank (`weight_parts`). Ignores: RoPE, softmax, norms.
+every rank (`weight_parts`). Kimi-K3's `mla_use_output_gate` adds a full-rank sigmoid gate on the
+attention output, g_proj: hidden → heads·v_head_dim, ColumnParallelLinear (vLLM's Kimi-Linear
+MLA, `self.g_proj = ColumnParallelLinear(hidden_size, num_heads * v_head_dim)`). Ignores: RoPE,
+softmax, norms.
 KV bytes/token/layer (reference/models.md): bf16 (512+64)·2 = 1152, fp8 576.
 """
 
@@ -19,6 +23,7 @@ from typing import Any, ClassVar
 from planner.models.attention.base import (KV_DTYPE_BYTES, AttentionVariant, WeightPart, as_tokens, causal_pairs,
                                            need, register_attention)
 from planner.models.attention.kernels import HOPPER
+from planner.models.config import HFConfig, LayerType
 
 
 @register_attention
@@ -33,22 +38,24 @@ class MLA(AttentionVariant):
     qk_nope_head_dim: int = 128
     qk_rope_head_dim: int = 64
     v_head_dim: int = 128
+    output_gate: bool = False
 
     @classmethod
-    def _fields(cls, cfg: dict[str, Any]) -> dict[str, Any]:
+    def _fields(cls, cfg: HFConfig) -> dict[str, Any]:
         return dict(
-            num_heads=int(need(cfg, "num_attention_heads", cls.kind)),
-            hidden_size=int(need(cfg, "hidden_size", cls.kind)),
-            q_lora_rank=int(cfg["q_lora_rank"]) if cfg.get("q_lora_rank") else None,
-            kv_lora_rank=int(need(cfg, "kv_lora_rank", cls.kind)),
-            qk_nope_head_dim=int(need(cfg, "qk_nope_head_dim", cls.kind)),
-            qk_rope_head_dim=int(need(cfg, "qk_rope_head_dim", cls.kind)),
-            v_head_dim=int(need(cfg, "v_head_dim", cls.kind)),
+            num_heads=need(cfg, "num_attention_heads", cls.kind),
+            hidden_size=need(cfg, "hidden_size", cls.kind),
+            q_lora_rank=cfg.int("q_lora_rank", None),
+            kv_lora_rank=need(cfg, "kv_lora_rank", cls.kind),
+            qk_nope_head_dim=need(cfg, "qk_nope_head_dim", cls.kind),
+            qk_rope_head_dim=need(cfg, "qk_rope_head_dim", cls.kind),
+            v_head_dim=need(cfg, "v_head_dim", cls.kind),
+            output_gate=cfg.flag("mla_use_output_gate"),
         )
 
     @classmethod
-    def from_hf_config(cls, cfg: dict[str, Any]) -> "MLA | None":
-        if cfg.get("kv_lora_rank") is None:
+    def from_hf_config(cls, cfg: HFConfig, layer: LayerType) -> "MLA | None":
+        if layer.mixer != "full_attention" or not cfg.has("kv_lora_rank"):
             return None
         return cls(**cls._fields(cfg))
 
@@ -98,7 +105,8 @@ class MLA(AttentionVariant):
         kv_a = h * (self.kv_lora_rank + self.qk_rope_head_dim)
         kv_b = self.kv_lora_rank * n * (self.qk_nope_head_dim + self.v_head_dim)
         o = n * self.v_head_dim * h
-        return {"attention": WeightPart(float(q_b + kv_b + o), True),
+        gate = h * n * self.v_head_dim if self.output_gate else 0
+        return {"attention": WeightPart(float(q_b + kv_b + o + gate), True),
                 "attention_qkv_a": WeightPart(float(q_a + kv_a), False)}
 
     def weight_params(self):

@@ -1,16 +1,22 @@
-"""Sliding-window GQA (every layer attends to the last `window` tokens): KV stored and read are
-capped at the window. Claims configs with `sliding_window` set unless `use_sliding_window` is
-false (Qwen keeps the field but disables it) and without per-layer `layer_types`."""
+"""Sliding-window GQA: a layer attends to the last `window` tokens, so the KV it keeps and reads
+stop growing at the window ('window' memory: engines free the pages that slide out — vLLM
+`SlidingWindowSpec`, SGLang's SWA pool). Claims layers the config marks sliding: `layer_types`
+'sliding_attention' (gpt-oss, Gemma-4, Step-3.7), MiMo's `hybrid_layer_pattern` 1, DeciLM's
+`window_length`, and models whose every layer slides (`sliding_window` set, `use_sliding_window`
+not false, no per-layer pattern: Mistral-7B). The window and the head geometry are the layer's
+own (MiMo's `swa_*` fields; planner.models.attention.gqa.geometry)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 
-from planner.models.attention.base import as_tokens, causal_pairs, register_attention
-from planner.models.attention.gqa import GQA
+from planner.errors import SpecError
+from planner.models.attention.base import WINDOW, as_tokens, causal_pairs, register_attention
+from planner.models.attention.gqa import GQA, geometry
+from planner.models.config import HFConfig, LayerType
 
 
 @register_attention
@@ -22,19 +28,26 @@ class SlidingWindow(GQA):
     window: int = 4096
 
     @classmethod
-    def from_hf_config(cls, cfg: dict[str, Any]) -> "SlidingWindow | None":
-        w = cfg.get("sliding_window")
-        if not w or cfg.get("use_sliding_window") is False or cfg.get("layer_types"):
+    def from_hf_config(cls, cfg: HFConfig, layer: LayerType) -> "SlidingWindow | None":
+        if layer.mixer != "sliding_attention" or not cfg.has("num_attention_heads"):
             return None
-        base = GQA.from_hf_config(cfg)
-        if base is None:
-            return None
-        return cls(num_heads=base.num_heads, num_kv_heads=base.num_kv_heads, head_dim=base.head_dim,
-                   hidden_size=base.hidden_size, window=int(w))
+        window = layer.opt("window") or cfg.int("sliding_window", None) or cfg.int("sliding_window_size", None)
+        if window is None:
+            raise SpecError("the config has sliding-window layers but no 'sliding_window'")
+        return cls(**geometry(cfg, layer, sliding=True), window=int(window))
+
+    def memory_kind(self, component):
+        return WINDOW
+
+    def window_tokens(self):
+        return self.window
+
+    def knees(self):
+        return (float(self.window),)
 
     def attended_tokens(self, context_tokens: np.ndarray) -> np.ndarray:
         return np.minimum(as_tokens(context_tokens), float(self.window))
 
-    def prefill_flops(self, chunk_tokens, prefix_tokens):
+    def prefill_pairs(self, chunk_tokens, prefix_tokens):
         # query i of the chunk attends to min(C + i, W) keys
-        return 4.0 * self.num_heads * self.head_dim * causal_pairs(chunk_tokens, prefix_tokens, self.window)
+        return causal_pairs(chunk_tokens, prefix_tokens, self.window)

@@ -1,0 +1,92 @@
+"""Weights on one rank: what each layer group's parts hold and stream at their checkpoint dtypes
+(planner.models.quant), and the projection and MLP FLOPs those weights run, by dtype. Split out
+of planner.step (the step model imports these; `planner.step.weights_resident_bytes` stays its
+name for callers).
+
+Mixers: a head-sharding layout splits a variant's head-sharded parts over T and keeps the rest
+whole (engines replicate the fused q_a/kv_a projection and DSA's indexer), a replicating layout
+keeps everything whole. MLPs: the variant's own per-rank split (planner.models.mlp).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from planner.deployment import Deployment
+from planner.layouts.base import ShareInputs
+from planner.models.mlp.base import component_part
+from planner.units import WEIGHT_BYTES_PER_PARAM
+
+HEAD_BYTES_PER_PARAM = 2.0  # LM head and embeddings stay bf16 in FP8 checkpoints (reference/models.md)
+
+
+def mixer_params_on_rank(dep: Deployment, group) -> dict[str, float]:
+    """One layer group's mixer parameters on one rank, by component (one layer)."""
+    lay, t = dep.attention_layout, dep.ranks
+    return {k: p.params / (t if lay.weights_sharded and p.head_sharded else 1.0)
+            for k, p in group.mixer.weight_parts().items()}
+
+
+def _add(out: dict, key: str, v) -> None:
+    out[key] = out.get(key, 0.0) + v
+
+
+def weights_resident_bytes(dep: Deployment) -> dict[str, float]:
+    """Weight bytes resident on one rank, by component; each layer group's parts at their own
+    checkpoint dtype (planner.models.quant) unless the deployment gives one."""
+    m, t, lay = dep.model, dep.ranks, dep.attention_layout
+    out: dict[str, float] = {}
+    for g in m.layers:
+        if g.mixer is not None:
+            wb = WEIGHT_BYTES_PER_PARAM[dep.part_dtype(g, "mixer")]
+            for k, v in mixer_params_on_rank(dep, g).items():
+                _add(out, f"{k}_weights", v * wb * g.count)
+        if g.mlp is not None:
+            for k, v in g.mlp.rank_resident_params(t, dep.moe).items():
+                _add(out, f"{k}_weights", v * WEIGHT_BYTES_PER_PARAM[dep.part_dtype(g, component_part(k))] * g.count)
+    emb = m.embedding_params / t if lay.head_sharded else m.embedding_params
+    out["embedding_weights"] = emb * HEAD_BYTES_PER_PARAM
+    return out
+
+
+def weight_work(dep: Deployment, inp: ShareInputs, projected: np.ndarray, points: int):
+    """Weight bytes read, projection / MLP FLOPs (by component) and those FLOPs by dtype, of one
+    rank's step: every layer group at its parts' dtypes. NOTE: groups that share a variant and its
+    dtypes are priced once (Qwen3.5's GDN and attention layers share one MoE): the sweep's speed."""
+    m, t = dep.model, dep.ranks
+    mixer_params: dict[tuple[str, str], float] = {}  # (component, dtype) -> params on the rank, all layers
+    mlp_groups: dict[tuple, float] = {}
+    for g in m.layers:
+        if g.mixer is not None:
+            dt = dep.part_dtype(g, "mixer")
+            for k, v in mixer_params_on_rank(dep, g).items():
+                mixer_params[(k, dt)] = mixer_params.get((k, dt), 0.0) + v * g.count
+        if g.mlp is not None:
+            key = (g.mlp, tuple(dep.part_dtype(g, p) for p in ("routed_experts", "shared_experts", "dense_mlp")))
+            mlp_groups[key] = mlp_groups.get(key, 0.0) + g.count
+    hbm: dict[str, np.ndarray] = {}
+    flops: dict[str, np.ndarray] = {}
+    coef: dict[str, float] = {}
+    by_coef: dict[str, float] = {}
+    for (k, dt), v in mixer_params.items():
+        hbm[f"{k}_weights"] = hbm.get(f"{k}_weights", 0.0) + v * WEIGHT_BYTES_PER_PARAM[dt]
+        coef[k] = coef.get(k, 0.0) + 2.0 * v
+        by_coef[dt] = by_coef.get(dt, 0.0) + 2.0 * v
+    hbm = {k: np.full(points, v) for k, v in hbm.items()}
+    flops = {f"{k}_proj": projected * c for k, c in coef.items()}
+    by_dtype: dict[str, np.ndarray] = {dt: projected * c for dt, c in by_coef.items()}
+    for (mlp, dts), n in mlp_groups.items():
+        part = dict(zip(("routed_experts", "shared_experts", "dense_mlp"), dts))
+        for k, v in mlp.rank_read_params(inp.step_tokens, t, dep.moe).items():
+            acc(hbm, f"{k}_weights", v, n * WEIGHT_BYTES_PER_PARAM[part[component_part(k)]])
+        for k, v in mlp.rank_flops(inp.step_tokens, t, dep.moe).items():
+            f = v * n
+            acc(flops, k, f, 1.0)
+            acc(by_dtype, part[component_part(k)], f, 1.0)
+    return hbm, flops, by_dtype
+
+
+def acc(out: dict, key: str, v, scale: float) -> None:
+    """out[key] += v · scale, without a multiply when scale is 1 and without an add for a new key."""
+    x = v if scale == 1.0 else v * scale
+    out[key] = out[key] + x if key in out else x
