@@ -75,14 +75,20 @@ def planning(command: str, func: Callable) -> Callable:
             reading = parse_launch(text, kwargs.get("model"))
             kwargs = merge(command, reading, kwargs, defaults)
             print_reading(reading)
-            if reading.max_context_tokens and "context" in kwargs:
-                warn_context(kwargs["context"], reading.max_context_tokens, "the launch line's context window")
+        warnings = []
+        if text and reading.max_context_tokens and "context" in kwargs:
+            warnings.append(warn_context(kwargs["context"], reading.max_context_tokens, "the launch line's context window"))
         model = kwargs.get("model")
         if "context" in kwargs and isinstance(model, str):
             window = model_window_tokens(model)
             if window:
-                warn_context(kwargs["context"], window, f"{model}'s window (max_position_embeddings)")
-        return func(**kwargs)
+                warnings.append(warn_context(kwargs["context"], window, f"{model}'s window (max_position_embeddings)"))
+        # NOTE: printed after the command succeeds: a refused input gets its one error line alone
+        result = func(**kwargs)
+        for w in warnings:
+            if w:
+                sys.stderr.write(w)
+        return result
 
     run.__signature__ = sig.replace(parameters=params)
     run.__annotations__ = {**getattr(func, "__annotations__", {}), "engine_args": EngineArgsOpt}
@@ -110,8 +116,8 @@ def model_window_tokens(model: str) -> int | None:
     return int(v) if isinstance(v, (int, float)) and v > 0 else None
 
 
-def warn_context(context_tokens: Any, window: int, whose: str) -> None:
-    """One warning line on stderr when the longest context exceeds `window`."""
+def warn_context(context_tokens: Any, window: int, whose: str) -> str:
+    """The warning line (for stderr) when the longest context exceeds `window`, else ''."""
     from cli.common import fmt_tokens, parse_tokens
 
     longest = 0.0
@@ -120,7 +126,8 @@ def warn_context(context_tokens: Any, window: int, whose: str) -> None:
             try:
                 longest = max(longest, parse_tokens(part.split("*")[0]))
             except SpecError:
-                return
+                return ""
     if longest > window:
-        sys.stderr.write(f"floorfirst: warning: context {fmt_tokens(longest)} tokens exceeds {whose} "
-                         f"({fmt_tokens(window)} tokens); the engine would refuse such requests\n")
+        return (f"floorfirst: warning: context {fmt_tokens(longest)} tokens exceeds {whose} "
+                f"({fmt_tokens(window)} tokens); the engine would refuse such requests\n")
+    return ""
