@@ -58,10 +58,7 @@ def kv_wall(loop: "ServingLoop", total: float) -> int:
         return k_kv
     dec = loop.dec
     decoding = dec.in_join_order()
-    # write back the decoders' contexts, which the victim keys read (NOTE: in numpy, once per wall:
-    # a Python pass over B per wall was most of a preemption-heavy simulation's time)
-    b = dec.b
-    loop.ctxf[dec.ids[:b]] = dec.c0[:b] + dec.dsteps
+    write_back_contexts(loop)
     owner_of = np.asarray(loop.owner, dtype=np.int64) if loop.is_owner[loop.layout] else None
     while dec.b and k_kv < 1:
         cand = decoding + loop.prefill_q
@@ -93,6 +90,14 @@ def kv_wall(loop: "ServingLoop", total: float) -> int:
         return -1
     loop.s1_now = dec.capped_sum(dec.dsteps) if loop.capped and dec.b else dec.s2
     return k_kv
+
+def write_back_contexts(loop: "ServingLoop") -> None:
+    """The decoders' current contexts into `loop.ctxf`, which the victim keys read (NOTE: in numpy,
+    once per wall or shed: a Python pass over B each time was most of a preemption-heavy
+    simulation's time; a victim's own `ctx` entry is written by `preempt`)."""
+    dec = loop.dec
+    loop.ctxf[dec.ids[:dec.b]] = dec.c0[:dec.b] + dec.dsteps
+
 
 def victim(loop: "ServingLoop", cand: list[int]) -> int:
     return victim_of(loop, np.asarray(cand, dtype=np.int64))
@@ -127,11 +132,9 @@ def preempt(loop: "ServingLoop", v: int) -> None:
 def shed(loop: "ServingLoop", tokens: float) -> None:
     """Preempt running requests (the ordering's victims) until `tokens` of KV are freed, keeping
     at least one: a switch whose memory fits only with less KV (`Decision.shed_kv_tokens`)."""
-    dec, ctx, ctxf = loop.dec, loop.ctx, loop.ctxf
+    dec, ctx = loop.dec, loop.ctx
     decoding = dec.in_join_order()
-    for i in decoding:  # write back: the victims' contexts are read below
-        ctx[i] = dec.context(i)
-    ctxf[decoding] = [ctx[i] for i in decoding]
+    write_back_contexts(loop)
     freed = 0.0
     while freed < tokens and len(decoding) + len(loop.prefill_q) > 1:
         cand = decoding + loop.prefill_q
