@@ -76,6 +76,16 @@ def is_file(path) -> bool:
         return False
 
 
+def file_stamp(path: str) -> tuple[int, int]:
+    """(mtime ns, size) of a file, the key a loader's cache is read under, so an edited file is read
+    again in a long-lived process; (0, 0) when it can't be stat'ed (the read that follows says why)."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return (0, 0)
+    return (st.st_mtime_ns, st.st_size)
+
+
 def path_kind(path, what: str) -> str:
     """'missing', 'file', 'folder' or 'other' (a FIFO, a device…) for a name given as a file; a name
     no file system can hold (a NUL, a component over 255 bytes) is one SpecError line."""

@@ -20,7 +20,6 @@ This module does not price anything (`planner.resources` does) and applies no en
 from __future__ import annotations
 
 import math
-import os
 from functools import lru_cache
 from pathlib import Path
 
@@ -30,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from planner.errors import SpecError
 from planner.hardware.host_link import HostLinkSpec
-from planner.inputs import HARDWARE_MAX_BYTES, field_error, is_file, load_yaml_file, path_kind, shown_path
+from planner.inputs import HARDWARE_MAX_BYTES, field_error, file_stamp, is_file, load_yaml_file, path_kind, shown_path
 from planner.units import MiB
 
 DATA_DIR = Path(__file__).parent / "data"
@@ -184,23 +183,15 @@ def _load_cached(key: str, stamp: tuple[int, int]) -> HardwareSpec:
     return _parse(Path(key))
 
 
-def _stamp(path: str) -> tuple[int, int]:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return (0, 0)  # the read that follows says what is wrong
-    return (st.st_mtime_ns, st.st_size)
-
-
 def load_hardware(name_or_path: str) -> HardwareSpec:
     """A built-in GPU by name (case-insensitive) or any YAML file by path."""
     builtin = DATA_DIR / f"{name_or_path.lower()}.yaml"
     if "/" not in name_or_path and is_file(builtin):
-        return _load_cached(str(builtin), _stamp(str(builtin)))
+        return _load_cached(str(builtin), file_stamp(str(builtin)))
     path = Path(name_or_path)
     kind = path_kind(path, "hardware file")
     if path.suffix in (".yaml", ".yml") or kind != "missing":
         if kind == "missing":
             raise SpecError(f"hardware file not found: {shown_path(name_or_path)}")
-        return _load_cached(str(path.resolve()), _stamp(str(path)))
+        return _load_cached(str(path.resolve()), file_stamp(str(path)))
     raise SpecError(f"unknown hardware '{shown_path(name_or_path)}'; built in: {', '.join(builtin_hardware_names())}, or a path to a YAML file")

@@ -13,13 +13,12 @@ of the wrong type or range, and cross-field nonsense, before any variant reads i
 
 from __future__ import annotations
 
-import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from planner.errors import SpecError
-from planner.inputs import MODEL_CONFIG_MAX_BYTES, check_number, is_file, load_json_file, path_kind, shown, shown_path
+from planner.inputs import MODEL_CONFIG_MAX_BYTES, check_number, file_stamp, is_file, load_json_file, path_kind, shown, shown_path
 from planner.models.attention.base import variant_for_layer
 from planner.models.config import HFConfig, LayerType
 from planner.models.mlp.base import mlp_for_layer
@@ -198,28 +197,20 @@ def _load_path(path: str, name: str, stamp: tuple[int, int], quant_stamp: tuple[
 
 def _quant_stamp(config_path: Path) -> tuple[int, int]:
     q = config_path.parent / QUANT_FILE
-    return _stamp(str(q)) if path_kind(q, "quantization config") != "missing" else (0, 0)
-
-
-def _stamp(path: str) -> tuple[int, int]:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return (0, 0)  # the read that follows says what is wrong
-    return (st.st_mtime_ns, st.st_size)
+    return file_stamp(str(q)) if path_kind(q, "quantization config") != "missing" else (0, 0)
 
 
 def load_model(name_or_path: str) -> ModelSpec:
     """A built-in card (case-insensitive name) or a config.json path (a directory holding one works too)."""
     card = CARDS_DIR / f"{name_or_path.lower()}.json"
     if "/" not in name_or_path and is_file(card):
-        return _load_path(str(card), name_or_path.lower(), _stamp(str(card)))
+        return _load_path(str(card), name_or_path.lower(), file_stamp(str(card)))
     path = Path(name_or_path)
     kind = path_kind(path, "model config")
     if kind == "folder" and path_kind(path / "config.json", "model config") != "missing":
         path, kind = path / "config.json", "file"
     if kind in ("file", "other"):  # a FIFO or a device is refused by the read, not called missing
-        return _load_path(str(path.resolve()), str(name_or_path), _stamp(str(path)), _quant_stamp(path))
+        return _load_path(str(path.resolve()), str(name_or_path), file_stamp(str(path)), _quant_stamp(path))
     if kind == "missing" and name_or_path.count("/") == 1 and path.suffix != ".json":
         card = card_for_repo(name_or_path)  # a Hugging Face repo id that matches a built-in card
         if card is not None:

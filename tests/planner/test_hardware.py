@@ -53,6 +53,15 @@ def test_user_yaml_by_path(tmp_path):
     assert hw.flops_per_s("fp8") == 500e12  # no fp8 path: bf16 rate
 
 
+def test_an_edited_yaml_is_read_again(tmp_path):
+    # the loader's cache is keyed by (mtime, size) (planner.inputs.file_stamp): an edit is seen
+    p = tmp_path / "toy.yaml"
+    p.write_text(HW_YAML)
+    assert planner.load_hardware(str(p)).name == "toy"
+    p.write_text(HW_YAML.replace("name: toy", "name: toy-edited"))
+    assert planner.load_hardware(str(p)).name == "toy-edited"
+
+
 @pytest.mark.parametrize("mutate, needle", [
     (lambda s: s.replace("  hbm_bytes: 80.0e9\n", ""), "hbm_bytes"),
     (lambda s: s.replace("2.0e12", "-2.0e12"), "hbm_bandwidth_bytes_per_s"),
