@@ -48,7 +48,7 @@ PARAM_NAMES: tuple[str, ...] = (
 )
 
 
-# NOTE: the fit's own bounds (calibration.fit EFF_MIN, MAX_LATENCY_S; a test keeps them equal): an
+# NOTE: the fit's own bounds (calibration.fit bounds its parameters by these same names): an
 # artifact the fit could not have written is refused. Overhead is bounded by the fit at the fastest
 # measured step; 10 s per step is far past any decode step and keeps predictions meaningful.
 EFF_MIN = 1e-3

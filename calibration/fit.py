@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 import numpy as np
 
 import planner
-from calibration.artifact import PARAM_NAMES, Calibration, DataSource, FitSummary, FittedParams, RowFeatures
+from calibration.artifact import EFF_MIN, MAX_LATENCY_S, PARAM_NAMES, Calibration, DataSource, FitSummary, FittedParams, RowFeatures
 from calibration.costs import ProfileCosts
 from planner.errors import SpecError
 
@@ -29,8 +29,6 @@ MIN_ROWS = 8
 ROWS_PER_PARAM = 3
 DEFAULT_LOSS = "soft_l1"
 DEFAULT_F_SCALE = 0.05
-EFF_MIN = 1e-3
-MAX_LATENCY_S = 1e-2
 # Internal scaling so every free variable is O(1) for the optimizer: latency in µs, overhead in ms.
 _SCALE = np.array([1, 1, 1, 1, 1, 1e-6, 1, 1e-3], dtype=np.float64)
 _SIGNAL = {  # which feature carries each parameter's signal

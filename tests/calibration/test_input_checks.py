@@ -41,10 +41,6 @@ def _mutated(path: str, value):
     return d
 
 
-def test_the_artifact_ranges_are_the_fits_bounds():
-    assert (artifact.EFF_MIN, artifact.MAX_LATENCY_S) == (fit.EFF_MIN, fit.MAX_LATENCY_S)
-
-
 @pytest.mark.parametrize("path, value, message", [
     ("params.hbm_kv_efficiency", 1e-320, "field 'params.hbm_kv_efficiency'=1e-320: Input should be greater than or equal to 0.001"),
     ("params.network_efficiency", 0.0, "greater than or equal to 0.001"),
