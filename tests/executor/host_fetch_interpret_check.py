@@ -1,5 +1,5 @@
 """The host tier's copy kernel (host_fetch.copy_units) under Triton's CPU interpreter (run by
-test_host_fetch_interpret.py with TRITON_INTERPRET=1; needs Triton).
+test_triton_interpret.py with TRITON_INTERPRET=1; needs Triton).
 
 Checks, for rows of 132, 584, 656 and 1152 bytes and units of 1 and 4 rows (rows aligned to 1 and
 to the unit, the tier's page starts): every listed unit lands exactly where its list says, entries outside [bounds[lo], bounds[hi]) and entries with a

@@ -1,5 +1,8 @@
-"""The Triton kernels on CPU through Triton's interpreter (skipped where Triton is not installed,
-as in CI; `pip install triton` to run it). See triton_interpret_check.py for what it checks."""
+"""The executor's Triton kernels on CPU through Triton's interpreter, one check script each (skipped
+where Triton is not installed, as in CI — `pip install triton` to run them — or where its interpreter
+can't run):
+- triton_interpret_check.py: the attention kernels against the torch reference;
+- host_fetch_interpret_check.py: the host tier's copy kernel moves exactly the listed units."""
 
 from __future__ import annotations
 
@@ -15,7 +18,8 @@ triton = pytest.importorskip("triton")
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _interpreter_works() -> bool:
+@pytest.fixture(scope="module")
+def interpreter_works() -> bool:
     """Triton 3.6's interpreter fails on numpy >= 2.4 (`int()` of a 1-element array); skip then."""
     probe = textwrap.dedent("""
         import torch, triton, triton.language as tl
@@ -33,10 +37,11 @@ def _interpreter_works() -> bool:
     return r.returncode == 0
 
 
-def test_kernels_match_the_reference_under_the_interpreter():
-    if not _interpreter_works():
+@pytest.mark.parametrize("script, timeout_s", [("triton_interpret_check.py", 1200), ("host_fetch_interpret_check.py", 900)])
+def test_kernel_check_passes_under_the_interpreter(interpreter_works, script, timeout_s):
+    if not interpreter_works:
         pytest.skip("this Triton's CPU interpreter does not run here (numpy >= 2.4 with Triton 3.6)")
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    r = subprocess.run([sys.executable, str(Path(__file__).with_name("triton_interpret_check.py"))], env=env,
-                       capture_output=True, text=True, timeout=1200, cwd=ROOT)
+    r = subprocess.run([sys.executable, str(Path(__file__).with_name(script))], env=env,
+                       capture_output=True, text=True, timeout=timeout_s, cwd=ROOT)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
