@@ -32,14 +32,11 @@ class Choices:
 
 
 def layout_names() -> tuple[str, ...]:
-    """The attention layouts, the planner's order first, then any registered later. NOTE: the same
-    order as runtime_policy.tables.layout_names (not imported here: the CLI must start fast)."""
+    """The attention layouts in the planner's registry order (`planner.ATTN_LAYOUTS`: each layout's
+    declared `order`, then by name), which runtime_policy.tables.layout_names also reads."""
     import planner
-    from planner.layouts.base import attention_layouts
 
-    reg = attention_layouts()
-    known = [n for n in planner.ATTN_LAYOUTS if n in reg]
-    return tuple(known + [n for n in reg if n not in known])
+    return tuple(planner.ATTN_LAYOUTS)
 
 
 def moe_names() -> tuple[str, ...]:
