@@ -1,7 +1,8 @@
 """Planner speed: operating points per second for a vectorized sweep, and the wall time of one
 `floorfirst floor` call (process start to exit).
 
-Targets (issue 2): ≥ 1,000,000 points/s on one core; one CLI call < 0.5 s.
+Targets: ≥ 3,000,000 points/s on one core (the project's standard; issue 2 asked for 1,000,000); one CLI call
+< 0.5 s (aim < 0.2 s).
 Prints a short table, then one JSON document as the last line.
 Usage: python benchmarks/planner_speed.py [--points N] [--repeats R] [--out FILE]
 """
@@ -75,7 +76,7 @@ def main() -> None:
         "points_per_s": min(rates.values()),
         "points_per_s_by_attn": rates,
         "cli_floor_wall_s": cli,
-        "target_points_per_s": 1_000_000,
+        "target_points_per_s": 3_000_000,
         "target_cli_floor_wall_s": 0.5,
         "conditions": {
             "cpu": cpu_name(), "cores_visible": os.cpu_count(), "python": platform.python_version(),
