@@ -71,7 +71,9 @@ class RankRunner:
         self.use_graphs = groups.is_cuda if use_graphs is None else use_graphs
         self.headroom_pages = headroom_pages if headroom_pages is not None else (4 if groups.is_cuda else 1)
         self.exec: StepExec | None = None
-        self.retired: list = []  # replaced execs/states kept until the next switch (in-flight replays)
+        # replaced execs and states, each with the event after the last work that may read them:
+        # kept until the device has passed it (in-flight replays), dropped by `reap_retired`
+        self.retired: list = []
         self.seq_lens: dict[int, int] = {}
         self.order: list[int] = []
         self.owner_of: dict[int, int] = {}  # each request's owner as the caller keeps it (every layout)
@@ -258,6 +260,22 @@ class RankRunner:
             x = x + f
         return x
 
+    def retire(self, obj) -> None:
+        """Keep `obj` (a replaced StepExec or LayoutState) alive until the work enqueued so far,
+        which may still read its tensors, is done. NOTE: on CUDA a replay returns before the device
+        runs it, so a replaced graph's buffers must outlive its last launch; an event recorded on
+        the main stream now is passed when every launch before it is done (the main stream waited
+        on the side stream before any commit retires a state). On CPU work is synchronous: no event."""
+        ev = None
+        if self.g.is_cuda:
+            ev = torch.cuda.Event()
+            ev.record(torch.cuda.current_stream(self.g.device))
+        self.retired.append((obj, ev))
+
+    def reap_retired(self) -> None:
+        """Drop the retired objects whose event the device has passed."""
+        self.retired[:] = [x for x in self.retired if x[1] is not None and not x[1].query()]
+
     # ---- the step ----------------------------------------------------------------------------
     def step(self) -> torch.Tensor:
         """One decode step of every running request. Returns the final residual [B, D] (on CUDA
@@ -267,11 +285,13 @@ class RankRunner:
         sw = self.switch
         if sw is not None:
             sw.before_step(self)
+        if self.retired:
+            self.reap_retired()
         rows, toks, ex = sw.guard(self, self._host_work) if sw is not None and sw.guarding else self._host_work()
         if ex is not None:
             ex.prepare(self.seq_lens)
             if self.exec is not None:
-                self.retired.append(self.exec)
+                self.retire(self.exec)
             self.exec = ex
         self.exec.inputs.upload(self.seq_lens, rows, toks)
         x = self.exec.run()

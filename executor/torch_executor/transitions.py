@@ -248,7 +248,7 @@ class Transition:
             for h in self.new.heads:  # made on the side stream, read by the main stream after commit
                 for x in h.tensors():
                     x.record_stream(main)
-        runner.retired.clear()  # execs replaced before this switch: their last replays are long done
+        runner.reap_retired()  # execs replaced before this switch whose last replays are done
         self.state = SwitchState.COPYING
         self.new_exec.prepare(runner.seq_lens)
         if self.faults is not None and self.faults.starve_rank == r:
@@ -341,7 +341,7 @@ class Transition:
             torch.cuda.current_stream(runner.g.device).wait_stream(runner.side_stream)
         self._old, self._old_exec = runner.state, runner.exec
         if runner.exec is not None:
-            runner.retired.append(runner.exec)
+            runner.retire(runner.exec)
         runner.state, runner.exec = self.new, self.new_exec
         self.state = SwitchState.COMMITTED
         self.probation = self._fallback = True
@@ -362,7 +362,7 @@ class Transition:
         runner.alloc.release([s for s in old.table.slots() if s not in keep])
         if new.weight_slots is not old.weight_slots:
             runner.alloc.unreserve(old.weight_slots)
-        runner.retired.append(old)  # its tensors may still be read by the last source replay
+        runner.retire(old)  # its tensors may still be read by the last source replay
         self._old = self._old_exec = None
 
     def _rollback(self, runner, reason: str) -> None:
@@ -373,8 +373,8 @@ class Transition:
         if new.weight_slots is not old.weight_slots:
             runner.alloc.unreserve(new.weight_slots)
         if runner.exec is not None:
-            runner.retired.append(runner.exec)
-        runner.retired.append(new)
+            runner.retire(runner.exec)
+        runner.retire(new)
         runner.state, runner.exec = old, self._old_exec
         self._give_back_spare(runner)
         self._old = self._old_exec = None
@@ -403,7 +403,7 @@ class Transition:
                 runner.alloc.unreserve(new.weight_slots)
         self.new = None
         if self.new_exec is not None:
-            runner.retired.append(self.new_exec)
+            runner.retire(self.new_exec)
             self.new_exec = None
         runner.alloc.release(self.deferred_free)
         self.deferred_free = []

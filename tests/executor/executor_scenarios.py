@@ -74,6 +74,17 @@ def scenario_all(g, dims=None, faults: bool = True) -> dict:
         runner.add_requests({0: 9})
         out[f"single_request_err/{kind}"] = max(rel_err(runner.step(), rf) for rf in ref1_out[:1])
 
+    # 1c. the batch changes every step (a request leaves, another joins): each step replaces the
+    # executable, and the replaced ones are dropped once the device is past them (CPU: at once)
+    runner = _runner(g, "dp", dims=dims)
+    retired = []
+    for s in range(STEPS):
+        runner.finish_request(s % len(LENGTHS) if s < len(LENGTHS) else 100 + s - len(LENGTHS))
+        runner.add_requests({100 + s: 3 + s})
+        runner.step()
+        retired.append(len(runner.retired))
+    out["retired_per_step/dp"] = retired
+
     # 2. each of the 12 switches mid-decode
     for src, dst in PAIRS:
         runner = _runner(g, src, dims=dims)

@@ -32,6 +32,11 @@ def test_layout_matches_single_device_reference(results, kind):
     assert results[f"single_request_err/{kind}"] <= FP32_TOL  # ranks that own no request
 
 
+def test_replaced_executables_do_not_accumulate(results):
+    # CPU work is synchronous: what a step replaced is dropped at the next step's start
+    assert results["retired_per_step/dp"] == [0] + [1] * (sc.STEPS - 1)  # the first step replaced nothing
+
+
 @pytest.mark.parametrize("pair", sc.PAIRS, ids=lambda p: f"{p[0]}-{p[1]}")
 def test_switch_mid_decode_keeps_outputs_and_kv(results, pair):
     key = f"{pair[0]}->{pair[1]}"
