@@ -84,14 +84,14 @@ def max_concurrency(dep: Deployment, context, fits=None) -> np.ndarray:
     if pool <= 0:
         return lo
     test = fits if fits is not None else (decode_kv_fits if dep.host_tier is not None else None)  # NOTE: issue 17's hook
-    state_pool = dep.memory.state_wall_bytes
+    state_pool, window_pool = dep.memory.state_wall_bytes, dep.memory.window_pool_bytes
 
     def fits(batch):
         load = DecodeLoad.equal(batch, ctx)
         if test is not None:
             return test(dep, load)
-        kv, state = decode_resident_bytes(dep, load)
-        return memory_fits(kv, state, pool, state_pool)
+        kv, state, window = decode_resident_bytes(dep, load)
+        return memory_fits(kv, state, pool, state_pool, window, window_pool)
 
     fits_hi = fits(hi)
     lo = np.where(fits_hi, hi, lo)
@@ -111,6 +111,8 @@ def capacity(dep: Deployment, context) -> Capacity:
     per_tok = kv_bytes_per_token(dep)
     rep = kv_replication(dep)
     distinct = max(pool, 0.0) * dep.ranks / rep / per_tok * dep.replicas
+    if dep.memory.window_pool_bytes is not None:  # SGLang's hybrid SWA pools: the full layers' tokens bind
+        distinct = dep.memory.kv_pool_tokens * dep.memory.kv_bytes_per_token * dep.ranks / rep / per_tok * dep.replicas
     ctx = np.atleast_1d(np.asarray(context, dtype=np.float64))
     most = max_concurrency(dep, ctx)
     return Capacity(
@@ -131,11 +133,16 @@ def capacity(dep: Deployment, context) -> Capacity:
 
 def binding_memory(dep: Deployment, ctx: np.ndarray, most: np.ndarray) -> tuple[str, ...]:
     """Which memory one more request would overflow at each context: 'kv_pages', 'state_slots'
-    (a separate state pool or its running-request cap) or 'shared_pool' (one pool for both)."""
+    (a separate state pool or its running-request cap), 'shared_pool' (one pool for both), or with
+    SGLang's hybrid SWA pools 'full_attention_pool' / 'sliding_window_pool'."""
     pool, state_pool = kv_pool_bytes(dep), dep.memory.state_wall_bytes
     if pool <= 0:
         return tuple("none" for _ in ctx)
-    kv, state = decode_resident_bytes(dep, DecodeLoad.equal(most + 1.0, ctx))
+    kv, state, window = decode_resident_bytes(dep, DecodeLoad.equal(most + 1.0, ctx))
+    window_pool = dep.memory.window_pool_bytes
+    if window_pool is not None:
+        return tuple("sliding_window_pool" if w > window_pool else "full_attention_pool"
+                     for w in np.broadcast_to(window, ctx.shape))
     if state_pool is None:
         return tuple("shared_pool" if s > 0 else "kv_pages" for s in np.broadcast_to(state, ctx.shape))
     return tuple("kv_pages" if k > pool else "state_slots" for k in kv)

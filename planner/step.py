@@ -35,6 +35,7 @@ from planner.errors import SpecError
 from planner.host_tier import HostTierCost, rank_tier
 from planner.layouts.base import SCALEOUT, SCALEUP, AttentionShare, Collective, ShareInputs, link_bytes_by_tier
 from planner.load import DecodeLoad, busiest_owner_counts
+from planner.models.attention.base import WINDOW
 from planner.resources.vector import TIMED_RESOURCES, Pricing, ResourceTimes, price
 from planner.step_weights import HEAD_BYTES_PER_PARAM, acc, weight_work, weights_resident_bytes  # noqa: F401 (re-exported)
 
@@ -71,6 +72,10 @@ class StepCost:
     host_tier: HostTierCost | None = None  # the deployment's host KV tier on the busiest rank (planner.host_tier)
     state_resident_bytes: np.ndarray | None = None  # [P] per-request state bytes on the busiest rank
     state_pool_bytes: float | None = None  # the engine's state pool per GPU; None: states share the KV pool
+    # [P] the sliding layers' part of kv_resident_bytes, and their own pool (SGLang's hybrid SWA
+    # pools, planner.engines.sglang.swa_pools); None: windows share the KV pool
+    window_resident_bytes: np.ndarray | None = None
+    window_pool_bytes: float | None = None
 
     @property
     def network_bytes_scaleup_equivalent(self) -> np.ndarray:
@@ -102,7 +107,8 @@ class StepCost:
     def kv_fits(self) -> np.ndarray:
         """[P] both kinds of memory fit (planner.engines: a separate state pool, or one shared pool)
         and, with a host tier, host memory (its second wall; the HBM part is its resident part)."""
-        fits = memory_fits(self.kv_resident_bytes, self.state_resident_bytes, self.kv_pool_bytes, self.state_pool_bytes)
+        fits = memory_fits(self.kv_resident_bytes, self.state_resident_bytes, self.kv_pool_bytes, self.state_pool_bytes,
+                           self.window_resident_bytes, self.window_pool_bytes)
         return fits if self.host_tier is None else fits & self.host_tier.host_fits
 
     @property
@@ -127,9 +133,15 @@ class StepCost:
         return np.where(self.feasible, self.batch / self.floor_sum_s, np.nan)
 
 
-def memory_fits(kv, state, kv_pool: float, state_pool: float | None) -> np.ndarray:
+def memory_fits(kv, state, kv_pool: float, state_pool: float | None, window=None,
+                window_pool: float | None = None) -> np.ndarray:
     """Per-token pages fit the KV pool and per-request states fit theirs (SGLang's separate mamba
-    pool), or, with one shared pool (`state_pool` None: vLLM's hybrid pages), both fit it together."""
+    pool), or, with one shared pool (`state_pool` None: vLLM's hybrid pages), both fit it together.
+    With SGLang's hybrid SWA pools (`window_pool` not None) `kv_pool` holds both pools: the sliding
+    layers' `window` bytes must fit theirs and the rest of `kv` the full layers' pool."""
+    if window_pool is not None and window is not None:
+        split = (kv - window <= kv_pool - window_pool) & (window <= window_pool)
+        return split & memory_fits(kv, state, kv_pool, state_pool)
     if state_pool is not None:
         return (kv <= kv_pool) & (kv_pool > 0) & (state <= state_pool)
     if state is not None and np.any(state):
@@ -163,17 +175,22 @@ def share_inputs(dep: Deployment, g: DecodeLoad, pre, pre_ctx=None, q=None) -> l
             for v, n in mixers]
 
 
-def decode_resident_bytes(dep: Deployment, load: DecodeLoad) -> tuple[np.ndarray, np.ndarray]:
-    """[P] (per-token-page bytes, per-request state bytes) resident on the busiest rank for decode
-    alone (no prefill chunk): what `step_cost(dep, load)` holds, without pricing the step."""
+def decode_resident_bytes(dep: Deployment, load: DecodeLoad) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """[P] (per-token-page bytes, per-request state bytes, the sliding layers' part of the first
+    where they have a pool of their own, else None) resident on the busiest rank for decode alone
+    (no prefill chunk): what `step_cost(dep, load)` holds, without pricing the step."""
     g = group_load(load, dep.replicas)
     zeros = np.zeros(load.points)
     kv, state = np.zeros(load.points), np.zeros(load.points)
+    split = dep.memory.window_pool_bytes is not None
+    window = np.zeros(load.points) if split else None
     for inp, n in share_inputs(dep, g, zeros):
         sh = dep.attention_layout.share(inp)
         kv = kv + sh.kv_stored_bytes * n
         state = state + sh.state_stored_bytes * n
-    return kv, state
+        if split and inp.attention.memory_kinds() == {WINDOW}:
+            window = window + sh.kv_stored_bytes * n
+    return kv, state, window
 
 
 def decode_kv_resident_bytes(dep: Deployment, load: DecodeLoad) -> np.ndarray:
@@ -202,6 +219,7 @@ def _rank_work(dep: Deployment, inp: ShareInputs, shares: list, points: int):
     flops["lm_head"] = 2.0 * sampled * m.head_params * head_frac
     lat: dict[str, np.ndarray] = {}
     res: dict[str, np.ndarray] = {}
+    split = dep.memory.window_pool_bytes is not None  # SGLang's hybrid SWA pools
     att_names: set[str] = set()
     q = inp.query_tokens
     for share, variant, n in shares:
@@ -224,6 +242,8 @@ def _rank_work(dep: Deployment, inp: ShareInputs, shares: list, points: int):
             for x in share.topk_row_tokens:
                 acc(lat, "topk", variant.topk_latency_s(x), L)
         acc(res, "kv", share.kv_stored_bytes, L)
+        if split and variant.memory_kinds() == {WINDOW}:
+            acc(res, "window", share.kv_stored_bytes, L)
         if not (np.isscalar(share.state_stored_bytes) and share.state_stored_bytes == 0.0):
             acc(res, "state", share.state_stored_bytes, L)
     zeros = np.zeros(points)
@@ -231,9 +251,10 @@ def _rank_work(dep: Deployment, inp: ShareInputs, shares: list, points: int):
         d.setdefault(key, zeros)
     kv_res = res["kv"]
     state_res = np.broadcast_to(np.asarray(res.get("state", 0.0), dtype=np.float64), (points,))
+    window_res = np.broadcast_to(np.asarray(res.get("window", 0.0), dtype=np.float64), (points,)) if split else None
     bf16_names = {"lm_head", "head_padding", *att_names}
     by_dtype["bf16"] = by_dtype.get("bf16", 0.0) + sum(flops[k] for k in bf16_names)
-    return hbm, flops, by_dtype, lat, kv_res, state_res
+    return hbm, flops, by_dtype, lat, kv_res, state_res, window_res
 
 
 def _network(dep: Deployment, inps: list[tuple[ShareInputs, int]], points: int):
@@ -312,7 +333,7 @@ def step_cost(dep: Deployment, load: DecodeLoad, prefill_tokens=0.0, pricing: Pr
         # NOTE: candidate c is the same rank in every group (the decode-busiest owner, or the one
         # running the prefill chunk), so its work is the sum over the groups' c-th shares.
         shares = [(cands[c], v, n) for cands, v, n in per_variant]
-        hbm, flops, by_dtype, latency, kv_res, state_res = _rank_work(dep, inp, shares, pts)
+        hbm, flops, by_dtype, latency, kv_res, state_res, window_res = _rank_work(dep, inp, shares, pts)
         host = (rank_tier(dep, inps[tier_group][0], per_variant[tier_group][0][c])
                 if dep.host_tier is not None else None)
         t = price(sum(hbm.values()), by_dtype, tier_b[SCALEUP], tier_m[SCALEUP], pricing,
@@ -324,7 +345,7 @@ def step_cost(dep: Deployment, load: DecodeLoad, prefill_tokens=0.0, pricing: Pr
         # time the SMs spend: it adds to the compute resource's time, so floor_sum counts it whole
         # and floor_max hides it only behind a larger resource, as perfect overlap would.
         times = replace(t, compute_s=t.compute_s + sum(latency.values()))
-        cand = (times, hbm, flops, by_dtype, latency, kv_res, state_res, host)
+        cand = (times, hbm, flops, by_dtype, latency, kv_res, state_res, host, window_res)
         if best is None:
             best = cand
             continue
@@ -332,8 +353,9 @@ def step_cost(dep: Deployment, load: DecodeLoad, prefill_tokens=0.0, pricing: Pr
         picked = ResourceTimes(*(np.where(keep, x, y) for x, y in zip(best[0].stacked(), times.stacked())))
         best = (picked, *(_select(keep, best[i], cand[i]) for i in range(1, 5)),
                 *(np.where(keep, best[i], cand[i]) for i in (5, 6)),
-                None if host is None else best[7].where(keep, host))
-    times, hbm, flops, by_dtype, latency, kv_res, state_res, host = best
+                None if host is None else best[7].where(keep, host),
+                None if window_res is None else np.where(keep, best[8], window_res))
+    times, hbm, flops, by_dtype, latency, kv_res, state_res, host, window_res = best
     hbm_total = sum(hbm.values())
     components = {"hbm_bytes": hbm, "flops": flops, "network_bytes": net_b, "network_messages": net_m, "latency_s": latency}
     if host is not None:
@@ -351,6 +373,8 @@ def step_cost(dep: Deployment, load: DecodeLoad, prefill_tokens=0.0, pricing: Pr
         kv_resident_bytes=kv_res,
         kv_pool_bytes=plan.kv_pool_bytes,
         state_resident_bytes=state_res,
+        window_resident_bytes=window_res,
+        window_pool_bytes=plan.window_pool_bytes,
         state_pool_bytes=plan.state_wall_bytes,
         weights_resident_bytes=plan.weights_bytes,
         times=times,

@@ -77,11 +77,22 @@ class MemoryPlan:
     state_pool_bytes: float | None = None  # a separate per-request state pool (SGLang's mamba pool); None: shared
     state_bytes_per_request: float = 0.0  # per-request state on this rank (all layers)
     max_running_requests: float = math.inf  # the engine's cap on running requests per GPU (SGLang: mamba slots / ratio)
+    # SGLang's hybrid SWA pools (engines/sglang.py swa_pools): (full-attention layers' pool bytes,
+    # sliding layers' pool bytes) on this GPU; None: window layers share the KV pool
+    swa_pool_bytes: tuple[float, float] | None = None
 
     @property
     def kv_pool_bytes(self) -> float:
-        """KV bytes the pool holds on this GPU (0 when infeasible; never negative)."""
+        """KV bytes the pool holds on this GPU (0 when infeasible; never negative); with SGLang's
+        hybrid SWA pools, both pools together."""
+        if self.swa_pool_bytes is not None:
+            return self.swa_pool_bytes[0] + self.swa_pool_bytes[1]
         return self.kv_pool_tokens * self.kv_bytes_per_token
+
+    @property
+    def window_pool_bytes(self) -> float | None:
+        """The sliding layers' own pool (SGLang hybrid SWA); None: windows share the KV pool."""
+        return None if self.swa_pool_bytes is None else self.swa_pool_bytes[1]
 
     @property
     def state_wall_bytes(self) -> float | None:
@@ -112,6 +123,8 @@ class MemoryPlan:
             # NOTE: present only with a separate state pool (no nulls: the documents' nullable fields are a contract)
             **({} if self.state_pool_bytes is None else
                {"state_pool_bytes": self.state_pool_bytes, "max_running_requests": self.max_running_requests}),
+            **({} if self.swa_pool_bytes is None else
+               {"full_attention_pool_bytes": self.swa_pool_bytes[0], "sliding_window_pool_bytes": self.swa_pool_bytes[1]}),
         }
 
 
@@ -155,6 +168,13 @@ def kv_bytes_on_rank(dep: "Deployment") -> float:
     full record for owner and CP layouts, the record over each variant's head split for TP (1 for
     MLA's single latent)."""
     return float(sum(v.token_bytes(dep.kv_dtype) * n / _tp_split(dep, v) for v, n in dep.model.mixers))
+
+
+def kind_bytes_on_rank(dep: "Deployment", kind: str) -> float:
+    """`kv_bytes_on_rank` of the layer groups whose cache is all of one memory kind ('token' or
+    'window'): what SGLang's hybrid SWA split calls F·n_full and S·n_swa."""
+    return float(sum(v.token_bytes(dep.kv_dtype) * n / _tp_split(dep, v) for v, n in dep.model.mixers
+                     if v.memory_kinds() == {kind}))
 
 
 def state_bytes_on_rank(dep: "Deployment") -> float:

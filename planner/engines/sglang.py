@@ -43,9 +43,11 @@ from typing import TYPE_CHECKING
 
 import math
 
-from planner.engines.base import (EngineMemoryModel, MemoryPlan, infeasible_reason, kv_bytes_on_rank,
-                                  register_engine, state_bytes_on_rank, weights_resident, whole_page_tokens)
+from planner.engines.base import (EngineMemoryModel, MemoryPlan, infeasible_reason, kind_bytes_on_rank,
+                                  kv_bytes_on_rank, register_engine, state_bytes_on_rank, weights_resident,
+                                  whole_page_tokens)
 from planner.errors import SpecError
+from planner.models.attention.base import TOKEN, WINDOW
 from planner.units import MiB
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -111,6 +113,42 @@ def mamba_pool(dep: "Deployment", rest_bytes: float, state_per_request: float) -
     slots = math.floor(rest_bytes * r / (1.0 + r) / state_per_request)
     pool = slots * state_per_request
     return pool, float(slots), rest_bytes - pool
+
+
+# NOTE: sgl-project/sglang, python/sglang/srt/configs/model_config.py `is_hybrid_swa_model` (the
+# architectures whose sliding layers get a pool of their own; `--disable-hybrid-swa-memory` turns
+# it off) and model_executor/model_runner_kv_cache_mixin.py `_resolve_hybrid_swa_tokens`: the
+# profiled token_capacity (rest over the cell of every layer) is re-split so that
+#   full_tokens·F·n_full + swa_tokens·S·n_swa = token_capacity·(F·n_full + S·n_swa),
+#   swa_tokens = swa_full_tokens_ratio·full_tokens          (server_args.py default 0.8),
+# each aligned down to whole pages; max_total_num_tokens = full_tokens, and an allocation must
+# succeed in both pools (SWATokenToKVPoolAllocator.available_size is their min). The sliding pool
+# frees what slides out of the window during decode (ScheduleBatch.maybe_evict_swa, once per
+# window of steps: a request holds between one and two windows there; this model charges the
+# variant's one window). Ignores: DeepSeek-V4's own compressed-pool sizing (not this path).
+HYBRID_SWA_ARCHITECTURES = frozenset({
+    "Llama4ForConditionalGeneration", "GptOssForCausalLM", "MiMoV2FlashForCausalLM", "MiMoV2MTP",
+    "Step3p5ForCausalLM", "Step3p5MTP", "Gemma4ForCausalLM", "Gemma4ForConditionalGeneration"})
+SWA_FULL_TOKENS_RATIO = 0.8
+
+
+def swa_pools(dep: "Deployment", token_capacity: float) -> tuple[float, float, float] | None:
+    """(full_tokens, full-layer pool bytes, sliding-layer pool bytes) of SGLang's hybrid SWA split
+    of `token_capacity` on one GPU; None when SGLang keeps one pool for the model (an architecture
+    outside `HYBRID_SWA_ARCHITECTURES`, or not a stack of only full and sliding layers)."""
+    m = dep.model
+    if m.architecture not in HYBRID_SWA_ARCHITECTURES:
+        return None
+    if any(v.memory_kinds() not in ({TOKEN}, {WINDOW}) for v, _ in m.mixers):
+        return None
+    full, swa = kind_bytes_on_rank(dep, TOKEN), kind_bytes_on_rank(dep, WINDOW)
+    if full <= 0 or swa <= 0:
+        return None
+    page = dep.page_tokens
+    r = SWA_FULL_TOKENS_RATIO
+    full_tokens = math.floor(token_capacity * (full + swa) / (full + r * swa) / page) * page
+    swa_tokens = math.floor(full_tokens * r / page) * page
+    return float(full_tokens), full_tokens * full, swa_tokens * swa
 
 
 def _dp_attention(dep: "Deployment") -> bool:
@@ -190,6 +228,12 @@ class SGLang(EngineMemoryModel):
                       "page_size": dep.page_tokens, "context_bytes": hw.memory.context_bytes},
             source=SOURCE,
         )
+        split = swa_pools(dep, tokens) if tokens > 0 else None
+        if split is not None:
+            full_tokens, full_pool, swa_pool = split
+            kw.update(kv_pool_tokens=full_tokens, swa_pool_bytes=(full_pool, swa_pool))
+            kw["defaults"].update(swa_full_tokens_ratio=SWA_FULL_TOKENS_RATIO, full_max_total_num_tokens=full_tokens,
+                                  swa_max_total_num_tokens=swa_pool / kind_bytes_on_rank(dep, WINDOW))
         if state_pool is not None:
             kw.update(state_pool_bytes=state_pool, state_bytes_per_request=state,
                       max_running_requests=math.floor(slots / MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO))
