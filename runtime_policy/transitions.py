@@ -125,6 +125,8 @@ def kv_held_bytes(tables: StepTimeTable, layout: int, kv_total_bytes: float, kv_
 def _kv_recv(tables: StepTimeTable, src: int, dst: int, total: float, own: float) -> float:
     """Busiest rank's received KV bytes (see the table in the module docstring)."""
     info, t = tables.info, float(tables.ranks)
+    if info.twin.size and info.twin[src] == dst:
+        return 0.0  # a layout and its host-tier twin place KV alike (the tier's copy is `tier_bytes`)
     s_src, s_dst = info.kv_total_share[src], info.kv_total_share[dst]
     if info.is_owner[dst]:
         if info.is_owner[src]:
