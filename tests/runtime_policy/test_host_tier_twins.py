@@ -126,6 +126,10 @@ def test_a_switch_of_tier_and_placement_pays_both(twins):
     # the way back (DP+host → CP) fills CP's slice: 1/8 of all KV, 9.79 GB × 0.897 over the host link
     q = plan_transition(twins, dph, cp, total, own)
     assert q.fill_bytes_per_rank == pytest.approx(total / 8 * HF)
+    # to TP the fill is in TP's placement (fill last): every request on every rank, 78.32 GB × 0.897
+    q = plan_transition(twins, dph, twins.layouts.index("tp"), total, own)
+    assert q.fill_bytes_per_rank == pytest.approx(total * HF)
+    assert not q.feasible  # and TP's HBM-only pool (45.12 GB) can't hold 78.32 GB: refused
 
 
 def test_without_twins_the_per_layout_tier_is_the_tables_scalar(deps):
