@@ -111,6 +111,49 @@ def run(args) -> dict:
             "summary": summary, "rows": rows}
 
 
+def decide_latency(args, rounds: int = 3) -> dict:
+    """decide() with and without twins, on states recorded from serving this workload and the chat
+    and long-prompt ones (decide_latency.py's method: each state replayed 5 times, the median per
+    state, percentiles over states), the two policies alternated `rounds` times."""
+    import gc
+
+    from decide_latency import PASSES, record_states
+    from runtime_policy.policy import LayoutPolicy
+    from runtime_policy.workloads import make_workload
+
+    m, hw = planner.load_model(args.model), planner.load_hardware(args.hardware)
+    w = phased(args.seed, args.quiet_rate, args.quiet_s, args.burst_rate, args.burst_s, args.output_median)
+    tier = HostTierSpec(reference_context_tokens=int(np.mean(w.input_tokens) + np.mean(w.output_tokens) / 2))
+    dep = planner.replace_deployment(planner.make_deployment(m, hw, attn="tp", gpus=args.gpus), host_tier=tier)
+    out = {}
+    pols = {k: LayoutPolicy.compile(dep, tier_choice=k == "twins") for k in ("tiered_no_twins", "twins")}
+    states = {k: record_states(p, w) + record_states(p, make_workload("chat", 1000, 0))
+              + record_states(p, make_workload("longprompt", 200, 0)) for k, p in pols.items()}
+    clock = time.perf_counter_ns
+    for r in range(rounds):
+        for k, pol in pols.items():
+            st = states[k]
+            for s in st[:2000]:
+                pol.decide(s)
+            lat = np.empty((PASSES, len(st)))
+            gc.disable()
+            for j in range(PASSES):
+                for i, s in enumerate(st):
+                    t0 = clock()
+                    pol.decide(s)
+                    lat[j, i] = clock() - t0
+            gc.enable()
+            us = np.median(lat, axis=0) / 1e3
+            row = out.setdefault(k, {"layouts": len(pol.tables.layouts), "states": len(st), "p50_us": [], "p99_us": []})
+            row["p50_us"].append(float(np.percentile(us, 50)))
+            row["p99_us"].append(float(np.percentile(us, 99)))
+            print(f"round {r} {k:16s} p50 {row['p50_us'][-1]:.2f} us  p99 {row['p99_us'][-1]:.2f} us", flush=True)
+    import os
+
+    return {"benchmark": "decide_latency_twins", "deployment": f"{m.name} on {args.gpus} x {hw.name}, host tier, tp",
+            "load_average": os.getloadavg(), "cpus": os.cpu_count(), **out}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="deepseek-v3.2")
@@ -124,7 +167,14 @@ def main() -> None:
     ap.add_argument("--output-median", type=int, default=4096)
     ap.add_argument("--layouts", default="tp,cp,dcp,dp,dop")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--decide-latency", action="store_true", help="time decide() with and without twins instead")
     a = ap.parse_args()
+    if a.decide_latency:
+        doc = decide_latency(a)
+        if a.out:
+            Path(a.out).write_text(json.dumps(doc, indent=1) + "\n")
+        print(json.dumps(doc))
+        return
     doc = run(a)
     doc["command"] = (f"python benchmarks/host_tier_dynamic.py --model {a.model} --hardware {a.hardware} --gpus {a.gpus} "
                       f"--seed {a.seed} --quiet-rate {a.quiet_rate} --quiet-s {a.quiet_s} --burst-rate {a.burst_rate} "
