@@ -48,6 +48,8 @@ from planner.resources.vector import TIMED_RESOURCES
 
 HOST = TIMED_RESOURCES.index("host_link")
 FAR_PROBE_BUDGETS = 64.0  # the far probe's context, in budgets (f = 1 − 1/64 there)
+# LayoutInfo's per-layout arrays a twin copies from the tiered tables
+PER_LAYOUT = ("kv_pool_bytes", "weights_bytes", "attn_weights_bytes", "kv_total_share", "is_owner", "max_requests")
 TWIN_SUFFIX = "+host"  # a tiered twin's name: its HBM-only layout's name + this
 
 
@@ -97,15 +99,10 @@ def with_host_tier(tables, dep, model, deps: list) -> object:
     budget = tables.memory_budget_bytes + (float(pools[k]) - float(tables.info.kv_pool_bytes[k]))
     for a in (c1, c2, pools):
         a.setflags(write=False)
-    fraction = _tiered_fraction(dep)
-    runs = tables.info.kv_pool_bytes >= 0
-    tier, hf = runs.copy(), np.where(runs, fraction, 0.0)
-    for a in (tier, hf):
-        a.setflags(write=False)
-    info = replace(tables.info, kv_pool_bytes=pools, host_tier=tier, host_kv_fraction=hf)
+    info = replace(tables.info, kv_pool_bytes=pools)
     pricing = planner.Pricing.datasheet(dep.hardware)
     return replace(tables, c1_s=c1, c2_s=c2, info=info, memory_budget_bytes=budget,
-                   host_kv_fraction=fraction, host_link_bytes_per_s=pricing.host_link_bytes_per_s)
+                   host_kv_fraction=_tiered_fraction(dep), host_link_bytes_per_s=pricing.host_link_bytes_per_s)
 
 
 def twin_tables(dep, model, max_batch: int, max_prefill_tokens: int):
@@ -125,18 +122,15 @@ def twin_tables(dep, model, max_batch: int, max_prefill_tokens: int):
     runs = p.kv_pool_bytes >= 0
     budget = cat(np.full(n, plain.memory_budget_bytes),
                  np.where(runs, plain.memory_budget_bytes + t.kv_pool_bytes - p.kv_pool_bytes, -1.0))
-    info = replace(p, kv_pool_bytes=cat(p.kv_pool_bytes, t.kv_pool_bytes), weights_bytes=cat(p.weights_bytes, t.weights_bytes),
-                   attn_weights_bytes=cat(p.attn_weights_bytes, t.attn_weights_bytes),
-                   kv_total_share=cat(p.kv_total_share, t.kv_total_share), is_owner=cat(p.is_owner, t.is_owner),
-                   kv_placement=p.kv_placement * 2, max_requests=cat(p.max_requests, t.max_requests),
-                   host_tier=cat(np.zeros(n, dtype=bool), t.host_tier), host_kv_fraction=cat(np.zeros(n), t.host_kv_fraction),
-                   twin=cat(np.arange(n, 2 * n), np.arange(n)), memory_budget_bytes=budget)
+    both = {f: cat(getattr(p, f), getattr(t, f)) for f in PER_LAYOUT}
+    info = replace(p, kv_placement=p.kv_placement * 2, host_tier=cat(np.zeros(n, dtype=bool), runs),
+                   host_kv_fraction=cat(np.zeros(n), np.where(runs, tiered.host_kv_fraction, 0.0)),
+                   twin=cat(np.arange(n, 2 * n), np.arange(n)), memory_budget_bytes=budget, **both)
     base = cat(plain.base_s, tiered.base_s, 1)
     chunk = cat(plain.chunk_rows_s, tiered.chunk_rows_s, 1)
     nr = len(TIMED_RESOURCES)
     c1, c2 = cat(plain.c1_s, tiered.c1_s), cat(plain.c2_s, tiered.c2_s)
-    for a in (base, chunk, c1, c2, *(getattr(info, f) for f in ("kv_pool_bytes", "weights_bytes", "attn_weights_bytes",
-              "kv_total_share", "is_owner", "max_requests", "host_tier", "host_kv_fraction", "twin", "memory_budget_bytes"))):
+    for a in (base, chunk, c1, c2, info.host_tier, info.host_kv_fraction, info.twin, budget, *both.values()):
         a.setflags(write=False)
     return replace(plain, layouts=twin_layout_names(plain.layouts), base_s=base,
                    base_rows_py=base[: len(plain.base_rows_py)].tolist(), chunk_rows_s=chunk,

@@ -129,10 +129,10 @@ class LayoutInfo:
     kv_placement: tuple[str, ...]  # each layout's declared placement
     # most requests the group may run (the engine's per-request state slots; inf: no cap)
     max_requests: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    # the host KV tier per layout (runtime_policy/host_tier_tables.py; empty: none anywhere): whether
-    # it runs with the tier, the part of a token's KV bytes the tier keeps in host memory, the other
-    # twin's index (−1: no twin), and the move budget in the loop's KV-equivalent bytes (empty: the
-    # table's `memory_budget_bytes` for every layout)
+    # the host KV tier per layout, for twin tables (runtime_policy/host_tier_tables.py; empty: every
+    # layout as the table's `host_kv_fraction` and `memory_budget_bytes` say): whether it runs with
+    # the tier, the part of a token's KV bytes the tier keeps in host memory, the other twin's index,
+    # and the move budget in the loop's KV-equivalent bytes
     host_tier: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
     host_kv_fraction: np.ndarray = field(default_factory=lambda: np.zeros(0))
     twin: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))

@@ -21,7 +21,7 @@ from runtime_policy.decision import PolicyState, Reason
 from runtime_policy.loop import LoopConfig
 from runtime_policy.policy import LayoutPolicy, PolicyKnobs
 from runtime_policy.tables import compile_tables
-from runtime_policy.transitions import COMMIT_COLLECTIVES, memory_fits, plan_transition
+from runtime_policy.transitions import COMMIT_COLLECTIVES, host_fraction, memory_fits, plan_transition
 from runtime_policy.workloads import Workload
 
 LAYERS, ROW, INDEXER = 61, 1152.0, 132.0
@@ -134,8 +134,8 @@ def test_a_switch_of_tier_and_placement_pays_both(twins):
 
 def test_without_twins_the_per_layout_tier_is_the_tables_scalar(deps):
     tiered = compile_tables(deps[1], max_batch=16, max_prefill_tokens=256)
-    assert tiered.info.host_tier.all() and np.all(tiered.info.host_kv_fraction == tiered.host_kv_fraction)
-    assert tiered.info.memory_budget_bytes.size == 0  # the table's budget for every move, as before
+    assert tiered.info.host_tier.size == tiered.info.twin.size == tiered.info.memory_budget_bytes.size == 0
+    assert host_fraction(tiered, 1) == tiered.host_kv_fraction == pytest.approx(HF)  # every move's, as before
     p = plan_transition(tiered, 1, 3, 8e9, 1e9)
     assert p.spill_bytes_per_rank == p.fill_bytes_per_rank == 0.0
     assert p.memory_budget_bytes == tiered.memory_budget_bytes
