@@ -25,6 +25,10 @@ Rules, in order:
    only if (a) it is faster by `min_gain_fraction`, (b) the last switch is `cooldown_steps` old,
    (c) the move's memory fits, and (d) the time saved over the expected dwell, less the steps spent
    in the old layout while the move runs, exceeds `(1 + margin) × (interference + commit stall)`.
+With twin tables (`compile(..., tier_choice=True)`, runtime_policy/host_tier_tables.py) a layout's
+"+host" twin is one more layout to both rules: its larger pool is what rule 1 prices when the
+HBM-only wall binds (the tier goes on), its slower step (the misses) what rule 2 leaves when the
+HBM-only layout holds the set with headroom again (the tier goes off), with the same hysteresis.
 Step times per layout: the current decode batch blended with the observed prefill
 (runtime_policy/pricing.py). The expected dwell is prediction-free: `dwell_fraction` × a running
 mean of completed requests' output lengths (the batch turns over on that scale), clamped to
