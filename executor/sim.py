@@ -252,9 +252,12 @@ class SimExecutor:
 
 
 def simulate(dep, workload, policy: str = "dynamic", order: str = "fcfs", model=None, noise: float = 0.0,
-             seed: int = 0, knobs=None, config=None, boost: float | None = None, progress=None) -> dict:
+             seed: int = 0, knobs=None, config=None, boost: float | None = None, progress=None,
+             tier_choice: bool = False) -> dict:
     """Serve `workload` on deployment `dep` with the simulated executor; the metrics dict plus the
-    timeline (under 'timeline') and the conditions. `policy` is a layout name or 'dynamic'.
+    timeline (under 'timeline') and the conditions. `policy` is a layout name or 'dynamic'
+    (`tier_choice`: the tables carry each layout's "+host" twin, so `dep`'s host tier may be
+    switched on and off, and `policy` may name a twin; runtime_policy/host_tier_tables.py).
 
     With replicas > 1, requests go round-robin to identical groups, each simulated on its own."""
     from dataclasses import replace
@@ -264,18 +267,20 @@ def simulate(dep, workload, policy: str = "dynamic", order: str = "fcfs", model=
     from runtime_policy.metrics import summarize
     from runtime_policy.ordering import DEFAULT_BOOST, Ordering
     from runtime_policy.policy import FixedPolicy, LayoutPolicy, PolicyKnobs
+    from runtime_policy.host_tier_tables import twin_layout_names
     from runtime_policy.tables import datasheet_model, layout_names
 
     model = model or datasheet_model()
     config = config or LoopConfig()
     knobs = replace(knobs or PolicyKnobs(), max_batch=config.max_batch)
-    names = layout_names()
+    names = twin_layout_names(layout_names()) if tier_choice else layout_names()
     if policy not in names + ("dynamic",):
         raise SpecError(f"policy={policy!r} is not one of {', '.join(names + ('dynamic',))}")
     results = []
     groups = dep.replicas
     for g in range(groups):
-        lp = LayoutPolicy.compile(dep, model, knobs, max_prefill_tokens=config.prefill_chunk_tokens)
+        lp = LayoutPolicy.compile(dep, model, knobs, max_prefill_tokens=config.prefill_chunk_tokens,
+                                  tier_choice=tier_choice)
         pol = lp if policy == "dynamic" else FixedPolicy(lp.tables.layouts.index(policy))
         if policy != "dynamic" and lp.tables.info.kv_pool_bytes[lp.tables.layouts.index(policy)] <= 0:
             raise SpecError(f"layout {policy} leaves no KV pool for {dep.model.name} on {dep.ranks} × {dep.hardware.name}")

@@ -21,8 +21,16 @@ carry no misses: 1-token contexts and prefill chunks fetch nothing; HiSparse is 
   of a token's KV bytes lives in host memory and the host link's rate, so a transition prices that
   part over the host link (runtime_policy/transitions.py).
 
-Does not: switch the tier on or off at run time (a tiered and an HBM-only deployment are two
-compiled tables; the simulator compares them).
+With `compile_tables(..., tier_choice=True)` (`twin_tables`) the tables carry 2L layouts: the L
+HBM-only layouts as compiled without the tier, then their tiered twins named "<layout>+host" (the
+same base, prefill and prefix rows — a tiered deployment's probes fetch nothing, so they are the
+HBM-only ones; the host-link term, pool and host fraction from `with_host_tier`). `LayoutInfo`
+says which layouts run tiered (`host_tier`), their host fraction, each one's twin, and each one's
+move budget in the loop's KV-equivalent bytes (HBM-only: the engine's static budget; a twin: that
+plus what the tier adds to its layout's pool, the rule `with_host_tier` applies to the
+deployment's layout). The policy then weighs a twin like any layout, and transitions.py prices a
+switch that turns the tier on (spill) or off (fill). Without twins (a fixed tiered run, or none)
+the tables are as before.
 """
 
 from __future__ import annotations
@@ -34,10 +42,24 @@ import numpy as np
 import planner
 from planner.host_capacity import decode_tier
 from planner.host_tier import access_pattern, host_fraction
+from planner.deployment import replace_deployment
+from planner.errors import SpecError
 from planner.resources.vector import TIMED_RESOURCES
 
 HOST = TIMED_RESOURCES.index("host_link")
 FAR_PROBE_BUDGETS = 64.0  # the far probe's context, in budgets (f = 1 − 1/64 there)
+# LayoutInfo's per-layout arrays a twin copies from the tiered tables
+PER_LAYOUT = ("kv_pool_bytes", "weights_bytes", "attn_weights_bytes", "kv_total_share", "is_owner", "max_requests")
+TWIN_SUFFIX = "+host"  # a tiered twin's name: its HBM-only layout's name + this
+
+
+def twin_name(layout: str) -> str:
+    return layout + TWIN_SUFFIX
+
+
+def twin_layout_names(names: tuple[str, ...]) -> tuple[str, ...]:
+    """The layouts of twin tables: `names`, then their twins, in that order (their indices)."""
+    return tuple(names) + tuple(twin_name(n) for n in names)
 
 
 def _tiered_fraction(dep) -> float:
@@ -81,3 +103,37 @@ def with_host_tier(tables, dep, model, deps: list) -> object:
     pricing = planner.Pricing.datasheet(dep.hardware)
     return replace(tables, c1_s=c1, c2_s=c2, info=info, memory_budget_bytes=budget,
                    host_kv_fraction=_tiered_fraction(dep), host_link_bytes_per_s=pricing.host_link_bytes_per_s)
+
+
+def twin_tables(dep, model, max_batch: int, max_prefill_tokens: int):
+    """The tables of `dep` (which has a host tier) with both tier choices: L HBM-only layouts, then
+    their L tiered twins (module docstring). SpecError (one line) without a tier."""
+    from runtime_policy.tables import compile_tables, layout_deployments
+
+    if dep.host_tier is None:
+        raise SpecError("tier_choice needs a deployment with a host tier (host_tier is None)")
+    plain = compile_tables(replace_deployment(dep, host_tier=None), model, max_batch, max_prefill_tokens)
+    # NOTE: the tiered half is `with_host_tier` of the HBM-only tables: compile_tables of the tiered
+    # deployment probes the same base, prefill and prefix rows (they fetch nothing), so this saves
+    # a second compile (tests/runtime_policy/test_host_tier_twins.py holds the two equal)
+    tiered = with_host_tier(plain, dep, model, layout_deployments(dep, plain.layouts))
+    n, p, t = len(plain.layouts), plain.info, tiered.info
+    cat = lambda a, b, axis=0: np.concatenate([a, b], axis=axis)  # noqa: E731
+    runs = p.kv_pool_bytes >= 0
+    budget = cat(np.full(n, plain.memory_budget_bytes),
+                 np.where(runs, plain.memory_budget_bytes + t.kv_pool_bytes - p.kv_pool_bytes, -1.0))
+    both = {f: cat(getattr(p, f), getattr(t, f)) for f in PER_LAYOUT}
+    info = replace(p, kv_placement=p.kv_placement * 2, host_tier=cat(np.zeros(n, dtype=bool), runs),
+                   host_kv_fraction=cat(np.zeros(n), np.where(runs, tiered.host_kv_fraction, 0.0)),
+                   twin=cat(np.arange(n, 2 * n), np.arange(n)), memory_budget_bytes=budget, **both)
+    base = cat(plain.base_s, tiered.base_s, 1)
+    chunk = cat(plain.chunk_rows_s, tiered.chunk_rows_s, 1)
+    nr = len(TIMED_RESOURCES)
+    c1, c2 = cat(plain.c1_s, tiered.c1_s), cat(plain.c2_s, tiered.c2_s)
+    for a in (base, chunk, c1, c2, info.host_tier, info.host_kv_fraction, info.twin, budget, *both.values()):
+        a.setflags(write=False)
+    return replace(plain, layouts=twin_layout_names(plain.layouts), base_s=base,
+                   base_rows_py=base[: len(plain.base_rows_py)].tolist(), chunk_rows_s=chunk,
+                   prefill_s=chunk[..., 0:nr], prefix_lo_s=chunk[..., nr:2 * nr], prefix_hi_s=chunk[..., 2 * nr:3 * nr],
+                   c1_s=c1, c2_s=c2, info=info, host_kv_fraction=tiered.host_kv_fraction,
+                   host_link_bytes_per_s=tiered.host_link_bytes_per_s)

@@ -25,6 +25,10 @@ Rules, in order:
    only if (a) it is faster by `min_gain_fraction`, (b) the last switch is `cooldown_steps` old,
    (c) the move's memory fits, and (d) the time saved over the expected dwell, less the steps spent
    in the old layout while the move runs, exceeds `(1 + margin) × (interference + commit stall)`.
+With twin tables (`compile(..., tier_choice=True)`, runtime_policy/host_tier_tables.py) a layout's
+"+host" twin is one more layout to both rules: its larger pool is what rule 1 prices when the
+HBM-only wall binds (the tier goes on), its slower step (the misses) what rule 2 leaves when the
+HBM-only layout holds the set with headroom again (the tier goes off), with the same hysteresis.
 Step times per layout: the current decode batch blended with the observed prefill
 (runtime_policy/pricing.py). The expected dwell is prediction-free: `dwell_fraction` × a running
 mean of completed requests' output lengths (the batch turns over on that scale), clamped to
@@ -45,6 +49,7 @@ from planner.deployment import Deployment
 from runtime_policy.capacity_rule import PRICED_NO_MOVE, REPRICE_EVERY_STEPS, CapacityRule
 from runtime_policy.compile_checks import check_knobs, check_tables
 from runtime_policy.decision import Decision, PolicyKnobs, PolicyState, Reason
+from runtime_policy.host_tier_tables import twin_layout_names
 from runtime_policy.pricing import StepPricer
 from runtime_policy.tables import StepTimeModel, StepTimeTable, compile_tables, layout_names
 from runtime_policy.transitions import max_fitting_kv_bytes, memory_fits, plan_transition
@@ -68,10 +73,13 @@ class LayoutPolicy:
     # ---- compile (slow, validated) ------------------------------------------------------------
     @classmethod
     def compile(cls, dep: Deployment, model: StepTimeModel | None = None, knobs: PolicyKnobs | None = None,
-                max_prefill_tokens: int = 8192) -> "LayoutPolicy":
+                max_prefill_tokens: int = 8192, tier_choice: bool = False) -> "LayoutPolicy":
+        """`tier_choice`: the policy may also switch `dep`'s host tier on and off (each layout and
+        its "+host" twin, runtime_policy/host_tier_tables.py); `knobs.allowed` may name twins."""
         knobs = knobs or PolicyKnobs()
-        check_knobs(knobs, layout_names())
-        tables = compile_tables(dep, model, max_batch=knobs.max_batch, max_prefill_tokens=max_prefill_tokens)
+        check_knobs(knobs, twin_layout_names(layout_names()) if tier_choice else layout_names())
+        tables = compile_tables(dep, model, max_batch=knobs.max_batch, max_prefill_tokens=max_prefill_tokens,
+                                tier_choice=tier_choice)
         check_tables(tables)
         return cls(tables, knobs)
 

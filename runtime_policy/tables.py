@@ -129,6 +129,19 @@ class LayoutInfo:
     kv_placement: tuple[str, ...]  # each layout's declared placement
     # most requests the group may run (the engine's per-request state slots; inf: no cap)
     max_requests: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    # the host KV tier per layout, for twin tables (runtime_policy/host_tier_tables.py; empty: every
+    # layout as the table's `host_kv_fraction` and `memory_budget_bytes` say): whether it runs with
+    # the tier, the part of a token's KV bytes the tier keeps in host memory, the other twin's index,
+    # and the move budget in the loop's KV-equivalent bytes
+    host_tier: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
+    host_kv_fraction: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    twin: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    memory_budget_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0))
+
+    @property
+    def has_twins(self) -> bool:
+        """Whether the tables carry HBM-only layouts and their tiered twins (the policy may switch the tier)."""
+        return bool(self.twin.size) and bool((self.twin >= 0).any())
 
 
 @dataclass(frozen=True)
@@ -234,9 +247,15 @@ def _terms(model: StepTimeModel, d: Deployment, load, prefill=0.0, pricing=None,
 
 
 def compile_tables(dep: Deployment, model: StepTimeModel | None = None, max_batch: int = 4096,
-                   max_prefill_tokens: int = 8192) -> StepTimeTable:
-    """Probe the planner once per layout and freeze the tables (a few ms per layout)."""
+                   max_prefill_tokens: int = 8192, tier_choice: bool = False) -> StepTimeTable:
+    """Probe the planner once per layout and freeze the tables (a few ms per layout). With
+    `tier_choice` (a deployment with a host tier), 2L layouts: the L HBM-only ones and their
+    tiered "+host" twins, so the policy may switch the tier (runtime_policy/host_tier_tables.py)."""
     model = model or datasheet_model()
+    if tier_choice:
+        from runtime_policy.host_tier_tables import twin_tables
+
+        return twin_tables(dep, model, max_batch, max_prefill_tokens)
     if max_batch < 1 or max_prefill_tokens < 1:
         raise SpecError(f"max_batch={max_batch} and max_prefill_tokens={max_prefill_tokens} must be ≥ 1")
     names = layout_names()

@@ -37,6 +37,34 @@ Priced with the datasheet rates in the tables (NOTE: the executor benchmark's me
 replace `COMMIT_COLLECTIVES` when its results exist; none were in benchmarks/results/ when this
 was written).
 
+A host KV tier (runtime_policy/host_tier_tables.py). With the tier a request's tiered KV (DSA's
+latents: `LayoutInfo.host_kv_fraction` h of its KV bytes) lives in host memory, so a placement
+move carries that share over the host link, not the NVLink. Twin tables add switches that turn the
+tier on or off, priced on these assumptions:
+- the host keeps a complete copy of the tiered KV, and each new token is backed up to it eagerly:
+  SGLang HiSparse, "maintaining only a small 'hot' KV buffer on GPU while keeping complete KV data
+  in CPU pinned memory", with an "eager async backup of the previous token's KV to host" after each
+  step (shared/reference/frontier-models-and-engines.md §3; SGLang docs/advanced_features/
+  hisparse_guide.md). So a tiered layout's host memory holds h · (its KV bytes), and its HBM the
+  resident part plus the per-request buffers;
+- turning the tier ON (spill) copies h · (the KV the fullest rank holds) HBM → host over the host
+  link, in the background while steps continue in the old layout; HBM keeps everything until the
+  commit, which frees the non-budget part: no extra HBM, and the destination's (tiered) pool must
+  hold the KV after it;
+- turning it OFF (fill) copies every host-only byte back, host → HBM over the host link, taken as
+  h · (the KV held: the budget's b/L share already on device is not subtracted, conservative by
+  b/L, 3 % at 128K with 4,096 slots); HBM must hold the whole KV after it, so the destination's
+  HBM-only pool must (`memory_fits` refuses a fill that doesn't fit);
+- a switch that also changes placement pays both: the placement move runs on the tiered side
+  (spill first, fill last), so its host pages cross the host link, and its memory is checked
+  against the tiered budgets (the smaller of the two layouts' twins); the two copies are taken as
+  sequential (link_s adds), and a fill's copy and the steps' misses share the host link without a
+  contention term (NOTE: each filled page is one that stops missing, so the misses shrink as it
+  runs; unpriced);
+- the tier copy reads (spill) or writes (fill) its bytes in HBM: they count in interference_s at
+  HBM bandwidth; the tokens written while it runs follow at the commit over the host link (the
+  commit stall), in the proportion the placement move's delta uses.
+
 Does not: choose whether to switch (policy.py) or move anything (the executor does).
 """
 
@@ -67,6 +95,8 @@ class TransitionPlan:
     link_s: float
     interference_s: float
     commit_stall_s: float
+    spill_bytes_per_rank: float = 0.0  # the tier turned on: HBM → host (host_tier_tables.py twins)
+    fill_bytes_per_rank: float = 0.0  # the tier turned off: host → HBM
 
     @property
     def feasible(self) -> bool:
@@ -95,6 +125,8 @@ def kv_held_bytes(tables: StepTimeTable, layout: int, kv_total_bytes: float, kv_
 def _kv_recv(tables: StepTimeTable, src: int, dst: int, total: float, own: float) -> float:
     """Busiest rank's received KV bytes (see the table in the module docstring)."""
     info, t = tables.info, float(tables.ranks)
+    if info.twin.size and info.twin[src] == dst:
+        return 0.0  # a layout and its host-tier twin place KV alike (the tier's copy is `tier_bytes`)
     s_src, s_dst = info.kv_total_share[src], info.kv_total_share[dst]
     if info.is_owner[dst]:
         if info.is_owner[src]:
@@ -114,6 +146,44 @@ def _kv_recv(tables: StepTimeTable, src: int, dst: int, total: float, own: float
     return total * s_dst - total * s_dst * s_src
 
 
+def _tiered(info, i: int) -> bool:
+    return bool(info.host_tier[i]) if info.host_tier.size else False
+
+
+def host_fraction(tables: StepTimeTable, i: int) -> float:
+    """The part of a token's KV bytes layout `i` keeps in host memory (0: no tier)."""
+    hf = tables.info.host_kv_fraction
+    return float(hf[i]) if hf.size else float(tables.host_kv_fraction)
+
+
+def move_budget_bytes(tables: StepTimeTable, src: int, dst: int) -> float:
+    """The per-rank budget the move's memory must fit (module docstring): the table's without
+    per-layout budgets; else the smaller of the two layouts' budgets, taken at their tiered twins
+    when either side is tiered (the placement move runs on the tiered side)."""
+    info = tables.info
+    b = info.memory_budget_bytes
+    if not b.size:
+        return tables.memory_budget_bytes
+    if _tiered(info, src) or _tiered(info, dst):
+        src = src if _tiered(info, src) else int(info.twin[src])
+        dst = dst if _tiered(info, dst) else int(info.twin[dst])
+    return min(float(b[src]), float(b[dst]))
+
+
+def tier_bytes(tables: StepTimeTable, src: int, dst: int, kv_total_bytes: float,
+               kv_busiest_owner_bytes: float) -> tuple[float, float]:
+    """(spill, fill) bytes of the fullest rank when the switch turns the tier on or off (module
+    docstring: spill first, in the source's placement; fill last, in the destination's); (0, 0)
+    when the tier stays as it is."""
+    info = tables.info
+    on_src, on_dst = _tiered(info, src), _tiered(info, dst)
+    if on_src == on_dst:
+        return 0.0, 0.0
+    if on_dst:
+        return kv_held_bytes(tables, src, kv_total_bytes, kv_busiest_owner_bytes) * host_fraction(tables, dst), 0.0
+    return 0.0, kv_held_bytes(tables, dst, kv_total_bytes, kv_busiest_owner_bytes) * host_fraction(tables, src)
+
+
 def memory_fits(tables: StepTimeTable, src: int, dst: int, kv_total_bytes: float, kv_busiest_owner_bytes: float) -> bool:
     """`plan_transition(...).feasible` without building the plan (the policy's hot path asks it
     of every candidate): the move's memory fits the budget and the KV fits the destination."""
@@ -123,7 +193,7 @@ def memory_fits(tables: StepTimeTable, src: int, dst: int, kv_total_bytes: float
     held_dst = kv_held_bytes(tables, dst, total, own)
     union = min(held_src + _kv_recv(tables, src, dst, total, own), max(total, held_src))
     needed = max(float(info.weights_bytes[src]), float(info.weights_bytes[dst])) + union
-    return needed <= tables.memory_budget_bytes and held_dst <= float(info.kv_pool_bytes[dst])
+    return needed <= move_budget_bytes(tables, src, dst) and held_dst <= float(info.kv_pool_bytes[dst])
 
 
 def max_fitting_kv_bytes(tables: StepTimeTable, src: int, dst: int) -> float:
@@ -136,7 +206,7 @@ def max_fitting_kv_bytes(tables: StepTimeTable, src: int, dst: int) -> float:
         return -1.0
     s_src, s_dst = float(info.kv_total_share[src]), float(info.kv_total_share[dst])
     u = min(s_src + _kv_recv(tables, src, dst, 1.0, 0.0), max(1.0, s_src))  # union per byte of KV
-    room = tables.memory_budget_bytes - max(float(info.weights_bytes[src]), float(info.weights_bytes[dst]))
+    room = move_budget_bytes(tables, src, dst) - max(float(info.weights_bytes[src]), float(info.weights_bytes[dst]))
     if room <= 0 or u <= 0 or s_dst <= 0:
         return -1.0
     return min(room / u, float(info.kv_pool_bytes[dst]) / s_dst)
@@ -160,22 +230,30 @@ def plan_transition(tables: StepTimeTable, src: int, dst: int, kv_total_bytes: f
     send = recv  # NOTE: ring all-gathers and balanced all-to-alls send what they receive
     moving = recv > 0.0
     # NOTE: with a host KV tier a moved request's host pages move too: that share of its KV bytes
-    # crosses the host link (host_kv_fraction = 0 without a tier)
-    host_kv = kv_recv * tables.host_kv_fraction
-    link_s = ((recv - host_kv) / tables.link_bytes_per_s + host_kv / tables.host_link_bytes_per_s
+    # crosses the host link (0 without a tier); a move that turns the tier on or off runs its
+    # placement part on the tiered side (module docstring), whose fraction it takes
+    host_kv = kv_recv * max(host_fraction(tables, src), host_fraction(tables, dst))
+    host_bps = tables.host_link_bytes_per_s
+    move_s = ((recv - host_kv) / tables.link_bytes_per_s + host_kv / host_bps
               + MESSAGE_KINDS * tables.message_latency_s * tables.num_layers if moving else 0.0)
-    interference_s = (send + recv) / tables.hbm_bytes_per_s + link_s * max(min(network_share, 1.0), 0.0)
+    spill, fill = tier_bytes(tables, src, dst, total, own)
+    tier = spill + fill
+    link_s = move_s + tier / host_bps if tier > 0.0 else move_s  # the tier copy after the placement move
+    # the steps' collectives wait while the placement move holds the link (the tier copy holds the host link)
+    interference_s = (send + recv + tier) / tables.hbm_bytes_per_s + move_s * max(min(network_share, 1.0), 0.0)
     # KV written during the move must follow at the commit, in proportion to what moved.
     tokens_total = total / tables.kv_bytes_per_token if tables.kv_bytes_per_token > 0 else 0.0
     steps_during = link_s / step_s if step_s > 0 else 0.0
-    delta = kv_recv * min(batch * steps_during / tokens_total, 1.0) if tokens_total > 0 else 0.0
-    stall_s = COMMIT_COLLECTIVES * tables.message_latency_s + delta / tables.link_bytes_per_s
+    written = min(batch * steps_during / tokens_total, 1.0) if tokens_total > 0 else 0.0
+    stall_s = (COMMIT_COLLECTIVES * tables.message_latency_s + kv_recv * written / tables.link_bytes_per_s
+               + (tier * written / host_bps if tier > 0.0 else 0.0))
     return TransitionPlan(
         src=tables.layouts[src], dst=tables.layouts[dst], send_bytes_per_rank=send, recv_bytes_per_rank=recv,
         kv_recv_bytes_per_rank=kv_recv, weight_recv_bytes_per_rank=w_recv,
-        memory_needed_bytes=max(w_src, w_dst) + union, memory_budget_bytes=tables.memory_budget_bytes,
+        memory_needed_bytes=max(w_src, w_dst) + union, memory_budget_bytes=move_budget_bytes(tables, src, dst),
         post_kv_bytes_per_rank=held_dst, post_kv_pool_bytes=float(info.kv_pool_bytes[dst]),
-        link_s=link_s, interference_s=interference_s, commit_stall_s=stall_s)
+        link_s=link_s, interference_s=interference_s, commit_stall_s=stall_s, spill_bytes_per_rank=spill,
+        fill_bytes_per_rank=fill)
 
 
 def all_plans(tables: StepTimeTable, kv_total_bytes: float, kv_busiest_owner_bytes: float) -> list[TransitionPlan]:

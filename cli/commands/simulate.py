@@ -96,6 +96,7 @@ def simulate_cmd(
     max_batch: Annotated[int, typer.Option("--max-batch", help="Most requests holding KV at once.")] = 4096,
     host_tier: HostTierOpt = False, hbm_budget_tokens: BudgetOpt = 4096, locality: LocalityOpt = 0.8,
     host_page_rows: HostPageOpt = 1,
+    tier_choice: Annotated[bool, typer.Option("--tier-choice", help="With --host-tier and --policy dynamic: the policy may also turn the tier on and off (each layout gets a '+host' twin).")] = False,
 ) -> None:
     """Serve a workload with the simulated executor: dynamic or fixed layout, and an ordering."""
     from executor.sim import simulate
@@ -122,6 +123,9 @@ def simulate_cmd(
     step_model = calibrated_model(calibration) if calibration else datasheet_model()
     w = make_workload(workload, requests, seed, rate)
     tier = host_tier_spec(host_tier, hbm_budget_tokens, locality, host_page_rows)
+    if tier_choice and (tier is None or attn is not None):
+        raise SpecError(f"--tier-choice needs --host-tier and --policy dynamic (got --policy {policy}"
+                        f"{'' if tier else ', no --host-tier'})")
     if tier is not None:
         # NOTE: the tier's walls as tokens are exact at one context: the workload's mean over a request's life
         ref = max(1, int(w.input_tokens.mean() + w.output_tokens.mean() / 2))
@@ -146,7 +150,7 @@ def simulate_cmd(
 
     try:
         doc = simulate(dep, w, policy, order.value, step_model, noise, seed, config=LoopConfig(max_batch=max_batch),
-                       boost=boost, progress=progress if bar else None)
+                       boost=boost, progress=progress if bar else None, tier_choice=tier_choice)
     finally:
         if bar is not None:
             bar.stop()

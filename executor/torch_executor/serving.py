@@ -83,6 +83,8 @@ class TorchExecutor:
 
         self.runner, self.tables, self.options = runner, tables, options
         check_runnable(runner.layout)
+        if tables.info.has_twins:
+            raise SpecError("the torch executor does not run host-tier twin layouts (tables compiled with tier_choice)")
         self.sim = SimExecutor(tables) if options.clock == "table" else None
         self.switches_started = 0
         self.abort_reason = ""
