@@ -10,9 +10,10 @@ carries the per-request record.
 A small state machine over a decode set (decode_set.py), a prefill queue, the waiting queue
 (waiting.py), per-owner KV and the switch in flight; each turn is one run of steps with constant
 membership, a short function per phase (`_turn`): arrive → settle the switch (commit at this
-boundary when ready; an abort keeps the old layout) → admit (admission.py) → consult the policy →
-preempt at the KV wall (preemption.py) → the run's length → run it → advance. The executor holds
-the KV of what decodes: admitted when its prefill is done, retired when it ends or is preempted.
+boundary when ready; an abort keeps the old layout: switching.py) → admit (admission.py) → consult
+the policy (switching.py) → preempt at the KV wall (preemption.py) → the run's length → run it →
+advance. The executor holds the KV of what decodes: admitted when its prefill is done, retired
+when it ends or is preempted.
 
 A run lasts up to `max_run_steps` steps, cut short at the next decode completion, prefill
 completion, KV wall, expected arrival or switch hand-off. The policy is therefore consulted at
@@ -46,20 +47,19 @@ import numpy as np
 
 from planner.errors import SpecError
 from runtime_policy.admission import admit, prefill_chunks, prefill_progress
-from runtime_policy.decision import Decision, PolicyState, Reason
+from runtime_policy.decision import Decision, PolicyState
 from runtime_policy.decode_set import DecodeSet
-from runtime_policy.executor import Executor, StepBatch, SwitchStatus
+from runtime_policy.executor import Executor, StepBatch
 from runtime_policy.ordering import Ordering
-from runtime_policy.preemption import kv_wall, shed
-from runtime_policy.projection import PROJECTION_EVERY_STEPS, project_growth
+from runtime_policy.preemption import kv_wall
 from runtime_policy.tables import NO_TOPK, StepTimeTable
 from runtime_policy.serving_types import LoopConfig, ServeResult, SwitchRecord
+from runtime_policy.switching import consult_policy, settle_switch
 from runtime_policy.waiting import ABORTED, DONE, PENDING, WAITING, WaitingQueue, sum_as_numpy
 
 PREFILL_STATS_HALF_LIFE_STEPS = 256.0  # NOTE: the policy's cooldown scale; the prefill rate it sees forgets over it
 _NEVER = 1 << 30
 _NO_PREFILL = (0, 0.0, 0.0, 0.0)  # a run's (prompt tokens done, their prefix, the owners' tokens, steps with a chunk)
-_CANT = Reason.CANT_DECIDE
 
 
 def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.ndarray, tables: StepTimeTable,
@@ -170,7 +170,7 @@ class ServingLoop:
         if self.nxt < self.n and self.arr_l[self.nxt] <= self.t:
             self._arrive()
         if self.inflight is not None:
-            self._settle_switch()
+            settle_switch(self)
         dec, waiting = self.dec, self.waiting
         if not dec.b and not self.prefill_q and waiting.pos >= len(waiting.ids) and not waiting.new:
             self._idle()
@@ -178,7 +178,7 @@ class ServingLoop:
         if waiting.dirty or self.dyn_keys:
             self._resort()
         total = admit(self)
-        if self._consult_policy(total):
+        if consult_policy(self, total):
             return  # a switch started that sheds KV or is ready at once: decide again
         if not dec.b and not self.prefill_q:
             self._nothing_admitted()
@@ -217,31 +217,6 @@ class ServingLoop:
             waiting.push(self.nxt)
             self.nxt += 1
 
-    def _settle_switch(self) -> None:
-        """Commit the switch in flight at this boundary if it is due and ready; record an abort."""
-        status = self.executor.poll_switch()
-        if status == SwitchStatus.ABORTED:
-            self._switch_ended(aborted=getattr(self.executor, "abort_reason", "") or "aborted by the executor")
-        elif self.t >= self.ready_s and status == SwitchStatus.READY:
-            self._switch_ended()
-
-    def _switch_ended(self, aborted: str = "") -> None:
-        d, state = self.inflight, self.state
-        plan = d.plan
-        stall = 0.0 if aborted else self.executor.commit_switch(plan)
-        self.t += stall
-        names = self.tables.layouts
-        rec = SwitchRecord(names[self.layout], names[d.layout], self.started_s, self.t, plan.link_s, plan.cost_s,
-                           d.reason.name.lower(), stall, aborted)
-        (self.aborted if aborted else self.switches).append(rec)
-        if not aborted:
-            self.layout = d.layout
-            state.capacity_reprice_at_step = -1  # the memo was the old layout's
-            self.ordering.prefill_s_per_token = self.prefill_price[self.layout]
-        self.inflight = None
-        state.steps_since_switch = 0  # NOTE: an abort too: the throughput rule's cooldown holds off a retry
-        state.layout, state.switch_in_flight = self.layout, False
-
     def _idle(self) -> None:
         """Nothing to run: wait for the switch in flight or the next arrival."""
         if self.inflight is not None:  # NOTE: an executor moves what it must on `poll_switch` when nothing runs
@@ -260,65 +235,6 @@ class ServingLoop:
     def _keys(self, ids: np.ndarray) -> np.ndarray:
         tok = self.ctxf[ids].astype(np.int64)
         return self.ordering.keys(self.arr[ids], tok, tok - self.inp[ids], self.out[ids], self.queued[ids])
-
-    # ---- admission (in priority order, head-of-line) --------------------------------------------
-    # ---- the policy ----------------------------------------------------------------------------
-    def _consult_policy(self, total: float) -> bool:
-        """Fill the policy's state, ask, and start the switch it decides. True: decide again (a
-        switch started that sheds KV or is ready at once)."""
-        state, dec, prefill_q, waiting, capped = self.state, self.dec, self.prefill_q, self.waiting, self.capped
-        b = dec.b
-        s2 = dec.s2
-        s1 = (dec.capped_sum(dec.dsteps) if capped else s2) if b else 0.0
-        self.s1_now = s1  # the run's first step reads it too, unless a preemption changes it
-        running = b + len(prefill_q)
-        if running > b:
-            # NOTE: prefilling requests count as the batch they are about to join
-            s2 += self.pq_s2
-            s1 = s1 + self.pq_s1 if capped else s2
-        state.context_sum_tokens, state.context_capped_sum_tokens = s2, s1
-        state.context_requests = state.running = running
-        needs, pos = waiting.needs, waiting.pos
-        if needs is not self.wt_needs or pos != self.wt_pos:  # the queue changed
-            self.wt_needs, self.wt_pos = needs, pos
-            state.waiting_tokens = needs[pos:]
-        tok = self.ema_tok
-        state.prefill_step_fraction = self.ema_steps
-        state.prefill_tokens_per_step = tok
-        if tok > 0:
-            state.prefill_context_tokens, state.prefill_owner_share = self.ema_tok_pfx / tok, self.ema_own / tok
-        else:
-            state.prefill_context_tokens, state.prefill_owner_share = 0.0, 1.0
-        okv = state.owner_kv_tokens = self.okv
-        layout = self.layout
-        if pos < len(needs):  # NOTE: only the queue's head reads it (PolicyState): stale while none waits
-            bpt = self.bpt
-            cap = self.pools[layout] / bpt
-            if self.is_owner[layout]:
-                state.free_kv_bytes = [(cap - x) * bpt for x in okv]
-            else:
-                share = self.shares[layout]
-                state.free_kv_bytes = [(cap / share - total) * (bpt * share)] * self.T
-        if self.project and b and dec.dsteps >= self.proj_at:
-            project_growth(self, total)
-        step = state.step_index = self.steps
-        d = self.policy.decide(state)
-        if d.capacity_stands_steps:
-            state.capacity_reprice_at_step = step + d.capacity_stands_steps
-        if d.reason is _CANT:
-            self.cant_decide += 1
-        if not d.switch or self.inflight is not None or d.layout == layout or d.plan is None:
-            return False
-        t = self.t
-        self.inflight, self.started_s = d, t
-        state.switch_in_flight = True
-        if d.shed_kv_tokens > 0:
-            shed(self, d.shed_kv_tokens)
-        self.ready_s = t + self.executor.start_switch(d.plan)
-        if self.ready_s <= t or d.shed_kv_tokens > 0:
-            self.skip_admit = d.shed_kv_tokens > 0
-            return True
-        return False
 
     def _nothing_admitted(self) -> None:
         """Nothing runs: wait for the switch, or (fixed layouts) the queue is stuck on KV."""

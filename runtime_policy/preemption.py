@@ -50,8 +50,10 @@ def kv_wall(loop: "ServingLoop", total: float) -> int:
         # whose destination can't take one more step is abandoned (its memory no longer fits)
         k_dst = kv_steps(loop, total, loop.inflight.layout)
         if k_dst < 1:
+            from runtime_policy.switching import end_switch  # NOTE: switching imports this module (shed)
+
             loop.executor.abort_switch(loop.inflight.plan)
-            loop._switch_ended(aborted="the destination's KV pool filled while the move ran")
+            end_switch(loop, aborted="the destination's KV pool filled while the move ran")
         else:
             k_kv = min(k_kv, k_dst)
     if k_kv >= 1:
