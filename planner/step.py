@@ -306,14 +306,14 @@ def step_cost(dep: Deployment, load: DecodeLoad, prefill_tokens=0.0, pricing: Pr
 
     best = None
     per_variant = [(dep.attention_layout.candidate_shares(i), i.attention, n) for i, n in inps]
-    # NOTE: issue 17's hook: the host tier's misses and walls, priced on the primary attention's group
-    tier_group = next((k for k, (_, v, _) in enumerate(per_variant) if v is m.attention), 0)
     for c in range(len(per_variant[0][0])):
         # NOTE: candidate c is the same rank in every group (the decode-busiest owner, or the one
         # running the prefill chunk), so its work is the sum over the groups' c-th shares.
         shares = [(cands[c], v, n) for cands, v, n in per_variant]
         hbm, flops, by_dtype, latency, kv_res, state_res = _rank_work(dep, inp, shares, pts)
-        host = (rank_tier(dep, inps[tier_group][0], per_variant[tier_group][0][c])
+        # NOTE: issue 17's hook: the host tier's misses and walls, per layer group on this same
+        # candidate rank, summed (untiered groups keep their KV in HBM and fetch nothing)
+        host = (rank_tier(dep, [(i, cands[c], n) for (i, n), (cands, _, _) in zip(inps, per_variant)])
                 if dep.host_tier is not None else None)
         t = price(sum(hbm.values()), by_dtype, tier_b[SCALEUP], tier_m[SCALEUP], pricing,
                   *((tier_b[SCALEOUT], tier_m[SCALEOUT]) if dep.group_nodes > 1 else ()),
