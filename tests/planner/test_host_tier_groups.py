@@ -171,3 +171,15 @@ def test_every_kind_that_declares_a_pattern_is_checked():
     above through some card."""
     seen = {v.kind for c in CARDS for v, _ in planner.load_model(c).mixers if v is not None and v.host_access()}
     assert set(tiered_kinds()) == seen == {"dsa", "dsv4", "block_sparse"}
+
+
+@pytest.mark.parametrize("attn", ["dp", "dop", "tp"])
+def test_step_cost_prices_every_group_as_the_walls_do(attn):
+    """step_cost sums the groups on its chosen candidate rank: its resident bytes are the walls'
+    decode_tier, and its kv_fits flips exactly at the walls' count."""
+    d = flash(attn)
+    held = capacity(d, [CTX]).max_concurrency[0]
+    load = planner.DecodeLoad.equal([held, held + 8], CTX)
+    c = planner.step_cost(d, load)
+    np.testing.assert_allclose(c.kv_resident_bytes, decode_tier(d, load).hbm_kv_resident_bytes)
+    assert c.kv_fits.tolist() == [True, False]
