@@ -9,7 +9,7 @@ import typer
 from pydantic import ValidationError
 
 from planner.errors import SpecError
-from planner.host_tier import DEFAULT_BUDGET_TOKENS, DEFAULT_LOCALITY, HostTierSpec
+from planner.host_tier import DEFAULT_BUDGET_TOKENS, DEFAULT_LOCALITY, HostTierSpec, tiered_groups
 from planner.inputs import field_error
 
 HostTierOpt = Annotated[bool, typer.Option("--host-tier", help="Keep sparse attention's KV in host memory with a per-request HBM budget; misses cross the host link (priced as host_link).")]
@@ -36,4 +36,18 @@ def tier_document(cost) -> dict:
             "host_link_time_s": float(cost.times.host_link_s[0]), "miss_entries_count": float(t.miss_entries[0]),
             "unit_bytes": t.unit_bytes, "page_amplification_factor": t.amplification,
             "hbm_kv_resident_bytes": float(t.hbm_kv_resident_bytes[0]), "host_kv_resident_bytes": float(t.host_kv_resident_bytes[0]),
-            "host_pool_bytes": t.host_pool_bytes, "host_fits": bool(t.host_fits[0])}
+            "host_pool_bytes": t.host_pool_bytes, "host_fits": bool(t.host_fits[0]),
+            "tiered_groups": list(t.tiered_groups), "tiered_layers_count": t.tiered_layers}
+
+
+def tier_line(dep) -> str:
+    """One line: which layer groups the tier keeps in host memory, which stay whole in HBM."""
+    m, spec = dep.model, dep.host_tier
+    tiered = tiered_groups(m)
+    names = {id(v) for v, _, _ in tiered}
+    rest = [f"{v.describe()}×{n}" for v, n in m.mixers if v is not None and id(v) not in names]
+    head = "; ".join(f"{'+'.join(p.tiered)} of {v.describe()}×{n} in host memory ({', '.join(p.resident)} in HBM)"
+                     for v, n, p in tiered)
+    tail = f"; {', '.join(rest)} whole in HBM" if rest else ""
+    return (f"host tier ({m.num_layers} layers): {head}{tail}; {spec.hbm_budget_tokens:,} HBM slots per request and "
+            f"tiered layer, locality {spec.locality:g}, {spec.page_rows}-row fetches")

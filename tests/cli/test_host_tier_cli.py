@@ -96,3 +96,13 @@ def test_simulate_host_tier_admits_more(capsys):
     tiered = json.loads(out)
     assert tiered["completed"] == plain["completed"] == 24
     assert tiered["preemptions"] <= plain["preemptions"]
+
+
+def test_deepseek_v4_compare_names_the_tiered_groups(capsys):
+    code, out, _ = run(capsys, "compare", "-m", "deepseek-v4-flash", "-hw", "h200", "-g", "8", "-c", "128k", "-b", "2048",
+                       "--host-tier", "--json")
+    assert code == 0
+    dp = next(d for d in json.loads(out)["layouts"] if d["attn"] == "dp" and d["moe"] == "ep")
+    h = dp["host_tier"]
+    assert h["tiered_groups"] == ["dsv4(c4)×21"] and h["tiered_layers_count"] == 21 and h["unit_bytes"] == 584
+    assert dp["feasible"] and h["requests_held_hbm_only"] < 2048 <= h["requests_held_tiered"]
