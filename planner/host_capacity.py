@@ -68,7 +68,7 @@ class TierWalls:
     hbm_wall: np.ndarray  # with the tier: the HBM budget wall alone
     host_wall: np.ndarray  # with the tier: the host-memory wall alone
     held: np.ndarray  # with the tier: both walls
-    binding: np.ndarray  # 'hbm_budget' | 'host_memory' per context
+    binding: np.ndarray  # 'hbm_budget' | 'host_memory' per context ('no_pool': the weights leave no KV pool)
     budget_tokens: int
     host_memory_bytes_per_gpu: float
 
@@ -82,5 +82,7 @@ def tier_walls(dep, context) -> TierWalls:
     host = max_concurrency(dep, ctx, fits=lambda d, load: host_wall_fits(d, load))
     held = max_concurrency(dep, ctx)
     without = max_concurrency(replace_deployment(dep, host_tier=None), ctx)
-    return TierWalls(ctx, without, hbm, host, held, np.where(host < hbm, "host_memory", "hbm_budget"),
+    # NOTE: a deployment whose weights leave no KV pool holds nothing; no wall binds it
+    binding = np.where(host < hbm, "host_memory", "hbm_budget") if dep.memory.kv_pool_bytes > 0 else np.full(ctx.shape, "no_pool")
+    return TierWalls(ctx, without, hbm, host, held, binding,
                      dep.host_tier.hbm_budget_tokens, dep.hardware.host_link.host_memory_bytes_per_gpu)
