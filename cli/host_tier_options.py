@@ -1,5 +1,6 @@
-"""The `--host-tier` options (capacity, compare, walls): a host KV tier for sparse attention
-(planner.host_tier), its per-request HBM budget, locality and fetch unit."""
+"""The `--host-tier` options (capacity, compare, walls, simulate): a host KV tier for sparse attention
+(planner.host_tier), its per-request HBM budget, locality and fetch unit, and the line that says
+which layer groups it tiers."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from planner.host_tier import DEFAULT_BUDGET_TOKENS, DEFAULT_LOCALITY, HostTierS
 from planner.inputs import field_error
 
 HostTierOpt = Annotated[bool, typer.Option("--host-tier", help="Keep sparse attention's KV in host memory with a per-request HBM budget; misses cross the host link (priced as host_link).")]
-BudgetOpt = Annotated[int, typer.Option("--hbm-budget-tokens", help="With --host-tier: HBM slots per request and layer (SGLang HiSparse device_buffer_size).")]
+BudgetOpt = Annotated[int, typer.Option("--hbm-budget-tokens", help="With --host-tier: HBM slots per request and tiered layer, in entries (DeepSeek-V4 C4: compressed entries of 4 tokens; SGLang HiSparse device_buffer_size).")]
 LocalityOpt = Annotated[float, typer.Option("--locality", help="With --host-tier: fraction of a request's top-k its previous step touched (default 0.8, a stated choice: see planner/host_tier.py).")]
 HostPageOpt = Annotated[int, typer.Option("--host-page-rows", help="With --host-tier: rows per host-link fetch unit (1: entries; 64: pages).")]
 

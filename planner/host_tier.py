@@ -73,7 +73,7 @@ class HostTierSpec(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    hbm_budget_tokens: int = Field(default=DEFAULT_BUDGET_TOKENS, ge=1, le=1 << 24, description="HBM slots per request (and layer) for tiered entries (HiSparse device_buffer_size).")
+    hbm_budget_tokens: int = Field(default=DEFAULT_BUDGET_TOKENS, ge=1, le=1 << 24, description="HBM slots per request and tiered layer, in entries: tokens for DSA, compressed entries (4 tokens) for a DeepSeek-V4 C4 layer (HiSparse device_buffer_size).")
     locality: float = Field(default=DEFAULT_LOCALITY, ge=0.0, le=1.0, description="Fraction of a request's top-k its previous step already touched.")
     page_rows: int = Field(default=1, ge=1, le=1 << 16, description="Rows per host-link unit (1: entry granularity; 64: SGLang pages).")
     run_tokens: float = Field(default=DEFAULT_RUN_TOKENS, ge=1.0, le=1 << 20, description="Mean run of consecutive selected entries (page amplification).")
