@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.host_tier import HostTierCost, rank_tier
+from planner.host_tier import HostTierCost, rank_tier, tiered_inputs
 from planner.load import DecodeLoad
 
 
@@ -30,7 +30,9 @@ def decode_tier(dep, load: DecodeLoad) -> HostTierCost:
 
     g = group_load(load, dep.replicas)
     inps = share_inputs(dep, g, np.zeros(load.points))
-    return rank_tier(dep, [(i, dep.attention_layout.share(i), n) for i, n in inps])
+    lay = dep.attention_layout
+    views = [tiered_inputs(i) for i, _ in inps]
+    return rank_tier(dep, [(i, lay.share(i), n, None if v is None else lay.share(v)) for (i, n), v in zip(inps, views)])
 
 
 def _hbm_fits(dep, load: DecodeLoad, tier: HostTierCost) -> np.ndarray:

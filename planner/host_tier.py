@@ -32,7 +32,9 @@ step fetches its misses over the host link. What this module prices:
 - capacity as two walls: HBM holds the resident components, the untiered groups' KV and b slots
   per request and tiered layer (the budget × requests: SGLang HiSparse gives each request a fixed
   `device_buffer_size` of slots, docs/advanced_features/hisparse_guide.md), host memory holds
-  every tiered entry;
+  every tiered entry. A rank's tiered bytes are the layout's own share of the tiered components
+  (`tiered_inputs`: its token or head split, page rounding, and the whole window a CP rank keeps),
+  the rest of the group's share stays in HBM;
 - feasibility: one step's touched entries, k · (c + P − 1)/c, must fit the budget in every tiered
   group, or the cache can't hold a step (the executor's resolver found no slot at exactly the
   points this rule refuses: 64K with 103 64-row pages, scattered c = 1 indices at 1,024 pages).
@@ -55,13 +57,13 @@ unequal lengths use the group's mean fractions, not the busiest owner's.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from planner.errors import SpecError
-from planner.models.attention.base import STATE, TOKEN, AccessPattern, AttentionVariant, discover
+from planner.models.attention.base import AccessPattern, AttentionVariant, discover
 
 DEFAULT_BUDGET_TOKENS = 4096
 DEFAULT_LOCALITY = 0.8
@@ -202,30 +204,38 @@ class HostTierCost:
         return HostTierCost(**vals)
 
 
-def _tiered_share(inp, pat: AccessPattern, entry_b: float) -> np.ndarray:
-    """[P] the tiered components' fraction of the rank's per-token-page bytes of one group. Only
-    'token' components (no window): the ratio of per-token rates, as every DSA layer; with a window
-    or a ring (V4) the byte-weighted ratio over the rank's requests at their page-rounded lengths
-    (exact for equal lengths and for spread layouts)."""
-    att, dtype = inp.attention, inp.kv_dtype
-    comps = [k for k in att.kv_stored_bytes(np.ones(1), dtype) if att.memory_kind(k) != STATE]
-    if all(att.memory_kind(k) == TOKEN for k in comps):
-        return np.asarray(entry_b / pat.tokens_per_entry / att.token_rate(dtype))
-    lengths, counts = inp.load.lengths, inp.load.counts
-    chunk = inp.prefill_tokens > 0
-    pre = np.where(chunk, inp.prefill_context + inp.prefill_tokens, 0.0)[:, None]
-    toks = np.ceil(np.concatenate([lengths, pre], axis=-1) / inp.page_tokens) * inp.page_tokens
-    c = np.concatenate([counts, chunk[:, None].astype(np.float64)], axis=-1)
-    st = att.kv_stored_bytes(toks, dtype)
-    tiered = (sum(st[k] for k in pat.tiered) * c).sum(axis=-1)
-    total = (sum(st[k] for k in comps) * c).sum(axis=-1)
-    return np.divide(tiered, total, out=np.zeros_like(tiered), where=total > 0)
+class _TieredView:
+    """A layer group's variant as a layout sees it, its stored components narrowed to the tiered
+    ones: the layout's own share of this view is the rank's tiered bytes, with its split (tokens
+    over CP ranks, heads under TP), its page rounding and its windows (a CP rank keeps a whole
+    window) — no ratio of whole-request bytes."""
+
+    def __init__(self, variant, tiered: tuple[str, ...]):
+        self._variant, self._tiered = variant, tiered
+
+    def __getattr__(self, name):
+        return getattr(self._variant, name)
+
+    def kv_stored_bytes(self, context_tokens, kv_dtype):
+        st = self._variant.kv_stored_bytes(context_tokens, kv_dtype)
+        return {k: st[k] for k in self._tiered}
+
+
+def tiered_inputs(inp):
+    """The ShareInputs of a layer group's tiered components (None: the group doesn't tier). A
+    layout's share of them is the rank's tiered bytes (`rank_tier`'s `tiered_share`)."""
+    att = inp.attention
+    pat = att.host_access() if att is not None else None
+    if pat is None or att.topk_tokens() is None:
+        return None
+    return replace(inp, attention=_TieredView(att, pat.tiered))
 
 
 def rank_tier(dep, groups) -> HostTierCost | None:
     """The host tier of one candidate rank, summed over the layer groups: `groups` holds
-    (ShareInputs, AttentionShare, layers) per distinct mixer, the shares the layout's same
-    candidate rank (per layer). None when the deployment has no tier."""
+    (ShareInputs, AttentionShare, layers, tiered_share) per distinct mixer, the shares the layout's
+    same candidate rank (per layer); `tiered_share` the layout's share of `tiered_inputs(inp)` on
+    that rank (None for an untiered group). None when the deployment has no tier."""
     spec = dep.host_tier
     if spec is None:
         return None
@@ -233,13 +243,13 @@ def rank_tier(dep, groups) -> HostTierCost | None:
     fetched, equiv, missed, hbm, host = zero, zero, zero, zero, zero
     hl = dep.hardware.host_link
     unit, amp, tiered_layers, names, most = 0.0, 1.0, 0, [], 0
-    for inp, share, n in groups:
+    for inp, share, n, tiered_share in groups:
         att, layers = inp.attention, float(n)
         stored = share.kv_stored_bytes * layers
-        pat = att.host_access() if att is not None else None
-        if pat is None or att.topk_tokens() is None:
+        if tiered_share is None:
             hbm = hbm + stored  # an untiered group: all its KV stays in HBM, nothing is fetched
             continue
+        pat = att.host_access()
         tpe = pat.tokens_per_entry
         entry_b = entry_bytes(att, pat, inp.kv_dtype)
         lengths, counts = inp.load.lengths, inp.load.counts  # [P, R], tokens
@@ -256,7 +266,7 @@ def rank_tier(dep, groups) -> HostTierCost | None:
         g_amp = page_amplification(spec.run_tokens, spec.page_rows, pat.block_entries)
         g_fetched = fetched_bytes(read, spec.locality, f_read, g_amp) * layers
         g_unit = entry_b * spec.page_rows
-        tiered_stored = stored * _tiered_share(inp, pat, entry_b)
+        tiered_stored = tiered_share.kv_stored_bytes * layers
         # NOTE: the budget is a fixed allocation per request (HiSparse), b slots whatever L: the rank's
         # tiered bytes scale by b / mean E (exact for equal lengths and for spread layouts)
         budget = tiered_stored * (spec.hbm_budget_tokens / np.maximum(mean_entries, 1e-300))

@@ -183,3 +183,12 @@ def test_step_cost_prices_every_group_as_the_walls_do(attn):
     c = planner.step_cost(d, load)
     np.testing.assert_allclose(c.kv_resident_bytes, decode_tier(d, load).hbm_kv_resident_bytes)
     assert c.kv_fits.tolist() == [True, False]
+
+
+def test_cp_ranks_keep_whole_windows_and_a_slice_of_the_entries():
+    """CP splits each request's tokens over the 8 ranks but every rank keeps a whole 128-token window:
+    the rank's tiered bytes are its slice of the C4 entries, 16,384 tokens → 4,096 entries per C4
+    layer and request, not the whole-request tiered fraction of its bytes (which would count
+    window bytes as tiered)."""
+    t = decode_tier(flash("cp"), planner.DecodeLoad.equal(8, CTX))
+    assert t.host_kv_resident_bytes[0] == pytest.approx(8 * C4 * (CTX / 8 / 4) * ENTRY)  # 8 × 50,233,344 B
