@@ -106,3 +106,12 @@ def test_deepseek_v4_compare_names_the_tiered_groups(capsys):
     h = dp["host_tier"]
     assert h["tiered_groups"] == ["dsv4(c4)×21"] and h["tiered_layers_count"] == 21 and h["unit_bytes"] == 584
     assert dp["feasible"] and h["requests_held_hbm_only"] < 2048 <= h["requests_held_tiered"]
+
+
+def test_simulate_deepseek_v4_with_the_tier_runs(capsys):
+    args = ("simulate", "-m", "deepseek-v4-flash", "-hw", "h200", "-g", "8", "-w", "longprompt", "-n", "12", "--rate", "2",
+            "--policy", "dp", "--json")
+    code, out, err = run(capsys, *args, "--host-tier")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["completed"] == 12 and doc["preemptions"] == 0
