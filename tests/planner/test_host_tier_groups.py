@@ -100,6 +100,9 @@ def test_untiered_groups_keep_their_kv_and_fetch_nothing():
     t = decode_tier(d, load)
     np.testing.assert_allclose(kv - t.hbm_kv_resident_bytes, t.host_kv_resident_bytes
                                - t.host_kv_resident_bytes * 4096 / (load.lengths[:, 0] / 4))
+    # misses of the 21 C4 layers only: 8 and 64 requests on the busiest DOP owner, f = 0.875 at 128K
+    # (32,768 entries) and 1 − 4096/65536 = 0.9375 at 256K
+    np.testing.assert_allclose(t.miss_entries, [8 * C4 * 512 * 0.2 * 0.875, 64 * C4 * 512 * 0.2 * 0.9375])
 
 
 def test_a_budget_below_the_c4_top_k_is_refused():
