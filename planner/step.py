@@ -32,7 +32,7 @@ import numpy as np
 
 from planner.deployment import Deployment
 from planner.errors import SpecError
-from planner.host_tier import HostTierCost, rank_tier
+from planner.host_tier import HostTierCost, rank_tier, tiered_inputs
 from planner.layouts.base import SCALEOUT, SCALEUP, AttentionShare, Collective, ShareInputs, link_bytes_by_tier
 from planner.load import DecodeLoad, busiest_owner_counts
 from planner.models.attention.base import WINDOW
@@ -327,14 +327,18 @@ def step_cost(dep: Deployment, load: DecodeLoad, prefill_tokens=0.0, pricing: Pr
 
     best = None
     per_variant = [(dep.attention_layout.candidate_shares(i), i.attention, n) for i, n in inps]
-    # NOTE: issue 17's hook: the host tier's misses and walls, priced on the primary attention's group
-    tier_group = next((k for k, (_, v, _) in enumerate(per_variant) if v is m.attention), 0)
+    if dep.host_tier is not None:  # the layout's own candidate shares of each group's tiered components
+        views = [tiered_inputs(i) for i, _ in inps]
+        per_view = [None if v is None else dep.attention_layout.candidate_shares(v) for v in views]
     for c in range(len(per_variant[0][0])):
         # NOTE: candidate c is the same rank in every group (the decode-busiest owner, or the one
         # running the prefill chunk), so its work is the sum over the groups' c-th shares.
         shares = [(cands[c], v, n) for cands, v, n in per_variant]
         hbm, flops, by_dtype, latency, kv_res, state_res, window_res = _rank_work(dep, inp, shares, pts)
-        host = (rank_tier(dep, inps[tier_group][0], per_variant[tier_group][0][c])
+        # NOTE: issue 17's hook: the host tier's misses and walls, per layer group on this same
+        # candidate rank, summed (untiered groups keep their KV in HBM and fetch nothing)
+        host = (rank_tier(dep, [(i, cands[c], n, None if vc is None else vc[c])
+                                for (i, n), (cands, _, _), vc in zip(inps, per_variant, per_view)])
                 if dep.host_tier is not None else None)
         t = price(sum(hbm.values()), by_dtype, tier_b[SCALEUP], tier_m[SCALEUP], pricing,
                   *((tier_b[SCALEOUT], tier_m[SCALEOUT]) if dep.group_nodes > 1 else ()),

@@ -63,9 +63,9 @@ def twin_layout_names(names: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def _tiered_fraction(dep) -> float:
-    att = dep.model.attention
-    per_tok = {k: float(v[0]) for k, v in att.kv_stored_bytes(np.ones(1), dep.kv_dtype).items()}
-    return sum(per_tok.get(k, 0.0) for k in access_pattern(att).tiered) / sum(per_tok.values())
+    from planner.host_tier import tiered_kv_fraction  # the layer-weighted fraction over every layer group
+
+    return tiered_kv_fraction(dep.model, dep.kv_dtype)
 
 
 def with_host_tier(tables, dep, model, deps: list) -> object:

@@ -20,12 +20,14 @@ from cli.common import (console, title, DEFAULTS, AttnOpt, WideOpt, LayoutsOpt, 
                         PrefillOpt, PricingChoice, PricingOpt, ReplicasOpt, ReserveOpt, WeightDtypeOpt, build_load,
                         deployment, emit_json, fmt_bytes, fmt_gib, fmt_flops, fmt_ms, fmt_tokens, load_calibration, load_specs,
                         parse_tokens, pricing_for, scalar)
-from cli.host_tier_options import BudgetOpt, HostPageOpt, HostTierOpt, LocalityOpt, host_tier_spec, tier_document
+from cli.host_tier_options import (BudgetOpt, HostPageOpt, HostTierOpt, LocalityOpt, host_tier_spec, tier_document,
+                                   tier_line)
 from cli.launch import planning
 from cli.registry_options import LAYOUTS, layout_names, live, moe_names
 from cli.rendering import capacity_table, compare_table, launch_sentence, deployment_title, infeasible_reason, memory_line
 from planner.capacity import capacity as kv_capacity
 from planner.errors import SpecError
+from planner.host_tier import tiered_groups
 from planner.layouts.base import SCALEOUT, SCALEUP
 from planner.units import GiB
 
@@ -282,6 +284,8 @@ def compare(
         return
     con = console(wide)
     con.print(compare_table(out, deps[0], pr.label, cal is not None, best_max, wide, launch_layout))
+    if tier is not None:
+        con.print(tier_line(deps[0]))
     if components:
         from rich import box
 
@@ -348,7 +352,8 @@ def capacity(
             docs[-1]["host_tier"] = {"hbm_budget_tokens": w.budget_tokens, "host_memory_bytes_per_gpu": w.host_memory_bytes_per_gpu,
                                      "requests_held_hbm_only": float(w.hbm_only[0]), "hbm_wall_requests": float(w.hbm_wall[0]),
                                      "host_wall_requests": float(w.host_wall[0]), "requests_held_tiered": float(w.held[0]),
-                                     "binding_wall": str(w.binding[0])}
+                                     "binding_wall": str(w.binding[0]),
+                                     "tiered_groups": [f"{v.describe()}×{n}" for v, n, _ in tiered_groups(d.model)]}
     out = {"model": m.name, "hardware": hw.name, "gpus": gpus, "nodes": deps[0].nodes, "engine": deps[0].engine,
            "mem_fraction": mem_fraction, "page_tokens": deps[0].page_tokens,
            "datasheet_hbm_bytes_per_gpu": hw.peak.hbm_bytes, "usable_hbm_bytes_per_gpu": hw.usable_hbm_bytes,
@@ -360,6 +365,8 @@ def capacity(
         return
     con = console()
     con.print(capacity_table(out, deps[0]))
+    if tier is not None:
+        con.print(tier_line(deps[0]))
     for d in docs:
         if not d["feasible"]:
             con.print(f"out: {d['attn']}/{d['moe']}: {d['infeasible_reason']}")

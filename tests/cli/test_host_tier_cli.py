@@ -67,12 +67,22 @@ def test_walls_host_tier_plot(capsys, tmp_path):
     assert tiered["walls_requests"]["host_link"] is not None  # PCIe binds for TP in 64-row pages
 
 
-def test_deepseek_v4_host_tier_is_refused_not_mispriced(capsys):
-    """DeepSeek-V4 stacks CSA, HCA and window layers; the tier prices one attention stack, so it says
-    so in one line instead of pricing every layer as the primary kind."""
+def test_deepseek_v4_host_tier_tiers_its_c4_layers(capsys):
+    """DeepSeek-V4 stacks CSA, HCA and window layers; the tier is priced per group (only the 21 C4
+    layers tier) instead of being refused (tests/planner/test_host_tier_groups.py pins the numbers)."""
     code, out, err = run(capsys, "capacity", "-m", "tests/fixtures/hf_configs/deepseek-ai--DeepSeek-V4-Flash/config.json",
                          "-hw", "h200", "-g", "8", "-c", "128k", "--host-tier", "--json")
-    assert code == 2 and "attention layer groups" in err and len(err.strip().splitlines()) == 1
+    assert code == 0, err
+    dp = next(d for d in json.loads(out)["layouts"] if d["attn"] == "dp" and d["moe"] == "ep")
+    h = dp["host_tier"]
+    assert h["requests_held_hbm_only"] == 1336 and h["host_wall_requests"] == 4976
+    assert h["requests_held_tiered"] == h["hbm_wall_requests"] == 4136
+
+
+def test_deepseek_v4_budget_below_its_top_k_is_one_line(capsys):
+    code, _, err = run(capsys, "capacity", "-m", "deepseek-v4-flash", "-hw", "h200", "-g", "8", "-c", "128k", "--host-tier",
+                       "--hbm-budget-tokens", "256")
+    assert code == 2 and "hbm_budget_tokens=256" in err and len(err.strip().splitlines()) == 1
 
 
 def test_simulate_host_tier_admits_more(capsys):
@@ -86,3 +96,22 @@ def test_simulate_host_tier_admits_more(capsys):
     tiered = json.loads(out)
     assert tiered["completed"] == plain["completed"] == 24
     assert tiered["preemptions"] <= plain["preemptions"]
+
+
+def test_deepseek_v4_compare_names_the_tiered_groups(capsys):
+    code, out, _ = run(capsys, "compare", "-m", "deepseek-v4-flash", "-hw", "h200", "-g", "8", "-c", "128k", "-b", "2048",
+                       "--host-tier", "--json")
+    assert code == 0
+    dp = next(d for d in json.loads(out)["layouts"] if d["attn"] == "dp" and d["moe"] == "ep")
+    h = dp["host_tier"]
+    assert h["tiered_groups"] == ["dsv4(c4)×21"] and h["tiered_layers_count"] == 21 and h["unit_bytes"] == 584
+    assert dp["feasible"] and h["requests_held_hbm_only"] < 2048 <= h["requests_held_tiered"]
+
+
+def test_simulate_deepseek_v4_with_the_tier_runs(capsys):
+    args = ("simulate", "-m", "deepseek-v4-flash", "-hw", "h200", "-g", "8", "-w", "longprompt", "-n", "12", "--rate", "2",
+            "--policy", "dp", "--json")
+    code, out, err = run(capsys, *args, "--host-tier")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["completed"] == 12 and doc["preemptions"] == 0

@@ -15,7 +15,10 @@ lengths `L` (tokens, numpy arrays), the few questions the step model and the lay
 - shape: the widths of a decode query and output per head (what DCP/DOP move), the decode kernel
   an engine runs for it, a sparse variant's top-k and its latency, how many heads TP can split,
   whether its cache can be interleaved over ranks by tokens (CP/DCP), its window, and the
-  context lengths where its per-request costs bend (`knees`, for the runtime's tables).
+  context lengths where its per-request costs bend (`knees`, for the runtime's tables);
+- a host KV tier: which of its cache components a host tier may keep in host memory and how a
+  decode step selects from them (`host_access`, an `AccessPattern`; None for a variant that reads
+  its whole KV every step). A new sparse variant declares its pattern in its own module.
 Layouts read a model only through these. Variants register with `@register_attention`; the
 loader asks each registered variant, most specific first, whether it claims a layer of a
 config (`from_hf_config(cfg, layer)`, `layer` the planner.models.config.LayerType the config's
@@ -48,6 +51,22 @@ def variant_for_layer(cfg: HFConfig, layer: LayerType) -> "AttentionVariant | No
 KV_DTYPE_BYTES = {"bf16": 2.0, "fp8": 1.0}
 TOKEN, WINDOW, STATE = "token", "window", "state"
 MEMORY_KINDS: tuple[str, ...] = (TOKEN, WINDOW, STATE)
+
+
+@dataclass(frozen=True)
+class AccessPattern:
+    """How a variant's decode step reads its KV, as far as a host KV tier cares (planner.host_tier).
+
+    Units: an *entry* is one row of the tiered components — one token's latent for DSA, one
+    compressed entry (4 tokens) for DeepSeek-V4's CSA layers, one token's K/V for block-sparse
+    GQA. A host tier's budget, its working set and its misses count entries."""
+
+    tiered: tuple[str, ...]  # kv_stored_bytes components ('token' kind) that may live in host memory
+    resident: tuple[str, ...]  # components that stay whole in HBM (scanned every step, or dense)
+    tokens_per_entry: float  # context tokens per tiered entry (DSA 1, DeepSeek-V4 C4 4)
+    selected_entries: float  # tiered entries one decode query reads at long context (its top-k span)
+    block_entries: int  # selection unit in entries: 1, or a block-sparse variant's whole blocks
+    source: str  # the engine behaviour this follows
 
 
 @dataclass(frozen=True)
@@ -203,6 +222,11 @@ class AttentionVariant:
         """Context lengths (tokens) where this variant's per-request costs bend: a window, the
         span a top-k covers. Between knees, every cost is linear in L."""
         return ()
+
+    def host_access(self) -> AccessPattern | None:
+        """How a host KV tier may hold this layer's KV; None (the default): the layer reads its
+        whole KV every step, so a tier keeps all of it in HBM and fetches nothing for it."""
+        return None
 
     def check_tp(self, tp: int) -> None:
         """Raise SpecError if heads cannot be sharded over `tp` ranks."""

@@ -22,7 +22,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from planner.models.attention.base import WeightPart, as_tokens, causal_pairs, register_attention
+from planner.models.attention.base import AccessPattern, WeightPart, as_tokens, causal_pairs, register_attention
 from planner.models.attention.gqa import GQA, geometry
 from planner.models.config import HFConfig, LayerType
 
@@ -110,3 +110,13 @@ class BlockSparse(GQA):
 
     def knees(self):
         return (self.span_tokens,)
+
+    def host_access(self):
+        # NOTE: no engine tiers MiniMax-M3 yet; the pattern follows its selection (vLLM
+        # vllm/models/minimax_m3/common/sparse_attention.py): each query reads the top-k blocks plus
+        # the fixed init/local blocks, whole blocks of `block_tokens` token rows, and its index keys
+        # are scanned every step (resident, as DSA's)
+        return AccessPattern(tiered=("kv",), resident=("indexer",), tokens_per_entry=1.0,
+                             selected_entries=self.span_tokens, block_entries=self.block_tokens,
+                             source="MiniMax-M3 MSA: the indexer selects top-k KV blocks plus fixed init/local blocks "
+                                    "(vLLM vllm/models/minimax_m3/common/sparse_attention.py); index keys scanned each step")

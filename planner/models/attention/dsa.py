@@ -37,7 +37,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from planner.models.attention.base import WeightPart, as_tokens, causal_pairs, need, register_attention
+from planner.models.attention.base import AccessPattern, WeightPart, as_tokens, causal_pairs, need, register_attention
 from planner.models.attention.kernels import HOPPER
 from planner.models.attention.mla import MLA
 from planner.models.config import HFConfig, LayerType
@@ -159,3 +159,15 @@ class DSA(MLA):
 
     def knees(self):
         return (float(self.index_topk),)
+
+    def host_access(self):
+        # NOTE: SGLang HiSparse (docs/advanced_features/hisparse_guide.md): the latents live in host
+        # memory and the top-k are swapped into a per-request device buffer; the indexer scores every
+        # token each step, so its keys stay on device. A GLM-5.2 'shared' layer (no indexer of its
+        # own) is left resident: no engine code read here tiers it.
+        if not self.own_indexer:
+            return None
+        return AccessPattern(tiered=("kv",), resident=("indexer",), tokens_per_entry=1.0,
+                             selected_entries=float(self.index_topk), block_entries=1,
+                             source="SGLang HiSparse (docs/advanced_features/hisparse_guide.md): DSA latents in host "
+                                    "memory, top-k entries swapped in; indexer keys stay on device")

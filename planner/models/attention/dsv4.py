@@ -42,8 +42,8 @@ from typing import ClassVar
 import numpy as np
 
 from planner.errors import SpecError
-from planner.models.attention.base import (STATE, TOKEN, WINDOW, AttentionVariant, WeightPart, as_tokens, causal_pairs,
-                                           need, register_attention)
+from planner.models.attention.base import (STATE, TOKEN, WINDOW, AccessPattern, AttentionVariant, WeightPart, as_tokens,
+                                           causal_pairs, need, register_attention)
 from planner.models.attention.dsa import TOPK_BASE_S, TOPK_PER_TOKEN_S
 from planner.models.config import HFConfig, LayerType
 
@@ -236,6 +236,22 @@ class DeepSeekV4Attention(AttentionVariant):
 
     def knees(self):
         return (float(self.window), 4.0 * self.index_topk) if self.csa else (float(self.window),)
+
+    def host_access(self):
+        # NOTE: SGLang HiSparse for DeepSeek-V4 (docs/advanced_features/hisparse_guide.md: "the
+        # direct-to-host path writes only C4 KV into the decode host pool. The c4_indexer and C128 KV
+        # remain device-to-device"): only a CSA layer's compressed entries tier; its indexer keys,
+        # window and compressor ring stay in HBM, and C128 / window-only layers keep everything.
+        # Entries are compressed entries: the host pool holds kv_allocated_len // compress_ratio of
+        # them per request and the device buffer's slots index them (python/sglang/srt/managers/
+        # hisparse_coordinator.py HiSparseCoordinator.host_token_len, alloc_device_buffer).
+        if not self.csa:
+            return None
+        return AccessPattern(tiered=("compressed",), resident=("indexer", "window", "compressor_state"),
+                             tokens_per_entry=float(self.ratio), selected_entries=float(self.index_topk),
+                             block_entries=1,
+                             source="SGLang HiSparse for DeepSeek-V4: only C4 KV goes to host; C4-indexer and C128 stay "
+                                    "on device (hisparse_guide.md; hisparse_coordinator.py host_token_len)")
 
     def describe(self):
         return f"dsv4(c{self.ratio})" if self.ratio else f"dsv4(swa {self.window})"
