@@ -58,7 +58,7 @@ def test_flash_bytes_per_request_tiered_and_resident_dp_128k():
     assert t.tiered_layers == C4 and t.tiered_groups == ("dsv4(c4)×21",) and t.unit_bytes == ENTRY
     # without the tier the same request holds 507,874,304 B of pages in HBM (+ its 12.2 MB of rings)
     base = planner.replace_deployment(flash("dp"), host_tier=None)
-    kv, state = planner.step.decode_resident_bytes(base, planner.DecodeLoad.equal(8, CTX))
+    kv, state, _ = planner.step.decode_resident_bytes(base, planner.DecodeLoad.equal(8, CTX))
     assert kv[0] == pytest.approx(TIERED_PER_REQ + RESIDENT_PER_REQ) and state[0] == pytest.approx(STATE)
 
 
@@ -96,7 +96,7 @@ def test_untiered_groups_keep_their_kv_and_fetch_nothing():
     """The tier's HBM saving is the C4 group's alone: all-in-HBM bytes − tiered bytes + budget."""
     d = flash("dop")
     load = planner.DecodeLoad.equal([64, 512], [CTX, 2 * CTX])
-    kv, _ = planner.step.decode_resident_bytes(planner.replace_deployment(d, host_tier=None), load)
+    kv, _, _ = planner.step.decode_resident_bytes(planner.replace_deployment(d, host_tier=None), load)
     t = decode_tier(d, load)
     np.testing.assert_allclose(kv - t.hbm_kv_resident_bytes, t.host_kv_resident_bytes
                                - t.host_kv_resident_bytes * 4096 / (load.lengths[:, 0] / 4))
