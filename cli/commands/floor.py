@@ -367,16 +367,24 @@ def capacity(
     con.print(capacity_table(out, deps[0]))
     if tier is not None:
         con.print(tier_line(deps[0]))
+    m0, kdt = deps[0].model, deps[0].kv_dtype
+    # NOTE: past its windows a token costs only the unwindowed layers' bytes; the windows are a
+    # per-request constant once full (the bytes below every window are d['kv_bytes_per_token'])
+    past = m0.token_bytes_per_token(kdt)
+    windows = float(m0.memory_bytes(np.array([float(1 << 24)]), kdt)["window"][0])
     for d in docs:
         if not d["feasible"]:
             con.print(f"out: {d['attn']}/{d['moe']}: {d['infeasible_reason']}")
-        elif d["state_bytes_per_request"] > 0:  # two kinds of memory: say which one binds
+        elif d["state_bytes_per_request"] > 0 or windows > 0:  # more than one kind of memory: say which one binds
             mem = d["memory"]
-            pool = (f"state pool {mem['state_pool_bytes'] / GiB:.1f} GiB/GPU, ≤ {mem['max_running_requests']:.0f} running"
-                    if "state_pool_bytes" in mem else "states share the KV pool")
-            con.print(f"{d['attn']}/{d['moe']}: {d['kv_bytes_per_token'] / 1024:.1f} KiB/token of KV + "
-                      f"{d['state_bytes_per_request'] / 2**20:.1f} MiB/request of state ({pool}); "
-                      f"binds: {d['binding_memory']}")
+            kv = (f"{past / 1024:.1f} KiB/token past the windows + {windows / 2**20:.1f} MiB/request of windows"
+                  if windows > 0 else f"{d['kv_bytes_per_token'] / 1024:.1f} KiB/token of KV")
+            state = ""
+            if d["state_bytes_per_request"] > 0:
+                pool = (f"state pool {mem['state_pool_bytes'] / GiB:.1f} GiB/GPU, ≤ {mem['max_running_requests']:.0f} running"
+                        if "state_pool_bytes" in mem else "states share the KV pool")
+                state = f" + {d['state_bytes_per_request'] / 2**20:.1f} MiB/request of state ({pool})"
+            con.print(f"{d['attn']}/{d['moe']}: {kv}{state}; binds: {d['binding_memory']}")
     for s in skipped:
         con.print(f"[dim]skipped {s['attn']}/{s['moe']}: {s['reason']}[/]")
 
