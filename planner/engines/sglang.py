@@ -130,6 +130,11 @@ HYBRID_SWA_ARCHITECTURES = frozenset({
     "Llama4ForConditionalGeneration", "GptOssForCausalLM", "MiMoV2FlashForCausalLM", "MiMoV2MTP",
     "Step3p5ForCausalLM", "Step3p5MTP", "Gemma4ForCausalLM", "Gemma4ForConditionalGeneration"})
 SWA_FULL_TOKENS_RATIO = 0.8
+# NOTE: sgl-project/sglang python/sglang/srt/arg_groups/deepseek_v4_hook.py `apply_deepseek_v4_defaults`:
+# max_running_requests defaults to 256 for DeepseekV4ForCausalLM (the whole engine: 256 // dp_size per
+# DP-attention rank). Recorded in the plan's defaults and reported by `capacity`; the KV walls here
+# stay what memory holds (its DSV4PoolConfigurator sizing is not modelled: README, host tier).
+DSV4_MAX_RUNNING_REQUESTS = 256
 
 
 def swa_pools(dep: "Deployment", token_capacity: float) -> tuple[float, float, float] | None:
@@ -228,6 +233,8 @@ class SGLang(EngineMemoryModel):
                       "page_size": dep.page_tokens, "context_bytes": hw.memory.context_bytes},
             source=SOURCE,
         )
+        if any(v.kind == "dsv4" for v, _ in dep.model.mixers):
+            kw["defaults"]["max_running_requests"] = DSV4_MAX_RUNNING_REQUESTS
         split = swa_pools(dep, tokens) if tokens > 0 else None
         if split is not None:
             full_tokens, full_pool, swa_pool = split
