@@ -385,11 +385,13 @@ def capacity(
                         if "state_pool_bytes" in mem else "states share the KV pool")
                 state = f" + {d['state_bytes_per_request'] / 2**20:.1f} MiB/request of state ({pool})"
             con.print(f"{d['attn']}/{d['moe']}: {kv}{state}; binds: {d['binding_memory']}")
-    cap = next((d["memory"]["defaults"].get("max_running_requests") for d in docs if d["feasible"]), None)
-    if cap is not None and any(d["feasible"] and d["max_concurrency"] > cap for d in docs):
-        con.print(f"note: {docs[0]['memory']['engine']} runs at most {cap:.0f} requests by default for {m0.name} "
-                  f"(--max-running-requests; per DP-attention rank {cap:.0f} // DP size); the walls above are what "
-                  "memory holds")
+    over = [(f"{d['attn']}/{d['moe']}", c) for d, dep in zip(docs, deps)
+            if d["feasible"] and d["max_concurrency"] > (c := dep.engine_model.running_requests_cap(dep))]
+    if over:
+        flag = "--max-running-requests" if deps[0].engine == "sglang" else "--max-num-seqs"
+        caps = ", ".join(f"{name} {c:.0f}" for name, c in over)
+        con.print(f"note: by default {deps[0].engine} runs at most this many requests at once ({flag}): {caps}; "
+                  "the walls above are what memory holds")
     for s in skipped:
         con.print(f"[dim]skipped {s['attn']}/{s['moe']}: {s['reason']}[/]")
 

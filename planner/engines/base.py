@@ -150,6 +150,11 @@ class EngineMemoryModel:
         after its DP-attention split, vLLM max_num_batched_tokens)."""
         raise NotImplementedError
 
+    def running_requests_cap(self, dep: "Deployment") -> float:
+        """Requests the engine runs at once by default across one deployment group (its scheduler's
+        cap, not memory); inf where it sets none the planner models."""
+        return math.inf
+
     def check(self, mem_fraction: float | None, reserve_bytes: float | None) -> None:
         """Raise SpecError if the overrides don't make sense for this engine."""
 

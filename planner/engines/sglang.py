@@ -187,6 +187,11 @@ class SGLang(EngineMemoryModel):
         # NOTE: `_handle_data_parallelism` divides chunked_prefill_size by dp_size with DP attention.
         return chunk // dep.ranks if _dp_attention(dep) else chunk
 
+    def running_requests_cap(self, dep):
+        # NOTE: only DeepSeek-V4's explicit default is modelled (DSV4_MAX_RUNNING_REQUESTS, for the
+        # whole engine); SGLang derives the others from the token pool (not modelled)
+        return float(DSV4_MAX_RUNNING_REQUESTS) if any(v.kind == "dsv4" for v, _ in dep.model.mixers) else math.inf
+
     def check(self, mem_fraction, reserve_bytes):
         if mem_fraction is not None and reserve_bytes is not None:
             raise SpecError("sglang: --mem-fraction and --reserve-gib set the same thing "

@@ -115,6 +115,12 @@ class VLLM(EngineMemoryModel):
     def chunked_prefill_tokens(self, dep):
         return batch_defaults(dep.hardware)[0]
 
+    def running_requests_cap(self, dep):
+        # NOTE: max_num_seqs caps each engine core's scheduler; vLLM's data-parallel attention runs
+        # one engine core per DP rank, so the group's cap is T times it there
+        seqs = float(batch_defaults(dep.hardware)[1])
+        return seqs * dep.ranks if dep.attn == "dp" else seqs
+
     def plan(self, dep):
         hw = dep.hardware
         total = hw.usable_hbm_bytes

@@ -23,11 +23,14 @@ def test_windows_are_a_per_request_constant_past_them(capsys, monkeypatch):
     assert "tp/ep: 36.0 KiB/token past the windows + 4.5 MiB/request of windows; binds: full_attention_pool" in out
 
 
-def test_sglang_caps_deepseek_v4_at_256_running_requests(capsys, monkeypatch):
+def test_the_engines_default_caps_on_running_requests_are_noted_where_memory_holds_more(capsys, monkeypatch):
     code, out = run(capsys, monkeypatch, "capacity", "-m", "deepseek-v4-flash", "-g", "8", "-c", "128k")
     assert code == 0
-    assert "note: sglang runs at most 256 requests by default for deepseek-v4-flash" in out
+    # SGLang: 256 for the whole engine (apply_deepseek_v4_defaults); TP holds 215 at 128K, under it
+    assert "note: by default sglang runs at most this many requests at once (--max-running-requests): cp/ep 256," in out
+    assert "tp/ep 256" not in out
     code, out = run(capsys, monkeypatch, "capacity", "-m", "deepseek-v4-flash", "-g", "8", "-c", "128k", "--engine", "vllm")
-    assert code == 0 and "runs at most" not in out
+    # vLLM on a >= 70 GiB GPU: max_num_seqs 1024 per engine core, one per DP rank (dp: 8 × 1024)
+    assert code == 0 and "(--max-num-seqs): cp/ep 1024" in out and "dp/ep" not in out.split("note:")[1]
     code, out = run(capsys, monkeypatch, "capacity", "-m", "deepseek-v3.2", "-g", "8", "-c", "128k")
     assert code == 0 and "runs at most" not in out
