@@ -12,10 +12,12 @@ rate · pages(c) + its fixed bytes (planner/step.py `decode_resident_bytes`, `me
   without window components keeps `ModelSpec.kv_bytes_per_token` (the same components; kept as
   the figure it was, so DSA/MLA/GQA tables are bit-identical);
 - the slack is `page_tokens` (page rounding) + the request's fixed bytes / the rate, rounded up to
-  a whole token (NOTE: whole tokens keep the ledger's sums exact in any order, loop.py). Fixed
+  a whole token (NOTE: whole tokens keep the ledger's sums exact in any order, loop.py; the page
+  is the rounding's upper bound, one page more than the planner's at a page-aligned context). Fixed
   bytes: the windows at full (where they share the pool) and the per-request states where they
   share the KV pool (vLLM's hybrid pages; DeepSeek-V4's compressor rings). Flash: 3,214,336 B of
-  windows + 12,206,080 B of rings = 4,006 tokens at 3,850 B, + 64 = 4,070 tokens;
+  windows + 12,206,080 B of rings = 4,006 tokens at 3,850.25 B, + SGLang's 256-token page
+  = 4,262 tokens;
 - the pool: with SGLang's hybrid SWA pools (`MemoryPlan.swa_pool_bytes`: planner/engines/
   sglang.py `swa_pools`, after SGLang model_runner_kv_cache_mixin.py
   `_resolve_hybrid_swa_tokens`) the full-attention layers' pool, which long requests fill: the
@@ -27,11 +29,17 @@ rate · pages(c) + its fixed bytes (planner/step.py `decode_resident_bytes`, `me
   `LayoutInfo.max_requests` instead.
 
 NOTE: one slack for every layout (a request's ledger entry must be the same in every layout, or a
-switch would leave the sums wrong): exact where a layout stores the fixed part in the share it
-stores tokens (owner layouts: whole requests; TP: DeepSeek-V4's single latent replicates all, a
-GQA model's heads split windows like tokens). A token-split layout (CP) keeps each request's
-window and rings whole on every rank while it splits the tokens, which the ledger undercounts
-(tests/runtime_policy/test_kv_ledger.py says by how much).
+switch would leave the sums wrong), read off the deployment's own layout on its busiest rank and
+divided by that rank's share of a token (`request_slack_tokens`): exact there, and in every layout
+that keeps the fixed part in the share it keeps tokens (owner layouts: whole requests; TP:
+DeepSeek-V4's single latent replicates everything, GQA heads split windows like tokens). A
+token-split layout (CP) keeps each request's windows and rings whole on every rank while it
+splits the tokens: compiled for CP the slack covers them (30,938 tokens at its 0.1305 share for
+V4-Flash), but a dynamic run compiled for DP prices CP's fixed part at its token share, 1/8 of it
+(tests/runtime_policy/test_kv_ledger.py). Qwen3.5-397B under vLLM TP on 8 ranks splits its 45
+GDN layers' states 8 ways (16 heads) and its 15 attention layers' KV 2 ways (2 KV heads): its
+slack, 528 (the page) + 1,563 tokens, is the states at the token share (a full copy / the rate:
+6,252).
 """
 
 from __future__ import annotations

@@ -44,6 +44,9 @@ The step time from the per-resource times is `overhead_s + max + α·(sum − ma
 come from a calibration artifact when one is given, else the datasheet floors with α = 0.5 (the
 midpoint of the optimistic and pessimistic floors, `DATASHEET_MODEL`).
 
+The KV facts the loop's ledger counts in (`kv_bytes_per_token`, `request_slack_tokens`, each
+layout's `kv_pool_bytes`) are priced as the planner's capacity prices a request (kv_ledger.py).
+
 Does not: decide anything, or know about requests (see policy.py, loop.py).
 """
 

@@ -81,7 +81,7 @@ def dsv4_tiered():
 def test_the_tiered_ledger_holds_the_planners_tier_walls(dsv4_tiered, attn):
     """DeepSeek-V4-Flash at the reference context (103,488 tokens): the tiered ledger admits what
     planner.host_capacity's walls hold, compressor rings in the HBM wall (12.2 MB a request; left
-    out, DP held 8 % more: 5,128 for 4,744)."""
+    out, DP held 5,168 for 4,744, +9 %; CP 5,375 for 3,324)."""
     d, t = dsv4_tiered[attn]
     k = t.layouts.index(attn)
     want = tier_walls(d, [103488.0]).held[0]
