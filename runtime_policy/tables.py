@@ -325,11 +325,14 @@ def compile_tables(dep: Deployment, model: StepTimeModel | None = None, max_batc
     pre, pfx_lo, pfx_hi = chunk_rows[..., 0:nr], chunk_rows[..., nr:2 * nr], chunk_rows[..., 2 * nr:3 * nr]
     for a in (base, chunk_rows, pre, pfx_lo, pfx_hi, c1, c2, pools, weights, attn_w, share, owner, caps):
         a.setflags(write=False)
+    # NOTE: the ledger's rate and slack, one for every layout, the slack on the deployment's own
+    # layout (runtime_policy/kv_ledger.py)
     rate = ledger_rate(dep.model, dep.kv_dtype)
     k_dep = names.index(dep.attn)
+    slack = request_slack_tokens(deps[k_dep], rate, 1.0 if owner[k_dep] else float(share[k_dep]))
     table = StepTimeTable(
         layouts=names, ranks=dep.ranks, num_layers=dep.model.num_layers, max_tokens=n_max, max_prefill_tokens=max_prefill_tokens, topk=topk,
-        kv_bytes_per_token=rate, page_tokens=dep.page_tokens, request_slack_tokens=request_slack_tokens(deps[k_dep], rate, 1.0 if owner[k_dep] else float(share[k_dep])),
+        kv_bytes_per_token=rate, page_tokens=dep.page_tokens, request_slack_tokens=slack,
         memory_budget_bytes=ledger_budget_bytes(dep),
         base_s=base, base_rows_py=base[: max_batch + 1].tolist(), prefill_s=pre, prefix_lo_s=pfx_lo, prefix_hi_s=pfx_hi, prefix_knee_tokens=float(knee), chunk_rows_s=chunk_rows, c1_s=c1, c2_s=c2, alpha=model.alpha, overhead_s=model.overhead_s,
         model_label=model.label, info=info, hbm_bytes_per_s=pricing.hbm_bytes_per_s,
