@@ -35,8 +35,12 @@ that keeps the fixed part in the share it keeps tokens (owner layouts: whole req
 DeepSeek-V4's single latent replicates everything, GQA heads split windows like tokens). A
 token-split layout (CP) keeps each request's windows and rings whole on every rank while it
 splits the tokens: compiled for CP the slack covers them (30,938 tokens at its 0.1305 share for
-V4-Flash), but a dynamic run compiled for DP prices CP's fixed part at its token share, 1/8 of it
-(tests/runtime_policy/test_kv_ledger.py). Qwen3.5-397B under vLLM TP on 8 ranks splits its 45
+V4-Flash; the ledger then holds 3.6 % fewer 128K requests than the planner), but tables compiled
+for another layout (a dynamic run from DP) price CP's fixed part at CP's token share, so there
+CP's ledger is loose: V4-Flash CP admits 25,322 requests of 4K where the planner holds 5,789,
+5,716 of 32K for 3,306, 1,564 of 128K for 1,338 (tests/runtime_policy/test_kv_ledger.py). The
+fix is a per-layout fixed part times the ledger's request count (not done: every KV check would
+read the count). Qwen3.5-397B under vLLM TP on 8 ranks splits its 45
 GDN layers' states 8 ways (16 heads) and its 15 attention layers' KV 2 ways (2 KV heads): its
 slack, 528 (the page) + 1,563 tokens, is the states at the token share (a full copy / the rate:
 6,252).

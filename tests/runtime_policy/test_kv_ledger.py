@@ -80,7 +80,11 @@ def test_gpt_oss_pools():
     assert v.request_slack_tokens == 16 + 128
     assert s.request_slack_tokens == s_dep.page_tokens == 1
     k = s.layouts.index("tp")
-    assert s.info.kv_pool_bytes[k] == s_dep.memory.swa_pool_bytes[0]
+    full, sliding = s_dep.memory.swa_pool_bytes
+    assert s.info.kv_pool_bytes[k] == full
+    # a move's memory budget (weights + KV) leaves out the sliding pool the ledger doesn't fill
+    assert s.memory_budget_bytes == s_dep.memory.static_budget_bytes - sliding
+    assert v.memory_budget_bytes == _deployment("gpt-oss-120b", "vllm", "tp").memory.static_budget_bytes
 
 
 def test_sglang_sliding_pool_binds_only_short_requests():
@@ -126,7 +130,8 @@ def test_cp_keeps_whole_windows_the_one_share_misses():
     computed on the deployment's own layout, covers them, but the one share (0.1305 at the 131K
     probe, windows included) counts the tokens 4 % high, so the ledger holds 3.6 % fewer long
     requests than the planner (1,306 vs 1,355 at 128K) — conservative; a dynamic run whose tables
-    were compiled for DP prices CP's fixed part at its token share (1/8 of the windows)."""
+    were compiled for DP prices CP's fixed part at its token share (1/8 of the windows): there
+    CP's ledger is loose, pinned here until the ledger carries a per-layout fixed part."""
     d = _deployment("deepseek-v4-flash", "sglang", "cp")
     t = _tables(d)
     k = t.layouts.index("cp")
@@ -136,3 +141,7 @@ def test_cp_keeps_whole_windows_the_one_share_misses():
     dp = _tables(_deployment("deepseek-v4-flash", "sglang", "dp"))
     assert dp.request_slack_tokens < t.request_slack_tokens
     assert np.isclose(t.info.kv_total_share[k], dp.info.kv_total_share[k])
+    # the known gap (kv_ledger.py's NOTE): compiled for DP, CP's ledger admits more than CP holds,
+    # 4.4x at 4K, 1.17x at 128K
+    loose = {c: ledger_admits(dp, k, c) / max_concurrency(d, [c])[0] for c in (4097.0, 131073.0)}
+    assert loose[4097.0] == pytest.approx(25322 / 5789) and loose[131073.0] == pytest.approx(1564 / 1338)
