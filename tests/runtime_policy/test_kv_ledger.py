@@ -55,9 +55,10 @@ def test_the_ledger_admits_the_planners_max_concurrency(model, engine, attn):
 
 
 def test_dsv4_flash_ledger_arithmetic():
-    """3,850.25 B per token past the 128-token windows (C4 entries 584/4, C128 584/128, indexer
-    keys 132/4 over 21 + 20 layers); 43 windows of 128 × 584 B = 3,214,336 B and 41 compressor rings
-    = 12,206,080 B per request, 4,006 tokens at that rate (rounded up) + a 256-token page."""
+    """3,850.25 B per token past the 128-token windows (21 C4 layers: entries 584/4 + indexer keys
+    132/4 = 179 B; 20 C128 layers: 584/128 = 4.5625 B); 43 windows of 128 × 584 B = 3,214,336 B and
+    the 41 compressed layers' rings 12,206,080 B per request: 4,006 tokens at that rate (rounded
+    up), + a 256-token page."""
     d = _deployment("deepseek-v4-flash", "sglang", "dp")
     t = _tables(d)
     assert t.kv_bytes_per_token == d.model.token_bytes_per_token(d.kv_dtype) == pytest.approx(3850.25)
