@@ -14,17 +14,17 @@ prefill and decode (HiSparse runs the tier on PD decode instances): prefill chun
 loop and fetch nothing. A policy whose layout can't run the model (DCP on V4's sliding windows) is
 skipped and listed under "skipped".
 
-The loop's KV wall (`--loop-wall`): the serving loop counts context tokens at the tables'
-`kv_bytes_per_token`, the bytes a token occupies *below* every window (runtime_policy/tables.py).
-For a stack without windows or per-request states (DeepSeek-V3.2) that is exact, and both runs use
-it as compiled ('tokens'; the tier's tables rewrite their own wall at the reference context). For
-DeepSeek-V4 it is not: Flash's 28,962 B per token counts 43 layers' window entries per token, where
-a token past the window costs 3,850 B, so the loop's HBM-only wall at 128K is ~7× too tight, and
-the tier's rewrite leaves out the 12.2 MB compressor rings per request. 'planner' (the default
-for such stacks) sets both runs' wall, per layout, to the requests the planner's capacity holds at
-the reference context (planner.capacity.max_concurrency: HBM-only, or both tier walls, rings
-included), as KV-equivalent bytes of that many requests of the reference context — the same
-at-reference rule the tier's tables apply, applied to both runs alike.
+The loop's KV wall (`--loop-wall`): 'tables' (the default) runs the compiled tables as they are:
+their ledger prices a request as the planner's capacity does (runtime_policy/kv_ledger.py: the rate
+past every window, DeepSeek-V4-Flash's 3,850 B per token, and a per-request slack for its windows
+and compressor rings; the tier's tables set their wall from both tier walls at the reference
+context, rings included). 'planner' sets both runs' wall, per layout, to the requests the planner's
+capacity holds at the reference context (planner.capacity.max_concurrency: HBM-only, or both tier
+walls), as the ledger's bytes of that many requests of the reference context: a check on the
+compiled ledger, which agrees with it there to within one request per owner
+(tests/runtime_policy/test_host_tier_sim_wall.py). NOTE: it was the default for stacks with
+windows or states while the ledger counted every token at the bytes below the windows (28,962 B
+for V4-Flash, ~7× too tight at 128K).
 
 Prints one JSON document as its last line; `--out` writes it too.
 """
@@ -63,7 +63,8 @@ def long_context(n: int, rate_per_s: float, seed: int, output_median: int = 4096
 def planner_wall(tables, dep, ref: float):
     """`tables` with each layout's KV pool set to the requests the planner's capacity holds at `ref`
     tokens (per busiest rank: one owner's share, or all of them for spread layouts), as KV-equivalent
-    bytes at the tables' per-token rate; the memory budget moves by the dep's layout's change."""
+    bytes at the ledger's price (context + the tables' slack, at its rate); the memory budget moves
+    by the dep's layout's change."""
     from dataclasses import replace
 
     from planner.capacity import max_concurrency
@@ -75,17 +76,12 @@ def planner_wall(tables, dep, ref: float):
             continue
         owner = bool(tables.info.is_owner[i])
         held = float(max_concurrency(d, [ref])[0]) / (d.ranks if owner else 1.0)
-        pools[i] = held * ref * tables.kv_bytes_per_token * (1.0 if owner else kv_share(d))
+        per_request = (ref + tables.request_slack_tokens) * tables.kv_bytes_per_token
+        pools[i] = held * per_request * (1.0 if owner else kv_share(d))
     k = tables.layouts.index(dep.attn)
     budget = tables.memory_budget_bytes + (float(pools[k]) - float(tables.info.kv_pool_bytes[k]))
     pools.setflags(write=False)
     return replace(tables, info=replace(tables.info, kv_pool_bytes=pools), memory_budget_bytes=budget)
-
-
-def needs_planner_wall(m) -> bool:
-    """A stack whose bytes per token below the window differ from those past it, or with states."""
-    dtype = m.attention.supported_kv_dtypes()[-1]
-    return m.kv_bytes_per_token(dtype) != m.token_bytes_per_token(dtype) or m.state_bytes_per_request(dtype) > 0
 
 
 def simulate_with_wall(dep, w, pol: str, max_batch: int, wall: str, ref: float) -> dict:
@@ -103,9 +99,9 @@ def simulate_with_wall(dep, w, pol: str, max_batch: int, wall: str, ref: float) 
 
 def run(model: str, hardware: str, gpus: int, n: int, rate: float, seed: int, policies: list[str],
         output_median: int = 4096, prompt_min: int = 65536, prompt_max: int = 131072, max_batch: int = 1024,
-        loop_wall: str = "auto") -> dict:
+        loop_wall: str = "tables") -> dict:
     m, hw = planner.load_model(model), planner.load_hardware(hardware)
-    wall = ("planner" if needs_planner_wall(m) else "tokens") if loop_wall == "auto" else loop_wall
+    wall = loop_wall
     w = long_context(n, rate, seed, output_median, prompt_min, prompt_max)
     # NOTE: the loop counts tokens; the tier's fixed per-request budget makes its HBM wall exact at
     # one context, so it is set at the workload's mean context over a request's life
@@ -150,7 +146,7 @@ def main() -> None:
     ap.add_argument("--prompt-min", type=int, default=65536)
     ap.add_argument("--prompt-max", type=int, default=131072)
     ap.add_argument("--max-batch", type=int, default=1024)
-    ap.add_argument("--loop-wall", choices=("auto", "tokens", "planner"), default="auto")
+    ap.add_argument("--loop-wall", choices=("tables", "planner"), default="tables")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
     doc = run(a.model, a.hardware, a.gpus, a.requests, a.rate, a.seed, a.policies.split(","), a.output_median,

@@ -28,7 +28,7 @@ def admit(loop: "ServingLoop") -> float:
     dec, prefill_q = loop.dec, loop.prefill_q
     layout = loop.layout
     lay_owner, lay_share, lay_pool = loop.is_owner[layout], loop.shares[layout], loop.pools[layout] * loop.watermark
-    bpt, page, ctx = loop.bpt, loop.page, loop.ctx
+    bpt, slack, ctx = loop.bpt, loop.slack, loop.ctx
     # NOTE: the engine's per-request state slots cap the running set too (tables.request_caps)
     max_batch = min(loop.config.max_batch, loop.max_requests[layout])
     wids = waiting.ids
@@ -51,7 +51,7 @@ def admit(loop: "ServingLoop") -> float:
             displaced = True
             total = sum(okv)
         c = ctx[i]
-        need = c + page
+        need = c + slack
         r = okv.index(min(okv))
         if lay_owner:
             fits = (okv[r] + need) * bpt <= lay_pool
@@ -134,7 +134,7 @@ def prefill_progress(loop: "ServingLoop", done_tokens: int) -> None:
             loop.okv[loop.owner[i]] += 1.0
             loop.first[i] = loop.t
         if c - inp_l[i] >= loop.out_l[i]:
-            loop.okv[loop.owner[i]] -= c + loop.page
+            loop.okv[loop.owner[i]] -= c + loop.slack
             loop._end(i, DONE)
         else:
             loop.status[i] = DECODE

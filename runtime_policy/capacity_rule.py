@@ -124,8 +124,8 @@ class CapacityRule:
         The batch a layout holds: if the running set's expected KV peak (current KV + the projected
         growth, per rank as the layout stores it) exceeds its pool, the share of the running set the
         pool holds at that peak; else the running set plus the waiting requests its spare room
-        admits, each needing its prompt, a page and the mean observed output (none for the current
-        layout when its head is blocked). Its step: the current batch's mean context scaled to
+        admits, each needing its prompt, the tables' per-request slack and the mean observed output
+        (none for the current layout when its head is blocked). Its step: the current batch's mean context scaled to
         that batch, and the observed prefill scaled with it. NOTE: in steady state prefill tokens per
         step / decode tokens per step = mean prompt / mean output (each request needs both), so a
         batch k× larger needs k× the prefill to stay full; past a full chunk every step it is
@@ -143,7 +143,7 @@ class CapacityRule:
         avail = min(w, p._max_batch - state.running)
         need = 0.0
         if avail > 0:
-            need = float(state.waiting_tokens[:avail].sum()) / avail + p._page + p._mean_output
+            need = float(state.waiting_tokens[:avail].sum()) / avail + p._slack + p._mean_output
         pfx, share_own = state.prefill_context_tokens, state.prefill_owner_share
         bpt, pool, owner, share, ok = p._bpt, p._pool, p._owner, p._share, p._ok
         n_layouts = len(p._layouts)

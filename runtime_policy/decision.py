@@ -52,7 +52,7 @@ class PolicyState:
     call)."""
 
     context_tokens: np.ndarray  # [B] decoding requests' context lengths
-    owner_kv_tokens: np.ndarray | list[float]  # [T] KV tokens each rank owns (one page of slack per request)
+    owner_kv_tokens: np.ndarray | list[float]  # [T] KV tokens each rank owns (the tables' request_slack_tokens per request)
     # [T] free KV bytes per rank in the current layout, for admitting the queue's head (a server
     # may leave it stale while no request waits)
     free_kv_bytes: np.ndarray | list[float]

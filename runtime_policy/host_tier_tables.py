@@ -8,15 +8,18 @@ carry no misses: 1-token contexts and prefill chunks fetch nothing; HiSparse is 
 - the host-link term: a decode request's misses per step are top-k · (1 − r) · f · amplification
   rows, with f = 1 − b/L. The tables' per-request terms are Σ min(L, top-k) (c1) and Σ L (c2), so
   the host-link resource's c1 is the planner's host-link seconds of one request at a far probe
-  context divided by top-k · f there: every decode is priced at f = 1. NOTE: exact to within b/L
+  context divided by top-k · f there (f in each tiered group's entries: `far_host_fraction`):
+  every decode is priced at f = 1. NOTE: exact to within b/L
   for requests past their budget (3 % at 128K with 4,096 slots), and it charges requests shorter
   than their budget misses they don't have — conservative for the tier, and what a per-request
   term of the tables can say;
-- the KV wall: the loop counts context tokens against `kv_pool_bytes / kv_bytes_per_token`. With
-  the tier a request costs HBM for its resident components plus a fixed budget, and host memory for
-  its tiered tokens, so each layout's pool becomes the KV-equivalent bytes of the tokens both walls
-  admit at the tier's `reference_context_tokens` (planner.host_capacity's walls, on the planner's
-  busiest-rank shares): exact for requests at that context;
+- the KV wall: the loop counts a request as its context + the tables' slack at the tables' rate
+  (runtime_policy/kv_ledger.py) against `kv_pool_bytes`. With the tier a request costs HBM for its
+  resident components plus a fixed budget (and its states, in the KV pool where they share it),
+  and host memory for its tiered entries, so each layout's pool becomes the ledger's bytes of the
+  requests both walls admit at the tier's `reference_context_tokens` (planner.host_capacity's
+  walls, on the planner's busiest-rank shares; `held_at_reference`): exact for requests at that
+  context (tests/runtime_policy/test_host_tier_tables.py holds it to `tier_walls(...).held`);
 - moves: a request moved between owners takes its host pages along; the tables say which fraction
   of a token's KV bytes lives in host memory and the host link's rate, so a transition prices that
   part over the host link (runtime_policy/transitions.py).
@@ -40,10 +43,11 @@ from dataclasses import replace
 import numpy as np
 
 import planner
-from planner.host_capacity import decode_tier
-from planner.host_tier import access_pattern, host_fraction
 from planner.deployment import replace_deployment
 from planner.errors import SpecError
+from planner.host_capacity import decode_tier
+from planner.host_tier import entry_bytes, host_fraction, tiered_groups
+from planner.layouts import attention_layouts
 from planner.resources.vector import TIMED_RESOURCES
 
 HOST = TIMED_RESOURCES.index("host_link")
@@ -62,10 +66,51 @@ def twin_layout_names(names: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(names) + tuple(twin_name(n) for n in names)
 
 
-def _tiered_fraction(dep) -> float:
-    from planner.host_tier import tiered_kv_fraction  # the layer-weighted fraction over every layer group
+def _tiered_fraction(dep, rate: float) -> float:
+    """Of the ledger's bytes per token (`rate`, tables.kv_bytes_per_token), the part a host tier
+    keeps in host memory: planner.host_tier.tiered_kv_fraction is of the bytes below every window
+    (DSV3.2 bf16: 0.897, the same figure), rescaled to the rate past them (DeepSeek-V4-Flash:
+    21 C4 layers × 146 B / 3,850.25 B = 0.796, where below the windows it was 0.106)."""
+    from planner.host_tier import tiered_kv_fraction
 
-    return tiered_kv_fraction(dep.model, dep.kv_dtype)
+    f = tiered_kv_fraction(dep.model, dep.kv_dtype)
+    below = dep.model.kv_bytes_per_token(dep.kv_dtype)
+    return f if rate == below else f * below / rate
+
+
+def far_host_fraction(model, kv_dtype: str, far_tokens: float, budget: float) -> float:
+    """f = 1 − b/E at the far probe, each tiered group in its own entries (planner.host_tier
+    host_fraction with its pattern's tokens_per_entry: DSA 1 − b/L; a V4 C4 layer 1 − b/(L/4)).
+    NOTE: groups of different entry sizes are weighted by the bytes their selections read
+    (layers × selected entries × entry bytes), the host link's share of each (one group in every
+    registered model: exact there)."""
+    groups = tiered_groups(model)
+    w = [n * pat.selected_entries * entry_bytes(v, pat, kv_dtype) for v, n, pat in groups]
+    f = [float(host_fraction(far_tokens, budget, pat.tokens_per_entry)) for _, _, pat in groups]
+    return sum(a * b for a, b in zip(w, f)) / sum(w) if sum(w) > 0 else 1.0
+
+
+def held_at_reference(d, ref: float) -> float:
+    """Requests of `ref` tokens the busiest rank of `d` holds with the tier (one owner's for owner
+    layouts), fractional: the smaller of the HBM wall — resident components + budgets, and the
+    per-request states (DeepSeek-V4's compressor rings) where they share the KV pool, else their
+    own pool's cap — and the host wall (planner.host_capacity's walls, on the same busiest-rank
+    shares: `tier_walls(...).held` is this, floored, times the owners)."""
+    from planner.step import decode_resident_bytes
+
+    owner = attention_layouts()[d.attn].kv_placement == "owner"
+    load = planner.DecodeLoad.equal(float(d.ranks) if owner else 1.0, ref)
+    probe = decode_tier(d, load)
+    hbm, host = float(probe.hbm_kv_resident_bytes[0]), float(probe.host_kv_resident_bytes[0])
+    state = float(decode_resident_bytes(d, load)[1][0]) if d.model.has_state else 0.0
+    plan = d.memory
+    walls = [probe.host_pool_bytes / host if host > 0 else np.inf]
+    if plan.state_wall_bytes is None:
+        hbm += state
+    elif state > 0:
+        walls.append(plan.state_wall_bytes / state)
+    walls.append(plan.kv_pool_bytes / hbm if hbm > 0 else np.inf)
+    return float(min(walls))
 
 
 def with_host_tier(tables, dep, model, deps: list) -> object:
@@ -79,22 +124,17 @@ def with_host_tier(tables, dep, model, deps: list) -> object:
     pools = tables.info.kv_pool_bytes.copy()
     ref = float(spec.reference_context_tokens)
     far = max(FAR_PROBE_BUDGETS * spec.hbm_budget_tokens, 2.0 * tables.topk)
-    f_far = float(host_fraction(far, spec.hbm_budget_tokens))
+    f_far = far_host_fraction(dep.model, dep.kv_dtype, far, spec.hbm_budget_tokens)
+    per_request = (ref + tables.request_slack_tokens) * tables.kv_bytes_per_token  # the ledger's bytes at ref
     for i, d in enumerate(deps):
         if d is None:
             continue
         cost = planner.step_cost(d, planner.DecodeLoad.equal(1.0, far), pricing=None)
         c1[i, HOST] = float(model.terms_s(cost)[HOST, 0]) / (min(far, tables.topk) * f_far)
         c2[i, HOST] = 0.0
-        owner = bool(tables.info.is_owner[i])
-        probe = decode_tier(d, planner.DecodeLoad.equal(float(d.ranks) if owner else 1.0, ref))
-        hbm = float(probe.hbm_kv_resident_bytes[0])
-        host = float(probe.host_kv_resident_bytes[0])
-        pool = float(d.memory.kv_pool_bytes)
-        # requests of `ref` tokens the busiest rank holds (one per rank for owners, 1 for spread)
-        held = min(pool / hbm if hbm > 0 else np.inf, probe.host_pool_bytes / host if host > 0 else np.inf)
-        share = 1.0 if owner else kv_share(d)
-        pools[i] = held * ref * tables.kv_bytes_per_token * share if pool > 0 else pools[i]
+        share = 1.0 if bool(tables.info.is_owner[i]) else kv_share(d)
+        if d.memory.kv_pool_bytes > 0:
+            pools[i] = held_at_reference(d, ref) * per_request * share
     k = tables.layouts.index(dep.attn)
     budget = tables.memory_budget_bytes + (float(pools[k]) - float(tables.info.kv_pool_bytes[k]))
     for a in (c1, c2, pools):
@@ -102,7 +142,8 @@ def with_host_tier(tables, dep, model, deps: list) -> object:
     info = replace(tables.info, kv_pool_bytes=pools)
     pricing = planner.Pricing.datasheet(dep.hardware)
     return replace(tables, c1_s=c1, c2_s=c2, info=info, memory_budget_bytes=budget,
-                   host_kv_fraction=_tiered_fraction(dep), host_link_bytes_per_s=pricing.host_link_bytes_per_s)
+                   host_kv_fraction=_tiered_fraction(dep, tables.kv_bytes_per_token),
+                   host_link_bytes_per_s=pricing.host_link_bytes_per_s)
 
 
 def twin_tables(dep, model, max_batch: int, max_prefill_tokens: int):

@@ -25,7 +25,8 @@ For the dynamic policy the loop also projects the running set's KV growth (proje
 `PROJECTION_EVERY_STEPS` decode steps; a switch that sheds KV (`Decision.shed_kv_tokens`) preempts
 the ordering's victims until that much is free and admits nothing until its commit.
 
-KV is counted in tokens, per owner rank, with one page of slack per request (page rounding);
+KV is counted in tokens, per owner rank, with the tables' slack per request (its page rounding,
+windows and shared states in tokens: kv_ledger.py);
 every request has an owner rank (the least-loaded at admission) in every layout, so a switch to
 an owner layout knows where each request lives. Admission keeps `admit_watermark_fraction` of the
 pool free.
@@ -88,7 +89,7 @@ class ServingLoop:
         # NOTE: an executor that holds no KV (the simulator) says so, and is not told of each join and leave
         self.tracks_kv = bool(getattr(executor, "tracks_kv", True))
         self.progress = progress
-        self.T, self.page, self.bpt = tables.ranks, float(tables.page_tokens), tables.kv_bytes_per_token
+        self.T, self.slack, self.bpt = tables.ranks, float(tables.request_slack_tokens), tables.kv_bytes_per_token
         self.capped = tables.topk < NO_TOPK
         self.topk = tables.topk
         info = tables.info
@@ -348,7 +349,7 @@ class ServingLoop:
         """Request i stops decoding: its KV is released (the executor's and the ledger's)."""
         r = self.owner[i]
         c = self.dec.leave(i, r)
-        self.okv[r] -= c + self.page
+        self.okv[r] -= c + self.slack
         if self.tracks_kv:
             self.executor.retire(i, preempted)
 

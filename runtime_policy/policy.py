@@ -94,7 +94,7 @@ class LayoutPolicy:
         self._owner = [bool(x) for x in t.info.is_owner]
         self._bpt = t.kv_bytes_per_token
         self._topk = t.topk
-        self._page = int(t.page_tokens)
+        self._slack = float(t.request_slack_tokens)
         self._ranks = t.ranks
         self._max_batch = k.max_batch
         self._headroom_keep = 1.0 - k.kv_headroom_fraction
@@ -264,7 +264,7 @@ class LayoutPolicy:
                 return self._refuse(cur, "waiting_tokens")
             if len(fr) != self._ranks or not -_INF < sum(fr) < _INF:
                 return self._refuse(cur, "free_kv_bytes")
-            head += self._page
+            head += self._slack
             need = head * bpt
             blocked = (max(fr) < need) if owner[cur] else (min(fr) < need * share[cur])
         steps = self.pricer.step_times(b, s1, s2, own if b else 0.0, own_min if b else 0.0, f, p_tok, p_ctx, p_share)
@@ -365,7 +365,7 @@ class LayoutPolicy:
         best, best_rate = -1, -1.0
         lens = np.asarray(waiting_tokens, dtype=np.float64)[: self.knobs.max_batch]
         lens = lens[np.isfinite(lens) & (lens >= 0)]
-        need = np.cumsum(lens + t.page_tokens)
+        need = np.cumsum(lens + t.request_slack_tokens)
         out = self._mean_output if self._completed else self.knobs.initial_dwell_steps
         chunk = float(t.max_prefill_tokens)
         for i in self._layouts:

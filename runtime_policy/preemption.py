@@ -125,7 +125,7 @@ def preempt(loop: "ServingLoop", v: int) -> None:
         loop.pq_s2 -= loop.ctx[v]
         if loop.capped:
             loop.pq_s1 -= min(loop.ctx[v], loop.topk)
-        loop.okv[loop.owner[v]] -= loop.ctx[v] + loop.page
+        loop.okv[loop.owner[v]] -= loop.ctx[v] + loop.slack
     loop.status[v] = WAITING
     loop.queued[v] = loop.t
     loop.preempted[v] += 1
@@ -143,9 +143,9 @@ def shed(loop: "ServingLoop", tokens: float) -> None:
         v = cand[victim(loop, cand)]
         if dec.slot[v] >= 0:
             decoding.remove(v)
-            freed += dec.context(v) + loop.page
+            freed += dec.context(v) + loop.slack
         else:
-            freed += ctx[v] + loop.page
+            freed += ctx[v] + loop.slack
         preempt(loop, v)
 
 def displace_for(loop: "ServingLoop", i: int) -> bool:

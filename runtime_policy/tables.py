@@ -44,6 +44,9 @@ The step time from the per-resource times is `overhead_s + max + α·(sum − ma
 come from a calibration artifact when one is given, else the datasheet floors with α = 0.5 (the
 midpoint of the optimistic and pessimistic floors, `DATASHEET_MODEL`).
 
+The KV facts the loop's ledger counts in (`kv_bytes_per_token`, `request_slack_tokens`, each
+layout's `kv_pool_bytes`) are priced as the planner's capacity prices a request (kv_ledger.py).
+
 Does not: decide anything, or know about requests (see policy.py, loop.py).
 """
 
@@ -59,6 +62,7 @@ from planner.errors import SpecError
 from planner.layouts import attention_layouts
 from planner.resources.vector import TIMED_RESOURCES
 from runtime_policy import step_time
+from runtime_policy.kv_ledger import ledger_budget_bytes, ledger_pool_bytes, ledger_rate, request_slack_tokens
 
 NO_TOPK = step_time.NO_TOPK
 DATASHEET_ALPHA = 0.5
@@ -119,7 +123,7 @@ class LayoutInfo:
     `layouts` order; the KV facts follow each layout's declared `kv_placement`
     (planner/layouts/base.py)."""
 
-    kv_pool_bytes: np.ndarray  # per GPU (−1: the model can't run the layout)
+    kv_pool_bytes: np.ndarray  # per GPU, the pool the KV ledger fills (kv_ledger.py; −1: the model can't run the layout)
     weights_bytes: np.ndarray  # resident per rank
     attn_weights_bytes: np.ndarray  # attention + LM head part of weights_bytes
     # fraction of all KV one rank stores, as the planner's share says (every_rank: 1, or 1/kv-split
@@ -154,8 +158,9 @@ class StepTimeTable:
     max_tokens: int  # largest B + P the base table covers
     max_prefill_tokens: int
     topk: float
-    kv_bytes_per_token: float  # all layers, one copy
+    kv_bytes_per_token: float  # the ledger's rate: all layers, one copy, past every window (kv_ledger.py)
     page_tokens: int
+    request_slack_tokens: float  # the ledger's tokens per request beyond its context: page + fixed bytes (kv_ledger.py)
     memory_budget_bytes: float  # weights + KV the engine allows per GPU (planner.engines MemoryPlan.static_budget_bytes)
     base_s: np.ndarray  # [max_tokens+1, L layouts, R resources]
     # base_s[: max_tokens − max_prefill_tokens + 1] (every decode-only step: n ≤ the max batch) as
@@ -303,7 +308,7 @@ def compile_tables(dep: Deployment, model: StepTimeModel | None = None, max_batc
             t = _terms(model, d, planner.DecodeLoad.equal(1.0, lens))
             c1[i] = (t[1] - t[0]) / (lens[1] - lens[0])
         w = planner.step.weights_resident_bytes(d)
-        pools[i] = planner.step.kv_pool_bytes(d)
+        pools[i] = ledger_pool_bytes(d)
         weights[i] = sum(w.values())
         attn_w[i] = sum(v for k, v in w.items() if k.startswith(("attention", "indexer", "embedding")))
         share[i] = 0.0 if placement[i] == "owner" else kv_share(d)
@@ -320,11 +325,15 @@ def compile_tables(dep: Deployment, model: StepTimeModel | None = None, max_batc
     pre, pfx_lo, pfx_hi = chunk_rows[..., 0:nr], chunk_rows[..., nr:2 * nr], chunk_rows[..., 2 * nr:3 * nr]
     for a in (base, chunk_rows, pre, pfx_lo, pfx_hi, c1, c2, pools, weights, attn_w, share, owner, caps):
         a.setflags(write=False)
+    # NOTE: the ledger's rate and slack, one for every layout, the slack on the deployment's own
+    # layout (runtime_policy/kv_ledger.py)
+    rate = ledger_rate(dep.model, dep.kv_dtype)
+    k_dep = names.index(dep.attn)
+    slack = request_slack_tokens(deps[k_dep], rate, 1.0 if owner[k_dep] else float(share[k_dep]))
     table = StepTimeTable(
         layouts=names, ranks=dep.ranks, num_layers=dep.model.num_layers, max_tokens=n_max, max_prefill_tokens=max_prefill_tokens, topk=topk,
-        kv_bytes_per_token=dep.model.kv_bytes_per_token(dep.kv_dtype),
-        page_tokens=dep.page_tokens,
-        memory_budget_bytes=dep.memory.static_budget_bytes,
+        kv_bytes_per_token=rate, page_tokens=dep.page_tokens, request_slack_tokens=slack,
+        memory_budget_bytes=ledger_budget_bytes(dep),
         base_s=base, base_rows_py=base[: max_batch + 1].tolist(), prefill_s=pre, prefix_lo_s=pfx_lo, prefix_hi_s=pfx_hi, prefix_knee_tokens=float(knee), chunk_rows_s=chunk_rows, c1_s=c1, c2_s=c2, alpha=model.alpha, overhead_s=model.overhead_s,
         model_label=model.label, info=info, hbm_bytes_per_s=pricing.hbm_bytes_per_s,
         link_bytes_per_s=pricing.link_bytes_per_s, message_latency_s=pricing.message_latency_s)

@@ -242,6 +242,12 @@ def plan_transition(tables: StepTimeTable, src: int, dst: int, kv_total_bytes: f
     # the steps' collectives wait while the placement move holds the link (the tier copy holds the host link)
     interference_s = (send + recv + tier) / tables.hbm_bytes_per_s + move_s * max(min(network_share, 1.0), 0.0)
     # KV written during the move must follow at the commit, in proportion to what moved.
+    # NOTE: the KV bytes here are the loop's ledger at the tables' rate (runtime_policy/kv_ledger.py):
+    # each request's context + slack, so a moved request's fixed part (its windows and the states
+    # that share the pool: DeepSeek-V4-Flash's 15.4 MB) moves with it at its real bytes. What that
+    # ignores: the host fraction applies to those bytes too (the windows and rings stay in HBM, so
+    # a tiered move puts h of them on the host link: 0.80 × 15.4 MB per V4-Flash request), and the
+    # tokens written during the move are a share of context + slack tokens (the slack doesn't grow)
     tokens_total = total / tables.kv_bytes_per_token if tables.kv_bytes_per_token > 0 else 0.0
     steps_during = link_s / step_s if step_s > 0 else 0.0
     written = min(batch * steps_during / tokens_total, 1.0) if tokens_total > 0 else 0.0

@@ -11,6 +11,8 @@ import planner
 from executor.sim import simulate
 from planner.host_tier import HostTierSpec
 from planner.resources.vector import TIMED_RESOURCES
+from planner.host_capacity import tier_walls
+from runtime_policy.kv_ledger import ledger_admits
 from runtime_policy.loop import LoopConfig
 from runtime_policy.tables import compile_tables
 from runtime_policy.transitions import plan_transition
@@ -55,12 +57,50 @@ def test_kv_walls_as_tokens_at_the_reference_context(pair):
     hbm_per_req = LAYERS * (INDEXER * CTX + ROW * 4096)
     host_per_req = LAYERS * ROW * CTX
     held = min(pool / hbm_per_req, 250e9 / host_per_req)  # requests of 128K one owner holds
-    assert tiered.info.kv_pool_bytes[i] / tiered.kv_bytes_per_token == pytest.approx(held * CTX, rel=1e-9)
+    assert tiered.request_slack_tokens == 64  # one page: DSA has no windows or states
+    # the ledger's bytes of `held` requests: context + slack each
+    assert tiered.info.kv_pool_bytes[i] / tiered.kv_bytes_per_token == pytest.approx(held * (CTX + 64), rel=1e-9)
     assert plain.info.kv_pool_bytes[i] / plain.kv_bytes_per_token == pytest.approx(pool / (LAYERS * (ROW + INDEXER)), rel=1e-9)
     assert tiered.host_kv_fraction == pytest.approx(ROW / (ROW + INDEXER))
     # TP keeps every request on every rank, in host memory too: its host wall binds, 27.1 requests
     i = tiered.layouts.index("tp")
-    assert tiered.info.kv_pool_bytes[i] / tiered.kv_bytes_per_token == pytest.approx(250e9 / host_per_req * CTX, rel=1e-9)
+    assert tiered.info.kv_pool_bytes[i] / tiered.kv_bytes_per_token == pytest.approx(250e9 / host_per_req * (CTX + 64), rel=1e-9)
+
+
+@pytest.fixture(scope="module")
+def dsv4_tiered():
+    m, hw = planner.load_model("deepseek-v4-flash"), planner.load_hardware("h200")
+    out = {}
+    for attn in ("dp", "tp", "cp", "dop"):
+        d = planner.make_deployment(m, hw, attn=attn, gpus=8, host_tier=HostTierSpec(reference_context_tokens=103488))
+        out[attn] = d, compile_tables(d, max_batch=16, max_prefill_tokens=64)
+    return out
+
+
+@pytest.mark.parametrize("attn", ["dp", "tp", "cp", "dop"])
+def test_the_tiered_ledger_holds_the_planners_tier_walls(dsv4_tiered, attn):
+    """DeepSeek-V4-Flash at the reference context (103,488 tokens): the tiered ledger admits what
+    planner.host_capacity's walls hold, compressor rings in the HBM wall (12.2 MB a request; left
+    out, DP held 5,168 for 4,744, +9 %; CP 5,375 for 3,324)."""
+    d, t = dsv4_tiered[attn]
+    k = t.layouts.index(attn)
+    want = tier_walls(d, [103488.0]).held[0]
+    assert ledger_admits(t, k, 103488.0) == want
+    assert want == {"dp": 4744, "tp": 761, "cp": 3324, "dop": 6088}[attn]
+
+
+def test_the_far_probes_host_fraction_counts_c4_entries(dsv4_tiered):
+    """The host-link c1 prices a decode at f = 1: the far probe's host seconds over top-k · f,
+    with f = 1 − b/(L/4) for V4's C4 layers (b = 4,096 entries, L = 64 b = 262,144 tokens: f =
+    1 − 4096/65536 = 0.9375; in tokens it was 1 − 1/64 = 0.984, 5 % cheap)."""
+    d, t = dsv4_tiered["dp"]
+    k = t.layouts.index("dp")
+    far = 64.0 * 4096
+    cost = planner.step_cost(d, planner.DecodeLoad.equal(1.0, far))
+    host_s = float(cost.times.stacked()[HOST, 0])
+    assert t.c1_s[k, HOST] * min(far, t.topk) * (1 - 4096 / (far / 4)) == pytest.approx(host_s, rel=1e-12)
+    # of the ledger's 3,850.25 B per token, 21 C4 layers × 146 B live in host memory
+    assert t.host_kv_fraction == pytest.approx(21 * 146 / 3850.25)
 
 
 def test_a_move_carries_host_pages_over_the_host_link(pair):
