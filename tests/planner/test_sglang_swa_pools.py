@@ -129,3 +129,9 @@ def _dep_ratio(r, model="gpt-oss-120b", engine="sglang"):
     m = planner.load_model(model) if isinstance(model, str) else model
     return planner.make_deployment(m, planner.load_hardware("h200"), attn="tp", gpus=8, engine=engine,
                                    swa_full_tokens_ratio=r)
+
+
+def test_mimo_v2_flash_39_sliding_layers_gain_more_from_a_smaller_ratio():
+    # 39 sliding layers to 9 full ones: the sliding pool is most of the bytes, so 0.8 → 0.25 more than doubles the full pool
+    most = [max_concurrency(_dep_ratio(r, model="mimo-v2-flash"), [131072.0])[0] for r in (None, 0.5, 0.25, 0.1)]
+    assert most == [28, 39, 60, 88]
