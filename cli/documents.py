@@ -31,7 +31,7 @@ EXIT_INTERNAL = 70
 # schemas/<command>.schema.json (tests/cli/test_documents.py keeps the two in step).
 NULLABLE: dict[str, tuple[str, ...]] = {
     "calibrate": ("param_std.*",),
-    "capacity": ("mem_fraction",),
+    "capacity": ("mem_fraction", "swa_full_tokens_ratio"),
     "floor": ("decode_tokens_per_s_at_max", "decode_tokens_per_s_at_sum", "resources.kv_capacity.used_fraction"),
     "compare": ("layouts[].decode_tokens_per_s_at_max", "layouts[].decode_tokens_per_s_at_sum",
                 "layouts[].resources.kv_capacity.used_fraction"),

@@ -82,6 +82,7 @@ class Deployment:
     attention_kernel: str | None = None  # decode kernel override (planner.models.attention.kernels); None: the variant's engine default
     host_tier: HostTierSpec | None = None  # a host KV tier (planner.host_tier); None: all KV in HBM
     weight_dtype_given: bool = False  # True: every linear weight at `weight_dtype`; False: the checkpoint's per-part dtypes
+    swa_full_tokens_ratio: float | None = None  # SGLang --swa-full-tokens-ratio; None: the engine's default
 
     @property
     def ranks(self) -> int:
@@ -172,7 +173,8 @@ def make_deployment(model: ModelSpec, hardware: HardwareSpec, *, attn: str = "tp
                     mem_fraction: float | None = None, page_tokens: int | None = None,
                     reserve_bytes: float | None = None, engine: str = DEFAULT_ENGINE,
                     nodes: int | None = None, attention_kernel: str | None = None,
-                    host_tier: HostTierSpec | None = None) -> Deployment:
+                    host_tier: HostTierSpec | None = None,
+                    swa_full_tokens_ratio: float | None = None) -> Deployment:
     if attn not in ATTN_LAYOUTS:
         raise SpecError(f"attn={attn!r} is not a layout; choose one of {', '.join(ATTN_LAYOUTS)}")
     if moe not in MOE_SPLITS:
@@ -194,6 +196,8 @@ def make_deployment(model: ModelSpec, hardware: HardwareSpec, *, attn: str = "tp
             raise SpecError(f"reserve={reserve_bytes} must be ≥ 0")
         reserve_bytes = float(reserve_bytes)
     eng.check(mem_fraction, reserve_bytes)
+    if swa_full_tokens_ratio is not None:
+        swa_full_tokens_ratio = _swa_ratio(eng, swa_full_tokens_ratio)
     wdt = weight_dtype or model.default_weight_dtype
     if wdt not in WEIGHT_DTYPES:
         raise SpecError(f"weight_dtype={wdt!r} is not one of {', '.join(WEIGHT_DTYPES)}")
@@ -211,19 +215,36 @@ def make_deployment(model: ModelSpec, hardware: HardwareSpec, *, attn: str = "tp
     if host_tier is not None:
         check_tier(model, host_tier)
     return Deployment(model, hardware, attn, moe, gpus, replicas, wdt, kdt, page, engine, nodes, mem_fraction,
-                      reserve_bytes, attention_kernel, host_tier, weight_dtype is not None)
+                      reserve_bytes, attention_kernel, host_tier, weight_dtype is not None, swa_full_tokens_ratio)
+
+
+# NOTE: sgl-project/sglang python/sglang/srt/server_args.py, the `--swa-full-tokens-ratio` argument's
+# help: "It should be between 0 and 1" (SGLang itself does not assert it). Above 1 the sliding pool
+# would hold more tokens than the full one, which no allocation can use (SWATokenToKVPoolAllocator's
+# available_size is the min of the two), so (0, 1] is the bound here.
+SWA_FULL_TOKENS_RATIO_MAX = 1.0
+
+
+def _swa_ratio(eng: EngineMemoryModel, ratio) -> float:
+    if not eng.takes_swa_full_tokens_ratio:
+        raise SpecError(f"swa_full_tokens_ratio={ratio} is SGLang's --swa-full-tokens-ratio; engine {eng.name} has no such setting")
+    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not math.isfinite(ratio) \
+            or not 0 < ratio <= SWA_FULL_TOKENS_RATIO_MAX:
+        raise SpecError(f"swa_full_tokens_ratio={ratio} must be in (0, {SWA_FULL_TOKENS_RATIO_MAX:g}]")
+    return float(ratio)
 
 
 def replace_deployment(dep: Deployment, **changes) -> Deployment:
     """The same deployment with some settings changed, validated again (the memory plan is
     recomputed: an engine's default fraction depends on the layout). `gpus` without `nodes`
-    keeps the GPUs per node; the explicit overrides (fraction, reserve) carry over."""
+    keeps the GPUs per node; the explicit overrides (fraction, reserve, SWA ratio) carry over."""
     if "gpus" in changes and "nodes" not in changes:
         changes["nodes"] = max(1, changes["gpus"] // dep.gpus_per_node)
     kw = dict(attn=dep.attn, moe=dep.moe, gpus=dep.gpus, replicas=dep.replicas,
               weight_dtype=dep.weight_dtype if dep.weight_dtype_given else None,
               kv_dtype=dep.kv_dtype, mem_fraction=dep.mem_fraction, page_tokens=dep.page_tokens,
               reserve_bytes=dep.reserve_bytes, engine=dep.engine, nodes=dep.nodes,
-              attention_kernel=dep.attention_kernel, host_tier=dep.host_tier)
+              attention_kernel=dep.attention_kernel, host_tier=dep.host_tier,
+              swa_full_tokens_ratio=dep.swa_full_tokens_ratio)
     kw.update(changes)
     return make_deployment(dep.model, dep.hardware, **kw)

@@ -11,6 +11,7 @@ The flags, their aliases and what they mean, from the engines' argument definiti
   `ep_size` (`--ep-size`, `--expert-parallel-size`, `--ep`), `dcp_size` (`--dcp-size`,
   `--decode-context-parallel-size`), `pp_size`, `nnodes`, `enable_dp_attention`,
   `moe_a2a_backend` (default "none"), `mem_fraction_static`, `kv_cache_dtype`, `page_size`,
+  `swa_full_tokens_ratio` (the hybrid SWA split's ratio), `disable_hybrid_swa_memory`,
   `chunked_prefill_size`, `cuda_graph_max_bs`, `context_length`, `speculative_*`, `model_path`
   (alias `--model`). SGLang's parser is argparse with abbreviations allowed, so `--tp 8` and
   `--dp 8` (the launch lines of its docs) are `--tp-size` and `--dp-size`.
@@ -57,6 +58,8 @@ _SGLANG: dict[str, tuple[str, tuple[str, ...]]] = {
     "--enable-dp-attention": ("bool", ()),
     "--moe-a2a-backend": ("str", ()),
     "--mem-fraction-static": ("float", ()),
+    "--swa-full-tokens-ratio": ("float", ()),
+    "--disable-hybrid-swa-memory": ("bool", ()),
     "--kv-cache-dtype": ("str", ()),
     "--page-size": ("int", ()),
     "--chunked-prefill-size": ("int", ()),

@@ -107,6 +107,10 @@ def sglang_deployment(v: dict[str, Any], moe_model: bool = True):
         readings.append(_reading("--nnodes", v["--nnodes"], f"--nodes {v['--nnodes']}"))
     _common_memory(v, {"mem_fraction": "--mem-fraction-static", "kv_dtype": "--kv-cache-dtype",
                        "page_tokens": "--page-size"}, options, readings)
+    if "--swa-full-tokens-ratio" in v:  # the hybrid SWA split's ratio (planner.engines.sglang.swa_pools)
+        options["swa_full_tokens_ratio"] = v["--swa-full-tokens-ratio"]
+        readings.append(_reading("--swa-full-tokens-ratio", v["--swa-full-tokens-ratio"],
+                                 f"--swa-full-tokens-ratio {v['--swa-full-tokens-ratio']}"))
     _weights(v, "--quantization", options, readings, notes)
     if "--mem-fraction-static" not in v and ("--chunked-prefill-size" in v or "--cuda-graph-max-bs" in v):
         notes.append("--chunked-prefill-size / --cuda-graph-max-bs: SGLang's default mem_fraction_static reserves "
@@ -121,7 +125,8 @@ def sglang_deployment(v: dict[str, Any], moe_model: bool = True):
                        ("--deepep-mode", "DeepEP's mode"), ("--enable-two-batch-overlap", "two-batch overlap"),
                        ("--attention-backend", "the attention backend's own kernel"),
                        ("--disable-cuda-graph", "eager decode (no CUDA graphs)"),
-                       ("--enable-hierarchical-cache", "HiCache's host tier"), ("--max-total-tokens", "a fixed pool size"),
+                       ("--enable-hierarchical-cache", "HiCache's host tier"),
+                       ("--disable-hybrid-swa-memory", "one pool for every layer (floorfirst keeps SGLang's hybrid SWA split)"), ("--max-total-tokens", "a fixed pool size"),
                        ("--disaggregation-mode", "prefill/decode disaggregation")):
         if v.get(flag):
             notes.append(f"{flag} {v[flag]}: {what} is not modelled")

@@ -17,7 +17,7 @@ from rich.table import Table
 import planner
 from cli.common import (console, title, DEFAULTS, AttnOpt, WideOpt, LayoutsOpt, select_layouts, BatchOpt, CalibrationOpt, ContextOpt, EngineOpt, GpusOpt, HardwareOpt,
                         JsonOpt, KvDtypeOpt, MemFractionOpt, ModelOpt, MoeOpt, NodesOpt, PageOpt, PrefillContextOpt,
-                        PrefillOpt, PricingChoice, PricingOpt, ReplicasOpt, ReserveOpt, WeightDtypeOpt, build_load,
+                        PrefillOpt, PricingChoice, PricingOpt, ReplicasOpt, ReserveOpt, SwaRatioOpt, WeightDtypeOpt, build_load,
                         deployment, emit_json, fmt_bytes, fmt_gib, fmt_flops, fmt_ms, fmt_tokens, load_calibration, load_specs,
                         parse_tokens, pricing_for, scalar)
 from cli.host_tier_options import (BudgetOpt, HostPageOpt, HostTierOpt, LocalityOpt, host_tier_spec, tier_document,
@@ -106,22 +106,23 @@ def prefill_args(prefill_tokens: float, prefill_context: str) -> tuple[float, fl
 
 
 def _point(model, hardware, attn, moe, gpus, replicas, batch, context, prefill_tokens, kv_dtype, weight_dtype,
-           mem_fraction, page_tokens, reserve_gib, pricing, prefill_context="0", engine=DEFAULTS["engine"], nodes=None):
+           mem_fraction, page_tokens, reserve_gib, pricing, prefill_context="0", engine=DEFAULTS["engine"], nodes=None,
+           swa_ratio=None):
     m, hw = load_specs(model, hardware)
     pre, pre_ctx = prefill_args(prefill_tokens, prefill_context)
     dep = deployment(m, hw, attn, moe, gpus, replicas, weight_dtype, kv_dtype, mem_fraction, page_tokens, reserve_gib,
-                     engine, nodes)
+                     engine, nodes, swa_ratio=swa_ratio)
     load = build_load(batch, context)
     return dep, planner.step_cost(dep, load, pre, pricing_for(hw, pricing), prefill_context=pre_ctx)
 
 
 def _auto_point(model, hardware, moe, gpus, replicas, batch, context, prefill_tokens, kv_dtype, weight_dtype,
-                mem_fraction, page_tokens, reserve_gib, pricing, prefill_context, engine, nodes):
+                mem_fraction, page_tokens, reserve_gib, pricing, prefill_context, engine, nodes, swa_ratio=None):
     """Every layout priced; the fastest feasible one by floor_max (the first valid one if none is)."""
     m, hw = load_specs(model, hardware)
     pre, pre_ctx = prefill_args(prefill_tokens, prefill_context)
     deps, _ = valid_deployments(m, hw, gpus, replicas, weight_dtype, kv_dtype, mem_fraction, page_tokens, reserve_gib,
-                                engine, nodes, moe)
+                                engine, nodes, moe, swa_ratio=swa_ratio)
     load = build_load(batch, context)
     pr = pricing_for(hw, pricing)
     priced = [(d, planner.step_cost(d, load, pre, pr, prefill_context=pre_ctx)) for d in deps]
@@ -147,7 +148,7 @@ def floor(
     context: ContextOpt = DEFAULTS["context"], prefill_tokens: PrefillOpt = 0.0, prefill_context: PrefillContextOpt = "0",
     kv_dtype: KvDtypeOpt = None, weight_dtype: WeightDtypeOpt = None, mem_fraction: MemFractionOpt = DEFAULTS["mem_fraction"],
     page_tokens: PageOpt = None, reserve_gib: ReserveOpt = None, pricing: PricingOpt = PricingChoice.datasheet,
-    engine: EngineOpt = DEFAULTS["engine"], nodes: NodesOpt = None,
+    engine: EngineOpt = DEFAULTS["engine"], nodes: NodesOpt = None, swa_full_tokens_ratio: SwaRatioOpt = None,
     calibration: CalibrationOpt = None, json_out: JsonOpt = False,
 ) -> None:
     """The five-resource vector of one step on the busiest rank, its floors and what binds."""
@@ -155,11 +156,11 @@ def floor(
     if attn is None:
         dep, cost, why = _auto_point(model, hardware, moe, gpus, replicas, batch, context,
                                      prefill_tokens, kv_dtype, weight_dtype, mem_fraction, page_tokens, reserve_gib,
-                                     pricing, prefill_context, engine, nodes)
+                                     pricing, prefill_context, engine, nodes, swa_full_tokens_ratio)
     else:
         dep, cost = _point(model, hardware, attn, moe, gpus, replicas, batch, context,
                            prefill_tokens, kv_dtype, weight_dtype, mem_fraction, page_tokens, reserve_gib, pricing,
-                           prefill_context, engine, nodes)
+                           prefill_context, engine, nodes, swa_full_tokens_ratio)
         why = "given by --attn"
     doc = {"model": dep.model.name, "hardware": dep.hardware.name, "layout_choice": why,
            **cost_document(dep, cost, cal, prefill_args(prefill_tokens, prefill_context)[1], pricing_for(dep.hardware, pricing))}
@@ -216,7 +217,7 @@ def floor(
 
 
 def valid_deployments(m, hw, gpus, replicas, weight_dtype, kv_dtype, mem_fraction, page_tokens, reserve_gib,
-                      engine=DEFAULTS["engine"], nodes=None, moe: str | None = None, host_tier=None):
+                      engine=DEFAULTS["engine"], nodes=None, moe: str | None = None, host_tier=None, swa_ratio=None):
     """Every (attn, moe) the model can run here (only `moe` if given), and the ones it can't
     with the reason."""
     deps, skipped = [], []
@@ -224,7 +225,7 @@ def valid_deployments(m, hw, gpus, replicas, weight_dtype, kv_dtype, mem_fractio
         for mo in ([moe] if moe else moe_names()):
             try:
                 deps.append(deployment(m, hw, a, mo, gpus, replicas, weight_dtype, kv_dtype, mem_fraction, page_tokens,
-                                       reserve_gib, engine, nodes, host_tier))
+                                       reserve_gib, engine, nodes, host_tier, swa_ratio))
             except SpecError as exc:
                 skipped.append({"attn": a, "moe": mo, "reason": str(exc)})
     if not deps:
@@ -238,7 +239,7 @@ def compare(
     prefill_tokens: PrefillOpt = 0.0, prefill_context: PrefillContextOpt = "0", kv_dtype: KvDtypeOpt = None,
     weight_dtype: WeightDtypeOpt = None,
     mem_fraction: MemFractionOpt = DEFAULTS["mem_fraction"], page_tokens: PageOpt = None, reserve_gib: ReserveOpt = None,
-    engine: EngineOpt = DEFAULTS["engine"], nodes: NodesOpt = None,
+    engine: EngineOpt = DEFAULTS["engine"], nodes: NodesOpt = None, swa_full_tokens_ratio: SwaRatioOpt = None,
     pricing: PricingOpt = PricingChoice.datasheet, calibration: CalibrationOpt = None,
     components: Annotated[bool, typer.Option("--components", help="Also show each layout's engine effects: DSA's indexer, top-k, padded head rows, unsharded attention weights (ms).")] = False,
     host_tier: HostTierOpt = False, hbm_budget_tokens: BudgetOpt = 4096, locality: LocalityOpt = 0.8,
@@ -254,7 +255,7 @@ def compare(
     pre, pre_ctx = prefill_args(prefill_tokens, prefill_context)
     tier = host_tier_spec(host_tier, hbm_budget_tokens, locality, host_page_rows)
     deps, skipped = valid_deployments(m, hw, gpus, replicas, weight_dtype, kv_dtype, mem_fraction, page_tokens,
-                                      reserve_gib, engine, nodes, moe, host_tier=tier)
+                                      reserve_gib, engine, nodes, moe, host_tier=tier, swa_ratio=swa_full_tokens_ratio)
     deps = select_layouts(deps, layouts)
     load = build_load(batch, context)
     pr = pricing_for(hw, pricing)
@@ -313,7 +314,7 @@ def capacity(
     replicas: ReplicasOpt = 1, context: ContextOpt = DEFAULTS["context"], kv_dtype: KvDtypeOpt = None,
     weight_dtype: WeightDtypeOpt = None, mem_fraction: MemFractionOpt = DEFAULTS["mem_fraction"],
     page_tokens: PageOpt = None, reserve_gib: ReserveOpt = None, engine: EngineOpt = DEFAULTS["engine"],
-    nodes: NodesOpt = None, host_tier: HostTierOpt = False, hbm_budget_tokens: BudgetOpt = 4096,
+    nodes: NodesOpt = None, swa_full_tokens_ratio: SwaRatioOpt = None, host_tier: HostTierOpt = False, hbm_budget_tokens: BudgetOpt = 4096,
     locality: LocalityOpt = 0.8, host_page_rows: HostPageOpt = 1, json_out: JsonOpt = False,
 ) -> None:
     """KV pool per GPU (as the engine sizes it), distinct tokens and max concurrency at a context length, every layout."""
@@ -322,7 +323,7 @@ def capacity(
     ctx = float(np.average(mix[:, 0], weights=mix[:, 1]))
     tier = host_tier_spec(host_tier, hbm_budget_tokens, locality, host_page_rows)
     deps, skipped = valid_deployments(m, hw, gpus, replicas, weight_dtype, kv_dtype, mem_fraction, page_tokens,
-                                      reserve_gib, engine, nodes, host_tier=tier)
+                                      reserve_gib, engine, nodes, host_tier=tier, swa_ratio=swa_full_tokens_ratio)
     docs = []
     for d in deps:
         c = kv_capacity(d, mix[:, 0])
@@ -355,7 +356,7 @@ def capacity(
                                      "binding_wall": str(w.binding[0]),
                                      "tiered_groups": [f"{v.describe()}×{n}" for v, n, _ in tiered_groups(d.model)]}
     out = {"model": m.name, "hardware": hw.name, "gpus": gpus, "nodes": deps[0].nodes, "engine": deps[0].engine,
-           "mem_fraction": mem_fraction, "page_tokens": deps[0].page_tokens,
+           "mem_fraction": mem_fraction, "swa_full_tokens_ratio": swa_full_tokens_ratio, "page_tokens": deps[0].page_tokens,
            "datasheet_hbm_bytes_per_gpu": hw.peak.hbm_bytes, "usable_hbm_bytes_per_gpu": hw.usable_hbm_bytes,
            "context_tokens": ctx, "layouts": docs, "skipped": skipped}
     if len(mix) > 1:

@@ -15,7 +15,7 @@ from cli.common import JsonOpt, console, emit_json
 
 _FLAG = {"model": "--model", "gpus": "--gpus", "replicas": "--replicas", "attn": "--attn", "moe": "--moe",
          "nodes": "--nodes", "mem_fraction": "--mem-fraction", "kv_dtype": "--kv-dtype", "page_tokens": "--page-tokens",
-         "weight_dtype": "--weight-dtype", "engine": "--engine"}
+         "swa_full_tokens_ratio": "--swa-full-tokens-ratio", "weight_dtype": "--weight-dtype", "engine": "--engine"}
 
 
 def equivalent_options(options: dict) -> list[str]:

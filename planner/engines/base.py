@@ -134,6 +134,9 @@ class EngineMemoryModel:
     name: ClassVar[str]
     description: ClassVar[str]
     fraction_name: ClassVar[str]  # the engine's own name for the fraction (for messages)
+    # NOTE: SGLang's --swa-full-tokens-ratio is that engine's own flag (vLLM sizes one pool of
+    # hybrid blocks, no such ratio): an engine that does not take it refuses it at make_deployment
+    takes_swa_full_tokens_ratio: ClassVar[bool] = False
 
     def default_kv_dtype(self, model: "ModelSpec", hw: "HardwareSpec") -> str:
         """The canonical KV dtype ('bf16', 'fp8', 'fp8_dsa') the engine picks for `auto`."""

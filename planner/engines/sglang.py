@@ -130,6 +130,11 @@ HYBRID_SWA_ARCHITECTURES = frozenset({
     "Llama4ForConditionalGeneration", "GptOssForCausalLM", "MiMoV2FlashForCausalLM", "MiMoV2MTP",
     "Step3p5ForCausalLM", "Step3p5MTP", "Gemma4ForCausalLM", "Gemma4ForConditionalGeneration"})
 SWA_FULL_TOKENS_RATIO = 0.8
+
+
+def swa_full_tokens_ratio(dep: "Deployment") -> float:
+    """r of the split: the deployment's `--swa-full-tokens-ratio`, else SGLang's default."""
+    return SWA_FULL_TOKENS_RATIO if dep.swa_full_tokens_ratio is None else dep.swa_full_tokens_ratio
 # NOTE: sgl-project/sglang python/sglang/srt/arg_groups/deepseek_v4_hook.py `apply_deepseek_v4_defaults`:
 # max_running_requests defaults to 256 for DeepseekV4ForCausalLM (the whole engine: 256 // dp_size per
 # DP-attention rank). Recorded in the plan's defaults and reported by `capacity`; the KV walls here
@@ -150,7 +155,7 @@ def swa_pools(dep: "Deployment", token_capacity: float) -> tuple[float, float, f
     if full <= 0 or swa <= 0:
         return None
     page = dep.page_tokens
-    r = SWA_FULL_TOKENS_RATIO
+    r = swa_full_tokens_ratio(dep)
     full_tokens = math.floor(token_capacity * (full + swa) / (full + r * swa) / page) * page
     swa_tokens = math.floor(full_tokens * r / page) * page
     return float(full_tokens), full_tokens * full, swa_tokens * swa
@@ -165,6 +170,7 @@ class SGLang(EngineMemoryModel):
     name = "sglang"
     description = "SGLang: mem_fraction_static of the free memory before weights holds weights + KV"
     fraction_name = "mem_fraction_static"
+    takes_swa_full_tokens_ratio = True
 
     def default_kv_dtype(self, model, hw):
         only = model.attention.supported_kv_dtypes()
@@ -244,7 +250,7 @@ class SGLang(EngineMemoryModel):
         if split is not None:
             full_tokens, full_pool, swa_pool = split
             kw.update(kv_pool_tokens=full_tokens, swa_pool_bytes=(full_pool, swa_pool))
-            kw["defaults"].update(swa_full_tokens_ratio=SWA_FULL_TOKENS_RATIO, full_max_total_num_tokens=full_tokens,
+            kw["defaults"].update(swa_full_tokens_ratio=swa_full_tokens_ratio(dep), full_max_total_num_tokens=full_tokens,
                                   swa_max_total_num_tokens=swa_pool / kind_bytes_on_rank(dep, WINDOW))
         if state_pool is not None:
             kw.update(state_pool_bytes=state_pool, state_bytes_per_request=state,

@@ -79,3 +79,59 @@ def test_every_hybrid_swa_card_gets_the_split(model):
     p = _dep(model).memory
     assert p.swa_pool_bytes is not None and p.swa_pool_bytes[1] > 0
     assert p.describe()["sliding_window_pool_bytes"] == p.swa_pool_bytes[1]
+
+
+def test_a_smaller_swa_full_tokens_ratio_moves_the_sliding_pool_into_the_full_one():
+    d = _dep_ratio(0.5)
+    p = d.memory
+    profiled = whole_page_tokens(p.kv_budget_bytes, F + S, 1)
+    assert profiled == 13_624_398
+    # full = floor(profiled · (F + S) / (F + r·S)) = floor(13,624,398 · 9,216 / (4,608 + 0.5 · 4,608))
+    #      = 13,624,398 · 4 / 3 = 18,165,864;  swa = floor(0.5 · 18,165,864) = 9,082,932
+    assert p.kv_pool_tokens == 18_165_864 == p.defaults["full_max_total_num_tokens"]
+    assert p.defaults["swa_max_total_num_tokens"] == 9_082_932
+    assert p.defaults["swa_full_tokens_ratio"] == 0.5
+    assert p.swa_pool_bytes == (18_165_864 * F, 9_082_932 * S)
+    # at 128K a request's full layers bind: floor(18,165,864 / 131,072) = 138 (115 at the default 0.8)
+    assert max_concurrency(d, [131072.0])[0] == 138
+    assert max_concurrency(_dep(), [131072.0])[0] == 115 == math.floor(15_138_220 / 131072)
+
+
+def test_capacity_rises_as_the_ratio_falls_and_the_default_is_sglangs():
+    most = [max_concurrency(_dep_ratio(r), [131072.0])[0] for r in (1.0, 0.8, 0.5, 0.25, 0.1)]
+    assert most == sorted(most) and len(set(most)) == len(most)
+    assert most[0] == math.floor(13_624_398 / 131072) == 103  # r = 1: both pools hold the profiled tokens
+    assert _dep_ratio(0.8).memory == _dep().memory  # None is SGLang's 0.8
+    # short requests fill the sliding pool first: fewer of them fit at a smaller ratio
+    assert max_concurrency(_dep_ratio(0.1), [128.0])[0] < max_concurrency(_dep(), [128.0])[0]
+
+
+def test_the_ratio_is_carried_by_replace_deployment_and_ignored_by_single_pool_models():
+    d = planner.replace_deployment(_dep_ratio(0.25), attn="dp")
+    assert d.swa_full_tokens_ratio == 0.25 and d.memory.defaults["swa_full_tokens_ratio"] == 0.25
+    # SGLang reads the flag only for hybrid SWA models: a one-pool model's plan does not change
+    m = planner.load_model("deepseek-v3")
+    assert _dep_ratio(0.25, model=m).memory == _dep(model=m).memory
+
+
+@pytest.mark.parametrize("bad", [0, -1, 0.0, math.nan, math.inf, 1.5])
+def test_a_bad_ratio_is_one_spec_error_naming_it(bad):
+    with pytest.raises(planner.SpecError, match=r"^swa_full_tokens_ratio=.* must be in \(0, 1\]$"):
+        _dep_ratio(bad)
+
+
+def test_vllm_refuses_the_sglang_flag():
+    with pytest.raises(planner.SpecError, match="swa_full_tokens_ratio=0.5 is SGLang's --swa-full-tokens-ratio; engine vllm"):
+        _dep_ratio(0.5, engine="vllm")
+
+
+def _dep_ratio(r, model="gpt-oss-120b", engine="sglang"):
+    m = planner.load_model(model) if isinstance(model, str) else model
+    return planner.make_deployment(m, planner.load_hardware("h200"), attn="tp", gpus=8, engine=engine,
+                                   swa_full_tokens_ratio=r)
+
+
+def test_mimo_v2_flash_39_sliding_layers_gain_more_from_a_smaller_ratio():
+    # 39 sliding layers to 9 full ones: the sliding pool is most of the bytes, so 0.8 → 0.25 more than doubles the full pool
+    most = [max_concurrency(_dep_ratio(r, model="mimo-v2-flash"), [131072.0])[0] for r in (None, 0.5, 0.25, 0.1)]
+    assert most == [28, 39, 60, 88]
