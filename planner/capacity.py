@@ -110,9 +110,10 @@ def capacity(dep: Deployment, context) -> Capacity:
     pool = kv_pool_bytes(dep)
     per_tok = kv_bytes_per_token(dep)
     rep = kv_replication(dep)
-    distinct = max(pool, 0.0) * dep.ranks / rep / per_tok * dep.replicas
-    if dep.memory.window_pool_bytes is not None:  # SGLang's hybrid SWA pools: the full layers' tokens bind
-        distinct = dep.memory.kv_pool_tokens * dep.memory.kv_bytes_per_token * dep.ranks / rep / per_tok * dep.replicas
+    # NOTE: with SGLang's hybrid SWA pools the full layers' tokens bind: count them at every layer's bytes
+    plan = dep.memory
+    token_pool = plan.kv_pool_tokens * plan.kv_bytes_per_token if plan.window_pool_bytes is not None else max(pool, 0.0)
+    distinct = token_pool * dep.ranks / rep / per_tok * dep.replicas
     ctx = np.atleast_1d(np.asarray(context, dtype=np.float64))
     most = max_concurrency(dep, ctx)
     return Capacity(

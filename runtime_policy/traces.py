@@ -80,6 +80,19 @@ def _workload(path: Path, arrivals: list[float], inputs: list[int], outputs: lis
                     {"path": str(path), "format": fmt, "left_out_no_output": len(outputs) - len(keep)})
 
 
+def three_column_rows(rows: list[list[str]], path) -> list[tuple[int, list[str]]]:
+    """(line number, row) of a trace CSV's data rows: blank rows skipped, any other row of more or
+    fewer than 3 columns one SpecError line (the header, row 0, is the caller's to check)."""
+    out = []
+    for line, row in enumerate(rows[1:], start=2):
+        if not row or all(not c.strip() for c in row):
+            continue
+        if len(row) != 3:
+            raise SpecError(f"{path}: line {line}: expected 3 columns, got {len(row)}")
+        out.append((line, row))
+    return out
+
+
 def from_azure_csv(path: str | Path, rows: list[list[str]] | None = None):
     p = Path(path)
     if rows is None:
@@ -87,11 +100,7 @@ def from_azure_csv(path: str | Path, rows: list[list[str]] | None = None):
     if not rows or [c.strip() for c in rows[0]] != AZURE_HEADER:
         raise SpecError(f"{path}: line 1 must be the header {','.join(AZURE_HEADER)}")
     arr, inp, out = [], [], []
-    for line, row in enumerate(rows[1:], start=2):
-        if not row or all(not c.strip() for c in row):
-            continue
-        if len(row) != 3:
-            raise SpecError(f"{path}: line {line}: expected 3 columns, got {len(row)}")
+    for line, row in three_column_rows(rows, path):
         arr.append(_seconds(row[0], path, line))
         inp.append(_tokens(row[1], "ContextTokens", path, line, allow_zero=False))
         out.append(_tokens(row[2], "GeneratedTokens", path, line, allow_zero=True))

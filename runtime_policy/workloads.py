@@ -120,7 +120,7 @@ def from_csv(path: str | Path) -> Workload:
     except csv.Error as exc:
         raise SpecError(f"{path}: unreadable CSV: {exc}") from None
     want = ["arrival_s", "input_tokens", "output_tokens"]
-    from runtime_policy.traces import AZURE_HEADER, from_azure_csv
+    from runtime_policy.traces import AZURE_HEADER, from_azure_csv, three_column_rows
 
     if rows and [c.strip().lstrip("\ufeff") for c in rows[0]] == AZURE_HEADER:
         return from_azure_csv(p, rows)
@@ -128,11 +128,7 @@ def from_csv(path: str | Path) -> Workload:
         raise SpecError(f"{path}: line 1 must be the header {','.join(want)} (or an Azure LLM inference trace's "
                         f"{','.join(AZURE_HEADER)})")
     arr, inp, out = [], [], []
-    for line, row in enumerate(rows[1:], start=2):
-        if not row or all(not c.strip() for c in row):
-            continue
-        if len(row) != 3:
-            raise SpecError(f"{path}: line {line}: expected 3 columns, got {len(row)}")
+    for line, row in three_column_rows(rows, path):
         try:
             a, i, o = float(row[0]), float(row[1]), float(row[2])
         except ValueError:

@@ -244,8 +244,9 @@ class SGLang(EngineMemoryModel):
                       "page_size": dep.page_tokens, "context_bytes": hw.memory.context_bytes},
             source=SOURCE,
         )
-        if any(v.kind == "dsv4" for v, _ in dep.model.mixers):
-            kw["defaults"]["max_running_requests"] = DSV4_MAX_RUNNING_REQUESTS
+        cap = self.running_requests_cap(dep)
+        if math.isfinite(cap):
+            kw["defaults"]["max_running_requests"] = int(cap)
         split = swa_pools(dep, tokens) if tokens > 0 else None
         if split is not None:
             full_tokens, full_pool, swa_pool = split
