@@ -13,11 +13,12 @@ Targets (issue 4): cross-validated median |error| ≤ 5 %, p90 ≤ 12 %, zero ro
 uncalibrated (datasheet) floor_max. Hold-out errors are reported beside k-fold, not held to them:
 random folds over a sweep keep every row's neighbours in the training set.
 
-Writes only under benchmarks/results/: calibration_report.json and one fitted artifact per
-profile (benchmarks/results/calibration/<name>.json). The committed calibration data is input,
-never rewritten.
+Writes calibration_report.json and one fitted artifact per profile (calibration/<name>.json)
+under `--out` (default: a fresh temporary folder, printed), never over committed results unless
+asked: `--out benchmarks/results` refreshes the committed copies (an artifact is rewritten only
+when its fit changed). The committed calibration data is input, never rewritten.
 
-Usage: python benchmarks/calibration_report.py [--only NAME] [--folds K]
+Usage: python benchmarks/calibration_report.py [--only NAME] [--folds K] [--out DIR]
 Prints a table, then one JSON document as the last line.
 """
 
@@ -26,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -70,14 +72,14 @@ def save_stable(cal, out: Path) -> None:
     save_calibration(cal, out)
 
 
-def report_one(name: str, profile: str, defaults: dict, microbench: str | None, folds: int) -> dict:
+def report_one(name: str, profile: str, defaults: dict, microbench: str | None, folds: int, out_dir: Path) -> dict:
     prof = load_profiles([ROOT / profile], defaults)
     costs = price_profile(prof)
     mb = json.loads((ROOT / microbench).read_text()) if microbench else None
     mb_src = DataSource(path=microbench, sha256=file_sha256(ROOT / microbench), kind="microbench",
                         rows=len(mb["rows"]), rows_rejected=0) if mb else None
     cal = fit_calibration(costs, prof.sources, mb, mb_src)
-    out = RESULTS / "calibration" / f"{name}.json"
+    out = out_dir / "calibration" / f"{name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     save_stable(cal, out)
     rep = validate(cal, costs, folds=folds, holdout=tuple(HOLDOUT_GROUPS))
@@ -120,7 +122,7 @@ def report_one(name: str, profile: str, defaults: dict, microbench: str | None, 
         "in_sample_median_abs_pct_error": round(rep.median_abs_pct_error, 3),
         "in_sample_p90_abs_pct_error": round(rep.p90_abs_pct_error, 3),
         "fraction_inside_floors": round(rep.fraction_inside_floors, 3),
-        "targets_met": met, "calibration": str(out.relative_to(ROOT)), "params": cal.params.model_dump(),
+        "targets_met": met, "calibration": _relative(str(out)), "params": cal.params.model_dump(),
     }
 
 
@@ -128,12 +130,18 @@ def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", choices=sorted(PROFILES), help="One profile only.")
     ap.add_argument("--folds", type=int, default=5)
+    ap.add_argument("--out", type=Path, default=None,
+                    help="Folder to write into (default: a fresh temporary folder; benchmarks/results refreshes the "
+                         "committed copies).")
     a = ap.parse_args(argv)
+    out_dir = (a.out if a.out is not None else Path(tempfile.mkdtemp(prefix="calibration_report-"))).resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    print(f"writing under {out_dir}", file=sys.stderr)
     names = [a.only] if a.only else list(PROFILES)
     doc = {"targets": {"median_abs_pct_error_max": TARGET_MEDIAN_PCT, "p90_abs_pct_error_max": TARGET_P90_PCT,
                        "rows_below_floor_max": 0},
-           "profiles": {n: report_one(n, *PROFILES[n], a.folds) for n in names}}
-    (RESULTS / "calibration_report.json").write_text(json.dumps(doc, indent=1) + "\n")
+           "profiles": {n: report_one(n, *PROFILES[n], a.folds, out_dir) for n in names}}
+    (out_dir / "calibration_report.json").write_text(json.dumps(doc, indent=1) + "\n")
     print(json.dumps(doc))
     return doc
 
