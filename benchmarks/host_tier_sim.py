@@ -62,22 +62,21 @@ def long_context(n: int, rate_per_s: float, seed: int, output_median: int = 4096
 
 def planner_wall(tables, dep, ref: float):
     """`tables` with each layout's KV pool set to the requests the planner's capacity holds at `ref`
-    tokens (per busiest rank: one owner's share, or all of them for spread layouts), as KV-equivalent
+    tokens (per busiest rank: its owner group's share), as KV-equivalent
     bytes at the ledger's price (context + the tables' slack, at its rate); the memory budget moves
     by the dep's layout's change."""
     from dataclasses import replace
 
     from planner.capacity import max_concurrency
-    from runtime_policy.tables import kv_share, layout_deployments
+    from runtime_policy.tables import layout_deployments
 
     pools = tables.info.kv_pool_bytes.copy()
     for i, d in enumerate(layout_deployments(dep, tables.layouts)):
         if d is None or pools[i] <= 0:
             continue
-        owner = bool(tables.info.is_owner[i])
-        held = float(max_concurrency(d, [ref])[0]) / (d.ranks if owner else 1.0)
+        held = float(max_concurrency(d, [ref])[0]) / float(tables.info.owner_groups[i])  # one group's
         per_request = (ref + tables.request_slack_tokens) * tables.kv_bytes_per_token
-        pools[i] = held * per_request * (1.0 if owner else kv_share(d))
+        pools[i] = held * per_request * float(tables.info.group_share[i])
     k = tables.layouts.index(dep.attn)
     budget = tables.memory_budget_bytes + (float(pools[k]) - float(tables.info.kv_pool_bytes[k]))
     pools.setflags(write=False)

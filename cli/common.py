@@ -56,6 +56,7 @@ WeightDtypeOpt = Annotated[Optional[str], typer.Option("--weight-dtype", help="b
 MemFractionOpt = Annotated[Optional[float], typer.Option("--mem-fraction", help="The engine's memory fraction (SGLang mem_fraction_static of the free memory, vLLM gpu_memory_utilization of total). Default: the engine's own default for this GPU and layout.")]
 PageOpt = Annotated[Optional[int], typer.Option("--page-tokens", help="KV page size in tokens. Default: the engine's (SGLang page_size, vLLM block_size).")]
 ReserveOpt = Annotated[Optional[float], typer.Option("--reserve-gib", help="GiB per GPU the engine keeps out of weights + KV (SGLang: the reserved memory its mem_fraction_static formula subtracts; vLLM: peak activations + non-torch memory). Default: the engine's estimate.")]
+AttnGroupsOpt = Annotated[Optional[int], typer.Option("--attn-groups", help="Owner groups of a layout that takes a count (dptp: SGLang's --dp with --enable-dp-attention and --dp below --tp, vLLM's --data-parallel-size with --tensor-parallel-size above 1): requests spread over this many groups, attention TP inside each. Default: one group per node the group spans, 2 on one node. Other layouts refuse it.")]
 SwaRatioOpt = Annotated[Optional[float], typer.Option("--swa-full-tokens-ratio", help="SGLang --swa-full-tokens-ratio for hybrid sliding-window models (gpt-oss, MiMo-V2-Flash, Llama 4, Step-3.5, Gemma 4): tokens the sliding-layer pool holds per full-layer pool token, in (0, 1]; a smaller ratio gives the full-attention layers (what long requests need) more tokens. Default: SGLang's 0.8 (server_args.py). vLLM has no such setting.")]
 EngineOpt = Annotated[str, typer.Option("--engine", help="Whose memory model sizes the KV pool and sets the defaults (page size, KV dtype)."), ENGINES]
 NodesOpt = Annotated[Optional[int], typer.Option("--nodes", help="Scale-up domains (nodes) the deployment spans; a group larger than a node prices its cross-node traffic on the NIC. Default: as few as hold --gpus.")]
@@ -148,7 +149,7 @@ def load_specs(model: str, hardware: str) -> tuple[planner.ModelSpec, planner.Ha
 
 def deployment(model, hw, attn: str, moe: str | None, gpus: int, replicas: int, weight_dtype, kv_dtype, mem_fraction,
                page_tokens, reserve_gib, engine=DEFAULT_ENGINE, nodes: int | None = None,
-               host_tier=None, swa_ratio: float | None = None) -> planner.Deployment:
+               host_tier=None, swa_ratio: float | None = None, attn_groups: int | None = None) -> planner.Deployment:
     if moe is None:
         moe = "ep" if model.has_moe else "tp"
     if reserve_gib is not None and not math.isfinite(reserve_gib):
@@ -157,7 +158,7 @@ def deployment(model, hw, attn: str, moe: str | None, gpus: int, replicas: int, 
                                    weight_dtype=weight_dtype, kv_dtype=kv_dtype, mem_fraction=mem_fraction,
                                    page_tokens=page_tokens, reserve_bytes=None if reserve_gib is None else reserve_gib * GiB,
                                    engine=getattr(engine, "value", engine), nodes=nodes, host_tier=host_tier,
-                                   swa_full_tokens_ratio=swa_ratio)
+                                   swa_full_tokens_ratio=swa_ratio, attn_groups=attn_groups)
 
 
 def pricing_for(hw: planner.HardwareSpec, choice: PricingChoice) -> planner.Pricing:

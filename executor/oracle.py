@@ -118,13 +118,14 @@ def per_step_best(tables: StepTimeTable, rec: RecordingExecutor) -> OracleBound:
     for r in rec.runs:
         k = r.prefill_tokens.shape[0]
         need = r.context_tokens + page  # [B] KV tokens each decoder holds
-        per_owner = np.bincount(r.owners, weights=need, minlength=tables.ranks) if need.size else np.zeros(1)
+        per_owner = np.bincount(r.owners, weights=need, minlength=tables.ranks) if need.size else np.zeros(tables.ranks)
         total = float(need.sum())
         best = np.full(k, np.inf)
         arg = np.full(k, r.layout)
         for lay in usable:
             pool_tokens = float(info.kv_pool_bytes[lay]) / bpt
-            held = float(per_owner.max()) if info.is_owner[lay] else total * float(info.kv_total_share[lay])
+            g = int(info.owner_groups[lay])
+            held = (total if g == 1 else float(per_owner.reshape(g, -1).sum(axis=1).max())) * float(info.group_share[lay])
             if held > pool_tokens and lay != r.layout:
                 continue
             t = np.asarray(sim.run_steps(StepBatch(lay, r.context_tokens, r.owners, np.arange(r.owners.size)),

@@ -2,8 +2,9 @@
 step-time tables (datasheet floors or a calibration), optionally with seeded multiplicative noise.
 
 A run of k steps is priced by the one step-time formula (runtime_policy/step_time.py): contexts
-grow by one token per step, so the attention terms are arithmetic in the step index; for the owner
-layouts the busiest owner is found per step over the T ranks. Short runs go through the formula's
+grow by one token per step, so the attention terms are arithmetic in the step index; for layouts
+of several owner groups the busiest group is found per step over the G groups (the batch's
+`owner_*` sums and `chunk_owner` are per group of its layout: runtime_policy/executor.py). Short runs go through the formula's
 kernels in plain floats, long ones through `StepTimeTable.step_s` (numpy), bit-identical. It holds
 no KV (`tracks_kv = False`: the loop need not admit or retire requests here). Switches take the
 plan's link time in the background (ready whenever the loop's clock passes it); their
@@ -44,7 +45,7 @@ class SimExecutor:
         self._rng = np.random.default_rng(seed)
         self._pending_interference_s = 0.0
         self.steps_run = 0
-        self._is_owner = [bool(x) for x in tables.info.is_owner]
+        self._groups = [int(x) for x in tables.info.owner_groups]
         self._has_topk = tables.topk < NO_TOPK
         self._c1 = tables.c1_s.tolist()
         self._c2 = tables.c2_s.tolist()
@@ -67,7 +68,8 @@ class SimExecutor:
         t = self.tables
         k = len(prefill_tokens)
         b = batch.owners.shape[0]
-        owner_layout = self._is_owner[batch.layout]
+        groups = self._groups[batch.layout]
+        owner_layout = groups > 1  # requests spread over owner groups: the busiest group prices the step
         own_ctx = own_cnt = None
         if b:
             # NOTE: contexts are whole token counts, so these float sums are exact in any order; the
@@ -88,8 +90,9 @@ class SimExecutor:
                 if batch.owner_context_tokens is not None and batch.owner_requests is not None:
                     own_ctx, own_cnt = batch.owner_context_tokens, batch.owner_requests  # whole numbers: exact
                 else:
-                    own_ctx = np.bincount(batch.owners, weights=batch.context_tokens, minlength=t.ranks).tolist()
-                    own_cnt = np.bincount(batch.owners, minlength=t.ranks).tolist()
+                    grp = batch.owners * groups // t.ranks  # each request's owner group
+                    own_ctx = np.bincount(grp, weights=batch.context_tokens, minlength=groups).tolist()
+                    own_cnt = np.bincount(grp, minlength=groups).tolist()
         else:
             s1_0 = s1_end = s2_0 = 0.0
         chunk_owner = chunk_owner if owner_layout else None  # TP and CP spread every chunk
@@ -123,10 +126,12 @@ class SimExecutor:
                 prefill_tokens = prefill_tokens.tolist()
             if prefill_context_tokens is not None and type(prefill_context_tokens) is not list:
                 prefill_context_tokens = prefill_context_tokens.tolist()
+            if chunk_owner is not None:
+                chunk_owner = [x if type(x) is list else x.tolist() for x in chunk_owner]
+                if groups != t.ranks:  # the chunk's owner rank → its owner group
+                    chunk_owner[0] = [r * groups // t.ranks for r in chunk_owner[0]]
             dur = self._run_scalar(batch.layout, b, prefill_tokens, k, s1_0, s1_end, s2_0, own_ctx, own_cnt,
-                                   prefill_context_tokens,
-                                   None if chunk_owner is None else [x if type(x) is list else x.tolist()
-                                                                     for x in chunk_owner])
+                                   prefill_context_tokens, chunk_owner)
         else:
             prefill_tokens = np.asarray(prefill_tokens, dtype=np.float64)
             if prefill_context_tokens is not None:
@@ -141,10 +146,11 @@ class SimExecutor:
                 s2 = s2_0 + b * j
                 if owner_layout:
                     per_rank = (np.asarray(own_ctx, dtype=np.float64)[:, None]
-                                + np.asarray(own_cnt, dtype=np.float64)[:, None] * j[None, :])  # [T, k]
+                                + np.asarray(own_cnt, dtype=np.float64)[:, None] * j[None, :])  # [G, k]
                     if chunk_owner is not None:
                         rank, tok, pfx = chunk_owner
-                        s2c = per_rank[np.asarray(rank, dtype=np.int64), np.arange(k)]
+                        grp = np.asarray(rank, dtype=np.int64) * groups // t.ranks  # the chunk's owner group
+                        s2c = per_rank[grp, np.arange(k)]
                         s1c = s1 * np.divide(s2c, s2, out=np.zeros(k), where=s2 > 0)
                         co = (tok, pfx, s1c, s2c)
                     s2_own = per_rank.max(axis=0)

@@ -44,12 +44,15 @@ def kv_split_ways(dep: Deployment) -> float:
 
 
 def kv_replication(dep: Deployment) -> float:
-    """Copies of each token's KV across the group (T/s under TP, weighted over the layers'
-    variants by their bytes; 1 otherwise)."""
-    if dep.attn != "tp":
+    """Copies of each token's KV across the group: the ranks that split it by heads over the ways
+    they split it (the placement's: T/s under TP, R/s under attention TP inside a DP group; 1 for
+    layouts that keep a request on one rank or split it by tokens), weighted over the layers'
+    variants by their bytes."""
+    r = dep.placement.head_split_ranks
+    if r <= 1:
         return 1.0
     full = kv_bytes_per_token(dep)
-    return dep.ranks * kv_bytes_on_rank(dep) / full if full > 0 else 1.0
+    return r * kv_bytes_on_rank(dep) / full if full > 0 else 1.0
 
 
 def kv_bytes_per_token(dep: Deployment) -> float:

@@ -21,6 +21,7 @@ from planner.errors import SpecError
 from planner.hardware.spec import HardwareSpec
 from planner.host_tier import HostTierSpec, check_tier
 from planner.layouts.base import AttentionLayout, MoESplit, attention_layouts, moe_splits
+from planner.layouts.placement import Placement
 from planner.models.attention.kernels import DecodeKernel, decode_kernel, gpu_arch
 from planner.models.spec import ModelSpec
 from planner.units import WEIGHT_BYTES_PER_PARAM, WEIGHT_DTYPES
@@ -83,6 +84,9 @@ class Deployment:
     host_tier: HostTierSpec | None = None  # a host KV tier (planner.host_tier); None: all KV in HBM
     weight_dtype_given: bool = False  # True: every linear weight at `weight_dtype`; False: the checkpoint's per-part dtypes
     swa_full_tokens_ratio: float | None = None  # SGLang --swa-full-tokens-ratio; None: the engine's default
+    # owner groups of a layout that takes a count (group_rule "given": dptp, SGLang's --dp with DP
+    # attention and --dp < --tp); None for every other layout (their count follows from T)
+    attn_groups: int | None = None
 
     @property
     def ranks(self) -> int:
@@ -106,6 +110,11 @@ class Deployment:
     @property
     def attention_layout(self) -> AttentionLayout:
         return attention_layouts()[self.attn]
+
+    @cached_property
+    def placement(self) -> Placement:
+        """Who holds what under this layout on one group (planner.layouts.placement)."""
+        return self.attention_layout.placement(self.ranks, self.attn_groups)
 
     @property
     def moe_split(self) -> MoESplit:
@@ -143,7 +152,8 @@ class Deployment:
         rep = f"×{self.replicas}" if self.replicas > 1 else ""
         span = f" over {self.group_nodes} nodes" if self.group_nodes > 1 else ""
         tier = f" +host(b={self.host_tier.hbm_budget_tokens})" if self.host_tier is not None else ""
-        return f"{self.attn}/{self.moe} T={self.ranks}{rep}{span}{tier}"
+        groups = f" G={self.attn_groups}" if self.attn_groups is not None else ""
+        return f"{self.attn}/{self.moe} T={self.ranks}{groups}{rep}{span}{tier}"
 
 
 def _whole(name: str, value) -> int:
@@ -174,7 +184,7 @@ def make_deployment(model: ModelSpec, hardware: HardwareSpec, *, attn: str = "tp
                     reserve_bytes: float | None = None, engine: str = DEFAULT_ENGINE,
                     nodes: int | None = None, attention_kernel: str | None = None,
                     host_tier: HostTierSpec | None = None,
-                    swa_full_tokens_ratio: float | None = None) -> Deployment:
+                    swa_full_tokens_ratio: float | None = None, attn_groups: int | None = None) -> Deployment:
     if attn not in ATTN_LAYOUTS:
         raise SpecError(f"attn={attn!r} is not a layout; choose one of {', '.join(ATTN_LAYOUTS)}")
     if moe not in MOE_SPLITS:
@@ -202,12 +212,14 @@ def make_deployment(model: ModelSpec, hardware: HardwareSpec, *, attn: str = "tp
     if wdt not in WEIGHT_DTYPES:
         raise SpecError(f"weight_dtype={wdt!r} is not one of {', '.join(WEIGHT_DTYPES)}")
     kdt = resolve_kv_dtype(model, kv_dtype, eng, hardware)
-    page = eng.default_page_tokens(model, hardware, gpus // replicas, attn, kdt) if page_tokens is None \
-        else _whole("page_tokens", page_tokens)
     if not model.has_moe and moe == "ep":
         raise SpecError(f"moe=ep needs a mixture-of-experts model; {model.name} is dense (use --moe tp)")
     ranks = gpus // replicas
-    attention_layouts()[attn].check(model, ranks)
+    layout = attention_layouts()[attn]
+    attn_groups = _attn_groups(layout, attn_groups, ranks, max(1, ranks // (gpus // nodes)))
+    layout.check(model, ranks, attn_groups)
+    page = eng.default_page_tokens(model, hardware, layout.placement(ranks, attn_groups).head_split_ranks, kdt) \
+        if page_tokens is None else _whole("page_tokens", page_tokens)
     for v, _ in model.mlps:
         v.check_tp(ranks, moe)
     if attention_kernel is not None:
@@ -215,7 +227,25 @@ def make_deployment(model: ModelSpec, hardware: HardwareSpec, *, attn: str = "tp
     if host_tier is not None:
         check_tier(model, host_tier)
     return Deployment(model, hardware, attn, moe, gpus, replicas, wdt, kdt, page, engine, nodes, mem_fraction,
-                      reserve_bytes, attention_kernel, host_tier, weight_dtype is not None, swa_full_tokens_ratio)
+                      reserve_bytes, attention_kernel, host_tier, weight_dtype is not None, swa_full_tokens_ratio,
+                      attn_groups)
+
+
+def _attn_groups(layout: AttentionLayout, groups, ranks: int, group_nodes: int) -> int | None:
+    """The deployment's owner-group count for a layout that takes one (its default when None),
+    validated: a whole divisor of the group's ranks; refused for layouts whose count follows from T."""
+    if layout.group_rule != "given":
+        if groups is not None:
+            raise SpecError(f"attn_groups={groups} applies to a layout with a group count ("
+                            f"{', '.join(n for n, x in attention_layouts().items() if x.group_rule == 'given')}); "
+                            f"attn={layout.name} has {layout.owner_groups(ranks)} group(s) of its own")
+        return None
+    if groups is None:
+        groups = layout.default_groups(ranks, group_nodes)
+    groups = _whole("attn_groups", groups)
+    if ranks % groups:
+        raise SpecError(f"attn_groups={groups} does not divide the group's {ranks} ranks (attn={layout.name})")
+    return groups
 
 
 # NOTE: sgl-project/sglang python/sglang/srt/server_args.py, the `--swa-full-tokens-ratio` argument's
@@ -245,6 +275,10 @@ def replace_deployment(dep: Deployment, **changes) -> Deployment:
               kv_dtype=dep.kv_dtype, mem_fraction=dep.mem_fraction, page_tokens=dep.page_tokens,
               reserve_bytes=dep.reserve_bytes, engine=dep.engine, nodes=dep.nodes,
               attention_kernel=dep.attention_kernel, host_tier=dep.host_tier,
-              swa_full_tokens_ratio=dep.swa_full_tokens_ratio)
+              swa_full_tokens_ratio=dep.swa_full_tokens_ratio, attn_groups=dep.attn_groups)
     kw.update(changes)
+    # NOTE: a group count belongs to its layout: another layout takes its own (or its default)
+    if "attn_groups" not in changes and (kw["attn"] != dep.attn or kw["gpus"] != dep.gpus
+                                         or kw["replicas"] != dep.replicas):
+        kw["attn_groups"] = None
     return make_deployment(dep.model, dep.hardware, **kw)

@@ -69,14 +69,19 @@ def sglang_deployment(v: dict[str, Any], moe_model: bool = True):
     if dpa:
         if tp % dp:
             raise SpecError(f"--engine-args: --dp-size {dp} does not divide --tp-size {tp}")
-        if dp != tp:
-            raise SpecError(f"--engine-args: DP attention with --tp-size {tp} --dp-size {dp} runs attention TP "
-                            f"{tp // dp} inside each DP rank; floorfirst's dp layout has one rank per DP rank "
-                            f"(use --dp-size {tp})")
         if dcp > 1:
             raise SpecError(f"--engine-args: --dcp-size {dcp} with DP attention (SGLang PR #31821) is not a floorfirst layout")
-        attn, gpus, replicas = "dp", tp, 1
-        readings.append(_reading("--enable-dp-attention", "true", f"--attn dp: {dp} DP attention ranks in the tp group of {tp} GPUs"))
+        gpus, replicas = tp, 1
+        if dp == tp:
+            attn = "dp"
+            readings.append(_reading("--enable-dp-attention", "true", f"--attn dp: {dp} DP attention ranks in the tp group of {tp} GPUs"))
+        else:
+            # NOTE: attn_tp_size = tp_size // dp_size inside each DP rank (python/sglang/srt/layers/
+            # dp_attention.py compute_dp_attention_world_info): planner/layouts/dptp.py
+            attn = "dptp"
+            readings.append(_reading("--enable-dp-attention", "true",
+                                     f"--attn dptp --attn-groups {dp}: {dp} DP attention ranks, attention TP {tp // dp} "
+                                     f"inside each, in the tp group of {tp} GPUs"))
     else:
         gpus, replicas = tp * dp, dp
         if dcp > 1:
@@ -102,6 +107,8 @@ def sglang_deployment(v: dict[str, Any], moe_model: bool = True):
         notes.append("--ep-size without --moe-a2a-backend: SGLang dispatches tokens with all-reduce or all-gather "
                      "(docs: expert_parallelism); floorfirst prices EP as all-to-all")
     options: dict[str, Any] = {"gpus": gpus, "replicas": replicas, "attn": attn, "moe": moe}
+    if attn == "dptp":
+        options["attn_groups"] = dp
     if "--nnodes" in v:
         options["nodes"] = v["--nnodes"]
         readings.append(_reading("--nnodes", v["--nnodes"], f"--nodes {v['--nnodes']}"))
@@ -152,14 +159,20 @@ def vllm_deployment(v: dict[str, Any], moe_model: bool = True):
     if dp > 1 and not moe_model:
         # NOTE: a dense model's DP ranks share nothing: dp independent engines of tp GPUs
         replicas = dp
-    elif dp > 1 and tp > 1:
-        raise SpecError(f"--engine-args: --data-parallel-size {dp} × --tensor-parallel-size {tp} runs attention TP {tp} "
-                        f"inside each of {dp} DP ranks with the experts over all {dp * tp} GPUs; floorfirst runs "
-                        "attention over the whole group (tp, dcp) or one GPU per DP rank (dp, -tp 1)")
+    elif dp > 1 and tp > 1 and dcp > 1:
+        raise SpecError(f"--engine-args: --decode-context-parallel-size {dcp} inside {dp} DP ranks of "
+                        f"--tensor-parallel-size {tp} is not a floorfirst layout")
     if dcp > 1 and dcp != tp:
         raise SpecError(f"--engine-args: --decode-context-parallel-size {dcp} below --tensor-parallel-size {tp} "
                         f"splits KV over part of the group; floorfirst's dcp layout spans it (use -dcp {tp})")
-    if dp > 1 and replicas == 1:
+    if dp > 1 and replicas == 1 and tp > 1:
+        # NOTE: one engine core per DP rank, each a TP group of tp ranks, the experts over all dp·tp
+        # (vllm/v1/engine/core.py DPEngineCoreProc; vllm/config/parallel.py: EP spans DP × TP)
+        attn, gpus = "dptp", dp * tp
+        readings.append(_reading("--data-parallel-size", dp, f"--attn dptp --attn-groups {dp}: {dp} DP ranks of "
+                                                             f"attention TP {tp}, the experts over the DP×TP group of "
+                                                             f"{dp * tp} GPUs"))
+    elif dp > 1 and replicas == 1:
         attn, gpus = "dp", dp
         readings.append(_reading("--data-parallel-size", dp, f"--attn dp: {dp} DP ranks of one GPU, the experts over "
                                                              f"the DP×TP group of {dp} GPUs"))
@@ -178,6 +191,8 @@ def vllm_deployment(v: dict[str, Any], moe_model: bool = True):
     elif ep:
         raise SpecError("--engine-args: --enable-expert-parallel on a dense model (no experts to place)")
     options: dict[str, Any] = {"gpus": gpus, "replicas": replicas, "attn": attn, "moe": moe}
+    if attn == "dptp":
+        options["attn_groups"] = dp
     nodes = v.get("--nnodes")
     if nodes is None and "--data-parallel-size-local" in v:
         dpl = v["--data-parallel-size-local"]

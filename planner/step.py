@@ -168,10 +168,11 @@ def share_inputs(dep: Deployment, g: DecodeLoad, pre, pre_ctx=None, q=None) -> l
     variants and unequal lengths, owners are balanced by each request's bytes over all layers."""
     mixers = dep.model.mixers
     owner = None
-    if len(mixers) > 1 and g.counts.shape[-1] > 1 and dep.attention_layout.kv_placement == "owner":
+    if len(mixers) > 1 and g.counts.shape[-1] > 1 and dep.placement.owner_groups > 1:
         tokens = np.ceil(g.lengths / dep.page_tokens) * dep.page_tokens
         owner = sum(sum(v.kv_stored_bytes(tokens, dep.kv_dtype).values()) * n for v, n in mixers)
-    return [(ShareInputs(dep.model, dep.ranks, g, pre, dep.kv_dtype, dep.page_tokens, pre_ctx, q, v, owner), n)
+    groups = dep.placement.owner_groups
+    return [(ShareInputs(dep.model, dep.ranks, g, pre, dep.kv_dtype, dep.page_tokens, pre_ctx, q, v, owner, groups), n)
             for v, n in mixers]
 
 
@@ -210,10 +211,10 @@ def kernel_for(dep: Deployment, variant):
 def _rank_work(dep: Deployment, inp: ShareInputs, shares: list, points: int):
     """HBM bytes, FLOPs (by component), fixed latencies and resident (KV, state) bytes of one
     candidate rank; `shares` holds (share, variant, layers) per distinct mixer."""
-    m, t, lay = dep.model, dep.ranks, dep.attention_layout
+    m = dep.model
     first = shares[0][0]
     hbm, flops, by_dtype = weight_work(dep, inp, first.projected_tokens, points)
-    head_frac = 1.0 / t if lay.head_sharded else 1.0
+    head_frac = 1.0 / dep.placement.lm_head_split
     hbm["lm_head_weights"] = np.full(points, m.head_params * head_frac * HEAD_BYTES_PER_PARAM)
     sampled = inp.decode_tokens if first.sampled_tokens is None else first.sampled_tokens
     flops["lm_head"] = 2.0 * sampled * m.head_params * head_frac
@@ -263,13 +264,18 @@ def _network(dep: Deployment, inps: list[tuple[ShareInputs, int]], points: int):
     scale-out tier when the group spans nodes (NOTE: the measured cross-node latency is of the
     whole hierarchical collective, so its intra-node steps are not charged again)."""
     m, t, lay, split = dep.model, dep.ranks, dep.attention_layout, dep.moe_split
+    pl = dep.placement
     inp = inps[0][0]
     groups = [(lay.collectives(i), float(n)) for i, n in inps]
     groups += [(split.collectives(inp, lay.activations_replicated, v), float(n)) for v, n in m.mlps]
-    if lay.head_sharded:
-        groups.append(([Collective("lm_head_gather", "all_gather", inp.decode_tokens * m.vocab_size * LOGIT_BYTES, 1.0)], 1.0))
+    if pl.lm_head_split > 1:
+        # NOTE: the vocab-parallel LM head gathers the logits of the tokens its ranks sample: every
+        # token over T ranks (TP, DOP, DCP); a DP group's own tokens over its R ranks (dptp)
+        sampled = inp.decode_tokens if pl.lm_head_split == t else np.ceil(inp.load.batch / pl.owner_groups) * inp.query_tokens
+        groups.append(([Collective("lm_head_gather", "all_gather", sampled * m.vocab_size * LOGIT_BYTES, 1.0,
+                                   ranks=pl.lm_head_split)], 1.0))
     nodes = dep.group_nodes
-    msg_tier = SCALEOUT if nodes > 1 else SCALEUP
+    per_node = dep.ranks_per_node
     net_b: dict[str, np.ndarray] = {}
     net_m: dict[str, np.ndarray] = {}
     # NOTE: scalar zeros until a tier carries traffic: a single-node sweep pays no extra array ops
@@ -277,14 +283,19 @@ def _network(dep: Deployment, inps: list[tuple[ShareInputs, int]], points: int):
     tier_m = {SCALEUP: 0.0, SCALEOUT: 0.0}
     for colls, layers in groups:
         for c in colls:
-            for tier, factor in link_bytes_by_tier(c.kind, t, nodes).items():
-                if factor == 0.0 and (tier == SCALEOUT or nodes > 1):
+            # NOTE: a collective over a subgroup of r consecutive ranks (an owner group's own) spans
+            # the nodes those ranks sit on: one node while r fits in one
+            r = t if c.ranks is None else c.ranks
+            c_nodes = nodes if r == t else max(1, -(-r // per_node))
+            for tier, factor in link_bytes_by_tier(c.kind, r, c_nodes).items():
+                if factor == 0.0 and (tier == SCALEOUT or c_nodes > 1):
                     continue
                 name = c.name if tier == SCALEUP else f"{c.name}@{SCALEOUT}"
                 b = c.payload_bytes * factor * c.per_step * layers
                 net_b[name] = net_b.get(name, 0.0) + b
                 tier_b[tier] = tier_b[tier] + b
-            msgs = np.full(points, c.per_step * layers if t > 1 else 0.0)
+            msgs = np.full(points, c.per_step * layers if r > 1 else 0.0)
+            msg_tier = SCALEOUT if c_nodes > 1 else SCALEUP
             name = c.name if msg_tier == SCALEUP else f"{c.name}@{SCALEOUT}"
             net_m[name] = net_m.get(name, 0.0) + msgs
             tier_m[msg_tier] = tier_m[msg_tier] + msgs

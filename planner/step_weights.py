@@ -3,8 +3,8 @@
 of planner.step (the step model imports these; `planner.step.weights_resident_bytes` stays its
 name for callers).
 
-Mixers: a head-sharding layout splits a variant's head-sharded parts over T and keeps the rest
-whole (engines replicate the fused q_a/kv_a projection and DSA's indexer), a replicating layout
+Mixers: a head-sharding layout splits a variant's head-sharded parts over its placement's weight
+split (T, or an owner group's R) and keeps the rest whole (engines replicate the fused q_a/kv_a projection and DSA's indexer), a replicating layout
 keeps everything whole. MLPs: the variant's own per-rank split (planner.models.mlp).
 """
 
@@ -21,10 +21,10 @@ HEAD_BYTES_PER_PARAM = 2.0  # LM head and embeddings stay bf16 in FP8 checkpoint
 
 
 def mixer_params_on_rank(dep: Deployment, group) -> dict[str, float]:
-    """One layer group's mixer parameters on one rank, by component (one layer)."""
-    lay, t = dep.attention_layout, dep.ranks
-    return {k: p.params / (t if lay.weights_sharded and p.head_sharded else 1.0)
-            for k, p in group.mixer.weight_parts().items()}
+    """One layer group's mixer parameters on one rank, by component (one layer): head-sharded parts
+    over the placement's weight split (T under TP and DOP, R under attention TP inside a DP group)."""
+    w = float(dep.placement.weight_split)
+    return {k: p.params / (w if p.head_sharded else 1.0) for k, p in group.mixer.weight_parts().items()}
 
 
 def _add(out: dict, key: str, v) -> None:
@@ -34,7 +34,7 @@ def _add(out: dict, key: str, v) -> None:
 def weights_resident_bytes(dep: Deployment) -> dict[str, float]:
     """Weight bytes resident on one rank, by component; each layer group's parts at their own
     checkpoint dtype (planner.models.quant) unless the deployment gives one."""
-    m, t, lay = dep.model, dep.ranks, dep.attention_layout
+    m, t = dep.model, dep.ranks
     out: dict[str, float] = {}
     for g in m.layers:
         if g.mixer is not None:
@@ -44,7 +44,7 @@ def weights_resident_bytes(dep: Deployment) -> dict[str, float]:
         if g.mlp is not None:
             for k, v in g.mlp.rank_resident_params(t, dep.moe).items():
                 _add(out, f"{k}_weights", v * WEIGHT_BYTES_PER_PARAM[dep.part_dtype(g, component_part(k))] * g.count)
-    emb = m.embedding_params / t if lay.head_sharded else m.embedding_params
+    emb = m.embedding_params / dep.placement.lm_head_split
     out["embedding_weights"] = emb * HEAD_BYTES_PER_PARAM
     return out
 

@@ -25,9 +25,11 @@ def admit(loop: "ServingLoop") -> float:
     if waiting.pos >= len(waiting.ids) or loop.skip_admit:  # nobody waits (or a preemption just sent them back)
         loop.skip_admit = False
         return total
-    dec, prefill_q = loop.dec, loop.prefill_q
+    dec, prefill_q, kv = loop.dec, loop.prefill_q, loop.kv
     layout = loop.layout
-    lay_owner, lay_share, lay_pool = loop.is_owner[layout], loop.shares[layout], loop.pools[layout] * loop.watermark
+    lay_g, lay_share, lay_pool = loop.groups[layout], loop.shares[layout], loop.pools[layout] * loop.watermark
+    lay_extra = kv.extra[layout]  # the layout's slack beyond the tables' (a token split's page per rank)
+    t_ranks = loop.T
     bpt, slack, ctx = loop.bpt, loop.slack, loop.ctx
     # NOTE: the engine's per-request state slots cap the running set too (tables.request_caps)
     max_batch = min(loop.config.max_batch, loop.max_requests[layout])
@@ -41,7 +43,7 @@ def admit(loop: "ServingLoop") -> float:
         if loop.inflight.shed_kv_tokens > 0:
             return total
         dst = loop.inflight.layout
-        dst_owner, dst_share, dst_pool = loop.is_owner[dst], loop.shares[dst], loop.pools[dst] * loop.watermark
+        dst_g, dst_pool = loop.groups[dst], loop.pools[dst] * loop.watermark
     while waiting.pos < len(wids):
         i = wids[waiting.pos]
         if dec.b + len(prefill_q) >= max_batch:
@@ -52,13 +54,21 @@ def admit(loop: "ServingLoop") -> float:
             total = sum(okv)
         c = ctx[i]
         need = c + slack
-        r = okv.index(min(okv))
-        if lay_owner:
-            fits = (okv[r] + need) * bpt <= lay_pool
-        else:
+        # NOTE: the one-group and one-rank groupings inline (the common layouts); others ask the ledger
+        if lay_extra:
+            r = kv.place(layout)
+            fits = kv.fits(layout, r, need, loop.watermark)
+        elif lay_g == 1:
+            r = okv.index(min(okv))
             fits = (total + need) * lay_share * bpt <= lay_pool
+        elif lay_g == t_ranks:
+            r = okv.index(min(okv))
+            fits = (okv[r] + need) * lay_share * bpt <= lay_pool
+        else:
+            r = kv.place(layout)
+            fits = kv.fits(layout, r, need, loop.watermark)
         if fits and dst >= 0:
-            fits = ((okv[r] + need) * bpt if dst_owner else (total + need) * dst_share * bpt) <= dst_pool
+            fits = kv.held_bytes(dst, need + kv.extra[dst], -1 if dst_g == 1 else r) <= dst_pool
         if not fits:
             if not dec.b and not prefill_q and loop.inflight is None and not fits_somewhere(
                     need * bpt, loop.policy, loop.tables, loop.watermark):
@@ -68,7 +78,7 @@ def admit(loop: "ServingLoop") -> float:
             break
         waiting.pos += 1
         loop.owner[i] = r
-        okv[r] += need
+        kv.add(r, need)
         total += need
         loop.pre_left[i] = int(c)
         loop.status[i] = PREFILL
@@ -134,7 +144,7 @@ def prefill_progress(loop: "ServingLoop", done_tokens: int) -> None:
             loop.okv[loop.owner[i]] += 1.0
             loop.first[i] = loop.t
         if c - inp_l[i] >= loop.out_l[i]:
-            loop.okv[loop.owner[i]] -= c + loop.slack
+            loop.kv.remove(loop.owner[i], c + loop.slack)
             loop._end(i, DONE)
         else:
             loop.status[i] = DECODE
@@ -210,7 +220,7 @@ def fits_somewhere(need_bytes: float, policy, tables: StepTimeTable, watermark: 
     """Whether an empty deployment could hold one request in a layout the policy may use."""
     info = tables.info
     for i in policy.usable_layouts():
-        per_rank = need_bytes * (1.0 if info.is_owner[i] else float(info.kv_total_share[i]))
+        per_rank = need_bytes * float(info.group_share[i])
         if per_rank <= float(info.kv_pool_bytes[i]) * watermark:
             return True
     return False

@@ -38,18 +38,20 @@ class CapacityRule:
     def __init__(self, policy):
         self.p = policy
 
-    def decide(self, state: PolicyState, cur: int, b: int, w: int, total: float, own: float, own_min: float,
-               s1: float, s2: float, steps: list[float], blocked: bool, fits_now: bool, outgrown: bool,
-               head: float, g_tot: float, g_own: float):
+    def decide(self, state: PolicyState, cur: int, b: int, w: int, total: float, busy: list[float],
+               lite: list[float], s1: float, s2: float, steps: list[float], blocked: bool, fits_now: bool,
+               outgrown: bool, head: float, g_tot: float, growth: list[float]):
         """A Decision; None (the throughput rule decides); or PRICED_NO_MOVE (the same, after a
-        pricing that found no move: the throughput rule's answer then stands with it)."""
+        pricing that found no move: the throughput rule's answer then stands with it). `busy`,
+        `lite` and `growth` are per layout [L]: its busiest and lightest owner group's KV tokens,
+        and the busiest group's expected growth."""
         p = self.p
         stay, stay_priced = p._stay[cur], p._stay_priced[cur]
-        bpt, pool, owner, share, ok = p._bpt, p._pool, p._owner, p._share, p._ok
+        bpt, pool, share, ok = p._bpt, p._pool, p._share, p._ok
         gain_fraction, room_left = p.knobs.min_gain_fraction, p._max_batch - state.running
         t_cur = steps[cur]
         net_cur = p.pricer.net_share(cur, t_cur)
-        must = not fits_now or (blocked and p._kv_bytes(cur, head, head) > pool[cur])
+        must = not fits_now or (blocked and head * share[cur] * bpt > pool[cur])
         if blocked and not must and not outgrown and t_cur > 0:
             # NOTE: a bound first (`sustained_rates` NOTE): no layout holds more than the running
             # and waiting requests, at no less than its current-batch step; if none could beat the
@@ -65,19 +67,20 @@ class CapacityRule:
         if not must and 0 <= step < at <= step + REPRICE_EVERY_STEPS:
             return stay[Reason.STAY_KV_WAIT] if blocked else None  # the caller's last pricing stands
         steps = steps[:]  # NOTE: the pricer reuses its output list, and pricing calls it again
-        rates, held_t = self.sustained_rates(state, b, w, total, own, own_min, s1, s2, g_tot, g_own, blocked, cur,
+        rates, held_t = self.sustained_rates(state, b, w, total, busy, lite, s1, s2, g_tot, growth, blocked, cur,
                                              steps, 0.0 if must else 1.0 + gain_fraction)
         best, best_rate, shed = -1, 0.0, 0.0
+        busy_b = [x * bpt for x in busy]
         for i in p._layouts:
             if i == cur or not ok[i] or rates[i] <= best_rate:
                 continue
-            held = (own if owner[i] else total * share[i]) * bpt
+            held = busy[i] * share[i] * bpt
             if not fits_now and held > pool[i] * p._headroom_keep:
                 continue  # a forced move must hold the running set with headroom
-            if blocked and ((own_min + head) if owner[i] else (total + head) * share[i]) * bpt > pool[i]:
+            if blocked and (lite[i] + head) * share[i] * bpt > pool[i]:
                 continue  # no room for the head there either
             cut = 0.0
-            if not memory_fits(p.tables, cur, i, total * bpt, own * bpt):
+            if not memory_fits(p.tables, cur, i, total * bpt, busy_b):
                 fit_tokens = p._max_fit_bytes[cur][i] / bpt
                 if must or fit_tokens <= 0.0:
                     continue
@@ -91,7 +94,9 @@ class CapacityRule:
             # a move found, held by the cooldown: this pricing stands until the cooldown ends
             left = min(p.knobs.cooldown_steps - state.steps_since_switch, REPRICE_EVERY_STEPS)
             return Decision(cur, False, Reason.STAY_COOLDOWN, capacity_stands_steps=left)
-        plan = plan_transition(p.tables, cur, best, (total - shed) * bpt, own * bpt, b, t_cur, net_cur)
+        if shed > 0.0:  # one-group layouts hold the total: less what is shed
+            busy_b = [x - shed * bpt if p._groups[i] == 1 else x for i, x in enumerate(busy_b)]
+        plan = plan_transition(p.tables, cur, best, (total - shed) * bpt, busy_b, b, t_cur, net_cur)
         if shed > 0.0:
             # NOTE: the running set keeps decoding while the move runs: shed what it writes meanwhile too
             shed += b * (1.0 + plan.link_s / t_cur) if t_cur > 0 else b
@@ -114,9 +119,9 @@ class CapacityRule:
         reason = Reason.SWITCH_CAPACITY if blocked or must else Reason.SWITCH_PROJECTED
         return Decision(best, True, reason, gain_s, cost_s, plan, shed)
 
-    def sustained_rates(self, state: PolicyState, b: int, w: int, total: float, own: float, own_min: float,
-                        s1: float, s2: float, g_tot: float, g_own: float, blocked: bool, cur: int, steps: list[float],
-                        gain: float) -> tuple[list[float], list[float]]:
+    def sustained_rates(self, state: PolicyState, b: int, w: int, total: float, busy: list[float],
+                        lite: list[float], s1: float, s2: float, g_tot: float, growth: list[float], blocked: bool,
+                        cur: int, steps: list[float], gain: float) -> tuple[list[float], list[float]]:
         """Per layout [L]: the decode tokens per second it sustains at the batch its KV holds, and
         its step seconds at that batch (0 where not usable, or where it can't beat the current
         layout's rate × `gain`).
@@ -145,7 +150,7 @@ class CapacityRule:
         if avail > 0:
             need = float(state.waiting_tokens[:avail].sum()) / avail + p._slack + p._mean_output
         pfx, share_own = state.prefill_context_tokens, state.prefill_owner_share
-        bpt, pool, owner, share, ok = p._bpt, p._pool, p._owner, p._share, p._ok
+        bpt, pool, groups, share, ok = p._bpt, p._pool, p._groups, p._share, p._ok
         n_layouts = len(p._layouts)
         rates, held_t = [0.0] * n_layouts, [0.0] * n_layouts
         by_batch: dict[int, list[float]] = {}
@@ -154,10 +159,11 @@ class CapacityRule:
             if not ok[i]:
                 continue
             room = pool[i] / bpt  # tokens per rank
-            if owner[i]:
-                proj, spare = own + g_own, p._ranks * room - (total + g_tot)
-            else:
-                proj = (total + g_tot) * share[i]
+            if groups[i] > 1:  # the busiest group's peak at its share; spare: every group's room
+                proj = (busy[i] + growth[i]) * share[i]
+                spare = groups[i] * room / share[i] - (total + g_tot) if share[i] > 0 else 0.0
+            else:  # busy: the total, with the layout's extra slack per request where it has one
+                proj = (busy[i] + g_tot) * share[i]
                 spare = (room - proj) / share[i] if share[i] > 0 else 0.0
             if proj > room:
                 bb = b * room / proj
@@ -177,7 +183,8 @@ class CapacityRule:
                 n = max(int(bb + 0.5), 1)
                 st = by_batch.get(n)
                 if st is None:
-                    st = by_batch[n] = list(p.pricer.step_times(n, s1 * k, s2 * k, own * k, own_min * k, min(f * k, 1.0),
+                    st = by_batch[n] = list(p.pricer.step_times(n, s1 * k, s2 * k, [x * k for x in busy],
+                                                                [x * k for x in lite], min(f * k, 1.0),
                                                                 pre * k, pfx, share_own))
                 t = st[i]
             if t > 0.0:

@@ -79,6 +79,9 @@ class PolicyState:
     # tokens (runtime_policy/projection.py: from the observed output lengths; 0: none projected)
     kv_growth_tokens: float = 0.0
     owner_kv_growth_tokens: float = 0.0
+    # [L] the growth of each layout's busiest owner group, where the caller projects it per layout
+    # (None: all ranks' growth for one-group layouts, the busiest owner's for groups of one rank)
+    layout_kv_growth_tokens: list[float] | None = None
     # the server's step counter (−1: none kept; the policy then prices capacity at every call)
     step_index: int = -1
     # the caller's memo of the last capacity pricing (Decision.capacity_stands_steps): below this
@@ -87,6 +90,10 @@ class PolicyState:
     # inputs (a memo inside the policy answered SWITCH_CAPACITY once, then STAY_KV_WAIT for 63
     # steps, to a server that deferred the switch)
     capacity_reprice_at_step: int = -1
+    # [T] requests holding KV on each rank (None: `running` spread evenly over the owner groups):
+    # a layout whose ledger slack per request differs from the tables' (a token split's page per
+    # rank: LayoutInfo.extra_slack_tokens) charges it per request of its busiest group
+    owner_requests: list[int] | None = None
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,8 @@ class StepBatch:
     # (negative: the executor sums context_tokens itself)
     context_sum_tokens: float = -1.0
     context_capped_sum_tokens: float = -1.0
-    # per owner rank [T]: Σ context and count of its decoding requests, when the caller keeps them
+    # per owner group of the batch's layout [G] (groups of consecutive ranks, planner Placement; G = T
+    # for DP-attention and DOP): Σ context and count of its decoding requests, when the caller keeps them
     owner_context_tokens: Sequence[float] | None = None
     owner_requests: Sequence[int] | None = None
     # Σ min(context + k − 1, top-k): the capped sum at the run's last step (k steps), when the

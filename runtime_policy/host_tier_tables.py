@@ -47,13 +47,13 @@ from planner.deployment import replace_deployment
 from planner.errors import SpecError
 from planner.host_capacity import decode_tier
 from planner.host_tier import entry_bytes, host_fraction, tiered_groups
-from planner.layouts import attention_layouts
 from planner.resources.vector import TIMED_RESOURCES
 
 HOST = TIMED_RESOURCES.index("host_link")
 FAR_PROBE_BUDGETS = 64.0  # the far probe's context, in budgets (f = 1 − 1/64 there)
 # LayoutInfo's per-layout arrays a twin copies from the tiered tables
-PER_LAYOUT = ("kv_pool_bytes", "weights_bytes", "attn_weights_bytes", "kv_total_share", "is_owner", "max_requests")
+PER_LAYOUT = ("kv_pool_bytes", "weights_bytes", "attn_weights_bytes", "group_share", "owner_groups", "extra_slack_tokens",
+              "max_requests")
 TWIN_SUFFIX = "+host"  # a tiered twin's name: its HBM-only layout's name + this
 
 
@@ -91,15 +91,14 @@ def far_host_fraction(model, kv_dtype: str, far_tokens: float, budget: float) ->
 
 
 def held_at_reference(d, ref: float) -> float:
-    """Requests of `ref` tokens the busiest rank of `d` holds with the tier (one owner's for owner
-    layouts), fractional: the smaller of the HBM wall — resident components + budgets, and the
+    """Requests of `ref` tokens the busiest rank of `d` holds with the tier (its owner group's),
+    fractional: the smaller of the HBM wall — resident components + budgets, and the
     per-request states (DeepSeek-V4's compressor rings) where they share the KV pool, else their
     own pool's cap — and the host wall (planner.host_capacity's walls, on the same busiest-rank
     shares: `tier_walls(...).held` is this, floored, times the owners)."""
     from planner.step import decode_resident_bytes
 
-    owner = attention_layouts()[d.attn].kv_placement == "owner"
-    load = planner.DecodeLoad.equal(float(d.ranks) if owner else 1.0, ref)
+    load = planner.DecodeLoad.equal(float(d.placement.owner_groups), ref)  # one request per owner group
     probe = decode_tier(d, load)
     hbm, host = float(probe.hbm_kv_resident_bytes[0]), float(probe.host_kv_resident_bytes[0])
     state = float(decode_resident_bytes(d, load)[1][0]) if d.model.has_state else 0.0
@@ -116,8 +115,6 @@ def held_at_reference(d, ref: float) -> float:
 def with_host_tier(tables, dep, model, deps: list) -> object:
     """`tables` (compiled for `dep`, which has a host tier) with the tier's host-link term, KV walls
     and host fraction; `deps` the per-layout deployments compile_tables probed (None: can't run)."""
-    from runtime_policy.tables import kv_share
-
     spec = dep.host_tier
     c1 = tables.c1_s.copy()
     c2 = tables.c2_s.copy()
@@ -132,9 +129,8 @@ def with_host_tier(tables, dep, model, deps: list) -> object:
         cost = planner.step_cost(d, planner.DecodeLoad.equal(1.0, far), pricing=None)
         c1[i, HOST] = float(model.terms_s(cost)[HOST, 0]) / (min(far, tables.topk) * f_far)
         c2[i, HOST] = 0.0
-        share = 1.0 if bool(tables.info.is_owner[i]) else kv_share(d)
         if d.memory.kv_pool_bytes > 0:
-            pools[i] = held_at_reference(d, ref) * per_request * share
+            pools[i] = held_at_reference(d, ref) * per_request * float(tables.info.group_share[i])
     k = tables.layouts.index(dep.attn)
     budget = tables.memory_budget_bytes + (float(pools[k]) - float(tables.info.kv_pool_bytes[k]))
     for a in (c1, c2, pools):
@@ -164,7 +160,7 @@ def twin_tables(dep, model, max_batch: int, max_prefill_tokens: int):
     budget = cat(np.full(n, plain.memory_budget_bytes),
                  np.where(runs, plain.memory_budget_bytes + t.kv_pool_bytes - p.kv_pool_bytes, -1.0))
     both = {f: cat(getattr(p, f), getattr(t, f)) for f in PER_LAYOUT}
-    info = replace(p, kv_placement=p.kv_placement * 2, host_tier=cat(np.zeros(n, dtype=bool), runs),
+    info = replace(p, placements=p.placements * 2, host_tier=cat(np.zeros(n, dtype=bool), runs),
                    host_kv_fraction=cat(np.zeros(n), np.where(runs, tiered.host_kv_fraction, 0.0)),
                    twin=cat(np.arange(n, 2 * n), np.arange(n)), memory_budget_bytes=budget, **both)
     base = cat(plain.base_s, tiered.base_s, 1)

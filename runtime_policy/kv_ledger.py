@@ -2,9 +2,9 @@
 one per-request slack in tokens and the pool the ledger fills, compiled into the tables from the
 deployment's model and memory plan (never retyped).
 
-The loop counts KV in tokens (loop.py): a request of context c costs `c + request_slack_tokens`
-tokens, a token `kv_bytes_per_token` bytes, against each layout's `kv_pool_bytes` (per owner, or
-all ranks' tokens × the layout's share). The planner prices one request on the busiest rank as
+The loop counts KV in tokens (loop.py, through `KvLedger`): a request of context c costs
+`c + request_slack_tokens` tokens, a token `kv_bytes_per_token` bytes, against each layout's
+`kv_pool_bytes`: per owner group, the group's tokens × the share of them a rank of it stores. The planner prices one request on the busiest rank as
 rate · pages(c) + its fixed bytes (planner/step.py `decode_resident_bytes`, `memory_fits`), so:
 
 - the rate is the growth past every window (`ModelSpec.token_bytes_per_token`: DeepSeek-V4-Flash
@@ -28,22 +28,19 @@ rate · pages(c) + its fixed bytes (planner/step.py `decode_resident_bytes`, `me
   `MemoryPlan.state_pool_bytes`) states are not counted here: the loop caps the running set by
   `LayoutInfo.max_requests` instead.
 
-NOTE: one slack for every layout (a request's ledger entry must be the same in every layout, or a
-switch would leave the sums wrong), read off the deployment's own layout on its busiest rank and
-divided by that rank's share of a token (`request_slack_tokens`): exact there, and in every layout
-that keeps the fixed part in the share it keeps tokens (owner layouts: whole requests; TP:
-DeepSeek-V4's single latent replicates everything, GQA heads split windows like tokens). A
-token-split layout (CP) keeps each request's windows and rings whole on every rank while it
-splits the tokens: compiled for CP the slack covers them (30,938 tokens at its 0.1305 share for
-V4-Flash; the ledger then holds 3.6 % fewer 128K requests than the planner), but tables compiled
-for another layout (a dynamic run from DP) price CP's fixed part at CP's token share, so there
-CP's ledger is loose: V4-Flash CP admits 25,322 requests of 4K where the planner holds 5,789,
-5,716 of 32K for 3,306, 1,564 of 128K for 1,338 (tests/runtime_policy/test_kv_ledger.py). The
-fix is a per-layout fixed part times the ledger's request count (not done: every KV check would
-read the count). Qwen3.5-397B under vLLM TP on 8 ranks splits its 45
-GDN layers' states 8 ways (16 heads) and its 15 attention layers' KV 2 ways (2 KV heads): its
-slack, 528 (the page) + 1,563 tokens, is the states at the token share (a full copy / the rate:
-6,252).
+NOTE: one slack in every request's entry (a request's ledger entry must be the same in every layout,
+or a switch would leave the sums wrong): the deployment's own layout's, read off its busiest rank and
+divided by that rank's share of a token (`request_slack_tokens`). Every other layout's own slack
+(its page rounding: a page per rank where tokens are split; its share of the windows and states:
+CP keeps them whole on every rank while splitting the tokens) differs from it by
+`LayoutInfo.extra_slack_tokens`, which the ledger charges per request of a group wherever that
+layout is read (`KvLedger`: per-rank request counts). So the compiled ledger admits what the planner
+holds in every registered layout, whichever layout the tables were compiled for
+(tests/runtime_policy/test_kv_ledger.py, over the layout registry): compiled for DP, DeepSeek-V4-
+Flash under CP admitted 25,322 requests of 4K where the planner holds 5,789 when one slack served
+every layout. Qwen3.5-397B under vLLM TP on 8 ranks splits its 45 GDN layers' states 8 ways (16
+heads) and its 15 attention layers' KV 2 ways (2 KV heads): its slack, 528 (the page) + 1,563
+tokens, is the states at the token share (a full copy / the rate: 6,252).
 """
 
 from __future__ import annotations
@@ -81,34 +78,36 @@ def fixed_bytes(dep) -> float:
 
 def rank_request_bytes(d, context) -> np.ndarray:
     """[P] the bytes one request of each context takes in the ledger's pool on the busiest rank of
-    `d`'s layout, as the planner's capacity counts them (planner.step.decode_resident_bytes; an
-    owner layout's busiest owner holds one of T requests)."""
-    from planner.layouts import attention_layouts
+    `d`'s layout, as the planner's capacity counts them (planner.step.decode_resident_bytes; with G
+    owner groups the busiest group holds one of G requests)."""
     from planner.load import DecodeLoad
     from planner.step import decode_resident_bytes
 
-    owner = attention_layouts()[d.attn].kv_placement == "owner"
-    kv, state, window = decode_resident_bytes(d, DecodeLoad.equal(float(d.ranks) if owner else 1.0,
+    kv, state, window = decode_resident_bytes(d, DecodeLoad.equal(float(d.placement.owner_groups),
                                                                  np.asarray(context, dtype=np.float64)))
     out = kv - window if window is not None else kv
     return out + state if d.memory.state_pool_bytes is None else out
 
 
 def request_slack_tokens(dep, rate: float, share: float) -> float:
-    """page_tokens + the request's fixed bytes / the rate, rounded up (a whole number of tokens).
-    The fixed bytes are read off the planner on the busiest rank of `dep`'s layout (what one
-    request holds past every window less its growth) and divided by that rank's share of a token
-    (`share`: 1 for owner layouts, tables.kv_share for the others), so the slack is exact for the
-    deployment's own layout whatever share of the windows and states its ranks keep (TP splits a
-    GQA model's windows and Qwen3.5's recurrent states by heads; MLA-like DeepSeek-V4 replicates
-    them). A model without fixed bytes keeps page_tokens."""
+    """The page rounding + the request's fixed bytes / the rate, rounded up (a whole number of
+    tokens). Page rounding: one page, or one page per rank where a request's tokens are split over
+    its group's ranks (CP's pages interleaved over T ranks: the busiest holds ⌈⌈L/page⌉/T⌉ pages, at
+    most (L + T·page − 1)/T tokens; DCP's ⌈L/T⌉ tokens per rank, rounded to pages, the same bound).
+    The fixed bytes are read off the planner on the busiest rank of `dep`'s layout (what one request
+    holds past every window less its growth) and divided by that rank's share of a token (`share`:
+    tables.group_share, 1 for groups of one rank), so the slack is exact for `dep`'s layout whatever
+    share of the windows and states its ranks keep (TP splits a GQA model's windows and Qwen3.5's
+    recurrent states by heads; MLA-like DeepSeek-V4 replicates them; CP keeps them whole on every
+    rank while splitting the tokens). A model without fixed bytes keeps the page rounding."""
+    rounding = float(dep.page_tokens * dep.placement.token_split)
     if fixed_bytes(dep) <= 0 or rate <= 0 or share <= 0:
-        return float(dep.page_tokens)
+        return rounding
     far = float(dep.page_tokens * dep.ranks) * np.array([FAR_PAGES, 2 * FAR_PAGES])  # page-aligned on every rank
     per = rank_request_bytes(dep, far)
     growth = (per[1] - per[0]) / (far[1] - far[0])
     fixed = float(per[0] - growth * far[0])
-    return float(dep.page_tokens + max(math.ceil(fixed / (rate * share) - FIXED_ROUNDING_TOKENS), 0))
+    return float(rounding + max(math.ceil(fixed / (rate * share) - FIXED_ROUNDING_TOKENS), 0))
 
 
 def ledger_pool_bytes(d) -> float:
@@ -128,13 +127,134 @@ def ledger_budget_bytes(d) -> float:
 
 
 def ledger_admits(tables, layout: int, context: float) -> float:
-    """Requests of `context` tokens the compiled ledger admits on an empty group under `layout`
-    (the loop's test, admission.py; no watermark), capped by the layout's request cap."""
+    """Requests of `context` tokens the compiled ledger admits on an empty deployment group under
+    `layout` (the loop's test, admission.py; no watermark): what one owner group's pool holds, times
+    the groups, capped by the layout's request cap."""
     info = tables.info
-    pool, per = float(info.kv_pool_bytes[layout]), (context + tables.request_slack_tokens) * tables.kv_bytes_per_token
-    if bool(info.is_owner[layout]):
-        n = math.floor(pool / per) * tables.ranks
-    else:
-        n = math.floor(pool / (per * float(info.kv_total_share[layout])))
+    pool = float(info.kv_pool_bytes[layout])
+    per = (context + tables.request_slack_tokens + float(info.extra_slack_tokens[layout])) * tables.kv_bytes_per_token
+    n = math.floor(pool / (per * float(info.group_share[layout]))) * int(info.owner_groups[layout])
     cap = float(info.max_requests[layout]) if info.max_requests.size else math.inf
     return float(min(n, cap))
+
+
+def group_tokens(tokens: list[float], groups: int) -> list[float]:
+    """[G] tokens of each owner group, from per-rank tokens [T] (groups are consecutive ranks)."""
+    t = len(tokens)
+    if groups == t:
+        return tokens
+    if groups == 1:
+        return [sum(tokens)]
+    r = t // groups
+    return [sum(tokens[g * r:(g + 1) * r]) for g in range(groups)]
+
+
+def group_counts(counts: list, groups: int) -> list:
+    """[G] per-group sums of a per-rank list (decoder counts, context sums): `group_tokens`."""
+    return group_tokens(counts, groups)
+
+
+class KvLedger:
+    """The serving loop's KV, in tokens (module docstring): each request counted on its owner rank
+    (the rank admission placed it on; every request has one, in every layout), read per owner group
+    of whichever compiled layout asks. Under a layout of G groups of R consecutive ranks a group
+    holds the tokens of its ranks' requests and a rank of it stores `group_share` of them, so the
+    group's wall is `cap_tokens` = pool / (rate · share) tokens: one group of all ranks for TP, CP
+    and DCP (the total against the pool at the rank's share), T groups of one for DP-attention and
+    DOP (each owner's against its pool), G groups of T/G for DP attention with attention TP inside.
+
+    `tokens` is the per-rank list the loop adds to and takes from (whole numbers, exact in any
+    order); the reads below are functions of it and of the layout's grouping alone."""
+
+    __slots__ = ("tokens", "requests", "ranks", "groups", "share", "pool", "rate", "cap_tokens", "extra")
+
+    def __init__(self, tables):
+        info = tables.info
+        self.ranks = int(tables.ranks)
+        self.tokens = [0.0] * self.ranks
+        # requests holding KV on each rank, and each layout's slack per request beyond the tables'
+        # (`extra_slack_tokens`: a token split's page per rank, a layout's own fixed part): a group's
+        # tokens under layout l are its ranks' tokens + extra[l] × its requests
+        self.requests = [0] * self.ranks
+        self.extra = [float(x) for x in info.extra_slack_tokens]
+        self.groups = [int(g) for g in info.owner_groups]  # [L]
+        self.share = [float(x) for x in info.group_share]  # [L]
+        self.pool = [float(x) for x in info.kv_pool_bytes]  # [L] bytes per GPU
+        self.rate = float(tables.kv_bytes_per_token)
+        self.cap_tokens = [p / (self.rate * s) if s > 0 and p > 0 else 0.0 for p, s in zip(self.pool, self.share)]
+
+    def by_group(self, layout: int) -> list[float]:
+        """[G] tokens each owner group of `layout` holds (its requests' extra slack included)."""
+        g, x = self.groups[layout], self.extra[layout]
+        tok = group_tokens(self.tokens, g)
+        if not x:
+            return list(tok)
+        return [a + x * n for a, n in zip(tok, group_tokens(self.requests, g))]
+
+    def busiest(self, layout: int) -> float:
+        """Tokens of `layout`'s fullest owner group (the total for a one-group layout)."""
+        if self.groups[layout] == 1:
+            return sum(self.tokens) + self.extra[layout] * sum(self.requests)
+        return max(self.by_group(layout))
+
+    def group_of(self, layout: int, rank: int) -> int:
+        return rank * self.groups[layout] // self.ranks
+
+    def place(self, layout: int) -> int:
+        """The owner rank a new request gets under `layout`: the least-loaded rank of its
+        least-loaded owner group (the first on ties), so owners stay balanced whatever layout comes
+        next."""
+        tok = self.tokens
+        g = self.groups[layout]
+        if g == 1 or g == self.ranks:
+            return tok.index(min(tok))
+        sums = group_tokens(tok, g)
+        first = sums.index(min(sums)) * (self.ranks // g)
+        part = tok[first:first + self.ranks // g]
+        return first + part.index(min(part))
+
+    def held_bytes(self, layout: int, extra_tokens: float = 0.0, rank: int = -1) -> float:
+        """KV bytes the fullest rank of `layout` stores (with `extra_tokens` more in `rank`'s group;
+        −1: the fullest group). NOTE: a request joining brings `extra_tokens` = its context + the
+        tables' slack; its layout's extra slack is the caller's (`fits`)."""
+        g = self.groups[layout]
+        if g == 1:
+            tok = sum(self.tokens) + extra_tokens
+            x = self.extra[layout]
+            if x:
+                tok += x * sum(self.requests)
+        elif rank >= 0:
+            tok = self.by_group(layout)[self.group_of(layout, rank)] + extra_tokens
+        else:
+            tok = max(self.by_group(layout)) + extra_tokens
+        return tok * self.share[layout] * self.rate
+
+    def fits(self, layout: int, rank: int, need_tokens: float, pool_fraction: float = 1.0) -> bool:
+        """Whether a request of `need_tokens` (context + the tables' slack) more in `rank`'s owner
+        group fits `layout`'s pool (× pool_fraction), its layout's extra slack included."""
+        return self.held_bytes(layout, need_tokens + self.extra[layout], rank) <= self.pool[layout] * pool_fraction
+
+    def add(self, rank: int, tokens: float) -> None:
+        """A request joins `rank` with `tokens` (its context + the tables' slack)."""
+        self.tokens[rank] += tokens
+        self.requests[rank] += 1
+
+    def remove(self, rank: int, tokens: float) -> None:
+        """A request of `tokens` (its context + the tables' slack) leaves `rank`."""
+        self.tokens[rank] -= tokens
+        self.requests[rank] -= 1
+
+    def used_fraction(self, layout: int) -> float:
+        """The fullest group's share of its pool (1 where there is no pool)."""
+        pool = self.pool[layout]
+        return self.held_bytes(layout) / pool if pool > 0 else 1.0
+
+    def free_bytes_per_rank(self, layout: int) -> list[float]:
+        """[T] bytes each rank's owner group can still take under `layout` (the policy's state)."""
+        g = self.groups[layout]
+        pool, scale = self.pool[layout], self.share[layout] * self.rate
+        if g == self.ranks and not self.extra[layout]:
+            return [pool - x * scale for x in self.tokens]
+        sums = self.by_group(layout)
+        r = self.ranks // g
+        return [pool - sums[k // r] * scale for k in range(self.ranks)]

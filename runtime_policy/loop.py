@@ -25,10 +25,11 @@ For the dynamic policy the loop also projects the running set's KV growth (proje
 `PROJECTION_EVERY_STEPS` decode steps; a switch that sheds KV (`Decision.shed_kv_tokens`) preempts
 the ordering's victims until that much is free and admits nothing until its commit.
 
-KV is counted in tokens, per owner rank, with the tables' slack per request (its page rounding,
-windows and shared states in tokens: kv_ledger.py);
-every request has an owner rank (the least-loaded at admission) in every layout, so a switch to
-an owner layout knows where each request lives. Admission keeps `admit_watermark_fraction` of the
+KV is counted in tokens by the ledger (kv_ledger.py `KvLedger`), per owner rank, with the tables'
+slack per request (its page rounding, windows and shared states in tokens), and read per owner
+group of whichever layout asks; every request has an owner rank (the least-loaded rank of the
+least-loaded group at admission) in every layout, so a switch to a layout of several owner groups
+knows where each request lives. Admission keeps `admit_watermark_fraction` of the
 pool free.
 
 NOTE: the simulator's runs are often 1–4 steps (cut by arrivals), so per-run work bounds its rate:
@@ -51,6 +52,7 @@ from runtime_policy.admission import admit, prefill_chunks, prefill_progress
 from runtime_policy.decision import Decision, PolicyState
 from runtime_policy.decode_set import DecodeSet
 from runtime_policy.executor import Executor, StepBatch
+from runtime_policy.kv_ledger import KvLedger, group_counts
 from runtime_policy.ordering import Ordering
 from runtime_policy.preemption import kv_wall
 from runtime_policy.tables import NO_TOPK, StepTimeTable
@@ -93,14 +95,14 @@ class ServingLoop:
         self.capped = tables.topk < NO_TOPK
         self.topk = tables.topk
         info = tables.info
-        self.pools = info.kv_pool_bytes.tolist()
+        # the KV ledger (kv_ledger.py): per-rank tokens, read per owner group of any layout
+        self.kv = KvLedger(tables)
+        self.pools = self.kv.pool
         self.max_requests = info.max_requests.tolist() if info.max_requests.size else [float("inf")] * len(self.pools)
-        self.shares = info.kv_total_share.tolist()
-        self.is_owner = [bool(x) for x in info.is_owner]
-        bpt = self.bpt
-        # per layout: KV tokens one rank can hold (owner layouts), or all ranks together (the others)
-        self.cap = [p / bpt if o else p / (bpt * s) if s > 0 else 0.0 for p, o, s in
-                    zip(self.pools, self.is_owner, self.shares)]
+        self.shares = self.kv.share
+        self.groups = self.kv.groups  # per layout: owner groups G (1: one group of every rank)
+        # per layout: KV tokens one owner group can hold (all ranks together for a one-group layout)
+        self.cap = self.kv.cap_tokens
         # per-request state, as Python lists (NOTE: numpy scalar reads and writes cost ~100 ns)
         self.arr_l, self.inp_l, self.out_l = arr.tolist(), inp.tolist(), out.tolist()
         self.ctxf = inp.astype(np.float64)  # [n] context = input + generated, for keys (decoders' written on preemption)
@@ -113,7 +115,7 @@ class ServingLoop:
         self.queued = arr.copy()  # [n] when each request last joined the waiting queue
         self.owner = [0] * n
         self.pre_left = [0] * n  # prompt tokens still to prefill
-        self.okv = [0.0] * self.T  # KV tokens each rank owns (whole numbers: sums exact in any order)
+        self.okv = self.kv.tokens  # KV tokens each rank owns (whole numbers: sums exact in any order)
         self.waiting = WaitingQueue()
         self.prefill_q: list[int] = []
         self.pq_s2 = self.pq_s1 = 0.0  # Σ context and Σ min(context, top-k) over prefill_q
@@ -187,7 +189,7 @@ class ServingLoop:
         k_kv = _NEVER
         if dec.b:
             layout = self.layout
-            if self.inflight is not None or self.is_owner[layout]:
+            if self.inflight is not None or self.groups[layout] > 1 or self.kv.extra[layout]:
                 k_kv = kv_wall(self, total)
             else:  # = _kv_wall(total) for a spread layout with room (the common case, inline)
                 k_kv = int(math.floor((self.cap[layout] - total) / dec.b))
@@ -265,9 +267,14 @@ class ServingLoop:
             batch.context_base_tokens, batch.owners, batch.request_ids = dec.c0[:b], dec.owners[:b], dec.ids[:b]
         s2 = dec.s2
         batch.context_sum_tokens, batch.context_capped_sum_tokens = s2, (self.s1_now if capped and b else s2)
-        if b and self.is_owner[layout]:  # per owner Σ context only where the executor reads it
-            batch.owner_context_tokens = dec.owner_contexts()
-            batch.owner_requests = dec.per_owner
+        g = self.groups[layout]
+        if b and g > 1:  # per owner group Σ context only where the executor reads it
+            if g == self.T:
+                batch.owner_context_tokens = dec.owner_contexts()
+                batch.owner_requests = dec.per_owner
+            else:
+                batch.owner_context_tokens = group_counts(dec.owner_contexts(), g)
+                batch.owner_requests = group_counts(dec.per_owner, g)
         else:
             batch.owner_context_tokens = batch.owner_requests = None
         if b and capped and k > 1:
@@ -316,7 +323,7 @@ class ServingLoop:
             self.decode_steps += k
             left = dec.fin_min - dec.dsteps
             fk = float(k)
-            self.okv = [x + c * fk for x, c in zip(self.okv, dec.per_owner)]
+            self.okv = self.kv.tokens = [x + c * fk for x, c in zip(self.okv, dec.per_owner)]
             dec.s2 += b * fk
             dec.dsteps += k
             if left <= k:
@@ -328,12 +335,10 @@ class ServingLoop:
             prefill_progress(self, done_tokens)
         # the timeline: time, layout, decode batch, KV used
         tl_t, tl_layout, tl_batch, tl_kv = self.timeline
-        okv, pool, bpt = self.okv, self.pools[layout], self.bpt
         tl_t.append(t)
         tl_layout.append(layout)
         tl_batch.append(dec.b)
-        used = max(okv) * bpt if self.is_owner[layout] else sum(okv) * self.shares[layout] * bpt
-        tl_kv.append(used / pool if pool > 0 else 1.0)
+        tl_kv.append(self.kv.used_fraction(layout))
         if self.progress is not None:
             self.progress(self.ended, self.n)
 
@@ -349,7 +354,7 @@ class ServingLoop:
         """Request i stops decoding: its KV is released (the executor's and the ledger's)."""
         r = self.owner[i]
         c = self.dec.leave(i, r)
-        self.okv[r] -= c + self.slack
+        self.kv.remove(r, c + self.slack)
         if self.tracks_kv:
             self.executor.retire(i, preempted)
 

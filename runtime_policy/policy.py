@@ -90,8 +90,12 @@ class LayoutPolicy:
         self._n, self._layouts = n, range(n)
         self._ok = [t.layouts[i] in allowed and t.info.kv_pool_bytes[i] > 0 for i in range(n)]
         self._pool = [float(x) for x in t.info.kv_pool_bytes]
-        self._share = [float(x) for x in t.info.kv_total_share]
-        self._owner = [bool(x) for x in t.info.is_owner]
+        self._share = [float(x) for x in t.info.group_share]
+        self._groups = [int(x) for x in t.info.owner_groups]
+        self._owner = [g > 1 for g in self._groups]  # requests spread over several owner groups
+        # the distinct group counts of several groups, and each layout's position among them (−1: one group)
+        self._gcounts = tuple(sorted({g for g in self._groups if g > 1}))
+        self._gpos = [self._gcounts.index(g) if g > 1 else -1 for g in self._groups]
         self._bpt = t.kv_bytes_per_token
         self._topk = t.topk
         self._slack = float(t.request_slack_tokens)
@@ -105,6 +109,14 @@ class LayoutPolicy:
         self._stay_priced = [[Decision(i, False, r, capacity_stands_steps=REPRICE_EVERY_STEPS) for r in Reason]
                              for i in range(n)]
         self._cant = self._stay[0][Reason.CANT_DECIDE]
+        self._zeros = [0.0] * n  # an empty batch's group loads
+        self._busy, self._lite = [0.0] * n, [0.0] * n  # `_group_loads`' answer, rewritten each call
+        self._extra = [float(x) for x in t.info.extra_slack_tokens]
+        self._extra_layouts = tuple(i for i in range(n) if self._extra[i])
+        self._has_extra = bool(self._extra_layouts)
+        self._state_reqs, self._state_running = None, 0  # the state `_group_loads` reads them from
+        self._ghi, self._glo = [0.0] * len(self._gcounts), [0.0] * len(self._gcounts)
+        self._no_growth = [0.0] * n
         self._buf = np.empty(k.max_batch + 1)  # Σ min(L, top-k) of a context array, without allocating
         self._ones = np.ones(k.max_batch + 1)
         self.pricer = StepPricer(t, k.max_batch)
@@ -153,9 +165,69 @@ class LayoutPolicy:
         b = state.context_requests if state.context_requests >= 0 else state.context_tokens.shape[0]
         s2, s1 = self._sums(state, b) if b else (0.0, 0.0)
         okv = _as_list(state.owner_kv_tokens)
-        return list(self.pricer.step_times(b, s1, s2, max(okv) if b else 0.0, min(okv) if b else 0.0,
-                                           state.prefill_step_fraction, state.prefill_tokens_per_step,
-                                           state.prefill_context_tokens, state.prefill_owner_share))
+        self._state_reqs, self._state_running = state.owner_requests, max(state.running, b)
+        busy, lite = self._group_loads(okv, sum(okv)) if b else (self._zeros, self._zeros)
+        return list(self.pricer.step_times(b, s1, s2, busy, lite, state.prefill_step_fraction,
+                                           state.prefill_tokens_per_step, state.prefill_context_tokens,
+                                           state.prefill_owner_share))
+
+    def _group_loads(self, okv: list, total: float) -> tuple[list[float], list[float]]:
+        """[L] each layout's busiest and lightest owner group's KV tokens (the total for one-group
+        layouts), from the per-rank tokens: one pass per distinct group count. NOTE: written into
+        two preallocated lists (the hot path allocates nothing that stays): read them before the
+        next call."""
+        t = self._ranks
+        busy, lite, gpos = self._busy, self._lite, self._gpos
+        hi, lo = self._ghi, self._glo
+        for k, g in enumerate(self._gcounts):
+            if g == t:
+                hi[k], lo[k] = max(okv), min(okv)
+            else:
+                r = t // g
+                top = bot = sum(okv[0:r])
+                for j in range(r, t, r):
+                    x = sum(okv[j:j + r])
+                    if x > top:
+                        top = x
+                    if x < bot:
+                        bot = x
+                hi[k], lo[k] = top, bot
+        for i, p in enumerate(gpos):
+            if p < 0:
+                busy[i] = lite[i] = total
+            else:
+                busy[i], lite[i] = hi[p], lo[p]
+        if self._has_extra:
+            self._add_extra(busy, lite)
+        return busy, lite
+
+    def _add_extra(self, busy: list[float], lite: list[float]) -> None:
+        """The layouts whose ledger slack per request differs from the tables' (`extra_slack_tokens`)
+        charge it per request of their busiest / lightest group (the state's per-rank requests, else
+        the running requests spread evenly over the groups)."""
+        reqs, t = self._state_reqs, self._ranks
+        for i in self._extra_layouts:
+            x, g = self._extra[i], self._groups[i]
+            if reqs is not None and len(reqs) == t:
+                if g == 1:
+                    n_hi = n_lo = sum(reqs)
+                else:
+                    r = t // g
+                    sums = [sum(reqs[k * r:(k + 1) * r]) for k in range(g)]
+                    n_hi, n_lo = max(sums), min(sums)
+            else:
+                n_hi = n_lo = self._state_running / g
+            busy[i] += x * n_hi
+            lite[i] += x * n_lo
+
+    def _growth(self, g_tot: float, g_own: float, lay_growth) -> list[float]:
+        """[L] the expected KV growth of each layout's busiest owner group: the projection's per
+        layout when given (PolicyState.layout_kv_growth_tokens), else all ranks' for one group, the
+        busiest rank's for groups of one, and R × that for groups of R ranks (a bound)."""
+        if lay_growth is not None and len(lay_growth) == self._n:
+            return lay_growth
+        t = self._ranks
+        return [g_tot if g == 1 else g_own * (t // g) for g in self._groups]
 
     def decide(self, state: PolicyState) -> Decision:
         """Stay or switch; never raises (a state out of range, or anything unexpected, is a counted
@@ -234,9 +306,12 @@ class LayoutPolicy:
             okv = okv.tolist()
         if len(okv) != self._ranks:
             return self._refuse(cur, "owner_kv_tokens")
-        total, own, own_min = sum(okv), max(okv), min(okv)
-        if not (0.0 <= own_min and total < _INF):
+        total = sum(okv)
+        if not (0.0 <= min(okv) and total < _INF):
             return self._refuse(cur, "owner_kv_tokens")
+        if self._has_extra:
+            self._state_reqs, self._state_running = state.owner_requests, max(state.running, 0)
+        busy, lite = self._group_loads(okv, total)  # [L] tokens of each layout's busiest / lightest group
         wt = state.waiting_tokens
         w = wt.shape[0]
         running = state.running
@@ -249,6 +324,9 @@ class LayoutPolicy:
         g_tot, g_own = state.kv_growth_tokens, state.owner_kv_growth_tokens
         if (g_tot or g_own) and (g_tot in (_INF, -_INF) or g_own in (_INF, -_INF)):  # NaN: "none projected"
             return self._refuse(cur, "kv_growth_tokens")
+        lay_growth = state.layout_kv_growth_tokens
+        if lay_growth is not None and not (len(lay_growth) == self._n and -_INF < sum(lay_growth) < _INF):
+            return self._refuse(cur, "layout_kv_growth_tokens")
         if b == 0 and w == 0:
             return stay[Reason.STAY_IDLE]
         # ---- admission of the queue's head, per layout -----------------------------------------
@@ -266,29 +344,31 @@ class LayoutPolicy:
                 return self._refuse(cur, "free_kv_bytes")
             head += self._slack
             need = head * bpt
-            blocked = (max(fr) < need) if owner[cur] else (min(fr) < need * share[cur])
-        steps = self.pricer.step_times(b, s1, s2, own if b else 0.0, own_min if b else 0.0, f, p_tok, p_ctx, p_share)
-        fits_now = (own if owner[cur] else total * share[cur]) * bpt <= pool[cur]  # = self._kv_bytes(cur, ...)
-        grows = g_tot > 0.0 or g_own > 0.0  # (NaN: none projected)
+            # NOTE: a one-group layout's ranks all have the same room (min); else the group with the most
+            blocked = (max(fr) if owner[cur] else min(fr)) < need * share[cur]
+        steps = self.pricer.step_times(b, s1, s2, busy, lite, f, p_tok, p_ctx, p_share) if b else \
+            self.pricer.step_times(b, s1, s2, self._zeros, self._zeros, f, p_tok, p_ctx, p_share)
+        fits_now = busy[cur] * share[cur] * bpt <= pool[cur]  # = self._kv_bytes(cur, busy)
+        grows = g_tot > 0.0 or g_own > 0.0 or lay_growth is not None  # (NaN: none projected)
         outgrown = False
+        growth = self._no_growth
         if grows:
             if not g_tot > 0.0:
                 g_tot = 0.0
             if not g_own > 0.0:
                 g_own = 0.0
-            outgrown = ((own + g_own) if owner[cur] else (total + g_tot) * share[cur]) * bpt > pool[cur]
+            growth = self._growth(g_tot, g_own, lay_growth)
+            outgrown = (busy[cur] + growth[cur]) * share[cur] * bpt > pool[cur]
         priced = False
         if b and (blocked or not fits_now or outgrown):
-            if not grows:
-                g_tot = g_own = 0.0
-            d = self._capacity.decide(state, cur, b, w, total, own, own_min, s1, s2, steps, blocked, fits_now,
-                                      outgrown, head, g_tot, g_own)
+            d = self._capacity.decide(state, cur, b, w, total, busy, lite, s1, s2, steps, blocked, fits_now,
+                                      outgrown, head, g_tot, growth)
             if d is PRICED_NO_MOVE:
                 priced, stay = True, self._stay_priced[cur]
             elif d is not None:
                 return d
         elif blocked or not fits_now:  # nothing running: the fastest layout with room for the head
-            d = self._room_for_head(cur, b, total, own, own_min, head, steps)
+            d = self._room_for_head(cur, b, total, busy, lite, head, steps)
             if d is not None:
                 return d
         if b == 0:
@@ -300,12 +380,11 @@ class LayoutPolicy:
         for i in self._layouts:
             if i == cur or not ok[i] or steps[i] >= best_t:
                 continue
-            if (own if owner[i] else total * share[i]) * bpt > pool[i] * keep:  # = self._kv_bytes(i, total, own)
+            if busy[i] * share[i] * bpt > pool[i] * keep:  # = self._kv_bytes(i, busy)
                 continue
-            if head_admits_cur and ((own_min + head) if owner[i] else (total + head) * share[i]) * bpt > pool[i]:
+            if head_admits_cur and (lite[i] + head) * share[i] * bpt > pool[i]:
                 continue  # would stop admitting what the current layout admits
-            if grows and ((own + g_own) if owner[i] else (total + g_tot) * share[i]) * bpt > pool[i] \
-                    and not outgrown:
+            if grows and (busy[i] + growth[i]) * share[i] * bpt > pool[i] and not outgrown:
                 continue  # the running set's expected peak fits here now, and would not fit there
             best, best_t = i, steps[i]
         if best == cur:
@@ -316,7 +395,7 @@ class LayoutPolicy:
             return stay[Reason.STAY_SMALL_GAIN]
         if state.steps_since_switch < self.knobs.cooldown_steps:
             return stay[Reason.STAY_COOLDOWN]
-        plan = plan_transition(self.tables, cur, best, total * bpt, own * bpt, b, t_cur,
+        plan = plan_transition(self.tables, cur, best, total * bpt, [x * bpt for x in busy], b, t_cur,
                                self.pricer.net_share(cur, t_cur))
         if not plan.feasible:
             return stay[Reason.STAY_NO_MEMORY]
@@ -327,26 +406,28 @@ class LayoutPolicy:
         return Decision(best, True, Reason.SWITCH_THROUGHPUT, gain_s, plan.cost_s, plan,
                         capacity_stands_steps=REPRICE_EVERY_STEPS if priced else 0)
 
-    def _room_for_head(self, cur: int, b: int, total: float, own: float, own_min: float, head: float,
+    def _room_for_head(self, cur: int, b: int, total: float, busy: list[float], lite: list[float], head: float,
                        steps: list[float]) -> Decision | None:
         """Nothing running and the head blocked: the fastest layout with room for it (None: none)."""
-        bpt, pool, owner, share = self._bpt, self._pool, self._owner, self._share
+        bpt, pool, share = self._bpt, self._pool, self._share
+        busy_b = [x * bpt for x in busy]
         best, best_t = -1, _INF
         for i in self._layouts:
             if i == cur or not self._ok[i] or steps[i] >= best_t:
                 continue
-            if ((own_min + head) if owner[i] else (total + head) * share[i]) * bpt > pool[i]:
+            if (lite[i] + head) * share[i] * bpt > pool[i]:
                 continue
-            if memory_fits(self.tables, cur, i, total * bpt, own * bpt):
+            if memory_fits(self.tables, cur, i, total * bpt, busy_b):
                 best, best_t = i, steps[i]
         if best < 0:
             return None
-        plan = plan_transition(self.tables, cur, best, total * bpt, own * bpt, b, steps[cur],
+        plan = plan_transition(self.tables, cur, best, total * bpt, busy_b, b, steps[cur],
                                self.pricer.net_share(cur, steps[cur]))
         return Decision(best, True, Reason.SWITCH_CAPACITY, 0.0, plan.cost_s, plan)
 
-    def _kv_bytes(self, i: int, total_tokens: float, own_tokens: float) -> float:
-        return (own_tokens if self._owner[i] else total_tokens * self._share[i]) * self._bpt
+    def _kv_bytes(self, i: int, busy_tokens: list[float]) -> float:
+        """KV bytes the fullest rank of layout i holds: its busiest group's tokens at its share."""
+        return busy_tokens[i] * self._share[i] * self._bpt
 
     def usable_layouts(self) -> list[int]:
         return [i for i in self._layouts if self._ok[i]]
@@ -371,8 +452,9 @@ class LayoutPolicy:
         for i in self._layouts:
             if not self._ok[i]:
                 continue
-            if self._owner[i]:
-                cap_tokens = self._pool[i] / self._bpt * t.ranks
+            g = self._groups[i]
+            if g > 1:
+                cap_tokens = self._pool[i] / (self._bpt * self._share[i]) * g
             else:
                 cap_tokens = self._pool[i] / (self._bpt * self._share[i])
             bsz = int(np.searchsorted(need, cap_tokens, side="right"))
@@ -381,8 +463,8 @@ class LayoutPolicy:
             ctx = lens[:bsz]
             s2 = float(ctx.sum())
             s1 = float(np.minimum(ctx, t.topk).sum())
-            if self._owner[i]:
-                s1, s2 = s1 / t.ranks, s2 / t.ranks
+            if g > 1:
+                s1, s2 = s1 / g, s2 / g
             step = float(t.step_s(i, bsz, np.zeros(1), np.array([s1]), np.array([s2]))[0])
             rate = bsz * out / (self._prefill_s(i, ctx, chunk) + out * step)
             if rate > best_rate:

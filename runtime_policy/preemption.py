@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from runtime_policy.kv_ledger import group_counts, group_tokens
 from runtime_policy.waiting import ABORTED, WAITING
 
 if TYPE_CHECKING:
@@ -26,16 +27,23 @@ NEVER = 1 << 30
 
 def kv_steps(loop: "ServingLoop", total: float, layout: int = -1) -> int:
     """Decode steps the decoders can take before KV runs out in `layout` (default the current
-    one; owner layouts: at most a run, all a run takes)."""
+    one; layouts of several owner groups: at most a run, all a run takes)."""
     dec = loop.dec
     layout = loop.layout if layout < 0 else layout
     cap = loop.cap[layout]
-    if not loop.is_owner[layout]:
-        return int(math.floor((cap - total) / dec.b))
+    g = loop.groups[layout]
+    kv = loop.kv
+    x = kv.extra[layout]
+    if g == 1:
+        return int(math.floor((cap - (total + x * sum(kv.requests) if x else total)) / dec.b))
     okv, per_owner = loop.okv, dec.per_owner
+    if x:
+        okv, per_owner = kv.by_group(layout), group_counts(per_owner, g)
+    elif g != loop.T:
+        okv, per_owner = group_tokens(okv, g), group_counts(per_owner, g)
     max_run = loop.config.max_run_steps
     if cap - max(okv) >= max_run * max(per_owner):
-        return max_run  # NOTE: every owner has room for a whole run; the exact count needs T divisions
+        return max_run  # NOTE: every group has room for a whole run; the exact count needs G divisions
     room = [math.floor((cap - kv) / c) for kv, c in zip(okv, per_owner) if c > 0]
     return int(min(room)) if room else NEVER
 
@@ -43,7 +51,8 @@ def kv_wall(loop: "ServingLoop", total: float) -> int:
     """Steps the decoders can take before KV runs out; at the wall, preempt (the ordering's
     victims) until they can take one. −1: preempted with victims to re-sort (decide again)."""
     layout = loop.layout
-    k_kv = kv_steps(loop, total) if loop.is_owner[layout] else int(math.floor((loop.cap[layout] - total) / loop.dec.b))
+    k_kv = kv_steps(loop, total) if loop.groups[layout] > 1 or loop.kv.extra[layout] else \
+        int(math.floor((loop.cap[layout] - total) / loop.dec.b))
     if loop.inflight is not None:
         # NOTE: a move holds the running set in both layouts until its commit, and what decodes
         # meanwhile grows in both: the run stops where the destination is full, and a move
@@ -61,7 +70,9 @@ def kv_wall(loop: "ServingLoop", total: float) -> int:
     dec = loop.dec
     decoding = dec.in_join_order()
     write_back_contexts(loop)
-    owner_of = np.asarray(loop.owner, dtype=np.int64) if loop.is_owner[loop.layout] else None
+    g = loop.groups[loop.layout]
+    # each request's owner group under the current layout (None: one group holds every request)
+    owner_of = np.asarray(loop.owner, dtype=np.int64) * g // loop.T if g > 1 else None
     while dec.b and k_kv < 1:
         cand = decoding + loop.prefill_q
         if len(cand) == 1:
@@ -72,12 +83,13 @@ def kv_wall(loop: "ServingLoop", total: float) -> int:
         else:
             cids = np.asarray(cand, dtype=np.int64)
             if owner_of is not None:
-                # NOTE: an owner layout's wall is one owner's pool: only a request held there
-                # frees room on it (a DP-attention rank preempts its own requests); a victim
-                # from another owner is a re-prefill that frees nothing where it binds (it was:
+                # NOTE: a layout of several owner groups hits one group's wall: only a request held
+                # there frees room in it (a DP-attention rank preempts its own requests); a victim
+                # from another group is a re-prefill that frees nothing where it binds (it was:
                 # DS-V3.2 heavy tail, DOP 925 preemptions, 228 this way)
                 lim = loop.cap[loop.layout]
-                short = np.array([c > 0 and lim - x < c for x, c in zip(loop.okv, dec.per_owner)])
+                short = np.array([c > 0 and lim - x < c for x, c in
+                                  zip(loop.kv.by_group(loop.layout), group_counts(dec.per_owner, g))])
                 on_short = cids[short[owner_of[cids]]]
                 if on_short.size:
                     cids = on_short
@@ -125,7 +137,7 @@ def preempt(loop: "ServingLoop", v: int) -> None:
         loop.pq_s2 -= loop.ctx[v]
         if loop.capped:
             loop.pq_s1 -= min(loop.ctx[v], loop.topk)
-        loop.okv[loop.owner[v]] -= loop.ctx[v] + loop.slack
+        loop.kv.remove(loop.owner[v], loop.ctx[v] + loop.slack)
     loop.status[v] = WAITING
     loop.queued[v] = loop.t
     loop.preempted[v] += 1

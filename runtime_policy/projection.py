@@ -31,6 +31,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from runtime_policy.kv_ledger import group_counts
+
 if TYPE_CHECKING:
     from runtime_policy.loop import ServingLoop
 
@@ -80,10 +82,11 @@ def project_growth(loop: "ServingLoop", total: float) -> None:
     # (projection.py), so below this bound the running set can't outgrow the layout it runs
     # in, and the projection (~10 µs per 100 requests) is skipped: none is reported
     longest = float(lens[-1]) if lens.shape[0] else 0.0
-    if loop.is_owner[loop.layout]:
-        bound = max(loop.okv) + (max(dec.per_owner) + len(loop.prefill_q)) * longest
+    g = loop.groups[loop.layout]
+    if g > 1:
+        bound = loop.kv.busiest(loop.layout) + (max(group_counts(dec.per_owner, g)) + len(loop.prefill_q)) * longest
     else:
-        bound = total + (dec.b + len(loop.prefill_q)) * longest
+        bound = loop.kv.busiest(loop.layout) + (dec.b + len(loop.prefill_q)) * longest
     if lens.shape[0] and bound > loop.cap[loop.layout]:
         state.kv_growth_tokens, state.owner_kv_growth_tokens = _kv_growth(loop)
     else:

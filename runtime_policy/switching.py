@@ -49,16 +49,11 @@ def consult_policy(loop: "ServingLoop", total: float) -> bool:
         state.prefill_context_tokens, state.prefill_owner_share = loop.ema_tok_pfx / tok, loop.ema_own / tok
     else:
         state.prefill_context_tokens, state.prefill_owner_share = 0.0, 1.0
-    okv = state.owner_kv_tokens = loop.okv
+    state.owner_kv_tokens = loop.okv
+    state.owner_requests = loop.kv.requests
     layout = loop.layout
     if pos < len(needs):  # NOTE: only the queue's head reads it (PolicyState): stale while none waits
-        bpt = loop.bpt
-        cap = loop.pools[layout] / bpt
-        if loop.is_owner[layout]:
-            state.free_kv_bytes = [(cap - x) * bpt for x in okv]
-        else:
-            share = loop.shares[layout]
-            state.free_kv_bytes = [(cap / share - total) * (bpt * share)] * loop.T
+        state.free_kv_bytes = loop.kv.free_bytes_per_rank(layout)
     if loop.project and b and dec.dsteps >= loop.proj_at:
         project_growth(loop, total)
     step = state.step_index = loop.steps

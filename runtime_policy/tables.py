@@ -120,17 +120,22 @@ def calibrated_model(path: str) -> StepTimeModel:
 @dataclass(frozen=True)
 class LayoutInfo:
     """Per-layout numbers the policy and the transition model need, arrays [L] in the table's
-    `layouts` order; the KV facts follow each layout's declared `kv_placement`
-    (planner/layouts/base.py)."""
+    `layouts` order; the KV facts follow each layout's placement (planner/layouts/placement.py):
+    requests are spread over `owner_groups` groups of `ranks / owner_groups` consecutive ranks, and
+    a rank of a group stores `group_share` of its group's KV."""
 
     kv_pool_bytes: np.ndarray  # per GPU, the pool the KV ledger fills (kv_ledger.py; −1: the model can't run the layout)
     weights_bytes: np.ndarray  # resident per rank
     attn_weights_bytes: np.ndarray  # attention + LM head part of weights_bytes
-    # fraction of all KV one rank stores, as the planner's share says (every_rank: 1, or 1/kv-split
-    # where KV splits by heads; token_split: 1/T); 0 for owner layouts, which store whole requests
-    kv_total_share: np.ndarray
-    is_owner: np.ndarray  # bool: kv_placement == "owner"
-    kv_placement: tuple[str, ...]  # each layout's declared placement
+    # fraction of its group's KV (one copy) one rank of the group stores, as the planner's share says:
+    # TP 1, or 1/kv-split where KV splits by heads; CP 1/T; DP-attention and DOP 1 (a group of one)
+    group_share: np.ndarray
+    owner_groups: np.ndarray  # [L] int: G, the groups requests are spread over (1: every rank holds every request's share)
+    placements: tuple  # each layout's planner Placement (None: the model can't run it)
+    # [L] each layout's ledger slack per request beyond the tables' `request_slack_tokens` (which is
+    # the deployment's own layout's): a token split's page per rank, a layout's own share of the
+    # windows and states (kv_ledger.py `request_slack_tokens`); 0 for the deployment's layout
+    extra_slack_tokens: np.ndarray
     # most requests the group may run (the engine's per-request state slots; inf: no cap)
     max_requests: np.ndarray = field(default_factory=lambda: np.zeros(0))
     # the host KV tier per layout, for twin tables (runtime_policy/host_tier_tables.py; empty: every
@@ -204,15 +209,16 @@ class StepTimeTable:
 
         `batch` decode requests in every step; `prefill_tokens`, `s1`, `s2` are [k] (S on the rank
         the layout makes busiest, see the module docstring); `prefill_context` [k] the cached prefix
-        the chunk attends to (None: 0). For owner layouts, `chunk_owner` = (tokens, context, s1, s2),
-        arrays [k], describes the owner running the most of each step's chunk (its chunk tokens,
-        their prefix, its decodes' S): a step with a chunk is then the slower of that owner and
-        the decode-busiest one (None: the whole chunk is priced on the decode-busiest owner)."""
+        the chunk attends to (None: 0). For layouts of several owner groups, `chunk_owner` = (tokens,
+        context, s1, s2), arrays [k], describes the group running the most of each step's chunk
+        tokens (its chunk tokens, their prefix, its decodes' S): a step with a chunk is then the
+        slower of that group and the decode-busiest one (None: the whole chunk is priced on the
+        decode-busiest group)."""
         p = np.minimum(prefill_tokens.astype(np.int64), self.max_prefill_tokens)
         n = np.minimum(batch + p, self.max_tokens)
         base = self.base_s[n, layout]
         c1, c2 = self.c1_s[layout], self.c2_s[layout]
-        if chunk_owner is not None and self.info.is_owner[layout]:
+        if chunk_owner is not None and self.info.owner_groups[layout] > 1:
             own_p, own_c, s1c, s2c = chunk_owner
             busy = step_time.decode_terms_np(base, None, c1, c2, s1, s2)
             own = step_time.decode_terms_np(base, self.chunk_terms(layout, own_p, own_c), c1, c2, s1c, s2c)
@@ -278,9 +284,11 @@ def compile_tables(dep: Deployment, model: StepTimeModel | None = None, max_batc
     c1 = np.zeros((nl, nr))
     c2 = np.zeros((nl, nr))
     pools, weights, attn_w, share = (np.zeros(nl) for _ in range(4))
+    groups = np.ones(nl, dtype=np.int64)
+    slacks = np.zeros(nl)
+    rate = ledger_rate(dep.model, dep.kv_dtype)
     caps = np.full(nl, np.inf)
-    registry = attention_layouts()
-    placement = tuple(registry[name].kv_placement for name in names)
+    placements = tuple(None if d is None else d.placement for d in deps)
     for i, d in enumerate(deps):
         if d is None:
             pools[i] = -1.0  # never fits: the policy refuses layouts the model can't run
@@ -311,7 +319,9 @@ def compile_tables(dep: Deployment, model: StepTimeModel | None = None, max_batc
         pools[i] = ledger_pool_bytes(d)
         weights[i] = sum(w.values())
         attn_w[i] = sum(v for k, v in w.items() if k.startswith(("attention", "indexer", "embedding")))
-        share[i] = 0.0 if placement[i] == "owner" else kv_share(d)
+        share[i] = group_share(d)
+        groups[i] = d.placement.owner_groups
+        slacks[i] = request_slack_tokens(d, rate, float(share[i]))
         caps[i] = request_caps(d)
     np.maximum(c1, 0.0, out=c1)  # numerical noise of the finite differences
     np.maximum(pfx_lo, 0.0, out=pfx_lo)
@@ -319,17 +329,17 @@ def compile_tables(dep: Deployment, model: StepTimeModel | None = None, max_batc
     np.maximum(c2, 0.0, out=c2)
     hw = dep.hardware
     pricing = planner.Pricing.datasheet(hw)
-    owner = np.array([p == "owner" for p in placement])
-    info = LayoutInfo(pools, weights, attn_w, share, owner, placement, caps)
+    # NOTE: the ledger's rate, and its slack per request: the deployment's own layout's in every
+    # request's entry (tables.request_slack_tokens), each other layout's difference charged per
+    # request where that layout is read (runtime_policy/kv_ledger.py KvLedger)
+    k_dep = names.index(dep.attn)
+    slack = float(slacks[k_dep])
+    extra = np.where(pools >= 0, slacks - slack, 0.0)
+    info = LayoutInfo(pools, weights, attn_w, share, groups, placements, extra, caps)
     chunk_rows = np.concatenate([pre, pfx_lo, pfx_hi], axis=2)
     pre, pfx_lo, pfx_hi = chunk_rows[..., 0:nr], chunk_rows[..., nr:2 * nr], chunk_rows[..., 2 * nr:3 * nr]
-    for a in (base, chunk_rows, pre, pfx_lo, pfx_hi, c1, c2, pools, weights, attn_w, share, owner, caps):
+    for a in (base, chunk_rows, pre, pfx_lo, pfx_hi, c1, c2, pools, weights, attn_w, share, groups, extra, caps):
         a.setflags(write=False)
-    # NOTE: the ledger's rate and slack, one for every layout, the slack on the deployment's own
-    # layout (runtime_policy/kv_ledger.py)
-    rate = ledger_rate(dep.model, dep.kv_dtype)
-    k_dep = names.index(dep.attn)
-    slack = request_slack_tokens(deps[k_dep], rate, 1.0 if owner[k_dep] else float(share[k_dep]))
     table = StepTimeTable(
         layouts=names, ranks=dep.ranks, num_layers=dep.model.num_layers, max_tokens=n_max, max_prefill_tokens=max_prefill_tokens, topk=topk,
         kv_bytes_per_token=rate, page_tokens=dep.page_tokens, request_slack_tokens=slack,
@@ -353,21 +363,27 @@ def cost_knee(model) -> float:
 
 def request_caps(d: Deployment) -> float:
     """Most requests the group may run under `d`'s layout as the engine's memory plan allows
-    (SGLang with recurrent layers: max_mamba_cache_size // 3 per GPU; an owner layout's GPUs each
-    hold their own requests' states), inf without a cap."""
-    cap = d.memory.max_running_requests
-    placement = attention_layouts()[d.attn].kv_placement
-    return float(cap * d.ranks) if placement == "owner" else float(cap)
+    (SGLang with recurrent layers: max_mamba_cache_size // 3 per GPU; each owner group's GPUs hold
+    their own requests' states, so G groups hold G times it), inf without a cap."""
+    return float(d.memory.max_running_requests * d.placement.owner_groups)
 
 
-def kv_share(d: Deployment) -> float:
-    """The fraction of all KV the busiest rank stores under `d`'s layout, as the planner's share
-    says: one request of `SHARE_PROBE_PAGES` pages per rank (page-aligned, so page rounding is
-    exact), its resident KV on the busiest rank over its whole KV (TP with MLA: 1; with ≥ T KV heads:
-    1/T; token-split layouts: 1/T). NOTE: read from the layout's own cost declaration, not from its
-    name, so a new layout's share needs no runtime edit."""
+def group_share(d: Deployment) -> float:
+    """The fraction of one group's KV a rank of the group stores under `d`'s layout, as the
+    planner's share says: one request per owner group of `SHARE_PROBE_PAGES` pages per rank
+    (page-aligned, so page rounding is exact), the busiest rank's resident KV over one request's
+    whole KV (TP with MLA: 1; with ≥ T KV heads: 1/T; token-split layouts: 1/T; a group of one, or
+    MLA's latent replicated over a DP group's ranks: 1). NOTE: read from the layout's own cost
+    declaration, not from its name, so a new layout's share needs no runtime edit."""
     tokens = float(SHARE_PROBE_PAGES * d.ranks * d.page_tokens)
-    resident = float(planner.step.decode_kv_resident_bytes(d, planner.DecodeLoad.equal(1.0, tokens))[0])
+    g = float(d.placement.owner_groups)
+    kv, _, window = planner.step.decode_resident_bytes(d, planner.DecodeLoad.equal(g, tokens))
     mem = d.model.memory_bytes(np.array([tokens]), d.kv_dtype)
+    if window is not None:
+        # NOTE: SGLang's hybrid SWA pools: the ledger fills the full-attention layers' pool
+        # (kv_ledger.ledger_pool_bytes), so the share is of their tokens alone (a token split keeps
+        # 1/T of a full layer's tokens but up to a whole window of a sliding one)
+        return float(kv[0] - window[0]) / float(mem["token"][0]) if mem["token"][0] > 0 else 0.0
     whole = float(mem["token"][0] + mem["window"][0])  # per-token pages, all layers (states are per request)
-    return resident / whole if whole > 0 else 0.0
+    return float(kv[0]) / whole if whole > 0 else 0.0
+

@@ -1,23 +1,24 @@
 """Transition plans and their costs for the ordered switches between attention layouts (12 for
 the four built-in ones; any pair of registered layouts).
 
-A layout decides who holds what (DESIGN.md §1), and declares it (planner/layouts/base.py): where a
-request's KV lives (`kv_placement`: on every rank — TP, whole for MLA or a 1/T head slice with ≥ T
-KV heads; split by tokens — CP, 1/T of every request; on one owner — DP-attention, DOP) and the KV
-share s one rank stores (tables.LayoutInfo, read from the planner's share), and which weights
-it shards (TP and DOP shard attention weights, CP and DP-attention replicate them; the resident
-bytes come from the planner). A switch moves only the difference, from those alone — no layout is
-named here, so a new layout (vLLM's DCP: weights sharded, KV split by tokens) gets its plans:
+A layout decides who holds what (DESIGN.md §1), and its placement says it (planner/layouts/
+placement.py): requests are spread over G owner groups of consecutive ranks (TP, CP, DCP: one
+group of every rank; DP-attention, DOP: T groups of one; DP attention with attention TP inside: G
+groups of T/G), and a rank of a group stores a share s of its group's KV (tables.LayoutInfo
+`group_share`, read from the planner's share: MLA under TP 1, a 1/T head slice with ≥ T KV heads,
+CP's 1/T token slice, a group of one 1). A switch moves only the difference, from those alone — no
+layout is named here, so a new layout (vLLM's DCP: weights sharded, KV split by tokens; SGLang's DP
+attention with --dp < --tp) gets its plans:
 
-| to \\ held          | every rank, s = 1 | partial slice s (heads or tokens) | owner (own requests)  |
-|--------------------|-------------------|-----------------------------------|-----------------------|
-| every rank, s = 1  | —                 | all − s·all                       | all − all/T           |
-| partial slice s'   | nothing (drop)    | s'·all − s'·s·all (independent)   | (all − all/T)·s'      |
-| owner              | nothing (drop)    | own − s·own                       | nothing (same owners) |
+| to \\ held            | one group, s = 1 | one group, slice s          | G groups (own group whole)        |
+|----------------------|------------------|-----------------------------|-----------------------------------|
+| one group, s = 1     | —                | all − s·all                 | all − all/G                       |
+| one group, slice s'  | nothing (drop)   | s'·all − s'·s·all (indep.)  | (all − all/G)·s'                  |
+| G' groups            | nothing (drop)   | own' − s·own'               | own' − own (groups within groups) |
 
-(received bytes per rank; "own" = the rank's owned KV, all/T under balanced ownership; two partial
-slices — a head slice and a token slice, or two token interleavings — are taken as independent,
-overlapping in s of s'). Weights: a move from sharded to replicated attention weights (TP/DOP →
+(received bytes per rank; "own" = the rank's group's KV, all/G under balanced ownership; a rank
+whose src group contains its dst group holds all of it; two partial slices — a head slice and a
+token slice, or two token interleavings — are taken as independent, overlapping in s of s'). Weights: a move from sharded to replicated attention weights (TP/DOP →
 CP/DP) all-gathers what each rank lacks (the difference of the planner's resident bytes: the
 (T−1)/T attention and LM-head shards); the other way drops them. Old state is
 kept until the commit (the server keeps stepping in the old layout while the move runs in the
@@ -72,6 +73,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from runtime_policy.tables import StepTimeTable
 
 COMMIT_COLLECTIVES = 4.0  # barrier + ownership-table broadcast + 2 slack; × the hardware's collective latency
@@ -114,29 +117,54 @@ class TransitionPlan:
         return d
 
 
-def kv_held_bytes(tables: StepTimeTable, layout: int, kv_total_bytes: float, kv_busiest_owner_bytes: float) -> float:
-    """KV bytes the fullest rank holds under `layout` (one copy of all KV = `kv_total_bytes`)."""
-    info = tables.info
-    if info.is_owner[layout]:
-        return kv_busiest_owner_bytes
-    return kv_total_bytes * info.kv_total_share[layout]
+def group_bytes(tables: StepTimeTable, layout: int, kv_total_bytes: float, busy) -> float:
+    """KV bytes (one copy) of `layout`'s fullest owner group: the total for a one-group layout;
+    `busy` per layout [L] (the caller's busiest-group bytes), or one float, the busiest owner rank's
+    (a group of R ranks then holds at most R times it, and never more than the total)."""
+    g = int(tables.info.owner_groups[layout])
+    scalar = type(busy) is float or isinstance(busy, (int, np.floating))
+    if g <= 1:
+        return kv_total_bytes if scalar else float(busy[layout])  # the caller's: its extra slack included
+    if scalar:
+        r = tables.ranks // g
+        return float(busy) if r == 1 else min(float(busy) * r, kv_total_bytes)
+    return float(busy[layout])
 
 
-def _kv_recv(tables: StepTimeTable, src: int, dst: int, total: float, own: float) -> float:
-    """Busiest rank's received KV bytes (see the table in the module docstring)."""
+def kv_held_bytes(tables: StepTimeTable, layout: int, kv_total_bytes: float, busy) -> float:
+    """KV bytes the fullest rank holds under `layout` (one copy of all KV = `kv_total_bytes`; `busy`
+    the busiest groups' bytes, `group_bytes`): its group's KV at the share a rank of it stores."""
+    return group_bytes(tables, layout, kv_total_bytes, busy) * float(tables.info.group_share[layout])
+
+
+def _kv_recv(tables: StepTimeTable, src: int, dst: int, total: float, busy) -> float:
+    """Busiest rank's received KV bytes (see the table in the module docstring): what it needs in
+    `dst` (its group's KV at dst's share) less what it holds from `src` that dst keeps, two slices
+    taken as independent (overlapping in s_src of s_dst)."""
     info, t = tables.info, float(tables.ranks)
     if info.twin.size and info.twin[src] == dst:
         return 0.0  # a layout and its host-tier twin place KV alike (the tier's copy is `tier_bytes`)
-    s_src, s_dst = info.kv_total_share[src], info.kv_total_share[dst]
-    if info.is_owner[dst]:
-        if info.is_owner[src]:
-            return 0.0
-        # held: share s_src of every request (TP all, GQA-TP head slice, CP token slice)
-        return own * (1.0 - s_src)
-    if info.is_owner[src]:
-        # needs share s_dst of every request; holds its own requests whole. NOTE: the rank that
-        # receives most is the least-loaded owner; balanced ownership puts it near total/T.
-        return max(total - total / t, 0.0) * s_dst if s_dst < 1.0 else total - total / t
+    s_src, s_dst = float(info.group_share[src]), float(info.group_share[dst])
+    g_src, g_dst = int(info.owner_groups[src]), int(info.owner_groups[dst])
+    if g_dst > 1:
+        need = group_bytes(tables, dst, total, busy)
+        if g_src == 1:
+            # held: share s_src of every request (TP all, GQA-TP head slice, CP token slice)
+            return need * (1.0 - s_src) if s_dst >= 1.0 else need * s_dst * (1.0 - s_src)
+        if g_src == g_dst:
+            return need * s_dst * (1.0 - s_src) if s_src < 1.0 else 0.0  # the same owners
+        if g_src > g_dst:
+            # the dst group is several src groups: it holds its own src group's requests whole
+            own = min(group_bytes(tables, src, total, busy), need)
+            return need * s_dst - own * s_dst * s_src
+        return need * s_dst * (1.0 - s_src)  # its src group holds the dst group's requests
+    if g_src > 1:
+        # needs share s_dst of every request; holds its own group's requests whole. NOTE: the rank
+        # that receives most is the least-loaded group's; balanced ownership puts it near total/G
+        held = total / float(g_src) * s_src
+        if s_dst >= 1.0:
+            return total - total / t if g_src == t and s_src >= 1.0 else max(total - held, 0.0)
+        return max(total - total / t, 0.0) * s_dst if g_src == t and s_src >= 1.0 else max(total - held, 0.0) * s_dst
     if s_src >= 1.0:
         return 0.0  # TP with replicated KV holds everything
     if s_dst >= 1.0:
@@ -170,8 +198,7 @@ def move_budget_bytes(tables: StepTimeTable, src: int, dst: int) -> float:
     return min(float(b[src]), float(b[dst]))
 
 
-def tier_bytes(tables: StepTimeTable, src: int, dst: int, kv_total_bytes: float,
-               kv_busiest_owner_bytes: float) -> tuple[float, float]:
+def tier_bytes(tables: StepTimeTable, src: int, dst: int, kv_total_bytes: float, busy) -> tuple[float, float]:
     """(spill, fill) bytes of the fullest rank when the switch turns the tier on or off (module
     docstring: spill first, in the source's placement; fill last, in the destination's); (0, 0)
     when the tier stays as it is."""
@@ -180,15 +207,15 @@ def tier_bytes(tables: StepTimeTable, src: int, dst: int, kv_total_bytes: float,
     if on_src == on_dst:
         return 0.0, 0.0
     if on_dst:
-        return kv_held_bytes(tables, src, kv_total_bytes, kv_busiest_owner_bytes) * host_fraction(tables, dst), 0.0
-    return 0.0, kv_held_bytes(tables, dst, kv_total_bytes, kv_busiest_owner_bytes) * host_fraction(tables, src)
+        return kv_held_bytes(tables, src, kv_total_bytes, busy) * host_fraction(tables, dst), 0.0
+    return 0.0, kv_held_bytes(tables, dst, kv_total_bytes, busy) * host_fraction(tables, src)
 
 
-def memory_fits(tables: StepTimeTable, src: int, dst: int, kv_total_bytes: float, kv_busiest_owner_bytes: float) -> bool:
+def memory_fits(tables: StepTimeTable, src: int, dst: int, kv_total_bytes: float, busy) -> bool:
     """`plan_transition(...).feasible` without building the plan (the policy's hot path asks it
     of every candidate): the move's memory fits the budget and the KV fits the destination."""
     info = tables.info
-    total, own = float(kv_total_bytes), float(kv_busiest_owner_bytes)
+    total, own = float(kv_total_bytes), busy
     held_src = kv_held_bytes(tables, src, total, own)
     held_dst = kv_held_bytes(tables, dst, total, own)
     union = min(held_src + _kv_recv(tables, src, dst, total, own), max(total, held_src))
@@ -198,13 +225,14 @@ def memory_fits(tables: StepTimeTable, src: int, dst: int, kv_total_bytes: float
 
 def max_fitting_kv_bytes(tables: StepTimeTable, src: int, dst: int) -> float:
     """The largest one-copy KV (bytes) at which `memory_fits(src → dst)` holds, for moves between
-    two spread layouts (TP, CP), whose memory need is a function of the total KV alone:
+    two one-group layouts (TP, CP), whose memory need is a function of the total KV alone:
     max(weights) + u · total ≤ budget and total · s_dst ≤ the destination's pool, u the union's
-    share (see `memory_fits`). −1 for moves from or to an owner layout (they depend on the owners)."""
+    share (see `memory_fits`). −1 for moves from or to a layout of several owner groups (they
+    depend on the groups)."""
     info = tables.info
-    if info.is_owner[src] or info.is_owner[dst] or info.kv_pool_bytes[dst] <= 0:
+    if info.owner_groups[src] > 1 or info.owner_groups[dst] > 1 or info.kv_pool_bytes[dst] <= 0:
         return -1.0
-    s_src, s_dst = float(info.kv_total_share[src]), float(info.kv_total_share[dst])
+    s_src, s_dst = float(info.group_share[src]), float(info.group_share[dst])
     u = min(s_src + _kv_recv(tables, src, dst, 1.0, 0.0), max(1.0, s_src))  # union per byte of KV
     room = move_budget_bytes(tables, src, dst) - max(float(info.weights_bytes[src]), float(info.weights_bytes[dst]))
     if room <= 0 or u <= 0 or s_dst <= 0:
@@ -212,14 +240,16 @@ def max_fitting_kv_bytes(tables: StepTimeTable, src: int, dst: int) -> float:
     return min(room / u, float(info.kv_pool_bytes[dst]) / s_dst)
 
 
-def plan_transition(tables: StepTimeTable, src: int, dst: int, kv_total_bytes: float, kv_busiest_owner_bytes: float,
+def plan_transition(tables: StepTimeTable, src: int, dst: int, kv_total_bytes: float, busy,
                     batch: float = 0.0, step_s: float = 0.0, network_share: float = 0.0) -> TransitionPlan:
-    """Plan switching layout `src` → `dst` (indices into `tables.layouts`) at the given KV state.
+    """Plan switching layout `src` → `dst` (indices into `tables.layouts`) at the given KV state:
+    `kv_total_bytes` one copy of all KV, `busy` each layout's busiest owner group's bytes [L] (or
+    one float, the busiest owner rank's: `group_bytes`).
 
     `batch` and `step_s` size the KV written while the move runs (moved at the commit);
     `network_share` is the fraction of the current step spent on the link (contention)."""
     info = tables.info
-    total, own = float(kv_total_bytes), float(kv_busiest_owner_bytes)
+    total, own = float(kv_total_bytes), busy
     w_src, w_dst = float(info.weights_bytes[src]), float(info.weights_bytes[dst])
     w_recv = max(w_dst - w_src, 0.0)
     kv_recv = _kv_recv(tables, src, dst, total, own)
@@ -262,8 +292,8 @@ def plan_transition(tables: StepTimeTable, src: int, dst: int, kv_total_bytes: f
         fill_bytes_per_rank=fill)
 
 
-def all_plans(tables: StepTimeTable, kv_total_bytes: float, kv_busiest_owner_bytes: float) -> list[TransitionPlan]:
+def all_plans(tables: StepTimeTable, kv_total_bytes: float, busy) -> list[TransitionPlan]:
     """Every ordered switch at one KV state (12 for the four built-in layouts; layouts the model
     can't run are left out)."""
     ok = [i for i in range(len(tables.layouts)) if tables.info.kv_pool_bytes[i] >= 0]
-    return [plan_transition(tables, a, b, kv_total_bytes, kv_busiest_owner_bytes) for a in ok for b in ok if a != b]
+    return [plan_transition(tables, a, b, kv_total_bytes, busy) for a in ok for b in ok if a != b]

@@ -3,6 +3,8 @@
 A schema names a registry where its choices come from one, and this script writes the choices:
 - `"x-registry": "attention_layouts"` on a string key: its `enum` is the registry's names (a
   `null` the schema allows is kept);
+- `"x-pattern-template": "^({attention_layouts})/({moe_splits})$"` on a string key: its `pattern`
+  with each `{registry}` replaced by the registry's names as alternatives;
 - `"x-registry-keys": "attention_layouts"` on an object: one property per name, each
   `"x-template"` with `{name}` in its description filled, all of them required.
 The registries are cli.registry_options.REGISTRIES (attention layouts, MoE splits, engines, the
@@ -43,6 +45,11 @@ def _fill(node, names: dict) -> None:
     if "x-registry" in node:
         nullable = None in node.get("enum", ()) or "null" in (node.get("type") or ())
         node["enum"] = list(names[node["x-registry"]]) + ([None] if nullable and None in node.get("enum", ()) else [])
+    if "x-pattern-template" in node:  # "{registry}" placeholders → the registry's names as alternatives
+        pat = node["x-pattern-template"]
+        for reg, values in names.items():
+            pat = pat.replace("{" + reg + "}", "|".join(str(v).replace("+", "\\+") for v in values))
+        node["pattern"] = pat
     if "x-registry-keys" in node:
         tmpl = node["x-template"]
         props = {}

@@ -17,7 +17,7 @@ from rich.table import Table
 import planner
 from cli.common import (console, title, DEFAULTS, AttnOpt, WideOpt, LayoutsOpt, select_layouts, BatchOpt, CalibrationOpt, ContextOpt, EngineOpt, GpusOpt, HardwareOpt,
                         JsonOpt, KvDtypeOpt, MemFractionOpt, ModelOpt, MoeOpt, NodesOpt, PageOpt, PrefillContextOpt,
-                        PrefillOpt, PricingChoice, PricingOpt, ReplicasOpt, ReserveOpt, SwaRatioOpt, WeightDtypeOpt, build_load,
+                        PrefillOpt, PricingChoice, PricingOpt, ReplicasOpt, ReserveOpt, SwaRatioOpt, WeightDtypeOpt, AttnGroupsOpt, build_load,
                         deployment, emit_json, fmt_bytes, fmt_gib, fmt_flops, fmt_ms, fmt_tokens, load_calibration, load_specs,
                         parse_tokens, pricing_for, scalar)
 from cli.host_tier_options import (BudgetOpt, HostPageOpt, HostTierOpt, LocalityOpt, host_tier_spec, tier_document,
@@ -107,22 +107,23 @@ def prefill_args(prefill_tokens: float, prefill_context: str) -> tuple[float, fl
 
 def _point(model, hardware, attn, moe, gpus, replicas, batch, context, prefill_tokens, kv_dtype, weight_dtype,
            mem_fraction, page_tokens, reserve_gib, pricing, prefill_context="0", engine=DEFAULTS["engine"], nodes=None,
-           swa_ratio=None):
+           swa_ratio=None, attn_groups=None):
     m, hw = load_specs(model, hardware)
     pre, pre_ctx = prefill_args(prefill_tokens, prefill_context)
     dep = deployment(m, hw, attn, moe, gpus, replicas, weight_dtype, kv_dtype, mem_fraction, page_tokens, reserve_gib,
-                     engine, nodes, swa_ratio=swa_ratio)
+                     engine, nodes, swa_ratio=swa_ratio, attn_groups=attn_groups)
     load = build_load(batch, context)
     return dep, planner.step_cost(dep, load, pre, pricing_for(hw, pricing), prefill_context=pre_ctx)
 
 
 def _auto_point(model, hardware, moe, gpus, replicas, batch, context, prefill_tokens, kv_dtype, weight_dtype,
-                mem_fraction, page_tokens, reserve_gib, pricing, prefill_context, engine, nodes, swa_ratio=None):
+                mem_fraction, page_tokens, reserve_gib, pricing, prefill_context, engine, nodes, swa_ratio=None,
+                attn_groups=None):
     """Every layout priced; the fastest feasible one by floor_max (the first valid one if none is)."""
     m, hw = load_specs(model, hardware)
     pre, pre_ctx = prefill_args(prefill_tokens, prefill_context)
     deps, _ = valid_deployments(m, hw, gpus, replicas, weight_dtype, kv_dtype, mem_fraction, page_tokens, reserve_gib,
-                                engine, nodes, moe, swa_ratio=swa_ratio)
+                                engine, nodes, moe, swa_ratio=swa_ratio, attn_groups=attn_groups)
     load = build_load(batch, context)
     pr = pricing_for(hw, pricing)
     priced = [(d, planner.step_cost(d, load, pre, pr, prefill_context=pre_ctx)) for d in deps]
@@ -149,18 +150,18 @@ def floor(
     kv_dtype: KvDtypeOpt = None, weight_dtype: WeightDtypeOpt = None, mem_fraction: MemFractionOpt = DEFAULTS["mem_fraction"],
     page_tokens: PageOpt = None, reserve_gib: ReserveOpt = None, pricing: PricingOpt = PricingChoice.datasheet,
     engine: EngineOpt = DEFAULTS["engine"], nodes: NodesOpt = None, swa_full_tokens_ratio: SwaRatioOpt = None,
-    calibration: CalibrationOpt = None, json_out: JsonOpt = False,
+    attn_groups: AttnGroupsOpt = None, calibration: CalibrationOpt = None, json_out: JsonOpt = False,
 ) -> None:
     """The five-resource vector of one step on the busiest rank, its floors and what binds."""
     cal = load_calibration(calibration)
     if attn is None:
         dep, cost, why = _auto_point(model, hardware, moe, gpus, replicas, batch, context,
                                      prefill_tokens, kv_dtype, weight_dtype, mem_fraction, page_tokens, reserve_gib,
-                                     pricing, prefill_context, engine, nodes, swa_full_tokens_ratio)
+                                     pricing, prefill_context, engine, nodes, swa_full_tokens_ratio, attn_groups)
     else:
         dep, cost = _point(model, hardware, attn, moe, gpus, replicas, batch, context,
                            prefill_tokens, kv_dtype, weight_dtype, mem_fraction, page_tokens, reserve_gib, pricing,
-                           prefill_context, engine, nodes, swa_full_tokens_ratio)
+                           prefill_context, engine, nodes, swa_full_tokens_ratio, attn_groups)
         why = "given by --attn"
     doc = {"model": dep.model.name, "hardware": dep.hardware.name, "layout_choice": why,
            **cost_document(dep, cost, cal, prefill_args(prefill_tokens, prefill_context)[1], pricing_for(dep.hardware, pricing))}
@@ -217,15 +218,21 @@ def floor(
 
 
 def valid_deployments(m, hw, gpus, replicas, weight_dtype, kv_dtype, mem_fraction, page_tokens, reserve_gib,
-                      engine=DEFAULTS["engine"], nodes=None, moe: str | None = None, host_tier=None, swa_ratio=None):
+                      engine=DEFAULTS["engine"], nodes=None, moe: str | None = None, host_tier=None, swa_ratio=None,
+                      attn_groups=None):
     """Every (attn, moe) the model can run here (only `moe` if given), and the ones it can't
-    with the reason."""
+    with the reason. `attn_groups` applies to the layouts that take a group count (the others
+    have their own)."""
+    from planner.layouts import attention_layouts
+
     deps, skipped = [], []
+    takes_groups = {n for n, x in attention_layouts().items() if x.group_rule == "given"}
     for a in layout_names():
         for mo in ([moe] if moe else moe_names()):
             try:
                 deps.append(deployment(m, hw, a, mo, gpus, replicas, weight_dtype, kv_dtype, mem_fraction, page_tokens,
-                                       reserve_gib, engine, nodes, host_tier, swa_ratio))
+                                       reserve_gib, engine, nodes, host_tier, swa_ratio,
+                                       attn_groups if a in takes_groups else None))
             except SpecError as exc:
                 skipped.append({"attn": a, "moe": mo, "reason": str(exc)})
     if not deps:
@@ -240,7 +247,7 @@ def compare(
     weight_dtype: WeightDtypeOpt = None,
     mem_fraction: MemFractionOpt = DEFAULTS["mem_fraction"], page_tokens: PageOpt = None, reserve_gib: ReserveOpt = None,
     engine: EngineOpt = DEFAULTS["engine"], nodes: NodesOpt = None, swa_full_tokens_ratio: SwaRatioOpt = None,
-    pricing: PricingOpt = PricingChoice.datasheet, calibration: CalibrationOpt = None,
+    attn_groups: AttnGroupsOpt = None, pricing: PricingOpt = PricingChoice.datasheet, calibration: CalibrationOpt = None,
     components: Annotated[bool, typer.Option("--components", help="Also show each layout's engine effects: DSA's indexer, top-k, padded head rows, unsharded attention weights (ms).")] = False,
     host_tier: HostTierOpt = False, hbm_budget_tokens: BudgetOpt = 4096, locality: LocalityOpt = 0.8,
     host_page_rows: HostPageOpt = 1,
@@ -255,7 +262,8 @@ def compare(
     pre, pre_ctx = prefill_args(prefill_tokens, prefill_context)
     tier = host_tier_spec(host_tier, hbm_budget_tokens, locality, host_page_rows)
     deps, skipped = valid_deployments(m, hw, gpus, replicas, weight_dtype, kv_dtype, mem_fraction, page_tokens,
-                                      reserve_gib, engine, nodes, moe, host_tier=tier, swa_ratio=swa_full_tokens_ratio)
+                                      reserve_gib, engine, nodes, moe, host_tier=tier, swa_ratio=swa_full_tokens_ratio,
+                                      attn_groups=attn_groups)
     deps = select_layouts(deps, layouts)
     load = build_load(batch, context)
     pr = pricing_for(hw, pricing)
@@ -314,7 +322,8 @@ def capacity(
     replicas: ReplicasOpt = 1, context: ContextOpt = DEFAULTS["context"], kv_dtype: KvDtypeOpt = None,
     weight_dtype: WeightDtypeOpt = None, mem_fraction: MemFractionOpt = DEFAULTS["mem_fraction"],
     page_tokens: PageOpt = None, reserve_gib: ReserveOpt = None, engine: EngineOpt = DEFAULTS["engine"],
-    nodes: NodesOpt = None, swa_full_tokens_ratio: SwaRatioOpt = None, host_tier: HostTierOpt = False, hbm_budget_tokens: BudgetOpt = 4096,
+    nodes: NodesOpt = None, swa_full_tokens_ratio: SwaRatioOpt = None, attn_groups: AttnGroupsOpt = None,
+    host_tier: HostTierOpt = False, hbm_budget_tokens: BudgetOpt = 4096,
     locality: LocalityOpt = 0.8, host_page_rows: HostPageOpt = 1, json_out: JsonOpt = False,
 ) -> None:
     """KV pool per GPU (as the engine sizes it), distinct tokens and max concurrency at a context length, every layout."""
@@ -323,7 +332,8 @@ def capacity(
     ctx = float(np.average(mix[:, 0], weights=mix[:, 1]))
     tier = host_tier_spec(host_tier, hbm_budget_tokens, locality, host_page_rows)
     deps, skipped = valid_deployments(m, hw, gpus, replicas, weight_dtype, kv_dtype, mem_fraction, page_tokens,
-                                      reserve_gib, engine, nodes, host_tier=tier, swa_ratio=swa_full_tokens_ratio)
+                                      reserve_gib, engine, nodes, host_tier=tier, swa_ratio=swa_full_tokens_ratio,
+                                      attn_groups=attn_groups)
     docs = []
     for d in deps:
         c = kv_capacity(d, mix[:, 0])

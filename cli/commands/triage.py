@@ -18,7 +18,7 @@ import planner
 from cli.commands.floor import _point, prefill_args
 from cli.common import (DEFAULTS, AttnOpt, BatchOpt, CalibrationOpt, ContextOpt, EngineOpt, GpusOpt, HardwareOpt, JsonOpt,
                         KvDtypeOpt, MemFractionOpt, ModelOpt, MoeOpt, NodesOpt, PageOpt, PrefillContextOpt, PrefillOpt,
-                        PricingChoice, PricingOpt, ReplicasOpt, ReserveOpt, SwaRatioOpt, WeightDtypeOpt, console, emit_json, fmt_ms,
+                        PricingChoice, PricingOpt, ReplicasOpt, ReserveOpt, SwaRatioOpt, WeightDtypeOpt, AttnGroupsOpt, console, emit_json, fmt_ms,
                         load_calibration, scalar)
 from cli.launch import planning
 from cli.registry_options import live
@@ -92,7 +92,7 @@ def triage(
     weight_dtype: WeightDtypeOpt = None, mem_fraction: MemFractionOpt = DEFAULTS["mem_fraction"],
     page_tokens: PageOpt = None, reserve_gib: ReserveOpt = None, pricing: PricingOpt = PricingChoice.datasheet,
     engine: EngineOpt = DEFAULTS["engine"], nodes: NodesOpt = None, swa_full_tokens_ratio: SwaRatioOpt = None,
-    calibration: CalibrationOpt = None, json_out: JsonOpt = False,
+    attn_groups: AttnGroupsOpt = None, calibration: CalibrationOpt = None, json_out: JsonOpt = False,
 ) -> None:
     """Place a measured step between its floors (or against a calibrated prediction) and say whether to open a profiler."""
     if profile is not None:
@@ -108,7 +108,7 @@ def triage(
         raise SpecError(f"measured_ms={measured_ms} must be a positive number")
     dep, cost = _point(model, hardware, attn, moe, gpus, replicas, batch, context, prefill_tokens, kv_dtype,
                        weight_dtype, mem_fraction, page_tokens, reserve_gib, pricing, prefill_context, engine, nodes,
-                       swa_full_tokens_ratio)
+                       swa_full_tokens_ratio, attn_groups)
     tr = triage_step(cost, measured_ms / 1e3, threshold)
     cal = load_calibration(calibration)
     t = cost.times

@@ -14,7 +14,7 @@ from rich.table import Table
 from cli.commands.floor import valid_deployments
 from cli.host_tier_options import BudgetOpt, HostPageOpt, HostTierOpt, LocalityOpt, host_tier_spec
 from cli.common import (console, DEFAULTS, LayoutsOpt, select_layouts, CalibrationOpt, EngineOpt, GpusOpt, HardwareOpt, JsonOpt, KvDtypeOpt,
-                        MemFractionOpt, ModelOpt, NodesOpt, PageOpt, PlotOpt, ReplicasOpt, ReserveOpt, SwaRatioOpt, WeightDtypeOpt,
+                        MemFractionOpt, ModelOpt, NodesOpt, PageOpt, PlotOpt, ReplicasOpt, ReserveOpt, SwaRatioOpt, WeightDtypeOpt, AttnGroupsOpt,
                         emit_json, fmt_ms, load_calibration, load_specs, parse_tokens)
 from cli.launch import planning
 from cli.registry_options import live
@@ -71,7 +71,7 @@ def walls(
     layouts: LayoutsOpt = None, kv_dtype: KvDtypeOpt = None, weight_dtype: WeightDtypeOpt = None,
     mem_fraction: MemFractionOpt = DEFAULTS["mem_fraction"], page_tokens: PageOpt = None, reserve_gib: ReserveOpt = None,
     engine: EngineOpt = DEFAULTS["engine"], nodes: NodesOpt = None, swa_full_tokens_ratio: SwaRatioOpt = None,
-    calibration: CalibrationOpt = None, json_out: JsonOpt = False, plot: PlotOpt = None,
+    attn_groups: AttnGroupsOpt = None, calibration: CalibrationOpt = None, json_out: JsonOpt = False, plot: PlotOpt = None,
     host_tier: HostTierOpt = False, hbm_budget_tokens: BudgetOpt = 4096, locality: LocalityOpt = 0.8,
     host_page_rows: HostPageOpt = 1,
 ) -> None:
@@ -80,7 +80,8 @@ def walls(
     cal = load_calibration(calibration)
     m, hw = load_specs(model, hardware)
     deps = select_layouts(valid_deployments(m, hw, gpus, replicas, weight_dtype, kv_dtype, mem_fraction, page_tokens,
-                                     reserve_gib, engine, nodes, swa_ratio=swa_full_tokens_ratio)[0], layouts)
+                                     reserve_gib, engine, nodes, swa_ratio=swa_full_tokens_ratio,
+                                     attn_groups=attn_groups)[0], layouts)
     tier = host_tier_spec(host_tier, hbm_budget_tokens, locality, host_page_rows)
     if tier is not None:
         import planner
@@ -163,13 +164,14 @@ def regimes(
     layouts: LayoutsOpt = None, kv_dtype: KvDtypeOpt = None, weight_dtype: WeightDtypeOpt = None,
     mem_fraction: MemFractionOpt = DEFAULTS["mem_fraction"], page_tokens: PageOpt = None, reserve_gib: ReserveOpt = None,
     engine: EngineOpt = DEFAULTS["engine"], nodes: NodesOpt = None, swa_full_tokens_ratio: SwaRatioOpt = None,
-    calibration: CalibrationOpt = None, json_out: JsonOpt = False, plot: PlotOpt = None,
+    attn_groups: AttnGroupsOpt = None, calibration: CalibrationOpt = None, json_out: JsonOpt = False, plot: PlotOpt = None,
 ) -> None:
     """Best layout over a batch × context grid; capacity-infeasible cells marked."""
     cal = load_calibration(calibration)
     m, hw = load_specs(model, hardware)
     deps = select_layouts(valid_deployments(m, hw, gpus, replicas, weight_dtype, kv_dtype, mem_fraction, page_tokens,
-                                     reserve_gib, engine, nodes, swa_ratio=swa_full_tokens_ratio)[0], layouts)
+                                     reserve_gib, engine, nodes, swa_ratio=swa_full_tokens_ratio,
+                                     attn_groups=attn_groups)[0], layouts)
     b = _grid(batch_range, "--batch-range", 11)
     c = _grid(context_range, "--context-range", 9)
     reg = compute_regimes(deps, b, c, floor.value)

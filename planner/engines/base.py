@@ -142,10 +142,11 @@ class EngineMemoryModel:
         """The canonical KV dtype ('bf16', 'fp8', 'fp8_dsa') the engine picks for `auto`."""
         raise NotImplementedError
 
-    def default_page_tokens(self, model: "ModelSpec", hw: "HardwareSpec", ranks: int = 1, attn: str = "tp",
+    def default_page_tokens(self, model: "ModelSpec", hw: "HardwareSpec", head_split_ranks: int = 1,
                             kv_dtype: str = "bf16") -> int:
         """Tokens per KV page (SGLang page_size, vLLM block_size) the engine uses by default for
-        the model on a group of `ranks` under layout `attn` (vLLM's hybrid pages depend on both)."""
+        the model when `head_split_ranks` ranks split its KV by heads (the placement's: T under TP;
+        vLLM's hybrid pages depend on it)."""
         raise NotImplementedError
 
     def chunked_prefill_tokens(self, dep: "Deployment") -> int:
@@ -166,15 +167,16 @@ class EngineMemoryModel:
 
 
 def _tp_split(dep: "Deployment", variant) -> float:
-    from planner.layouts.tp import kv_split_ways  # lazy: layouts import model specs only, but keep engines light
-
-    return kv_split_ways(variant, dep.ranks) if dep.attn == "tp" else 1.0
+    """Ways the deployment's placement splits one variant's cache by heads inside an owner group
+    (TP over T, attention TP over a DP group's R; 1 for MLA's single latent and for layouts that
+    keep a request whole or split it by tokens)."""
+    return dep.placement.head_split(variant)
 
 
 def kv_bytes_on_rank(dep: "Deployment") -> float:
-    """Bytes one cached token occupies on the busiest rank, all layers with per-token pages: the
-    full record for owner and CP layouts, the record over each variant's head split for TP (1 for
-    MLA's single latent)."""
+    """Bytes one cached token occupies on a rank that holds it, all layers with per-token pages:
+    the full record for owner and CP layouts, the record over each variant's head split where the
+    placement splits heads (TP; attention TP inside a DP group; 1 for MLA's single latent)."""
     return float(sum(v.token_bytes(dep.kv_dtype) * n / _tp_split(dep, v) for v, n in dep.model.mixers))
 
 

@@ -30,8 +30,9 @@ server_args with the nsa_* arguments; shared/reference/dsa-in-engines.md §6):
   `_set_default_nsa_kv_cache_dtype(major)`: fp8_e4m3 when the compute capability major ≥ 10
   (Blackwell), bfloat16 below. Other models keep page_size 1 and kv_cache_dtype auto (bf16).
 
-Layouts map to SGLang flags as: tp → `--tp T`; dp → `--tp T --dp T --enable-dp-attention`;
-cp and dop (no SGLang flag of their own) are sized like TP. Ignores (NOTE): speculative decoding
+Layouts map to SGLang flags through their placement: tp → `--tp T`; dp → `--tp T --dp T
+--enable-dp-attention`; dptp with G groups → `--tp T --dp G --enable-dp-attention` (attention TP
+of T/G inside each); cp and dop (no SGLang flag of their own) are sized like TP. Ignores (NOTE): speculative decoding
 (+2 GiB EAGLE, +6 GiB STANDALONE), piecewise CUDA graphs (+8 MiB per captured size),
 multimodal adjustments, and NCCL/custom-all-reduce/DeepEP buffers allocated before profiling
 (they lower `total`; give `--reserve-gib` if they matter).
@@ -161,8 +162,14 @@ def swa_pools(dep: "Deployment", token_capacity: float) -> tuple[float, float, f
     return float(full_tokens), full_tokens * full, swa_tokens * swa
 
 
+def dp_size(dep: "Deployment") -> int:
+    """SGLang's `--dp-size` with `--enable-dp-attention` for the deployment's layout: its placement's
+    data-parallel attention size (dp: T; dptp: the groups); 1 where SGLang runs no DP attention."""
+    return dep.placement.attention_dp_size
+
+
 def _dp_attention(dep: "Deployment") -> bool:
-    return dep.attn == "dp" and dep.ranks > 1
+    return dp_size(dep) > 1
 
 
 @register_engine
@@ -181,7 +188,7 @@ class SGLang(EngineMemoryModel):
             return "fp8_dsa" if hw.vendor == "nvidia" and major is not None and major >= 10 else "bf16"
         return "bf16"
 
-    def default_page_tokens(self, model, hw, ranks=1, attn="tp", kv_dtype="bf16"):
+    def default_page_tokens(self, model, hw, head_split_ranks=1, kv_dtype="bf16"):
         if model.attention.kind == "dsa":
             return 1 if hw.vendor == "amd" else 64
         if model.attention.kind == "dsv4":  # `apply_deepseek_v4_defaults`: page_size 256
@@ -190,8 +197,10 @@ class SGLang(EngineMemoryModel):
 
     def chunked_prefill_tokens(self, dep):
         chunk, _ = graph_and_chunk_defaults(dep.hardware.smi_total_mib, dep.ranks)
-        # NOTE: `_handle_data_parallelism` divides chunked_prefill_size by dp_size with DP attention.
-        return chunk // dep.ranks if _dp_attention(dep) else chunk
+        # NOTE: `_handle_data_parallelism` divides chunked_prefill_size by dp_size with DP attention
+        # (python/sglang/srt/arg_groups/parallel_hook.py handle_data_parallelism in the 2026 layout:
+        # `chunked_prefill_size=cfg.chunked_prefill_size // cfg.dp_size`)
+        return chunk // dp_size(dep)
 
     def running_requests_cap(self, dep):
         # NOTE: only DeepSeek-V4's explicit default is modelled (DSV4_MAX_RUNNING_REQUESTS, for the
@@ -223,7 +232,7 @@ class SGLang(EngineMemoryModel):
             if dep.reserve_bytes is not None:
                 terms, src = {"given_reserve_mib": dep.reserve_bytes / MiB}, "--reserve-gib in SGLang's formula"
             else:
-                terms, src = reserved_mem_terms_mib(gpu_mem, dep.ranks, dep.ranks if dp_att else 1, dp_att), "engine default"
+                terms, src = reserved_mem_terms_mib(gpu_mem, dep.ranks, dp_size(dep), dp_att), "engine default"
             frac = default_mem_fraction_static(gpu_mem, sum(terms.values()))
         total = hw.usable_hbm_bytes - hw.memory.context_bytes
         weights = weights_resident(dep)
@@ -240,7 +249,7 @@ class SGLang(EngineMemoryModel):
             kv_cell_bytes_per_token=cell, kv_bytes_per_token=kv_bytes_on_rank(dep), kv_pool_tokens=tokens,
             page_tokens=dep.page_tokens, kv_dtype=dep.kv_dtype,
             defaults={"gpu_mem_mib": gpu_mem, "chunked_prefill_size": chunk, "cuda_graph_max_bs": graph_bs,
-                      "tp_size": dep.ranks, "dp_size": dep.ranks if dp_att else 1, "enable_dp_attention": dp_att,
+                      "tp_size": dep.ranks, "dp_size": dp_size(dep), "enable_dp_attention": dp_att,
                       "page_size": dep.page_tokens, "context_bytes": hw.memory.context_bytes},
             source=SOURCE,
         )

@@ -107,19 +107,21 @@ class VLLM(EngineMemoryModel):
         # NOTE: DeepSeek-V4: "DeepseekV4 only supports fp8 kv-cache format" (vLLM deepseek_v4_attention.py)
         return "bf16" if "bf16" in only else only[0]
 
-    def default_page_tokens(self, model, hw, ranks=1, attn="tp", kv_dtype="bf16"):
+    def default_page_tokens(self, model, hw, head_split_ranks=1, kv_dtype="bf16"):
         # NOTE: DeepSeek-V4's 256-token logical blocks (vLLM deepseek_compressor.py)
         block = 256 if model.attention.kind == "dsv4" else 64 if model.attention.kind in ("mla", "dsa") else 16
-        return hybrid_block_tokens(model, ranks if attn == "tp" else 1, block, kv_dtype)
+        return hybrid_block_tokens(model, head_split_ranks, block, kv_dtype)
 
     def chunked_prefill_tokens(self, dep):
         return batch_defaults(dep.hardware)[0]
 
     def running_requests_cap(self, dep):
         # NOTE: max_num_seqs caps each engine core's scheduler; vLLM's data-parallel attention runs
-        # one engine core per DP rank, so the group's cap is T times it there
+        # one engine core per DP rank (vllm/v1/engine/core.py EngineCoreProc.run_engine_core:
+        # DPEngineCoreProc per dp_rank of a MoE model, each with its own Scheduler), so the group's
+        # cap is the DP size times it there
         seqs = float(batch_defaults(dep.hardware)[1])
-        return seqs * dep.ranks if dep.attn == "dp" else seqs
+        return seqs * dep.placement.attention_dp_size
 
     def plan(self, dep):
         hw = dep.hardware

@@ -41,6 +41,7 @@ from typing import ClassVar, Literal
 import numpy as np
 
 from planner.errors import SpecError
+from planner.layouts.placement import Placement
 from planner.load import DecodeLoad
 from planner.models.attention.base import STATE, AttentionVariant
 from planner.models.mlp.base import MLPVariant
@@ -48,13 +49,17 @@ from planner.models.spec import ModelSpec
 from planner.registry import Registry
 
 CollectiveKind = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all"]
-# Where a layout keeps a request's KV (AttentionLayout.kv_placement):
-# - "every_rank": every rank holds every token of every request (all of each token's KV, or its
-#   head slice where the attention variant splits KV by heads: TP);
-# - "token_split": each rank holds 1/T of every request's tokens (CP, DCP);
-# - "owner": one rank (the request's owner) holds the whole request (DP-attention, DOP).
-KvPlacement = Literal["every_rank", "token_split", "owner"]
-KV_PLACEMENTS: tuple[str, ...] = ("every_rank", "token_split", "owner")
+# How many owner groups a layout makes of T ranks (AttentionLayout.group_rule; planner.layouts.placement):
+# - "one": one group of T ranks holds every request (TP, CP, DCP);
+# - "per_rank": T groups of one rank, each request on one owner (DP-attention, DOP);
+# - "given": the deployment's group count (`Deployment.attn_groups`: SGLang's --dp with DP attention).
+GroupRule = Literal["one", "per_rank", "given"]
+GROUP_RULES: tuple[str, ...] = ("one", "per_rank", "given")
+# How a group's ranks hold one of its requests (AttentionLayout.kv_in_group): split by heads where the
+# variant has the KV heads, else every rank keeps it whole (TP; one rank: the owner holds it), or
+# split by tokens (CP, DCP).
+KvInGroup = Literal["heads", "tokens"]
+KV_IN_GROUP: tuple[str, ...] = ("heads", "tokens")
 
 ACTIVATION_BYTES = 2.0  # bf16 hidden states, queries and partial outputs on the wire
 LSE_BYTES = 4.0  # fp32 log-sum-exp per (query, head) of a partial output (vLLM casts MLA's to fp32)
@@ -91,12 +96,15 @@ def link_bytes_by_tier(kind: CollectiveKind, ranks: int, nodes: int = 1) -> dict
 
 @dataclass(frozen=True)
 class Collective:
-    """One collective launched `per_step` times per step with payload `payload_bytes` [P]."""
+    """One collective launched `per_step` times per step with payload `payload_bytes` [P], over
+    `ranks` consecutive ranks (None: the whole group of T; an owner group's own collective, e.g. the
+    attention all-reduce of attention TP inside a DP group, names its R)."""
 
     name: str
     kind: CollectiveKind
     payload_bytes: np.ndarray
     per_step: float
+    ranks: int | None = None
 
 
 @dataclass(frozen=True)
@@ -129,6 +137,7 @@ class ShareInputs:
     query_tokens: np.ndarray | None = None  # [P] query tokens per decode request (1; k+1 when verifying k drafts)
     attention: AttentionVariant | None = None  # the mixer variant of the layer group priced (None: the model's primary)
     owner_bytes: np.ndarray | None = None  # [P, R] bytes per request over all layers, what owners are balanced by (None: this group's)
+    owner_groups: int = 0  # the placement's owner groups (a layout that takes a count reads it; 0: not given)
     decode_tokens: np.ndarray = field(init=False)  # [P] decode query tokens of the group
     step_tokens: np.ndarray = field(init=False)  # [P] decode + prefill tokens the group runs this step
 
@@ -227,17 +236,46 @@ def refuse_unsplittable(layout: str, model: ModelSpec, why: str, bad) -> None:
 
 class AttentionLayout:
     """What a layout declares in its class header is what the rest of the house reads: the share
-    methods below price a step; the runtime (runtime_policy.tables, .transitions) derives a layout's
-    KV share, owner semantics and every switch's moves from `kv_placement` and the weights flags,
-    so a new layout gets transition plans with no runtime edit."""
+    methods below price a step; everything else (capacity, the engines' memory, the runtime's
+    tables, KV ledger, transitions and executor) reads the `Placement` those declarations compile
+    to (`placement`), so a new layout gets pools, a ledger and transition plans with no other edit."""
 
     name: ClassVar[str]
     description: ClassVar[str]
-    kv_placement: ClassVar[KvPlacement]  # where a request's KV lives (see KvPlacement above)
+    group_rule: ClassVar[GroupRule]  # how many owner groups of T ranks (see GroupRule above)
+    kv_in_group: ClassVar[KvInGroup]  # how a group's ranks hold its requests (see KvInGroup above)
     weights_sharded: ClassVar[bool]  # head-sharded attention weights split over ranks (True) or replicated
+    # the ranks a sharded weight (and a sharded LM head) splits over: its owner group's, or all T
+    # (DOP: weights sharded over every rank while each request's KV sits on one)
+    weight_scope: ClassVar[Literal["group", "all"]] = "group"
     activations_replicated: ClassVar[bool]  # after attention every rank holds every token's hidden state
     head_sharded: ClassVar[bool]  # LM head vocab-parallel over ranks
     order: ClassVar[int] = 100  # where listings put it (planner.deployment.RegistryNames)
+
+    def default_groups(self, ranks: int, group_nodes: int = 1) -> int | None:
+        """The group count a layout that takes one ("given") uses when the deployment names none."""
+        return None
+
+    def owner_groups(self, ranks: int, groups: int | None = None) -> int:
+        """G: owner groups of `ranks` ranks (`group_rule`; `groups` the deployment's count)."""
+        if self.group_rule == "one":
+            return 1
+        if self.group_rule == "per_rank":
+            return ranks
+        if groups is None:
+            raise SpecError(f"layout {self.name} needs a group count (attn_groups)")
+        return int(groups)
+
+    def placement(self, ranks: int, groups: int | None = None) -> Placement:
+        """Who holds what on a group of `ranks` ranks (planner.layouts.placement)."""
+        g = self.owner_groups(ranks, groups)
+        r = ranks // g if g >= 1 and ranks % g == 0 else 0
+        if r < 1:
+            raise SpecError(f"layout {self.name}: {g} owner groups do not divide {ranks} ranks")
+        scope = ranks if self.weight_scope == "all" else r
+        return Placement(self.name, ranks, g, r if self.kv_in_group == "tokens" else 1,
+                         r if self.kv_in_group == "heads" else 1, scope if self.weights_sharded else 1,
+                         scope if self.head_sharded else 1)
 
     def share(self, inp: ShareInputs) -> AttentionShare:
         raise NotImplementedError
@@ -251,11 +289,14 @@ class AttentionLayout:
         """Per-layer collectives of the attention block."""
         raise NotImplementedError
 
-    def check(self, model: ModelSpec, ranks: int) -> None:
-        """Raise SpecError if the model can't run this layout on `ranks` ranks."""
-        if self.weights_sharded:
+    def check(self, model: ModelSpec, ranks: int, groups: int | None = None) -> None:
+        """Raise SpecError if the model can't run this layout on `ranks` ranks (in `groups` owner
+        groups, for a layout that takes a count): its head-sharded weights must split the
+        placement's `weight_split` ways."""
+        w = self.placement(ranks, groups).weight_split
+        if w > 1:
             for v, _ in model.mixers:
-                v.check_tp(ranks)
+                v.check_tp(w)
 
 
 class MoESplit:

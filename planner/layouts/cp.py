@@ -82,7 +82,8 @@ class ContextParallel(AttentionLayout):
     name = "cp"
     order = 1  # where listings put it
     description = "SPLASH CP: weights replicated, KV pages interleaved over ranks, partials all-gathered and LSE-merged"
-    kv_placement = "token_split"
+    group_rule = "one"
+    kv_in_group = "tokens"
     weights_sharded = False
     activations_replicated = True
     head_sharded = False
@@ -110,5 +111,5 @@ class ContextParallel(AttentionLayout):
                                  tokens_hidden_bytes(inp, inp.prefill_tokens), 1.0)]
         return colls
 
-    def check(self, model, ranks):
+    def check(self, model, ranks, groups=None):
         check_token_split(self.name, model)

@@ -36,7 +36,8 @@ class DecodeContextParallel(AttentionLayout):
     name = "dcp"
     order = 2  # where listings put it
     description = "vLLM DCP: heads sharded like TP, KV interleaved by tokens, queries all-gathered, outputs reduce-scattered"
-    kv_placement = "token_split"
+    group_rule = "one"
+    kv_in_group = "tokens"
     weights_sharded = True
     activations_replicated = True
     head_sharded = True
@@ -65,8 +66,8 @@ class DecodeContextParallel(AttentionLayout):
             colls.append(Collective("dcp_prefill_kv_allgather", "all_gather", prefill_resident(inp), 1.0))
         return colls
 
-    def check(self, model, ranks):
-        super().check(model, ranks)
+    def check(self, model, ranks, groups=None):
+        super().check(model, ranks, groups)
         check_token_split(self.name, model)
         # NOTE: vLLM: "DCP is not supported with sliding window" (vllm/v1/kv_cache_interface.py
         # SlidingWindowSpec); chunked local attention and DeepSeek-V4's window are windows too.

@@ -19,7 +19,9 @@ class DecoupledOwnership(AttentionLayout):
     name = "dop"
     order = 4  # where listings put it
     description = "heads sharded like TP, each request's KV on one owner, queries routed by all-to-all"
-    kv_placement = "owner"
+    group_rule = "per_rank"
+    kv_in_group = "heads"
+    weight_scope = "all"  # weights sharded over every rank, each request on one owner
     weights_sharded = True
     activations_replicated = True
     head_sharded = True

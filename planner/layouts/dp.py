@@ -75,7 +75,8 @@ class DataParallelAttention(AttentionLayout):
     name = "dp"
     order = 3  # where listings put it
     description = "weights replicated, each request's KV on one owner"
-    kv_placement = "owner"
+    group_rule = "per_rank"
+    kv_in_group = "heads"
     weights_sharded = False
     activations_replicated = False
     head_sharded = False

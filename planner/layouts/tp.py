@@ -16,6 +16,7 @@ from planner.layouts.base import (AttentionLayout, AttentionShare, Collective, S
                                   longest_row, pages_rounded, prefill_requests, prefill_resident, prefill_work,
                                   read_bytes, register_attention_layout, resident_state, state_bytes, stored_bytes, tokens_hidden_bytes,
                                   write_bytes)
+from planner.layouts.placement import kv_split_ways  # noqa: F401 (re-exported: engines and capacity import it here)
 
 
 def kv_split(inp: ShareInputs) -> float:
@@ -23,14 +24,6 @@ def kv_split(inp: ShareInputs) -> float:
     return kv_split_ways(inp.attention, inp.ranks)
 
 
-def kv_split_ways(variant, ranks: int) -> float:
-    """How many ways TP over `ranks` splits one variant's cache by heads (a recurrent state by its
-    heads; MLA's single latent: 1)."""
-    h = variant.kv_splittable_heads()
-    t = ranks
-    if h >= t:
-        return float(t) if h % t == 0 else 1.0
-    return float(h) if t % h == 0 else 1.0
 
 
 def split_core(parts: dict, ways: float) -> dict:
@@ -43,7 +36,8 @@ class TensorParallel(AttentionLayout):
     name = "tp"
     order = 0  # where listings put it
     description = "heads sharded, KV split by heads (replicated for MLA), all-reduce"
-    kv_placement = "every_rank"
+    group_rule = "one"
+    kv_in_group = "heads"
     weights_sharded = True
     activations_replicated = True
     head_sharded = True

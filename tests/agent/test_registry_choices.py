@@ -43,9 +43,10 @@ def _choices(runner: CommandRunner, command: str, option: str) -> list[str]:
 
 def test_a_toy_layout_is_in_the_cli_choices_and_runs(toy):
     r = CommandRunner(["floor", "triage", "simulate"])
-    assert _choices(r, "floor", "--attn") == ["tp", "cp", "dcp", "dp", "dop", "toy"]
+    builtin = [n for n in planner.ATTN_LAYOUTS if n != "toy"]  # the registry's order, the toy last
+    assert _choices(r, "floor", "--attn") == builtin + ["toy"]
     assert _choices(r, "triage", "--attn")[-1] == "toy"
-    assert _choices(r, "simulate", "--policy") == ["tp", "cp", "dcp", "dp", "dop", "toy", "dynamic"]
+    assert _choices(r, "simulate", "--policy") == builtin + ["toy", "dynamic"]
     doc = r.run("floor", ["--attn", "toy", "--batch", "8", "--context", "8k"])
     assert doc["attn"] == "toy" and doc["floor_max_s"] > 0
     assert {x["attn"] for x in r.run("compare", [])["layouts"]} >= {"toy"}
@@ -63,7 +64,7 @@ def test_a_toy_layout_is_in_the_mcp_tool_schemas(toy):
 
     tools, answer = anyio.run(body)
     attn = tools["floor"]["properties"]["attn"]["anyOf"][0]
-    assert attn["enum"] == ["tp", "cp", "dcp", "dp", "dop", "toy"]
+    assert attn["enum"] == [n for n in planner.ATTN_LAYOUTS if n != "toy"] + ["toy"]
     assert "toy" in tools["simulate"]["properties"]["policy"]["enum"]
     assert not answer.is_error and answer.structured_content["attn"] == "toy"
 

@@ -19,6 +19,7 @@ import planner
 from cli.main import main
 from planner.layouts import base as layout_base
 from planner.layouts.dp import DataParallelAttention
+from planner.layouts.dptp import DataParallelTensorParallelAttention
 from planner.models.attention import base as att_base
 from planner.models.attention.base import STATE, WINDOW, AttentionVariant, WeightPart, as_tokens
 
@@ -87,13 +88,28 @@ class ToyOwners(DataParallelAttention):
     order = 50
 
 
+class ToyPairs(DataParallelTensorParallelAttention):
+    """Owner groups of two ranks (T/2 groups) with attention TP inside each: a group count that is
+    neither 1 nor T, declared by the layout itself (not taken from the deployment)."""
+
+    name = "toypairs"
+    description = "toy: T/2 owner groups of two ranks, attention TP inside each"
+    order = 51
+    group_rule = "one"  # NOTE: overridden by owner_groups below; "given" would take a deployment's count
+
+    def owner_groups(self, ranks, groups=None):
+        return max(ranks // 2, 1)
+
+
 @pytest.fixture()
 def toys():
     att_base._REGISTRY.register(ToyWindowMQA)
     layout_base.register_attention_layout(ToyOwners)
+    layout_base.register_attention_layout(ToyPairs)
     yield
     att_base._REGISTRY._entries.pop(ToyWindowMQA.kind, None)
     layout_base._ATTN._entries.pop(ToyOwners.name, None)
+    layout_base._ATTN._entries.pop(ToyPairs.name, None)
 
 
 @pytest.fixture()
@@ -164,3 +180,34 @@ def test_the_policy_compiles_and_simulate_serves_the_toy_variant(toys, toy_confi
         assert out["completed"] == 20 and out["aborted"] == 0
     s = run(capsys, "simulate", "--model", str(toy_config), "--requests", "10", "--json")
     assert s["schema"].startswith("floorfirst.simulate/")
+
+
+def test_a_layout_of_t_over_two_owner_groups_runs_everywhere(toys):
+    """A layout module whose placement has T/2 groups of two ranks (`ToyPairs`) is priced by the
+    step model (busiest group: ⌈B/4⌉ requests, MLA's latent on both ranks of a group), sized by the
+    engine, compiled into the tables (4 owner groups, share 1), held to the planner's capacity by the
+    ledger, and served by the simulator, fixed and dynamic, with no other edit."""
+    from executor.sim import simulate
+    from planner.capacity import max_concurrency
+    from runtime_policy.kv_ledger import ledger_admits
+    from runtime_policy.policy import LayoutPolicy, PolicyKnobs
+    from runtime_policy.workloads import make_workload
+
+    m, hw = planner.load_model("deepseek-v3.2"), planner.load_hardware("h200")
+    d = planner.make_deployment(m, hw, attn="toypairs", moe="ep", gpus=8)
+    pl = d.placement
+    assert (pl.owner_groups, pl.group_ranks, pl.weight_split, pl.kv_copies(m.attention)) == (4, 2, 2, 2.0)
+    load = planner.DecodeLoad.equal(16, 8192.0)
+    per_request = float(m.memory_bytes(np.array([8192.0]), d.kv_dtype)["token"][0])
+    kv = planner.step_cost(d, load).kv_resident_bytes[0]
+    assert kv == pytest.approx(4 * per_request)  # 16 requests over 4 groups, each whole on both ranks
+    lp = LayoutPolicy.compile(d, knobs=PolicyKnobs(max_batch=256), max_prefill_tokens=1024)
+    t = lp.tables
+    k = t.layouts.index("toypairs")
+    assert t.info.owner_groups[k] == 4 and t.info.group_share[k] == pytest.approx(1.0)
+    for c in (4097.0, 32769.0):
+        want = float(max_concurrency(d, [c])[0])
+        assert want - 4 <= ledger_admits(t, k, c) <= want
+    for policy in ("toypairs", "dynamic"):
+        out = simulate(d, make_workload("chat", 40, seed=2), policy=policy, config=None)
+        assert out["completed"] == 40 and out["aborted"] == 0

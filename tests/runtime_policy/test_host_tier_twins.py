@@ -20,7 +20,7 @@ from planner.host_tier import HostTierSpec
 from runtime_policy.decision import PolicyState, Reason
 from runtime_policy.loop import LoopConfig
 from runtime_policy.policy import LayoutPolicy, PolicyKnobs
-from runtime_policy.tables import compile_tables
+from runtime_policy.tables import compile_tables, layout_names
 from runtime_policy.transitions import COMMIT_COLLECTIVES, host_fraction, memory_fits, plan_transition
 from runtime_policy.workloads import Workload
 
@@ -28,7 +28,7 @@ LAYERS, ROW, INDEXER = 61, 1152.0, 132.0
 BPT = LAYERS * (ROW + INDEXER)  # 78,324 B per token
 HF = ROW / (ROW + INDEXER)  # the tiered share of a token's bytes: 0.8972
 HOST_BPS, LINK_BPS, HBM_BPS, MSG_S = 64e9, 450e9, 4.8e12, 12e-6
-NAMES = ("tp", "cp", "dcp", "dp", "dop")
+NAMES = layout_names()  # every registered layout, in the tables' order
 
 
 @pytest.fixture(scope="module")
@@ -54,15 +54,16 @@ def test_twin_tables_are_the_two_compiled_tables_side_by_side(deps, twins):
         assert np.array_equal(twins.c1_s[half], ref.c1_s) and np.array_equal(twins.c2_s[half], ref.c2_s)
         assert np.array_equal(twins.info.kv_pool_bytes[half], ref.info.kv_pool_bytes)
     assert twins.base_rows_py[7][n + 1] == list(twins.base_s[7, n + 1])
-    assert list(twins.info.twin) == [5, 6, 7, 8, 9, 0, 1, 2, 3, 4]
-    assert list(twins.info.host_tier) == [False] * 5 + [True] * 5
-    assert twins.info.host_kv_fraction[6] == pytest.approx(HF) and twins.info.host_kv_fraction[1] == 0.0
+    assert list(twins.info.twin) == list(range(n, 2 * n)) + list(range(n))
+    assert list(twins.info.host_tier) == [False] * n + [True] * n
+    cp, dp = NAMES.index("cp"), NAMES.index("dp")
+    assert twins.info.host_kv_fraction[n + cp] == pytest.approx(HF) and twins.info.host_kv_fraction[cp] == 0.0
     # the move budget of a twin: the engine's budget + what the tier adds to its layout's pool
     # (DP: 115.01 GB + 103.59 − 13.55 GB = 205.05 GB, the fixed tiered table's own budget)
     b = twins.info.memory_budget_bytes
-    assert b[3] == twins.memory_budget_bytes == plain.memory_budget_bytes
-    assert b[8] == pytest.approx(plain.memory_budget_bytes + tiered.info.kv_pool_bytes[3] - plain.info.kv_pool_bytes[3])
-    assert b[8] == pytest.approx(tiered.memory_budget_bytes)
+    assert b[dp] == twins.memory_budget_bytes == plain.memory_budget_bytes
+    assert b[n + dp] == pytest.approx(plain.memory_budget_bytes + tiered.info.kv_pool_bytes[dp] - plain.info.kv_pool_bytes[dp])
+    assert b[n + dp] == pytest.approx(tiered.memory_budget_bytes)
     assert not plain.info.has_twins and not tiered.info.has_twins and twins.info.has_twins
 
 
@@ -169,7 +170,8 @@ def test_capacity_turns_the_tier_on_when_the_hbm_wall_binds(dop_pair):
     (560K) leave no room for a 100K-token head, and DOP+host (278.6 GB: 3.56M tokens) holds it and
     the 63 behind it: the policy spills."""
     pol = dop_pair
-    assert pol.tables.info.kv_pool_bytes[4] / BPT == pytest.approx(576_065, rel=1e-5)
+    dop = pol.tables.layouts.index("dop")
+    assert pol.tables.info.kv_pool_bytes[dop] / BPT == pytest.approx(576_065, rel=1e-5)
     d = pol.decide(_state(pol, "dop", 70_000.0, waiting=[100_000.0] * 64))
     assert d.switch and pol.tables.layouts[d.layout] == "dop+host" and d.reason == Reason.SWITCH_CAPACITY
     assert d.plan.spill_bytes_per_rank == pytest.approx(8 * 70_000.0 * BPT * HF)
@@ -182,7 +184,8 @@ def test_the_tier_goes_off_when_load_drops_with_hysteresis(dop_pair):
     94 % of the pool, past the 10 % headroom) the tier stays on; and not within the cooldown."""
     pol = dop_pair
     steps = pol.step_times_s(_state(pol, "dop+host", 40_000.0))
-    assert steps[9] / steps[4] - 1.0 > pol.knobs.min_gain_fraction
+    dop, dop_host = pol.tables.layouts.index("dop"), pol.tables.layouts.index("dop+host")
+    assert steps[dop_host] / steps[dop] - 1.0 > pol.knobs.min_gain_fraction
     d = pol.decide(_state(pol, "dop+host", 40_000.0))
     assert d.switch and pol.tables.layouts[d.layout] == "dop" and d.reason == Reason.SWITCH_THROUGHPUT
     assert d.plan.fill_bytes_per_rank == pytest.approx(8 * 40_000.0 * BPT * HF)

@@ -81,7 +81,7 @@ def test_the_tables_vectorized_steps_equal_the_kernels(dsv32):
                             prefill_context=np.array([c]))[0]
             got = step_time.step_seconds(row, crow if p else None, lo, hi, c1, c2, s1, s2, t.alpha, t.overhead_s)
             assert got == want
-            if t.info.is_owner[layout] and p:
+            if t.info.owner_groups[layout] > 1 and p:
                 own_p = int(rng.integers(1, p + 1))
                 s1c, s2c = s1 / 3, s2 / 3
                 co = (np.array([float(own_p)]), np.array([c]), np.array([s1c]), np.array([s2c]))

@@ -17,7 +17,8 @@ class ToyDecodeContextParallel(ContextParallel):
 
     name = "toy"
     description = "test layout: KV split by tokens, weights sharded"
-    kv_placement = "token_split"
+    group_rule = "one"
+    kv_in_group = "tokens"
     weights_sharded = True
     head_sharded = True
 
@@ -41,12 +42,13 @@ def test_toy_layout_is_compiled_planned_decided_and_served(toy):
     dep = planner.make_deployment(m, hw, attn="tp", gpus=8)
     pol = LayoutPolicy.compile(dep, knobs=PolicyKnobs(max_batch=256), max_prefill_tokens=1024)
     t = pol.tables
-    assert t.layouts == ("tp", "cp", "dcp", "dp", "dop", "toy")
+    assert t.layouts[-1] == "toy" and t.layouts[:-1] == tuple(n for n in planner.ATTN_LAYOUTS if n != "toy")
     toy_i, tp, cp, dop = (t.layouts.index(x) for x in ("toy", "tp", "cp", "dop"))
-    assert t.info.kv_placement[toy_i] == "token_split" and not t.info.is_owner[toy_i]
-    assert t.info.kv_total_share[toy_i] == pytest.approx(1 / 8)  # from CP's own share, not from a name
+    assert t.info.placements[toy_i].token_split == 8 and t.info.owner_groups[toy_i] == 1
+    assert t.info.group_share[toy_i] == pytest.approx(1 / 8)  # from CP's own share, not from a name
     assert t.info.weights_bytes[toy_i] == pytest.approx(t.info.weights_bytes[tp])  # sharded, as declared
-    assert len(all_plans(t, 8 * GB, 1 * GB)) == 30  # 6 × 5 ordered pairs
+    n = len(t.layouts)
+    assert len(all_plans(t, 8 * GB, 1 * GB)) == n * (n - 1)  # every ordered pair
     # toy -> tp: every rank gathers the 7/8 of every request it lacks; weights stay sharded
     p = plan_transition(t, toy_i, tp, 8 * GB, 1 * GB)
     assert p.kv_recv_bytes_per_rank == pytest.approx(8 * GB * 7 / 8) and p.weight_recv_bytes_per_rank == 0
@@ -64,8 +66,8 @@ def test_toy_layout_is_compiled_planned_decided_and_served(toy):
     own = np.full(8, 8 * 8064.0)
     s = PolicyState(ctx, own, np.full(8, 1e12), np.zeros(0), toy_i, False, 1 << 30, 64)
     d = pol.decide(s)
-    assert 0 <= d.layout < len(t.layouts) == 6 and pol.cant_decide == 0
-    assert len(pol.step_times_s(s)) == 6
+    assert 0 <= d.layout < len(t.layouts) == n and pol.cant_decide == 0
+    assert len(pol.step_times_s(s)) == n
 
     served = simulate(dep, shrinking(60, seed=1), "dynamic", "fcfs")
     assert served["completed"] == 60 and set(served["layout_time_s"]) == set(t.layouts)
