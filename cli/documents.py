@@ -37,7 +37,7 @@ NULLABLE: dict[str, tuple[str, ...]] = {
                 "layouts[].resources.kv_capacity.used_fraction"),
     "microbench": ("gpus",),
     "explain_launch": ("max_context_tokens",),
-    "regimes": ("predicted_s.*", "step_time_s.*"),
+    "regimes": ("predicted_s.*", "step_time_s.*", "runner_up_margin_fraction[][]"),
     "simulate": ("requests_per_s", "throughput_tokens_per_s", "tpot_p*_s", "ttft_p*_s", "ttlt_p*_s", "ttlt_mean_s",
                  "offered_*_per_s", "ttft_p50_by_arrival_quarter_s[]", "kv_full_time_fraction"),
     "serve": ("requests_per_s", "throughput_tokens_per_s", "tpot_p*_s", "ttft_p*_s", "ttlt_p*_s", "ttlt_mean_s",
