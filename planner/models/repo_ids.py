@@ -132,7 +132,8 @@ def cached_config(repo_id: str) -> tuple[Path | None, Path | None, str]:
     try:
         from huggingface_hub import try_to_load_from_cache
     except ImportError:
-        return None, None, "huggingface_hub is not installed (the hf extra: pip install huggingface_hub, to read its cache)"
+        return None, None, ("huggingface_hub is not installed (the hf extra: pip install huggingface_hub, "
+                            "to read its cache)")
 
     def one(filename: str) -> Path | None:
         try:
@@ -167,7 +168,8 @@ def resolve_repo_id(repo_id: str) -> Resolution:
 
     card = card_for_repo(repo_id)
     if card is not None:
-        return Resolution(repo_id, card, f"{card} (the built-in card of this repo id)", card, config=CARDS_DIR / f"{card}.json")
+        return Resolution(repo_id, card, f"{card} (the built-in card of this repo id)", card,
+                          config=CARDS_DIR / f"{card}.json")
     config, quant, why = cached_config(repo_id)
     if config is not None:
         extra = f" and {quant.name}" if quant is not None else ""
@@ -185,4 +187,5 @@ def resolve_repo_id(repo_id: str) -> Resolution:
     if marker is None:
         return Resolution(repo_id, card, f"{card} (the built-in card of this architecture)", card, config=path)
     rule = SUFFIX_RULES[marker]
-    return Resolution(repo_id, repo_id, f"{card} with {rule.convention} (the repo id's -{marker.upper()} suffix)", card, rule, config=path)
+    how = f"{repo_id}: the {card} card with {rule.convention}, from its -{marker.upper()} suffix"
+    return Resolution(repo_id, repo_id, how, card, rule, config=path)
