@@ -36,7 +36,7 @@ class PricingChoice(str, Enum):
     achieved = "achieved"
 
 
-ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Built-in model name or path to a Hugging Face config.json.")]
+ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Built-in model name, a path to a Hugging Face config.json (or its folder), or a Hugging Face repo id (Qwen/Qwen3-235B-A22B-FP8: its cached config, or the card with the weights of its quantization suffix).")]
 HardwareOpt = Annotated[str, typer.Option("--hardware", "-hw", help="Built-in GPU name or path to a hardware YAML file.")]
 GpusOpt = Annotated[int, typer.Option("--gpus", "-g", help="GPUs in the deployment (all replicas).")]
 ReplicasOpt = Annotated[int, typer.Option("--replicas", help="Replicas of the whole group; the group is gpus/replicas GPUs.")]

@@ -102,12 +102,15 @@ def model_window_tokens(model: str) -> int | None:
 
     from planner.inputs import MODEL_CONFIG_MAX_BYTES, load_json_file
     from planner.models.loader import CARDS_DIR
+    from planner.models.repo_ids import looks_like_repo_id, resolve_repo_id
 
     try:  # NOTE: a name too long for a path (ENAMETOOLONG) is the loader's error to report, not ours
         card = CARDS_DIR / f"{model.lower()}.json"
         path = card if "/" not in model and card.is_file() else Path(model)
         if path.is_dir():
             path = path / "config.json"
+        elif not path.exists() and looks_like_repo_id(model):  # a repo id: the config it resolves to
+            path = resolve_repo_id(model).config
         cfg = load_json_file(str(path), "model config", MODEL_CONFIG_MAX_BYTES)
     except (SpecError, OSError, ValueError):
         return None

@@ -90,7 +90,8 @@ def _thinned(n: int) -> np.ndarray:
 
 
 def plot_regimes(reg, title: str, path: str) -> None:
-    """Heatmap of the best layout per (batch, context) cell; infeasible cells in white."""
+    """Heatmap of the best layout per (batch, context) cell; infeasible cells in white, cells where
+    layouts tie (within reg.tie_margin) hatched."""
     plt = _pyplot()
     from matplotlib.colors import ListedColormap
 
@@ -101,6 +102,11 @@ def plot_regimes(reg, title: str, path: str) -> None:
     data = reg.best.astype(float) + 1  # 0 = infeasible
     ax.pcolormesh(np.arange(reg.context.size + 1), np.arange(reg.batch.size + 1), data, cmap=cmap,
                   vmin=-0.5, vmax=k + 0.5, edgecolors="0.9", linewidth=0.3)
+    from matplotlib.patches import Patch, Rectangle
+
+    ties = reg.tied.sum(axis=0) > 1 if reg.tied is not None else np.zeros(reg.best.shape, bool)
+    for i, j in zip(*np.nonzero(ties)):
+        ax.add_patch(Rectangle((j, i), 1, 1, fill=False, hatch="///", edgecolor="0.25", linewidth=0))
     xs, ys = _thinned(reg.context.size), _thinned(reg.batch.size)
     ax.set_xticks(xs + 0.5)
     ax.set_xticklabels([f"{c / 1024:.0f}k" if c >= 1024 else f"{c:.0f}" for c in reg.context[xs]], rotation=45, fontsize=7)
@@ -108,12 +114,13 @@ def plot_regimes(reg, title: str, path: str) -> None:
     ax.set_yticklabels([f"{b:.0f}" for b in reg.batch[ys]], fontsize=7)
     ax.set_xlabel("context per request (tokens)")
     ax.set_ylabel("batch (concurrent requests)")
-    from matplotlib.patches import Patch
-
     used = sorted(set(int(x) for x in reg.best.ravel()))
     handles = [Patch(color=palette[i], label=reg.labels[i]) for i in used if i >= 0]
     if -1 in used:
         handles.append(Patch(facecolor="#ffffff", edgecolor="0.5", label="KV does not fit"))
+    if ties.any():
+        handles.append(Patch(facecolor="#ffffff", edgecolor="0.25", hatch="///",
+                             label=f"tie: another layout within {100 * reg.tie_margin:g} %"))
     ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
     ax.set_title(f"{title}\nbest layout by floor_{reg.floor}", fontsize=10)
     fig.tight_layout()

@@ -112,8 +112,8 @@ def capacity_table(out: dict[str, Any], dep0: planner.Deployment) -> Table:
     p0 = dep0.memory
     mix = [f"{fmt_tokens(x['context_tokens'])}×{x['requests']}" for x in out.get("context_mix", ())]
     at = f"the mix {', '.join(mix)}" if mix else f"{fmt_tokens(out['context_tokens'])} tokens/request"
-    t = Table(title=title(f"{deployment_title(dep0)}: KV capacity at {at} "
-                          f"({dep0.engine}, {p0.usable_hbm_bytes / GiB:.1f} GiB usable per GPU, {out['page_tokens']}-token pages)"))
+    t = Table(title=title(f"{deployment_title(dep0)}: KV capacity at {at} [{dep0.kv_dtype} KV, {dep0.weight_dtype} "
+                          f"weights] ({dep0.engine}, {p0.usable_hbm_bytes / GiB:.1f} GiB usable per GPU, {out['page_tokens']}-token pages)"))
     tiered = any("host_tier" in d for d in out["layouts"])
     cols = ["attn/moe", "weights GiB/GPU", "mem fraction", "KV pool GiB/GPU", "KV copies", "distinct tokens",
             "max concurrency"]

@@ -163,38 +163,41 @@ def is_engine_flag(name: str) -> bool:
 
 
 def builtin_card(name: str) -> str | None:
-    """The built-in card a Hugging Face repo id or folder name stands for ('deepseek-ai/DeepSeek-V3.2'
-    → 'deepseek-v3.2'; 'Qwen/Qwen3-235B-A22B-FP8' → 'qwen3-235b-a22b'), or None. NOTE: suffixes that
-    name a release of the same architecture (-Instruct, -Chat, -Exp, -FP8, a date) are dropped; the
-    longest card name that matches wins, so V3.2 is never read as V3."""
-    from planner import builtin_model_names
+    """The built-in card of the architecture a Hugging Face repo id or folder name names
+    ('deepseek-ai/DeepSeek-V3.2' → 'deepseek-v3.2'; 'Qwen/Qwen3-235B-A22B-FP8' → 'qwen3-235b-a22b'),
+    or None (planner.models.repo_ids.card_for_name). The checkpoint's weight dtypes are the
+    resolver's (`--model` reads the same id the same way)."""
+    from planner.models.repo_ids import card_for_name
 
-    stem = name.rstrip("/").rsplit("/", 1)[-1].lower()
-    cards = sorted(builtin_model_names(), key=len, reverse=True)
-    drop = re.compile(r"-(instruct|chat|exp|base|fp8|fp4|nvfp4|mxfp4|bf16|\d{4}(-\d{2})?|it)$")
-    while True:
-        if stem in cards:
-            return stem
-        shorter = drop.sub("", stem)
-        if shorter == stem:
-            return None
-        stem = shorter
+    return card_for_name(name)
 
 
 def _model_option(value: str) -> tuple[str, str]:
-    """(what --model gets, how it was read): a card, a config folder's config.json, or a path."""
+    """(what --model gets, how it was read): a config folder's config.json, a path, or a repo id
+    resolved as `--model` resolves it (planner.models.repo_ids: its card, its cached config, or a
+    card with the weights of its quantization suffix)."""
+    from planner.models.repo_ids import looks_like_repo_id, resolve_repo_id
+
     p = Path(value)
     try:
-        if p.is_dir() and (p / "config.json").is_file():
+        if p.is_dir() and (p / "config.json").is_file():  # planner.load_model reads its hf_quant_config.json
             return str(p / "config.json"), f"{p / 'config.json'} (the folder's config)"
         if p.is_file():
             return value, f"{value} (a config.json)"
     except (OSError, ValueError):  # a name too long for a path, a NUL byte: not a path, maybe a repo id
         pass
-    card = builtin_card(value)
-    if card is not None:
-        return card, f"{card} (the built-in card of this repo id)"
-    raise SpecError(f"--engine-args: model {value!r} is neither a built-in card, a repo id of one, nor a folder "
+    if looks_like_repo_id(value):
+        try:
+            r = resolve_repo_id(value)
+        except SpecError as exc:
+            raise SpecError(f"--engine-args: {exc}") from None
+        return r.model, r.how
+    from planner.models.repo_ids import card_for_name, split_marker
+
+    card = card_for_name(value)
+    if card is not None and split_marker(value)[1] is None:
+        return card, f"{card} (the built-in card of this name)"
+    raise SpecError(f"--engine-args: model {value!r} is neither a built-in card, a Hugging Face repo id, nor a folder "
                     "with a config.json (pass --model PATH/config.json)")
 
 

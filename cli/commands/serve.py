@@ -108,6 +108,7 @@ def serve_cmd(
                      "latent_dim": stack.latent_dim, "page_tokens": stack.page_size, "kv_pages_per_rank": kv_pages,
                      "device": "cuda" if use_cuda else "cpu", "clock": clock.value}, **doc}
     doc.pop("timeline", None)
+    doc.pop("per_request", None)
     if json_out:
         emit_json("serve", doc)
         return

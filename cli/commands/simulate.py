@@ -1,6 +1,8 @@
 """`floorfirst simulate`: serve a workload on a deployment with the simulated executor under a
 fixed layout or the dynamic layout policy, and one request ordering; report throughput, TTFT /
-TPOT / time-to-last-token percentiles and the switches made (table, `--json`, `--plot`)."""
+TPOT / time-to-last-token percentiles, offered against served load, the queue, whether the load is
+overloaded (runtime_policy.metrics states the rule) and the switches made (table, `--json`,
+`--plot`, and `--requests-csv` for one row per request)."""
 
 from __future__ import annotations
 
@@ -24,6 +26,36 @@ from planner.errors import SpecError
 
 # the layouts from the planner's registry, and the dynamic policy (choices made at registration)
 PolicyOpt = Annotated[str, typer.Option("--policy", help="A fixed attention layout, or dynamic switching."), POLICIES]
+REQUEST_COLUMNS = ("request", "arrival_s", "first_token_s", "finish_s", "input_tokens", "output_tokens", "status",
+                   "preemptions")
+
+
+def _csv_path(value: str | None) -> str | None:
+    """--requests-csv is checked as the options are parsed, before any work."""
+    if value is not None:
+        from planner.inputs import check_output_path
+
+        check_output_path(value, "--requests-csv", suffixes=(".csv",))
+    return value
+
+
+RequestsCsvOpt = Annotated[Optional[str], typer.Option(
+    "--requests-csv", callback=_csv_path,
+    help="Write one row per request (arrival, first token and finish times in s, input and output tokens, status, "
+         "preemptions) to this CSV file; a time never reached is empty.")]
+
+
+def write_requests_csv(rows: dict, path: str) -> None:
+    import csv
+
+    try:
+        with open(path, "w", newline="") as f:
+            out = csv.writer(f)
+            out.writerow(REQUEST_COLUMNS)
+            for row in zip(*(rows[c] for c in REQUEST_COLUMNS)):
+                out.writerow("" if v is None else v for v in row)
+    except OSError as exc:
+        raise SpecError(f"cannot write --requests-csv {path}: {exc.strerror}") from None
 
 
 class OrderChoice(str, Enum):
@@ -97,6 +129,7 @@ def simulate_cmd(
     host_tier: HostTierOpt = False, hbm_budget_tokens: BudgetOpt = 4096, locality: LocalityOpt = 0.8,
     host_page_rows: HostPageOpt = 1,
     tier_choice: Annotated[bool, typer.Option("--tier-choice", help="With --host-tier and --policy dynamic: the policy may also turn the tier on and off (each layout gets a '+host' twin).")] = False,
+    requests_csv: RequestsCsvOpt = None,
 ) -> None:
     """Serve a workload with the simulated executor: dynamic or fixed layout, and an ordering."""
     from executor.sim import simulate
@@ -157,6 +190,9 @@ def simulate_cmd(
     doc = {"model": m.name, "hardware": hw.name, "gpus": gpus, "replicas": replicas, "moe": dep.moe,
            "kv_dtype": dep.kv_dtype, "workload": w.name, "workload_params": w.params, "seed": seed,
            "policy": policy, "order": order.value, **doc}
+    rows = doc.pop("per_request")
+    if requests_csv:
+        write_requests_csv(rows, requests_csv)
     if plot:
         _plot(doc, plot)
     if json_out:
@@ -177,9 +213,12 @@ def render(doc: dict, title: str) -> None:
     for name in ("ttft", "tpot", "ttlt"):
         vals = [doc[f"{name}_{p}_s"] for p in ("p50", "p90", "p99")]
         t.add_row(f"{name} (s)", *("—" if v is None else f"{v:.3f}" for v in vals))
+    qs = [doc[f"queue_{p}_requests"] for p in ("p50", "p90", "p99")]
+    t.add_row("queue (requests)", *(f"{q:.0f}" for q in qs))
     con.print(t)
     con.print(f"throughput {doc['throughput_tokens_per_s']:.0f} tokens/s over {doc['makespan_s']:.1f} s; "
               f"{doc['completed']} completed, {doc['aborted']} aborted, {doc['preemptions']} preemptions")
+    con.print(load_lines(doc))
     shares = {k: v for k, v in doc["layout_time_s"].items() if v > 0}
     con.print("time per layout: " + ", ".join(f"{k} {v:.1f} s" for k, v in shares.items()))
     con.print(f"{len(doc['switches'])} switches, total cost {doc['switch_cost_total_s'] * 1e3:.2f} ms")
@@ -191,6 +230,23 @@ def render(doc: dict, title: str) -> None:
     if doc["cant_decide"]:
         con.print(f"[yellow]the policy could not decide {doc['cant_decide']} times (it stayed)[/]")
     con.print(f"step time model: {doc['step_time_model']}")
+
+
+def load_lines(doc: dict) -> str:
+    """Offered against served load, the queue, the KV pool's full time and the verdict, as text."""
+    off = doc["offered_requests_per_s"]
+    offered = ("offered: every request at t = 0" if off is None else
+               f"offered {off:.3g} requests/s ({doc['offered_input_tokens_per_s']:.0f} prompt + "
+               f"{doc['offered_output_tokens_per_s']:.0f} output tokens/s) over {doc['arrival_span_s']:.1f} s")
+    served = (f"served {doc['served_requests_per_s']:.3g} requests/s ({doc['served_input_tokens_per_s']:.0f} + "
+              f"{doc['served_output_tokens_per_s']:.0f} tokens/s) over {doc['makespan_s']:.1f} s, the drain included")
+    quarters = ", ".join("—" if q is None else f"{q:.3g}" for q in doc["ttft_p50_by_arrival_quarter_s"])
+    full = doc["kv_full_time_fraction"]
+    kv = "" if full is None else f"; KV pool full {100 * full:.0f} % of the time"
+    colour = "red" if doc["overloaded"] else "green" if doc["overloaded"] is False else "yellow"
+    return (f"{offered}; {served}\nqueue (arrived, no first token yet) up to {doc['queue_max_requests']} requests, "
+            f"{doc['queue_at_last_arrival_requests']} at the last arrival; median TTFT by arrival quarter {quarters} s"
+            f"{kv}\n[{colour}]{escape(doc['verdict'])}[/]")
 
 
 def register(app: typer.Typer) -> None:

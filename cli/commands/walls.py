@@ -21,6 +21,7 @@ from cli.registry_options import live
 from cli.rendering import deployment_title
 from planner.errors import SpecError
 from planner.units import GiB
+from planner.regimes import TIE_MARGIN
 from planner.regimes import regimes as compute_regimes
 from planner.walls import walls as compute_walls
 
@@ -165,8 +166,10 @@ def regimes(
     mem_fraction: MemFractionOpt = DEFAULTS["mem_fraction"], page_tokens: PageOpt = None, reserve_gib: ReserveOpt = None,
     engine: EngineOpt = DEFAULTS["engine"], nodes: NodesOpt = None, swa_full_tokens_ratio: SwaRatioOpt = None,
     attn_groups: AttnGroupsOpt = None, calibration: CalibrationOpt = None, json_out: JsonOpt = False, plot: PlotOpt = None,
+    tie_margin: Annotated[float, typer.Option("--tie-margin", help="Layouts within this fraction of the best step time tie (0.01 = 1 %): a cell names them all, not a winner by a fraction of a percent.")] = TIE_MARGIN,
 ) -> None:
-    """Best layout over a batch × context grid; capacity-infeasible cells marked."""
+    """Best layout over a batch × context grid (ties within a margin named as ties, the runner-up's
+    margin per cell); capacity-infeasible cells marked."""
     cal = load_calibration(calibration)
     m, hw = load_specs(model, hardware)
     deps = select_layouts(valid_deployments(m, hw, gpus, replicas, weight_dtype, kv_dtype, mem_fraction, page_tokens,
@@ -174,11 +177,13 @@ def regimes(
                                      attn_groups=attn_groups)[0], layouts)
     b = _grid(batch_range, "--batch-range", 11)
     c = _grid(context_range, "--context-range", 9)
-    reg = compute_regimes(deps, b, c, floor.value)
+    reg = compute_regimes(deps, b, c, floor.value, tie_margin)
     grid = [[reg.best_label(i, j) for j in range(c.size)] for i in range(b.size)]
+    ties = [[reg.tie_labels(i, j) for j in range(c.size)] for i in range(b.size)]
     out = {"model": m.name, "hardware": hw.name, "gpus": gpus, "nodes": deps[0].nodes, "engine": deps[0].engine,
            "floor": floor.value, "batch": [int(x) for x in b], "context_tokens": c,
-           "layouts": reg.labels, "best": grid,
+           "layouts": reg.labels, "best": grid, "tie_margin_fraction": tie_margin, "tied": ties,
+           "runner_up_margin_fraction": reg.runner_up_margin,
            "step_time_s": {lab: reg.times_s[k] for k, lab in enumerate(reg.labels)}}
     if cal is not None:
         out["predicted_s"] = {lab: cal.predict_s(cost).reshape(b.size, c.size) for lab, cost in zip(reg.labels, reg.costs)}
@@ -197,11 +202,24 @@ def regimes(
     for x in c:
         t.add_column(f"{x / 1024:.0f}k" if x >= 1024 else f"{x:.0f}", justify="center")
     for i, x in enumerate(b):
-        t.add_row(f"{x:.0f}", *[g if g != "infeasible" else "·" for g in grid[i]])
+        t.add_row(f"{x:.0f}", *[_cell(ties[i][j], reg.runner_up_margin[i, j]) for j in range(c.size)])
     con.print(t)
-    con.print("· = KV does not fit in any layout")
+    con.print(f"≈ = a tie: also within {100 * tie_margin:g} % of the best (≈+N: N more); +N% = how much slower the "
+              "runner-up is; · = KV does not fit in any layout")
     if plot:
         con.print(f"plot written to {plot}")
+
+
+def _cell(tied: list[str], margin: float) -> str:
+    """A regimes cell: the best layout, then the tie or the runner-up's margin."""
+    if not tied:
+        return "·"
+    if len(tied) == 2:
+        return f"{tied[0]}\n≈{tied[1]}"
+    if len(tied) > 2:
+        return f"{tied[0]}\n≈+{len(tied) - 1}"
+    return f"{tied[0]}\n" + ("only fit" if not np.isfinite(margin) else f"+{100 * margin:.0f}%" if margin >= 0.095
+                              else f"+{100 * margin:.1f}%")
 
 
 def register(app: typer.Typer) -> None:

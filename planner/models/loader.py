@@ -25,6 +25,7 @@ from planner.models.mlp.base import mlp_for_layer
 from planner.models.patterns import layer_types, mtp_layers
 from planner.models.quant import WeightQuant, weight_quant
 from planner.models.quant import describe as quant_describe
+from planner.models.repo_ids import looks_like_repo_id
 from planner.models.spec import LayerGroup, ModelSpec
 
 CARDS_DIR = Path(__file__).parent / "cards"
@@ -146,7 +147,10 @@ def _main_dtype(groups: tuple[LayerGroup, ...]) -> str:
     return max(by, key=by.get) if by else "bf16"
 
 
-def model_from_hf_config(cfg: dict[str, Any], name: str, quant_file: dict[str, Any] | None = None) -> ModelSpec:
+def model_from_hf_config(cfg: dict[str, Any], name: str, quant_file: dict[str, Any] | None = None,
+                         quant: Any = None) -> ModelSpec:
+    """`quant`: the weight dtypes per part (anything with `signature(layer)` and `describe()`, a repo
+    id's suffix rule) in place of what the config's quantization files say."""
     where = f"config {name}"
     if not isinstance(cfg, dict):
         raise SpecError(f"{where}: expected a JSON object")
@@ -162,14 +166,14 @@ def model_from_hf_config(cfg: dict[str, Any], name: str, quant_file: dict[str, A
     c = HFConfig(cfg, where)
     try:
         types = layer_types(c)
-        layers = _group_layers(c, types, weight_quant(cfg, quant_file))
+        layers = _group_layers(c, types, quant if quant is not None else weight_quant(cfg, quant_file))
         hidden, vocab = c.int("hidden_size"), c.int("vocab_size")
         mtp = mtp_layers(c)
         spec = ModelSpec(
             name=name, architecture=arch, num_layers=len(types), hidden_size=hidden, vocab_size=vocab,
             intermediate_size=c.int("intermediate_size", None), tie_word_embeddings=c.flag("tie_word_embeddings"),
             mtp_layers=mtp, default_weight_dtype=_main_dtype(layers), layers=layers,
-            quantization=quant_describe(cfg, quant_file),
+            quantization=quant.describe() if quant is not None else quant_describe(cfg, quant_file),
         )
     except SpecError as exc:
         raise SpecError(f"{where} ({arch}): {str(exc).removeprefix('config.json: ')}") from None
@@ -180,24 +184,46 @@ QUANT_FILE = "hf_quant_config.json"  # NVIDIA ModelOpt checkpoints ship it besid
 
 
 @lru_cache(maxsize=64)
-def _load_path(path: str, name: str, stamp: tuple[int, int], quant_stamp: tuple[int, int] = (0, 0)) -> ModelSpec:
+def _load_path(path: str, name: str, stamp: tuple[int, int], quant_path: str | None = None,
+               quant_stamp: tuple[int, int] = (0, 0), rule: Any = None) -> ModelSpec:
     """`stamp` (mtime, size) keys the cache, so an edited file is read again in a long-lived
-    process; `quant_stamp` is the sibling hf_quant_config.json's ((0, 0): none)."""
+    process; `quant_path` is the hf_quant_config.json read with it (None: none) and `quant_stamp`
+    its stamp; `rule` a repo id's suffix rule that sets the weight dtypes instead."""
     # NOTE: finite=False: real configs hold Infinity in fields the planner never reads (Nemotron-H's
     # time_step_limit); check_config_fields refuses a non-finite value in any field it does read.
     cfg = load_json_file(path, "model config", MODEL_CONFIG_MAX_BYTES, finite=False)
     quant = None
-    if quant_stamp != (0, 0):
-        quant = load_json_file(str(Path(path).parent / QUANT_FILE), "quantization config", MODEL_CONFIG_MAX_BYTES,
-                               finite=False)
+    if quant_path is not None:
+        quant = load_json_file(quant_path, "quantization config", MODEL_CONFIG_MAX_BYTES, finite=False)
         if not isinstance(quant, dict):
-            raise SpecError(f"{shown_path(str(Path(path).parent / QUANT_FILE))}: expected a JSON object")
-    return model_from_hf_config(cfg, name, quant)
+            raise SpecError(f"{shown_path(quant_path)}: expected a JSON object")
+    return model_from_hf_config(cfg, name, quant, quant=rule)
 
 
-def _quant_stamp(config_path: Path) -> tuple[int, int]:
+def _quant_file(config_path: Path) -> str | None:
+    """The hf_quant_config.json beside a config.json, or None. NOTE: beside the path as given, not
+    the file it links to: a Hugging Face cache snapshot links each file to a blob of its own."""
     q = config_path.parent / QUANT_FILE
-    return file_stamp(str(q)) if path_kind(q, "quantization config") != "missing" else (0, 0)
+    return str(q) if path_kind(q, "quantization config") != "missing" else None
+
+
+def _load_config(config: Path, name: str, quant_path: str | None) -> ModelSpec:
+    canonical = str(config.parent.resolve() / config.name)
+    return _load_path(canonical, name, file_stamp(str(config)), quant_path,
+                      file_stamp(quant_path) if quant_path else (0, 0))
+
+
+def _load_repo_id(repo_id: str) -> ModelSpec:
+    """A Hugging Face repo id (planner.models.repo_ids): its card, its cached config, or a card with
+    the weight dtypes of the id's quantization suffix."""
+    from planner.models.repo_ids import resolve_repo_id
+
+    r = resolve_repo_id(repo_id)
+    if r.rule is not None:
+        return _load_path(str(r.config), repo_id, file_stamp(str(r.config)), rule=r.rule)
+    if r.card is not None:
+        return load_model(r.card)
+    return _load_config(r.config, repo_id, None if r.quant_file is None else str(r.quant_file))
 
 
 def load_model(name_or_path: str) -> ModelSpec:
@@ -210,12 +236,9 @@ def load_model(name_or_path: str) -> ModelSpec:
     if kind == "folder" and path_kind(path / "config.json", "model config") != "missing":
         path, kind = path / "config.json", "file"
     if kind in ("file", "other"):  # a FIFO or a device is refused by the read, not called missing
-        return _load_path(str(path.resolve()), str(name_or_path), file_stamp(str(path)), _quant_stamp(path))
-    if kind == "missing" and name_or_path.count("/") == 1 and path.suffix != ".json":
-        card = card_for_repo(name_or_path)  # a Hugging Face repo id that matches a built-in card
-        if card is not None:
-            return load_model(card)
+        return _load_config(path, str(name_or_path), _quant_file(path))
+    if kind == "missing" and looks_like_repo_id(name_or_path):
+        return _load_repo_id(name_or_path)
     if path.suffix == ".json" or "/" in name_or_path:
-        raise SpecError(f"model config not found: {shown_path(name_or_path)}"
-                        + (" (nor a Hugging Face repo id of a built-in card)" if name_or_path.count("/") == 1 else ""))
+        raise SpecError(f"model config not found: {shown_path(name_or_path)}")
     raise SpecError(f"unknown model '{shown_path(name_or_path)}'; built in: {', '.join(builtin_model_names())}, or a path to a config.json")

@@ -32,9 +32,20 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from planner.errors import SpecError
+
 PARTS = ("mixer", "routed_experts", "shared_experts", "dense_mlp")
 _ALGO = {"nvfp4": "fp4", "w4a16_nvfp4": "fp4", "mxfp4": "fp4", "fp4": "fp4", "fp8": "fp8", "w8a8_fp8": "fp8",
-         "fp8_pb_wo": "fp8", "modelopt_fp4": "fp4", "fbgemm_fp8": "fp8"}
+         "fp8_pb_wo": "fp8", "modelopt_fp4": "fp4", "fbgemm_fp8": "fp8", "nvfp4_awq": "fp4",
+         "fp8_per_channel_per_token": "fp8", "w4a8_nvfp4_fp8": "fp4", "w4a8_mxfp4_fp8": "fp4"}
+# Integer weights: no floorfirst dtype prices them (W4A16/W8A16 kernels dequantize to bf16 for the
+# MMA, so neither the fp4/fp8 bytes nor their FLOP peaks are theirs). Refused by name.
+# NOTE: compressed-tensors `type: int` groups (Kimi-K2.5's W4A16, group 32 with bf16 scales:
+# 0.5 + 2/32 bytes a parameter, NVFP4's exactly) keep being read by their bits, as fp4/fp8 bytes.
+_INTEGER_METHODS = {"awq": "int4 (AWQ)", "gptq": "int4/int8 (GPTQ)", "bitsandbytes": "int4/int8 (bitsandbytes)",
+                    "gguf": "GGUF", "aqlm": "AQLM", "hqq": "HQQ", "eetq": "int8 (EETQ)", "exl2": "EXL2",
+                    "awq_marlin": "int4 (AWQ)", "gptq_marlin": "int4/int8 (GPTQ)"}
+_INTEGER_ALGO = re.compile(r"int[48]|w4a16_awq|w4a8_awq|_sq($|_)", re.IGNORECASE)
 
 # family -> (layer prefix, {part: module names under a layer})
 FAMILIES: dict[str, tuple[str, dict[str, tuple[str, ...]]]] = {
@@ -168,6 +179,10 @@ def weight_quant(cfg: dict[str, Any], quant_file: dict[str, Any] | None = None) 
     algo = q.get("quant_algo") or hq.get("quant_algo")
     if not q and not hq:
         return None
+    if method in _INTEGER_METHODS or (isinstance(algo, str) and _INTEGER_ALGO.search(algo)):
+        what = _INTEGER_METHODS.get(method) or f"quant_algo {algo}"
+        raise SpecError(f"{what} weights are not a dtype floorfirst prices (bf16, fp8, fp4); price the unquantized "
+                        "config with --weight-dtype fp4 (4-bit) or fp8 (8-bit) instead")
     base = _dtype(algo) or _dtype(method)
     if method == "compressed-tensors":
         groups = q.get("config_groups") if isinstance(q.get("config_groups"), dict) else {}

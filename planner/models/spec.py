@@ -60,7 +60,7 @@ class ModelSpec(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
 
-    name: str = Field(description="Built-in card name or the config path it came from.")
+    name: str = Field(description="Built-in card name, the config path it came from, or the Hugging Face repo id it was resolved from.")
     architecture: str = Field(description="`architectures[0]` or `model_type` of the config.")
     num_layers: int = Field(gt=0, description="Decoder layers; MTP draft layers excluded.")
     hidden_size: int = Field(gt=0)
