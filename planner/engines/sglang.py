@@ -20,12 +20,16 @@ server_args with the nsa_* arguments; shared/reference/dsa-in-engines.md §6):
   `get_available_gpu_memory` = torch.cuda.mem_get_info, MIN over ranks); after weights
   rest = available − total·(1 − mem_fraction_static) = mem_fraction_static·total − weights;
   max_total_num_tokens = rest // cell_size, then aligned down to whole pages (`init_memory_pool`).
-- `get_cell_size_per_token`: MLA (kv_lora + rope)·layers·element_size, + for NSA/DSA models
-  (index_head_dim + index_head_dim/128·4)·layers = 132 B/layer. NOTE: with fp8 the NSA pool
-  really stores the 656-byte record (`NSATokenToKVPool`, `calculate_mla_kv_cache_dim`), but the
-  profile divides by 576 + 132: SGLang admits rest/708 tokens per layer and the extra 80 B/token
-  come out of the reserve. This model does the same: tokens from the profiled cell, bytes from
-  the real record.
+- The cell the pool is sized by: MLA (kv_lora + rope)·layers·element_size, + for NSA/DSA models
+  (index_head_dim + index_head_dim/128·4)·layers = 132 B/layer. With fp8 KV on a DSA model, SGLang's
+  current pool configurator sizes by the record it stores: python/sglang/srt/model_executor/
+  pool_configurator.py `DefaultPoolConfigurator._compute_cell_size` (commit 003fca80) takes
+  `calculate_mla_kv_cache_dim` (mem_cache/kv_cache_configurator.py: kv_lora + kv_lora/128·4 +
+  rope·2 = 512 + 16 + 128 = 656 B, the rope kept in bf16) + the 132-B indexer key = 788 B per layer
+  (`DSATokenToKVPool` stores exactly that). NOTE: older releases' `get_cell_size_per_token`
+  (model_runner_kv_cache_mixin.py, commit 001ccef0) divided by (512 + 64)·1 + 132 = 708 while
+  storing 788, so they admitted 11 % more tokens than their pool's bytes (the extra came out of the
+  reserve); this model follows the current code (tests/planner/test_engines.py).
 - `_handle_model_specific_adjustments`: DeepSeek DSA gets page_size 64 on CUDA (1 on ROCm) and
   `_set_default_nsa_kv_cache_dtype(major)`: fp8_e4m3 when the compute capability major ≥ 10
   (Blackwell), bfloat16 below. Other models keep page_size 1 and kv_cache_dtype auto (bf16).
@@ -57,6 +61,16 @@ if TYPE_CHECKING:  # pragma: no cover
 SOURCE = ("sgl-project/sglang python/sglang/srt: server_args.py ServerArgs._handle_gpu_memory_settings, "
           "model_executor/model_runner_kv_cache_mixin.py profile_max_num_token (v0.5.7-v0.5.8)")
 INDEXER_CELL_BYTES = 128 + 128 // 128 * 4  # index_head_dim + index_head_dim // quant_block_size * 4 (uint8)
+QUANT_BLOCK = 128  # DSATokenToKVPool.quant_block_size: one fp32 scale per 128 latent channels
+
+
+def mla_kv_cache_dim_bytes(v, kv_dtype: str) -> float:
+    """Bytes of one DSA layer's MLA record per token as SGLang stores it: with fp8 (`fp8_dsa`)
+    kv_lora fp8 + one fp32 scale per 128 + the rope in bf16 (mem_cache/kv_cache_configurator.py
+    `calculate_mla_kv_cache_dim`: 656 B for DeepSeek-V3.2), else (kv_lora + rope) × 2 B."""
+    if kv_dtype == "fp8_dsa":
+        return v.kv_lora_rank + v.kv_lora_rank // QUANT_BLOCK * 4 + v.qk_rope_head_dim * 2
+    return (v.kv_lora_rank + v.qk_rope_head_dim) * 2.0
 
 
 def graph_and_chunk_defaults(gpu_mem_mib: float, tp_size: int) -> tuple[int, int]:
@@ -213,13 +227,13 @@ class SGLang(EngineMemoryModel):
                             "(mem_fraction_static = (memory − reserve)/memory); give one of them")
 
     def cell_bytes_per_token(self, dep: "Deployment") -> float:
-        """What `get_cell_size_per_token` divides by, per token on the rank (all layers)."""
+        """What SGLang divides the KV budget by, per token on the rank (all layers): the pool
+        configurator's cell (module docstring), the stored MLA record + the indexer key for DSA."""
         dsa = [(v, n) for v, n in dep.model.mixers if v.kind == "dsa"]
         if not dsa:
             return kv_bytes_on_rank(dep)
-        elem = 1.0 if dep.kv_dtype == "fp8_dsa" else 2.0
         # NOTE: GLM-5.2's 'shared' layers (no indexer of their own) are counted without the indexer cell
-        return sum(((v.kv_lora_rank + v.qk_rope_head_dim) * elem + (INDEXER_CELL_BYTES if v.own_indexer else 0.0)) * n
+        return sum((mla_kv_cache_dim_bytes(v, dep.kv_dtype) + (INDEXER_CELL_BYTES if v.own_indexer else 0.0)) * n
                    for v, n in dsa)
 
     def plan(self, dep):

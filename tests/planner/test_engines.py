@@ -107,11 +107,14 @@ def test_sglang_dp_attention_reserve_and_other_gpus():
 
 
 def test_sglang_fp8_dsa_tokens_come_from_its_profiled_cell():
-    # NSATokenToKVPool stores 656 B/layer in fp8, get_cell_size_per_token divides by 576 + 132
+    # DSATokenToKVPool stores 656 B/layer in fp8 + the 132-B indexer key, and SGLang's current pool
+    # configurator (pool_configurator.py _compute_cell_size) divides by that same 788 B (older
+    # releases divided by 576 + 132 = 708)
     dep = deployment(attn="tp", gpus=8, hardware="b200")  # Blackwell: SGLang's DSA default is fp8_e4m3
     assert dep.kv_dtype == "fp8_dsa"
     p = dep.memory
-    cell, record = (576 + 132) * DSV32_LAYERS, FP8_DSA_RECORD * DSV32_LAYERS
+    cell, record = (512 + 512 // 128 * 4 + 64 * 2 + 132) * DSV32_LAYERS, FP8_DSA_RECORD * DSV32_LAYERS
+    assert cell == record == 788 * DSV32_LAYERS
     rest = p.fraction * p.total_bytes - weights(dep)
     assert p.kv_cell_bytes_per_token == cell and p.kv_bytes_per_token == record
     assert p.kv_pool_tokens == math.floor(rest / cell / 64) * 64 and p.kv_pool_bytes == p.kv_pool_tokens * record
@@ -241,5 +244,7 @@ def test_sglang_pool_agrees_with_sglangs_own_log():
     lands within 0.5 % of it."""
     p = deployment(attn="dp", gpus=8, hardware="b200").memory
     assert p.fraction == round((183_359 - (27_136 + 512 * 8 * 3 + 512 * 8 * 1.5)) / 183_359, 3) == 0.751
-    assert p.kv_pool_tokens == pytest.approx(975_424, rel=0.005)
-    assert p.kv_pool_bytes / GiB == pytest.approx(975_424 * 61 * (656 + 132) / GiB, rel=0.005)
+    # that release divided the same budget by 708 B per layer (get_cell_size_per_token); today's pool
+    # configurator divides by the 788 B it stores: the budget agrees, the tokens are 708/788 of the log's
+    assert p.kv_pool_tokens * 788 / 708 == pytest.approx(975_424, rel=0.005)
+    assert p.kv_pool_bytes / GiB == pytest.approx(975_424 * 61 * 708 / GiB, rel=0.005)
