@@ -1,16 +1,24 @@
 """The serving loop's decoding set: which requests decode, their contexts, owners and the step at
 which each is done, kept so that a run of steps without events costs a fixed number of operations
-whatever the batch size.
+per owner group whatever the batch size.
 
 - the set lives in slots [0, B) of fixed arrays (request ids, owners, and context − decode steps
   run, so contexts grow without being written); a leaving request's slot takes the last one. The
   order of joining, which completions and victim choice follow, is kept as a join sequence number;
-- a heap of the decode step at which each decoder is done gives a run's cut and its completions;
-  a heap of the step at which each context reaches top-k keeps Σ min(L, top-k) exact without a
-  pass over B (NOTE: heap entries are ints, step << SEQ_BITS | join seq, which compare faster than
-  tuples; the entries of requests that left are skipped when they surface);
-- per-owner counts and context sums, so an owner layout's busiest rank is known without a pass;
+- the decoders are grouped by the current layout's owner groups (G groups of R consecutive ranks,
+  the planner's Placement), and each group keeps its own clock: the decode steps run, less the
+  steps it sat out (`lag`) while its scheduler ran a prefill batch instead (SGLang runs a step's
+  prefill or its decodes, not both: planner.engines.scheduling). A request's context is its c0 +
+  its group's clock; a run of k steps in which some groups prefill advances every clock but those
+  (`advance`);
+- per group, a heap of the group-clock step at which each decoder is done gives a run's cut and its
+  completions, and a heap of the step at which each context reaches top-k keeps Σ min(L, top-k)
+  exact without a pass over B (NOTE: heap entries are ints, step << SEQ_BITS | join seq, which
+  compare faster than tuples; the entries of requests that left are skipped when they surface);
+- per-owner counts and context sums, so a layout's busiest owner group is known without a pass;
 - contexts are whole token counts, so every sum is exact in any order.
+
+With one group and no group sitting out, this is one clock, one heap of each kind.
 
 Does not: account KV (the loop's ledger), choose victims or run anything (loop.py, ordering.py).
 """
@@ -26,58 +34,79 @@ SEQ_MASK = (1 << SEQ_BITS) - 1
 
 
 class DecodeSet:
-    """Decoding requests in slots, with their finish and top-k heaps (module docstring)."""
+    """Decoding requests in slots, with their per-group clocks and heaps (module docstring)."""
 
-    def __init__(self, max_batch: int, requests: int, ranks: int, topk_tokens: float | None):
+    def __init__(self, max_batch: int, requests: int, ranks: int, topk_tokens: float | None, groups: int = 1):
         self.b = 0  # decoding requests: slots [0, b)
-        self.dsteps = 0  # decode steps run so far
+        self.dsteps = 0  # decode steps run so far (every group's clock counts them, less its lag)
         self.ids = np.zeros(max_batch, dtype=np.int64)  # [max_batch] request of each slot
-        self.c0 = np.zeros(max_batch)  # [max_batch] its context − dsteps
+        # [max_batch] its context − dsteps: the context at step dsteps is c0 + dsteps (a group that
+        # sits out k steps has its slots' c0 lowered by k, so the sum stays its context)
+        self.c0 = np.zeros(max_batch)
         self.owners = np.zeros(max_batch, dtype=np.int64)  # [max_batch] its owner rank
+        self.slot_group = np.zeros(max_batch, dtype=np.int64)  # [max_batch] its owner group
         self.slot_id = [0] * max_batch  # = ids, as a list
         self.slot = [-1] * requests  # each request's slot (−1: not decoding)
-        self.c0_of = [0.0] * requests  # = c0 by request
+        self.c0_of = [0.0] * requests  # its context − its group's clock
+        self.group_of = [0] * requests  # its owner group
+        self.done_at = [0.0] * requests  # the context at which it is done
         self.jseq_of = [0] * requests  # when each last joined (a sequence number)
         self.jseq = 0
         self.seq_req = [-1]  # the request of each join sequence number
-        self.fin_heap: list[int] = []  # the decode step at which each decoder is done
-        self.fin_min = 0  # the step at which the first decoder is done (the top of fin_heap)
+        self.fin_min = 0  # the decode step (dsteps) at which the first decoder is done
         self.capped = topk_tokens is not None
         self.topk = float(topk_tokens) if topk_tokens is not None else 0.0
         self.cap_at = float(np.ceil(self.topk)) if self.capped else 0.0  # first whole context with min(L, top-k) = top-k
-        self.unc_heap: list[int] = []  # the decode step at which each decoder's context reaches top-k
         self.unc = [False] * requests  # decoding with context below top-k
-        self.unc_cnt, self.unc_c0 = 0, 0.0  # how many, and Σ c0 over them
+        self.ranks = ranks
         self.per_owner = [0] * ranks  # decoders per owner
-        self.owner_c0 = [0.0] * ranks  # Σ c0 of each owner's decoders (Σ context = owner_c0 + per_owner × dsteps)
+        self.owner_c0 = [0.0] * ranks  # Σ c0 of each owner's decoders (Σ context = owner_c0 + per_owner × its clock)
         self.s2 = 0.0  # Σ decoders' contexts
+        self._set_groups(groups)
 
+    def _set_groups(self, groups: int) -> None:
+        self.groups = groups
+        self.group_ranks = self.ranks // groups
+        self.lag = [0] * groups  # steps each group sat out since the grouping was set
+        self.fin_heaps: list[list[int]] = [[] for _ in range(groups)]  # group-clock step each decoder is done
+        self.unc_heaps: list[list[int]] = [[] for _ in range(groups)]  # group-clock step its context reaches top-k
+        self.unc_cnt = [0] * groups  # decoding with context below top-k, per group
+        self.unc_c0 = [0.0] * groups  # Σ c0 over them
+        self.gcount = [0] * groups  # decoders per group
+
+    # ---- the set --------------------------------------------------------------------------------
     def context(self, i: int) -> float:
-        return self.c0_of[i] + self.dsteps
+        return self.c0_of[i] + (self.dsteps - self.lag[self.group_of[i]])
 
     def join(self, i: int, c: float, owner: int, done_at_context: float) -> None:
         """Request i, at context c, decodes from now on until its context reaches `done_at_context`."""
         s = self.b
         self.b += 1
-        c0 = c - self.dsteps
-        fin = int(done_at_context - c) + self.dsteps  # whole numbers
-        if s == 0 or fin < self.fin_min:
-            self.fin_min = fin
-        self.ids[s], self.c0[s], self.owners[s] = i, c0, owner
+        g = owner // self.group_ranks
+        clock = self.dsteps - self.lag[g]
+        c0 = c - clock
+        fin = int(done_at_context - c) + clock  # whole numbers, on the group's clock
+        at = fin + self.lag[g]  # on dsteps
+        if s == 0 or at < self.fin_min:
+            self.fin_min = at
+        self.ids[s], self.c0[s], self.owners[s], self.slot_group[s] = i, c - self.dsteps, owner, g
         self.slot_id[s] = i
         self.slot[i] = s
         self.c0_of[i] = c0
+        self.group_of[i] = g
+        self.done_at[i] = done_at_context
         self.jseq += 1
         seq = self.jseq_of[i] = self.jseq
         self.seq_req.append(i)
-        heapq.heappush(self.fin_heap, fin << SEQ_BITS | seq)
+        heapq.heappush(self.fin_heaps[g], fin << SEQ_BITS | seq)
         if self.capped and c < self.cap_at:
-            heapq.heappush(self.unc_heap, int(self.cap_at - c0) << SEQ_BITS | seq)
+            heapq.heappush(self.unc_heaps[g], int(self.cap_at - c0) << SEQ_BITS | seq)
             self.unc[i] = True
-            self.unc_cnt += 1
-            self.unc_c0 += c0
+            self.unc_cnt[g] += 1
+            self.unc_c0[g] += c0
         self.per_owner[owner] += 1
         self.owner_c0[owner] += c0
+        self.gcount[g] += 1
         self.s2 += c
 
     def leave(self, i: int, owner: int) -> float:
@@ -87,18 +116,20 @@ class DecodeSet:
         b = self.b
         if s != b:
             j = self.slot_id[b]
-            self.ids[s], self.c0[s], self.owners[s] = j, self.c0_of[j], self.owners[b]
+            self.ids[s], self.c0[s], self.owners[s], self.slot_group[s] = j, self.c0[b], self.owners[b], self.slot_group[b]
             self.slot_id[s] = j
             self.slot[j] = s
         self.slot[i] = -1
         c0 = self.c0_of[i]
+        g = self.group_of[i]
         if self.unc[i]:
             self.unc[i] = False
-            self.unc_cnt -= 1
-            self.unc_c0 -= c0
-        c = c0 + self.dsteps
+            self.unc_cnt[g] -= 1
+            self.unc_c0[g] -= c0
+        c = c0 + (self.dsteps - self.lag[g])
         self.per_owner[owner] -= 1
         self.owner_c0[owner] -= c0
+        self.gcount[g] -= 1
         self.s2 -= c
         return c
 
@@ -106,49 +137,97 @@ class DecodeSet:
         """The decoding requests in the order they joined."""
         return sorted(self.slot_id[: self.b], key=self.jseq_of.__getitem__)
 
+    # ---- the clocks -------------------------------------------------------------------------------
+    def advance(self, k: int, sat_out: tuple | list = ()) -> int:
+        """k decode steps ran; the groups in `sat_out` ran prefill instead (their decoders kept their
+        contexts). Returns how many decoders advanced. NOTE: the caller updates `s2` (it knows
+        the count) and calls `first_to_finish` when a sitting-out group's completions moved."""
+        self.dsteps += k
+        if not sat_out:
+            return self.b
+        moved = self.b
+        b = self.b
+        for g in sat_out:
+            self.lag[g] += k
+            moved -= self.gcount[g]
+            if self.gcount[g]:
+                self.c0[:b][self.slot_group[:b] == g] -= k
+        return moved
+
+    def regroup(self, groups: int) -> None:
+        """The layout changed its owner groups: every decoder keeps its context and remaining steps
+        on the new groups' clocks (a pass over B, at a switch's commit)."""
+        if groups == self.groups and not any(self.lag):
+            return
+        members = self.in_join_order()
+        state = [(i, self.context(i), int(self.owners[self.slot[i]]), self.done_at[i]) for i in members]
+        for i, _, owner, _ in state:
+            self.leave(i, owner)
+        self._set_groups(groups)
+        for i, c, owner, done_at in state:
+            self.join(i, c, owner, done_at)
+        self.first_to_finish()
+
     def first_to_finish(self) -> int:
-        """fin_min after decoders left: the top of fin_heap, past the entries of those that left."""
-        heap, seq_req, slot, jseq_of = self.fin_heap, self.seq_req, self.slot, self.jseq_of
-        while heap:
-            e = heap[0]
-            s = e & SEQ_MASK
-            i = seq_req[s]
-            if slot[i] >= 0 and jseq_of[i] == s:
-                self.fin_min = e >> SEQ_BITS
-                return self.fin_min
-            heapq.heappop(heap)
-        self.fin_min = 0
-        return 0
+        """fin_min after decoders left (or groups sat out): the earliest top of the groups' heaps,
+        past the entries of those that left, on dsteps."""
+        seq_req, slot, jseq_of = self.seq_req, self.slot, self.jseq_of
+        best = -1
+        for g, heap in enumerate(self.fin_heaps):
+            while heap:
+                e = heap[0]
+                s = e & SEQ_MASK
+                i = seq_req[s]
+                if slot[i] >= 0 and jseq_of[i] == s:
+                    at = (e >> SEQ_BITS) + self.lag[g]
+                    if best < 0 or at < best:
+                        best = at
+                    break
+                heapq.heappop(heap)
+        self.fin_min = best if best >= 0 else 0
+        return self.fin_min
 
     def done_by(self, step: int) -> list[int]:
         """Pop the decoders done by decode step `step`, in the order they joined."""
         due = []
-        last = (step + 1) << SEQ_BITS
-        heap, seq_req, slot, jseq_of = self.fin_heap, self.seq_req, self.slot, self.jseq_of
-        while heap and heap[0] < last:
-            s = heapq.heappop(heap) & SEQ_MASK
-            i = seq_req[s]
-            if slot[i] >= 0 and jseq_of[i] == s:
-                due.append(s)
-        due.sort()
-        return [seq_req[s] for s in due]
-
-    def capped_sum(self, at: int) -> float:
-        """Σ min(context, top-k) over the decoders at decode step `at` (never less than the last call's)."""
-        last = (at + 1) << SEQ_BITS  # entries below: the context reaches top-k at step ≤ at
-        heap = self.unc_heap
-        if heap and heap[0] < last:
-            seq_req, unc, jseq_of, c0_of = self.seq_req, self.unc, self.jseq_of, self.c0_of
+        seq_req, slot, jseq_of = self.seq_req, self.slot, self.jseq_of
+        for g, heap in enumerate(self.fin_heaps):
+            last = (step - self.lag[g] + 1) << SEQ_BITS
             while heap and heap[0] < last:
                 s = heapq.heappop(heap) & SEQ_MASK
                 i = seq_req[s]
-                if unc[i] and jseq_of[i] == s:
-                    unc[i] = False
-                    self.unc_cnt -= 1
-                    self.unc_c0 -= c0_of[i]
-        return self.unc_c0 + self.unc_cnt * at + self.topk * (self.b - self.unc_cnt)
+                if slot[i] >= 0 and jseq_of[i] == s:
+                    due.append(s)
+        due.sort()
+        return [seq_req[s] for s in due]
+
+    def capped_sum(self, at: int, sat_out: tuple | list = ()) -> float:
+        """Σ min(context, top-k) over the decoders at decode step `at` (never less than the last
+        call's), the groups in `sat_out` held at their clocks now (they sit out until then)."""
+        total = 0.0
+        seq_req, unc, jseq_of, c0_of = self.seq_req, self.unc, self.jseq_of, self.c0_of
+        for g, heap in enumerate(self.unc_heaps):
+            t = (self.dsteps if g in sat_out else at) - self.lag[g]  # the group's clock at `at`
+            last = (t + 1) << SEQ_BITS  # entries below: the context reaches top-k by then
+            if heap and heap[0] < last:
+                while heap and heap[0] < last:
+                    s = heapq.heappop(heap) & SEQ_MASK
+                    i = seq_req[s]
+                    if unc[i] and jseq_of[i] == s:
+                        unc[i] = False
+                        self.unc_cnt[g] -= 1
+                        self.unc_c0[g] -= c0_of[i]
+            total += self.unc_c0[g] + self.unc_cnt[g] * t + self.topk * (self.gcount[g] - self.unc_cnt[g])
+        return total
 
     def owner_contexts(self) -> list[float]:
         """[T] Σ context of each owner's decoders now."""
-        d = self.dsteps
-        return [x + c * d for x, c in zip(self.owner_c0, self.per_owner)]
+        d, lag, r = self.dsteps, self.lag, self.group_ranks
+        if self.groups == 1:
+            d -= lag[0]
+            return [x + c * d for x, c in zip(self.owner_c0, self.per_owner)]
+        return [x + c * (d - lag[k // r]) for k, (x, c) in enumerate(zip(self.owner_c0, self.per_owner))]
+
+    def group_counts(self) -> list[int]:
+        """[G] decoders per owner group."""
+        return self.gcount

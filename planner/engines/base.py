@@ -29,6 +29,7 @@ from planner.units import GiB
 
 if TYPE_CHECKING:  # pragma: no cover
     from planner.deployment import Deployment
+    from planner.engines.scheduling import SchedulerSpec
     from planner.hardware.spec import HardwareSpec
     from planner.models.spec import ModelSpec
 
@@ -149,15 +150,21 @@ class EngineMemoryModel:
         vLLM's hybrid pages depend on it)."""
         raise NotImplementedError
 
-    def chunked_prefill_tokens(self, dep: "Deployment") -> int:
-        """Prefill tokens one engine step takes per rank by default (SGLang chunked_prefill_size
-        after its DP-attention split, vLLM max_num_batched_tokens)."""
+    def scheduler(self, dep: "Deployment") -> "SchedulerSpec":
+        """How the engine schedules `dep` (planner.engines.scheduling): one scheduler per owner
+        group of the placement, its chunk budget and running cap, mixed or separate prefill, how
+        requests are routed and preempted, each cited in the engine's module."""
         raise NotImplementedError
 
+    def chunked_prefill_tokens(self, dep: "Deployment") -> int:
+        """Prefill tokens one engine step takes per owner group by default (SGLang
+        chunked_prefill_size after its DP-attention split, vLLM max_num_batched_tokens per core)."""
+        return self.scheduler(dep).chunk_tokens_per_group
+
     def running_requests_cap(self, dep: "Deployment") -> float:
-        """Requests the engine runs at once by default across one deployment group (its scheduler's
-        cap, not memory); inf where it sets none the planner models."""
-        return math.inf
+        """Requests the engine runs at once by default across one deployment group (its schedulers'
+        caps together, not memory); inf where it sets none."""
+        return self.scheduler(dep).running_cap
 
     def check(self, mem_fraction: float | None, reserve_bytes: float | None) -> None:
         """Raise SpecError if the overrides don't make sense for this engine."""

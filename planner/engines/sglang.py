@@ -209,17 +209,46 @@ class SGLang(EngineMemoryModel):
             return 256
         return 1
 
-    def chunked_prefill_tokens(self, dep):
-        chunk, _ = graph_and_chunk_defaults(dep.hardware.smi_total_mib, dep.ranks)
-        # NOTE: `_handle_data_parallelism` divides chunked_prefill_size by dp_size with DP attention
-        # (python/sglang/srt/arg_groups/parallel_hook.py handle_data_parallelism in the 2026 layout:
-        # `chunked_prefill_size=cfg.chunked_prefill_size // cfg.dp_size`)
-        return chunk // dp_size(dep)
+    def scheduler(self, dep):
+        """SGLang's scheduler per owner group (sgl-project/sglang, python/sglang/srt):
+        - one Scheduler per DP attention rank, each with its own waiting queue, running batch and KV
+          pool; all ranks step together, an idle one running an IDLE batch for the MoE collectives
+          (managers/data_parallel_controller.py launch_tensor_parallel_group; managers/
+          scheduler_components/dp_attn.py MLPSyncBatchInfo, `get_idle_batch`);
+        - a step runs a prefill batch or a decode batch, prefill first (managers/scheduler.py
+          get_next_batch_to_run: "Run prefill first if possible"; --enable-mixed-chunk off by default);
+          the prefill batch packs whole prompts up to the chunk, then one chunked request
+          (managers/schedule_policy.py PrefillAdder);
+        - the chunk per DP rank is chunked_prefill_size // dp_size (arg_groups/parallel_hook.py
+          handle_data_parallelism);
+        - max_running_requests per DP worker: the given value // dp_size, else
+          min(clamp(int(pool tokens / context_len · 512), 2048, 4096), pool tokens // 2)
+          (mem_cache/kv_cache_configurator.py KVCacheConfigurator.resolve_max_num_reqs); DeepSeek-V4's
+          256 for the whole engine (arg_groups/deepseek_v4_hook.py apply_deepseek_v4_defaults);
+        - requests are dispatched round robin (load_balance_method "auto" → round_robin,
+          arg_groups/serving_hook.py handle_load_balance_method; data_parallel_controller.py
+          round_robin_scheduler);
+        - when a decode step doesn't fit, retract_decode retracts the request with the fewest output
+          tokens, ties the longest prompt, back to the queue (managers/schedule_batch.py).
+        NOTE: a layout SGLang does not launch as DP attention but whose requests sit on G owner groups
+        (DOP) is given G schedulers with chunked_prefill_size // G, as DP attention would be. Not
+        modelled: the admission's output reservation (the new request's min(max_new_tokens, 4096)
+        and the running ones' remaining × a new_token_ratio decaying 0.7 → 0.098 over 600 steps,
+        0.21 → 0.029 with DP attention) — admission here reserves what the ledger holds."""
+        from planner.engines.scheduling import SchedulerSpec
 
-    def running_requests_cap(self, dep):
-        # NOTE: only DeepSeek-V4's explicit default is modelled (DSV4_MAX_RUNNING_REQUESTS, for the
-        # whole engine); SGLang derives the others from the token pool (not modelled)
-        return float(DSV4_MAX_RUNNING_REQUESTS) if any(v.kind == "dsv4" for v, _ in dep.model.mixers) else math.inf
+        g = dep.placement.owner_groups
+        chunk, _ = graph_and_chunk_defaults(dep.hardware.smi_total_mib, dep.ranks)
+        if any(v.kind == "dsv4" for v, _ in dep.model.mixers):
+            cap = float(max(DSV4_MAX_RUNNING_REQUESTS // g, 1))
+        else:
+            pool = dep.memory.kv_pool_tokens
+            ctx = dep.model.context_window_tokens
+            est = max(min(int(pool / ctx * 512), 4096), 2048) if ctx else 2048
+            cap = float(max(min(est, int(pool // 2)), 1))
+        return SchedulerSpec("sglang", g, "separate", max(chunk // g, 1), cap, "round_robin", "fewest_output_first",
+                             False, "sgl-project/sglang python/sglang/srt: managers/scheduler.py, schedule_policy.py, "
+                                    "data_parallel_controller.py; mem_cache/kv_cache_configurator.py")
 
     def check(self, mem_fraction, reserve_bytes):
         if mem_fraction is not None and reserve_bytes is not None:
@@ -267,9 +296,8 @@ class SGLang(EngineMemoryModel):
                       "page_size": dep.page_tokens, "context_bytes": hw.memory.context_bytes},
             source=SOURCE,
         )
-        cap = self.running_requests_cap(dep)
-        if math.isfinite(cap):
-            kw["defaults"]["max_running_requests"] = int(cap)
+        if any(v.kind == "dsv4" for v, _ in dep.model.mixers):  # an explicit default (the derived one reads the pool)
+            kw["defaults"]["max_running_requests"] = DSV4_MAX_RUNNING_REQUESTS
         split = swa_pools(dep, tokens) if tokens > 0 else None
         if split is not None:
             full_tokens, full_pool, swa_pool = split

@@ -112,16 +112,30 @@ class VLLM(EngineMemoryModel):
         block = 256 if model.attention.kind == "dsv4" else 64 if model.attention.kind in ("mla", "dsa") else 16
         return hybrid_block_tokens(model, head_split_ranks, block, kv_dtype)
 
-    def chunked_prefill_tokens(self, dep):
-        return batch_defaults(dep.hardware)[0]
+    def scheduler(self, dep):
+        """vLLM V1's scheduler per owner group (vllm-project/vllm):
+        - one EngineCore per DP rank of a MoE model, each with its own Scheduler, max_num_seqs and
+          max_num_batched_tokens (vllm/v1/engine/core.py EngineCoreProc.run_engine_core:
+          DPEngineCoreProc per dp_rank); an idle rank runs a dummy batch while others step
+          (DPEngineCoreProc.run_busy_loop `execute_dummy_batch`);
+        - one token budget per step, the running requests first, then waiting ones, a prefill chunk
+          in the same step as the decodes (vllm/v1/core/sched/scheduler.py Scheduler.schedule: "no
+          decoding phase nor prefill phase"); the waiting loop stops at max_num_seqs running;
+        - defaults for `vllm serve` on ≥ 70 GiB GPUs other than A100: 8192 tokens, 1024 sequences
+          (vllm/engine/arg_utils.py get_batch_defaults);
+        - requests go to the engine core with the smallest waiting·4 + running
+          (vllm/v1/engine/core_client.py DPLBAsyncMPClient.get_core_engine_for_request);
+        - when a running request can't get blocks, the last one in the running list (the newest)
+          is preempted and recomputed (Scheduler.schedule, `self.running.pop()`); admission needs the
+          whole prompt's blocks (`scheduler_reserve_full_isl`, default on), no output reserve.
+        NOTE: a layout of G owner groups vLLM can't launch (DOP) gets G engine cores' budgets, as
+        data-parallel attention would."""
+        from planner.engines.scheduling import SchedulerSpec
 
-    def running_requests_cap(self, dep):
-        # NOTE: max_num_seqs caps each engine core's scheduler; vLLM's data-parallel attention runs
-        # one engine core per DP rank (vllm/v1/engine/core.py EngineCoreProc.run_engine_core:
-        # DPEngineCoreProc per dp_rank of a MoE model, each with its own Scheduler), so the group's
-        # cap is the DP size times it there
-        seqs = float(batch_defaults(dep.hardware)[1])
-        return seqs * dep.placement.attention_dp_size
+        tokens, seqs = batch_defaults(dep.hardware)
+        return SchedulerSpec("vllm", dep.placement.owner_groups, "mixed", tokens, float(seqs), "least_loaded",
+                             "newest_first", False, "vllm-project/vllm: vllm/v1/core/sched/scheduler.py Scheduler.schedule, "
+                                                    "vllm/v1/engine/core.py, vllm/v1/engine/core_client.py")
 
     def plan(self, dep):
         hw = dep.hardware

@@ -174,10 +174,17 @@ def model_from_hf_config(cfg: dict[str, Any], name: str, quant_file: dict[str, A
             intermediate_size=c.int("intermediate_size", None), tie_word_embeddings=c.flag("tie_word_embeddings"),
             mtp_layers=mtp, default_weight_dtype=_main_dtype(layers), layers=layers,
             quantization=quant.describe() if quant is not None else quant_describe(cfg, quant_file),
+            context_window_tokens=_window(cfg),
         )
     except SpecError as exc:
         raise SpecError(f"{where} ({arch}): {str(exc).removeprefix('config.json: ')}") from None
     return spec
+
+
+def _window(cfg: dict) -> int | None:
+    """max_position_embeddings when it is a positive whole number (the engines' context length)."""
+    v = cfg.get("max_position_embeddings")
+    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 1 and v == int(v) else None
 
 
 QUANT_FILE = "hf_quant_config.json"  # NVIDIA ModelOpt checkpoints ship it beside config.json

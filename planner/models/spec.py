@@ -71,6 +71,7 @@ class ModelSpec(BaseModel):
     default_weight_dtype: str = Field(description="Checkpoint dtype of linear weights: bf16, fp8 or fp4.")
     layers: tuple[LayerGroup, ...] = Field(min_length=1)
     quantization: dict[str, Any] = Field(default_factory=dict, description="What the quantization files say (method, excluded layers).")
+    context_window_tokens: int | None = Field(default=None, gt=0, description="`max_position_embeddings`: the engines' default context length (SGLang sizes its running-request cap from it); None when the config has none.")
 
     # ---- the stack ----------------------------------------------------------------------------
     @cached_property

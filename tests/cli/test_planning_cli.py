@@ -83,7 +83,7 @@ def test_models_and_hardware_json(capsys):
     ["floor", "--model", "nope"], ["floor", "--gpus", "0"], ["floor", "--gpus", "3"], ["floor", "--batch", "-2"],
     ["floor", "--context", "nan"], ["floor", "--context", "0"], ["floor", "--attn", "xx"], ["floor", "--batch", "x"],
     ["floor", "--mem-fraction", "2"], ["floor", "--kv-dtype", "fp9"], ["floor", "--model", "llama-3.1-70b", "--moe", "ep"],
-    ["floor", "--model", "deepseek-v3", "--kv-dtype", "fp8_ds_mla"], ["floor", "--engine", "trtllm"],
+    ["floor", "--model", "deepseek-v3", "--kv-dtype", "fp8_ds_mla"], ["floor", "--engine", "tensorrt"],
     ["floor", "--gpus", "16", "--nodes", "1"], ["floor", "--mem-fraction", "0.9", "--reserve-gib", "10"],
     ["floor", "--hardware", "/no/such.yaml"], ["walls", "--range", "10:5"], ["regimes", "--batch-range", "1:2:999"],
     ["triage"], ["triage", "--measured-ms", "-3"], ["floor", "--prefill-tokens", "-5"], ["nope"],

@@ -134,7 +134,7 @@ def test_kv_pool_arithmetic():
     (dict(gpus=8, replicas=3), "replicas"), (dict(mem_fraction=1.5), "mem_fraction"),
     (dict(mem_fraction=float("nan")), "mem_fraction"), (dict(kv_dtype="fp9"), "kv_dtype"),
     (dict(weight_dtype="int3"), "weight_dtype"), (dict(gpus=16, nodes=1), "scale-up domain"),
-    (dict(gpus=16, nodes=3), "divisible by nodes"), (dict(engine="trtllm"), "engine"),
+    (dict(gpus=16, nodes=3), "divisible by nodes"), (dict(engine="tensorrt"), "engine"),
     (dict(mem_fraction=0.9, reserve_bytes=1e9), "give one of them"),
 ])
 def test_bad_deployments_raise_one_clear_error(kwargs, needle):

@@ -1,0 +1,102 @@
+"""TensorRT-LLM's memory model and scheduler (PyTorch backend, `trtllm-serve` defaults). Read in
+NVIDIA/TensorRT-LLM:
+
+- KV memory: `kv_cache_free_gpu_mem_fraction` 0.9 of the GPU memory free after the model is loaded
+  and its buffers allocated (tensorrt_llm/commands/serve.py `get_llm_args`: free_gpu_memory_fraction
+  0.9; tensorrt_llm/llmapi/llm_args.py KvCacheConfig.free_gpu_memory_fraction 0.9: "Free GPU memory
+  fraction reserved for KV Cache, after allocating model weights and buffers"). Unlike vLLM's
+  gpu_memory_utilization it is a fraction of what is left, not of the total. NOTE: the buffers are
+  estimated as vLLM's profile run at the same token budget (max_num_tokens 8192: activations of a
+  forward pass and the sampler's logits) plus the same non-torch memory; TRT-LLM measures them in
+  its own dry run (tensorrt_llm/_torch/pyexecutor/_util.py KvCacheCreator), not reproduced here;
+- pages: `tokens_per_block` 32 (KvCacheConfig);
+- KV dtype `auto`: the checkpoint's (bf16 here unless the model has only fp8 caches);
+- the scheduler (scheduler()): max_batch_size 2048 and max_num_tokens 8192 per rank
+  (llm_args.py BaseLlmArgs; builder.py BuildConfig), context and generation requests in one token
+  budget per step (pyexecutor/scheduler/scheduler.py PyMicroBatchScheduler: generation requests
+  and context chunks share max_num_tokens), capacity policy GUARANTEED_NO_EVICT (SchedulerConfig
+  default; trtllm-serve sets it): a request is admitted only if its prompt + max new tokens fit,
+  in FCFS order, and none is ever evicted (GuaranteedNoEvictPolicy.schedule,
+  kvCacheManager.cpp getRemainingBlocksToCompletion); with attention DP every rank schedules its
+  own requests and new requests go, longest prompts first, to the rank with the fewest active
+  prompt tokens (pyexecutor/scheduler/adp_router.py DefaultADPRouter); a rank with nothing to do
+  runs a one-token dummy generation request (`_pad_attention_dp_dummy_request`).
+  NOTE: chunked prefill is off by default (`enable_chunked_prefill` False), which rejects a prompt
+  longer than max_num_tokens; serving results of long prompts ran with it on, so prompts are taken
+  as chunked in max_num_tokens pieces.
+
+Does not: model the TensorRT (engine-build) backend, or KV block reuse.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from planner.engines.base import (EngineMemoryModel, MemoryPlan, infeasible_reason, kv_bytes_on_rank,
+                                  register_engine, state_bytes_on_rank, weights_resident, whole_page_tokens)
+from planner.engines.vllm import NON_TORCH_MULTI_GPU_BYTES, NON_TORCH_ONE_GPU_BYTES, peak_activation_terms
+
+if TYPE_CHECKING:  # pragma: no cover
+    from planner.deployment import Deployment
+
+SOURCE = ("NVIDIA/TensorRT-LLM: tensorrt_llm/commands/serve.py get_llm_args, tensorrt_llm/llmapi/llm_args.py "
+          "KvCacheConfig (free_gpu_memory_fraction 0.9, tokens_per_block 32), BaseLlmArgs (max_batch_size 2048, "
+          "max_num_tokens 8192)")
+FREE_GPU_MEMORY_FRACTION = 0.9
+TOKENS_PER_BLOCK = 32
+MAX_BATCH_SIZE = 2048
+MAX_NUM_TOKENS = 8192
+
+
+@register_engine
+class TensorRTLLM(EngineMemoryModel):
+    name = "trtllm"
+    description = "TensorRT-LLM (PyTorch backend): free_gpu_memory_fraction of the memory left after weights and buffers holds KV"
+    fraction_name = "free_gpu_memory_fraction"
+
+    def default_kv_dtype(self, model, hw):
+        only = model.attention.supported_kv_dtypes()
+        return "bf16" if "bf16" in only else only[0]
+
+    def default_page_tokens(self, model, hw, head_split_ranks=1, kv_dtype="bf16"):
+        return TOKENS_PER_BLOCK
+
+    def scheduler(self, dep: "Deployment"):
+        from planner.engines.scheduling import SchedulerSpec
+
+        return SchedulerSpec("trtllm", dep.placement.owner_groups, "mixed", MAX_NUM_TOKENS, float(MAX_BATCH_SIZE),
+                             "fewest_prompt_tokens", "never", True,
+                             "NVIDIA/TensorRT-LLM: tensorrt_llm/_torch/pyexecutor/scheduler/scheduler.py "
+                             "(GuaranteedNoEvictPolicy, PyMicroBatchScheduler), scheduler/adp_router.py DefaultADPRouter")
+
+    def plan(self, dep):
+        hw = dep.hardware
+        total = hw.usable_hbm_bytes - hw.memory.context_bytes
+        frac, src = ((dep.mem_fraction, "--mem-fraction") if dep.mem_fraction is not None
+                     else (FREE_GPU_MEMORY_FRACTION, "engine default"))
+        if dep.reserve_bytes is not None:
+            terms = {"given_reserve_bytes": dep.reserve_bytes}
+            held = dep.reserve_bytes
+        else:
+            act = peak_activation_terms(dep)
+            non_torch = NON_TORCH_ONE_GPU_BYTES if dep.ranks == 1 else NON_TORCH_MULTI_GPU_BYTES
+            terms = {"buffers_bytes": act["forward_peak_bytes"] + act["sampler_peak_bytes"], "non_torch_bytes": non_torch}
+            held = terms["buffers_bytes"] + non_torch
+        weights = weights_resident(dep)
+        free = total - weights - held
+        budget = frac * free
+        bpt = kv_bytes_on_rank(dep)
+        tokens = whole_page_tokens(budget, bpt, dep.page_tokens)
+        kw = dict(
+            engine=self.name, datasheet_hbm_bytes=hw.peak.hbm_bytes, usable_hbm_bytes=hw.usable_hbm_bytes,
+            total_bytes=total, fraction=frac, fraction_source=src, reserve_bytes=held + (1.0 - frac) * max(free, 0.0),
+            reserve_terms=terms, weights_bytes=weights, kv_budget_bytes=budget if free > 0 else free,
+            kv_cell_bytes_per_token=bpt, kv_bytes_per_token=bpt, kv_pool_tokens=tokens, page_tokens=dep.page_tokens,
+            kv_dtype=dep.kv_dtype,
+            defaults={"free_gpu_memory_fraction": frac, "tokens_per_block": dep.page_tokens,
+                      "max_batch_size": MAX_BATCH_SIZE, "max_num_tokens": MAX_NUM_TOKENS,
+                      "capacity_scheduler_policy": "GUARANTEED_NO_EVICT"},
+            source=SOURCE, state_bytes_per_request=state_bytes_on_rank(dep),
+        )
+        feasible = tokens > 0
+        return MemoryPlan(**kw, feasible=feasible, reason="" if feasible else infeasible_reason(kw, self.fraction_name))
