@@ -53,7 +53,7 @@ NULLABLE: dict[str, tuple[str, ...]] = {
 SIGNED_SUFFIXES = ("_pct",)
 # NOTE: kv_budget_bytes (planner.engines' MemoryPlan) is what the engine sizes its pool from, and is
 # negative when the weights don't fit: the pool itself (kv_pool_bytes) is never negative.
-SIGNED_KEYS = frozenset({"residual_fraction", "overlap_quality", "kv_budget_bytes"})
+SIGNED_KEYS = frozenset({"residual_fraction", "overlap_quality", "kv_budget_bytes", "median_residual_fraction"})
 _FLOOR_TOLERANCE = 1e-9
 
 
