@@ -78,8 +78,8 @@ class Served:
         self.loaded_at = time.time()
 
     def _read(self):
+        cal = self._load(self.path)  # SpecError (one line) for a missing or bad file
         st = os.stat(self.path)
-        cal = self._load(self.path)
         self._stamp = (st.st_mtime_ns, st.st_size)
         return cal
 
