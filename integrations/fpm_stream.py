@@ -40,8 +40,7 @@ def zmq_module():
         import msgspec  # noqa: F401  (the payload codec; checked here so the error comes first)
         import zmq
     except ImportError:
-        raise SpecError("floorfirst follow needs pyzmq and msgspec: pip install 'floorfirst[follow]' "
-                        "(in a clone: pip install '.[follow]')") from None
+        raise SpecError("floorfirst follow needs pyzmq and msgspec: pip install '.[follow]' in a clone") from None
     return zmq
 
 

@@ -26,8 +26,7 @@ def predictor(
 
         from integrations.predictor_app import create_app
     except ImportError:
-        raise SpecError("floorfirst predictor needs starlette and uvicorn: pip install 'floorfirst[predictor]' "
-                        "(in a clone: pip install '.[predictor]')") from None
+        raise SpecError("floorfirst predictor needs starlette and uvicorn: pip install '.[predictor]' in a clone") from None
     from integrations.launch import launched_deployment
 
     if not 0 < port < 65536:
