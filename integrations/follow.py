@@ -185,10 +185,10 @@ class Follower:
         self.margin = margin
         self.source = source
         self.on_refit = on_refit  # called with the taken Calibration (e.g. to write it out)
-        self.served = (served_calibration(calibration, calibration_label or "loaded calibration", "loaded")
-                       if calibration is not None else prior_model(self.dep))
         if calibration is not None and calibration.rates.hardware != self.dep.hardware.name:
             raise SpecError(f"calibration is for {calibration.rates.hardware}, the deployment runs on {self.dep.hardware.name}")
+        self.served = (served_calibration(calibration, calibration_label or "loaded calibration", "loaded")
+                       if calibration is not None else prior_model(self.dep))
         self.intake = Intake()
         self._win: deque = deque(maxlen=window)  # per step: (StepRow fields, feature row, measured, fmax, fsum, terms)
         self._since_refit: list[tuple[float, float, np.ndarray]] = []  # (measured, predicted, terms [R]) since last refit
@@ -314,7 +314,7 @@ class Follower:
         served_err = float(np.median(np.abs(self.served.predict_s(costs.features.steps) / costs.measured_s - 1.0)))
         digest = hashlib.sha256(json.dumps([r[1].to_json() for r in self._win], sort_keys=True).encode()).hexdigest()
         src = {"path": self.source, "sha256": digest, "kind": "sglang_fpm", "rows": costs.size, "rows_rejected": 0}
-        entry = {"at_step": self.intake.accepted, "window_steps": costs.size,
+        entry = {"at_steps": self.intake.accepted, "window_steps": costs.size,
                  "served_median_abs_pct_error": served_err * 100.0, "taken": False, "reason": None,
                  "median_abs_pct_error": None, "residual_by_resource": self.last_residuals}
         t0 = time.perf_counter()
@@ -375,7 +375,7 @@ class Follower:
                 self.tables = table
                 self.tables_status = {"state": "current" if self._compile_next is None else "compiling",
                                       "model": table.model_label, "compile_s": time.perf_counter() - t0,
-                                      "layouts": list(table.layouts), "max_batch": self._table_max_batch}
+                                      "layouts": list(table.layouts), "max_batch_requests": self._table_max_batch}
 
     def wait_tables(self, timeout_s: float = 60.0) -> None:
         """Block until the background compile (if any) is done."""
@@ -401,14 +401,14 @@ class Follower:
         return {
             "deployment": self.launched.label(), "engine_args": self.launched.text,
             "margin_fraction": self.margin, "window_steps": self.window, "refit_every_steps": self.refit_every,
-            "intake": self.intake.to_json(),
+            "records": self.intake.to_json(),
             "served": {"source": self.served.source, "label": self.served.label,
                        "params": {n: float(v) for n, v in zip(PARAM_NAMES, self.served.x)},
                        "created_utc": cal.created_utc if cal is not None else None},
             "refits": self.refits,
             "residual_by_resource": self.last_residuals, "residual_by_resource_since_refit": current,
             "median_abs_pct_error": float(np.median(err) * 100.0) if err.size else None,
-            "drift": {"steps": self.drift_steps, "by_resource": dict(self.drift_by_resource),
+            "drift": {"steps": self.drift_steps, "steps_by_resource": dict(self.drift_by_resource),
                       "events": list(self.drift_events)},
             "tables": tables,
         }

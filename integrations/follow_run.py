@@ -20,7 +20,7 @@ def _announce(follower: Follower, events: list[dict], refits_before: int, say: C
     for e in follower.refits[refits_before:]:
         what = "taken" if e["taken"] else e["reason"]
         err = "—" if e["median_abs_pct_error"] is None else f"{e['median_abs_pct_error']:.2f} %"
-        say(f"refit at step {e['at_step']} on {e['window_steps']} steps: median error {e['served_median_abs_pct_error']:.2f} % "
+        say(f"refit at step {e['at_steps']} on {e['window_steps']} steps: median error {e['served_median_abs_pct_error']:.2f} % "
             f"(served) → {err}: {what}")
     for e in events:
         told[0] += 1
@@ -71,7 +71,7 @@ def run_live(follower: Follower, sub, duration_s: float | None = None, max_recor
     follower.wait_tables()
     rep = follower.report()
     c = sub.counts
-    intake = rep["intake"]
+    intake = rep["records"]
     for reason in ("queue_full", "lost_in_transport", "malformed"):
         if c.get(reason):
             intake["dropped"][reason] = intake["dropped"].get(reason, 0) + int(c[reason])
@@ -81,7 +81,7 @@ def run_live(follower: Follower, sub, duration_s: float | None = None, max_recor
     intake["drop_examples"] = dict(sorted(intake["drop_examples"].items()))
     intake["dropped_total"] = int(sum(intake["dropped"].values()))
     quiet = sub.silent_s()
-    rep["transport"] = {"publisher_restarts": int(c.get("restarts", 0)), "disconnects": int(c.get("disconnects", 0)),
-                        "connects": int(c.get("connects", 0)), "silent_s": quiet,
+    rep["transport"] = {"restart_count": int(c.get("restarts", 0)), "disconnect_count": int(c.get("disconnects", 0)),
+                        "connect_count": int(c.get("connects", 0)), "silent_s": quiet,
                         "ran_s": time.monotonic() - start, "interrupted": interrupted}
     return rep

@@ -89,7 +89,7 @@ def follow(
 
 def render(rep: dict) -> None:
     con = console()
-    i = rep["intake"]
+    i = rep["records"]
     con.print(escape(f"{rep['deployment']}: {i['received']} records, {i['accepted']} steps, {i['heartbeats']} heartbeats, "
                      f"{i['dropped_total']} dropped"))
     for reason, n in i["dropped"].items():
@@ -106,7 +106,7 @@ def render(rep: dict) -> None:
         t.add_row(res, str(r["steps"]), f"{r['median_residual_fraction']:+.1%}", f"{r['p90_abs_residual_fraction']:.1%}")
     con.print(t)
     d = rep["drift"]
-    by = ", ".join(f"{k} {v}" for k, v in d["by_resource"].items()) or "none"
+    by = ", ".join(f"{k} {v}" for k, v in d["steps_by_resource"].items()) or "none"
     con.print(escape(f"drift (> {rep['margin_fraction']:.0%} above the served prediction): {d['steps']} steps; by resource: {by}"))
     taken = sum(1 for r in rep["refits"] if r["taken"])
     con.print(escape(f"refits: {len(rep['refits'])} ({taken} taken); tables: {rep['tables'].get('state')}"

@@ -62,8 +62,8 @@ def test_bad_records_are_dropped_with_their_reason_and_the_calibration_stays(lau
     del broken["scheduled_requests"]["num_decode_requests"]
     f.ingest([broken, "not a record", *good])
     rep = f.report()
-    assert rep["intake"]["dropped"] == {"malformed": 2}
-    assert "missing field scheduled_requests.num_decode_requests" in rep["intake"]["drop_examples"]["malformed"][0]
+    assert rep["records"]["dropped"] == {"malformed": 2}
+    assert "missing field scheduled_requests.num_decode_requests" in rep["records"]["drop_examples"]["malformed"][0]
     # 16 steps can't fit 8 parameters (3 rows each): the refit is refused, the loaded calibration stays
     assert rep["refits"][0]["taken"] is False and "serving the last good calibration" in rep["refits"][0]["reason"]
     assert f.served.source == "loaded" and np.allclose(f.served.x, cal.params.vector())
@@ -73,7 +73,7 @@ def test_the_recorded_stream_and_its_malformed_lines(launched):
     items = read_recorded(str(STREAM))
     f = Follower(launched, window=128, refit_every=64, tables=False)
     f.ingest(items)
-    i = f.report()["intake"]
+    i = f.report()["records"]
     assert (i["received"], i["accepted"], i["dropped"]) == (163, 160, {"malformed": 3})
     assert any("dsv32_tp8_h200.jsonl:124" in e for e in i["drop_examples"]["malformed"])
 

@@ -19,7 +19,7 @@ def test_once_meets_its_contract_and_writes_each_refit(tmp_path):
     doc = run_cli(["follow", "--engine-args", LINE, "--once", str(STREAM), "--refit-every", "64", "--window", "128",
                    "--out", str(out), "--json"])
     validate(doc, "follow")
-    assert doc["intake"]["accepted"] == 160 and doc["intake"]["dropped"] == {"malformed": 3}
+    assert doc["records"]["accepted"] == 160 and doc["records"]["dropped"] == {"malformed": 3}
     assert [r["taken"] for r in doc["refits"]] == [True, True]
     assert doc["served"]["source"] == "refit" and doc["tables"]["state"] == "current"
     cal = load_calibration(out)
