@@ -37,6 +37,9 @@ NULLABLE: dict[str, tuple[str, ...]] = {
                 "layouts[].resources.kv_capacity.used_fraction"),
     "microbench": ("gpus",),
     "explain_launch": ("max_context_tokens",),
+    "follow": ("median_abs_pct_error", "refits[].median_abs_pct_error", "transport.silent_s"),
+    "thresholds": ("crossovers[].tokens", "crossovers[].batch", "crossovers[].margin_below_fraction",
+                   "crossovers[].margin_above_fraction", "decode_by_batch[].tokens"),
     "regimes": ("predicted_s.*", "step_time_s.*", "runner_up_margin_fraction[][]"),
     "simulate": ("requests_per_s", "throughput_tokens_per_s", "tpot_p*_s", "ttft_p*_s", "ttlt_p*_s", "ttlt_mean_s",
                  "offered_*_per_s", "ttft_p50_by_arrival_quarter_s[]", "kv_full_time_fraction"),
@@ -54,7 +57,8 @@ NULLABLE: dict[str, tuple[str, ...]] = {
 SIGNED_SUFFIXES = ("_pct",)
 # NOTE: kv_budget_bytes (planner.engines' MemoryPlan) is what the engine sizes its pool from, and is
 # negative when the weights don't fit: the pool itself (kv_pool_bytes) is never negative.
-SIGNED_KEYS = frozenset({"residual_fraction", "overlap_quality", "kv_budget_bytes"})
+SIGNED_KEYS = frozenset({"residual_fraction", "overlap_quality", "kv_budget_bytes", "median_residual_fraction",
+                         "margin_below_fraction", "margin_above_fraction"})
 _FLOOR_TOLERANCE = 1e-9
 
 

@@ -126,3 +126,31 @@ def plot_regimes(reg, title: str, path: str) -> None:
     fig.tight_layout()
     _save(fig, path)
     plt.close(fig)
+
+
+def plot_thresholds(th, title: str, path: str) -> None:
+    """Two panels: a prefill step under TP and CP along its tokens, a decode step under TP and DCP
+    along the context; each crossover a vertical line with its flag (integrations.thresholds)."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(10.5, 4.0))
+    for ax, c, xlabel in ((axes[0], th.prefill, "prefill tokens in the batch"),
+                          (axes[1], th.decode, f"decode context, tokens (batch {th.decode.batch})")):
+        ax.plot(c.curve.tokens, c.curve.tp_s * 1e3, color="#1f77b4", lw=1.5, label="tp")
+        ax.plot(c.curve.tokens, c.curve.other_s * 1e3, color="#d62728", lw=1.5, label=c.other)
+        if c.tokens is not None:
+            ax.axvline(c.tokens, color="0.3", lw=1, ls="--")
+            ax.text(c.tokens, 0.97, f" {c.tokens:.0f}", transform=ax.get_xaxis_transform(), ha="left", va="top",
+                    fontsize=8)
+            if c.band_tokens is not None and c.band_tokens[1] > c.band_tokens[0]:
+                ax.axvspan(*c.band_tokens, color="0.9", zorder=0)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel(xlabel)
+        ax.set_title(c.flag, fontsize=8)
+        ax.set_ylabel(f"step time, ms ({th.ranking})")
+        ax.legend(fontsize=8, loc="lower right")
+        ax.grid(True, which="both", lw=0.3, alpha=0.5)
+    fig.suptitle(title, fontsize=10)
+    fig.subplots_adjust(wspace=0.32)
+    _save(fig, path)
+    plt.close(fig)

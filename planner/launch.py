@@ -115,11 +115,17 @@ _HARMLESS_VALUE = frozenset({
     "--data-parallel-rpc-port", "--data-parallel-start-rank", "--data-parallel-rank", "--master-addr", "--master-port",
     "--dtype", "--max-logprobs", "--generation-config", "--schedule-policy", "--tokenizer-mode", "--config",
     "--max-prefill-tokens", "--dist-backend", "--data-parallel-backend",
+    # SGLang's forward-pass metrics publisher (python/sglang/srt/server_args.py forward_pass_metrics_*;
+    # `floorfirst follow` subscribes to it) and PR #36191's runtime-switching thresholds (`floorfirst
+    # thresholds` computes them): telemetry and per-batch choices, not the deployment
+    "--forward-pass-metrics-ipc-name", "--forward-pass-metrics-worker-id",
+    "--dynamic-attn-parallel-min-prefill-tokens", "--dynamic-attn-parallel-dcp-min-context",
 })
 _HARMLESS_BOOL = frozenset({
     "--trust-remote-code", "--enable-metrics", "--log-requests", "--skip-server-warmup", "--disable-log-requests",
     "--disable-log-stats", "--enable-auto-tool-choice", "--headless", "--enable-cache-report", "--disable-fastapi-docs",
     "--enable-torch-compile", "--no-enable-prefix-caching", "--enable-mixed-chunk", "--data-parallel-hybrid-lb",
+    "--enable-forward-pass-metrics",
 })
 
 

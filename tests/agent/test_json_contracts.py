@@ -12,6 +12,9 @@ import pytest
 from cli.common import SCHEMA_VERSION, SCHEMA_VERSIONS
 from tests.agent.contracts import MICROBENCH, PROFILE, SCHEMAS, closed, load_schema, run_cli, validate
 
+LAUNCH = "python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3.2 --tp 8"
+FPM_STREAM = SCHEMAS.parent / "tests" / "fixtures" / "fpm" / "dsv32_tp8_h200.jsonl"  # SGLang forward-pass records
+
 # One or more invocations per contract; several where an option changes the document's shape.
 CASES = {
     "models": [["models"], ["models", "--model", "llama-3.1-70b"]],
@@ -38,6 +41,8 @@ CASES = {
     "microbench": [["microbench", "--from", str(MICROBENCH)]],
     "simulate": [["simulate", "--requests", "40"], ["simulate", "--requests", "60", "--workload", "shrinking", "--policy", "tp"]],
     "serve": [["serve", "--executor", "sim", "--requests", "12"]],  # the torch executor: tests/cli/test_serve_cli.py
+    "follow": [["follow", "--engine-args", LAUNCH, "--once", str(FPM_STREAM), "--refit-every", "64", "--window", "128"]],
+    "thresholds": [["thresholds", "--engine-args", LAUNCH], ["thresholds", "--engine-args", LAUNCH, "--floor", "sum", "--batch", "16"]],
     "explain_launch": [["explain-launch", "python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3.2 --tp 8 "
                                           "--dp 8 --enable-dp-attention --port 30000"],
                        ["explain-launch", "vllm serve -tp 8 --max-model-len 65536"]],  # no model named: null

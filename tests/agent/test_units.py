@@ -12,18 +12,20 @@ from tests.agent.contracts import MICROBENCH, SCHEMAS, run_cli
 
 # A word of the key's path that names a unit (words split at _ . [] *).
 UNIT_WORDS = frozenset({"s", "ms", "bytes", "tokens", "gib", "mib", "flops", "pct", "fraction", "requests", "b",
-                        "count", "factor", "efficiency", "alpha", "quality", "replication", "messages", "gpus"})
+                        "count", "factor", "efficiency", "alpha", "quality", "replication", "messages", "gpus",
+                        "steps", "records"})
 # Counts (requests, GPUs, rows …) and identifiers: numbers without a unit, on purpose.
 COUNTS = frozenset({"gpus", "replicas", "nodes", "nodes_per_group", "ranks_per_group", "batch", "layers", "heads",
                     "num_heads", "hidden_size", "latent_dim", "kv_splittable_heads", "line", "rows", "rows_used",
                     "rows_predicted", "trained_on_rows", "folds", "seed", "steps", "decode_steps", "completed",
                     "aborted", "preemptions", "cant_decide", "requests", "max_concurrency", "compute_capability",
                     "kv_pages_per_rank", "inside", "above_sum", "below_floor", "rejected", "profile", "as_predicted",
-                    "above_prediction", "below_prediction"})
+                    "above_prediction", "below_prediction", "dp_rank", "counter_id"})
 # Maps whose keys are named elsewhere with their units (reserve_terms' keys end in _mib; param_std
 # is each fitted parameter's standard deviation, in that parameter's unit).
 OPEN_MAPS = frozenset({"calibrate:param_std.*", "calibrate_kernel_db:summary.*", "capacity:layouts[].memory.reserve_terms.*",
-                       "compare:layouts[].memory.reserve_terms.*", "floor:memory.reserve_terms.*", "microbench:summary.*"})
+                       "compare:layouts[].memory.reserve_terms.*", "floor:memory.reserve_terms.*", "microbench:summary.*",
+                       "follow:served.params.*"})
 
 
 def _numbers(s: dict, path: str, defs: dict, out: list) -> None:
