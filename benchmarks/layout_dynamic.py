@@ -90,7 +90,9 @@ class CountingPolicy(LayoutPolicy):
 def run_case(dep, step_model, w, knobs=None) -> dict:
     config = LoopConfig()
     knobs = knobs or PolicyKnobs()
-    lp = LayoutPolicy.compile(dep, step_model, knobs, max_prefill_tokens=config.prefill_chunk_tokens)
+    from executor.sim import engine_chunk_tokens
+
+    lp = LayoutPolicy.compile(dep, step_model, knobs, max_prefill_tokens=engine_chunk_tokens(dep, config))
     rows, bounds = {}, {}
     for pol in LAYOUTS + ("dynamic",):
         if pol != "dynamic" and lp.tables.info.kv_pool_bytes[LAYOUTS.index(pol)] <= 0:

@@ -34,6 +34,7 @@ _add = np.add.reduce
 
 class SimExecutor:
     tracks_kv = False  # the loop need not call admit/retire: each run's batch says what decodes
+    separate_prefill = True  # a run's batch may leave out the owner groups that prefill instead (SGLang)
 
     def __init__(self, tables: StepTimeTable, noise: float = 0.0, seed: int = 0):
         if not np.isfinite(noise) or noise < 0:
@@ -67,7 +68,7 @@ class SimExecutor:
         arrays). Returns a list from the short-run path, an array from the vectorized one."""
         t = self.tables
         k = len(prefill_tokens)
-        b = batch.owners.shape[0]
+        b = batch.owners.shape[0] if batch.active_decoders < 0 else batch.active_decoders
         groups = self._groups[batch.layout]
         owner_layout = groups > 1  # requests spread over owner groups: the busiest group prices the step
         own_ctx = own_cnt = None
@@ -257,6 +258,21 @@ class SimExecutor:
         """Nothing moved, nothing to undo."""
 
 
+def engine_chunk_tokens(dep, config) -> int:
+    """The chunk setting a run compiles its tables for: the loop's, else the engine's default
+    (SGLang's chunked_prefill_size, vLLM's max_num_batched_tokens: planner.engines.scheduling)."""
+    if config.prefill_chunk_tokens is not None:
+        return config.prefill_chunk_tokens
+    g = dep if dep.replicas == 1 else replace_dep(dep)
+    return g.engine_model.scheduler(g).engine_chunk_tokens
+
+
+def replace_dep(dep):
+    from planner.deployment import replace_deployment
+
+    return replace_deployment(dep, gpus=dep.ranks, replicas=1)
+
+
 def simulate(dep, workload, policy: str = "dynamic", order: str = "fcfs", model=None, noise: float = 0.0,
              seed: int = 0, knobs=None, config=None, boost: float | None = None, progress=None,
              tier_choice: bool = False) -> dict:
@@ -285,7 +301,7 @@ def simulate(dep, workload, policy: str = "dynamic", order: str = "fcfs", model=
     results = []
     groups = dep.replicas
     for g in range(groups):
-        lp = LayoutPolicy.compile(dep, model, knobs, max_prefill_tokens=config.prefill_chunk_tokens,
+        lp = LayoutPolicy.compile(dep, model, knobs, max_prefill_tokens=engine_chunk_tokens(dep, config),
                                   tier_choice=tier_choice)
         pol = lp if policy == "dynamic" else FixedPolicy(lp.tables.layouts.index(policy))
         if policy != "dynamic" and lp.tables.info.kv_pool_bytes[lp.tables.layouts.index(policy)] <= 0:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from runtime_policy.kv_ledger import group_counts
 from runtime_policy.preemption import displace_for
 from runtime_policy.tables import StepTimeTable
 from runtime_policy.waiting import ABORTED, DECODE, DONE, PREFILL
@@ -27,12 +28,16 @@ def admit(loop: "ServingLoop") -> float:
         return total
     dec, prefill_q, kv = loop.dec, loop.prefill_q, loop.kv
     layout = loop.layout
+    if loop.groups[layout] > 1:
+        return admit_groups(loop, total)
     lay_g, lay_share, lay_pool = loop.groups[layout], loop.shares[layout], loop.pools[layout] * loop.watermark
     lay_extra = kv.extra[layout]  # the layout's slack beyond the tables' (a token split's page per rank)
     t_ranks = loop.T
     bpt, slack, ctx = loop.bpt, loop.slack, loop.ctx
-    # NOTE: the engine's per-request state slots cap the running set too (tables.request_caps)
-    max_batch = min(loop.config.max_batch, loop.max_requests[layout])
+    # NOTE: the engine's per-request state slots cap the running set too (tables.request_caps), and
+    # its scheduler's running-request cap (planner.engines.scheduling)
+    max_batch = min(loop.config.max_batch, loop.max_requests[layout], loop.cap_group[layout])
+    reserve = loop.reserve_output
     wids = waiting.ids
     displaced = False
     # NOTE: a move that shed KV to fit admits nothing in the old layout until its commit; any
@@ -55,7 +60,10 @@ def admit(loop: "ServingLoop") -> float:
         c = ctx[i]
         need = c + slack
         # NOTE: the one-group and one-rank groupings inline (the common layouts); others ask the ledger
-        if lay_extra:
+        if reserve:  # the engine admits only what fits at every running request's end (TRT-LLM)
+            r = okv.index(min(okv))
+            fits = kv.fits_reserved(layout, r, loop.end_at[i] + slack, loop.watermark)
+        elif lay_extra:
             r = kv.place(layout)
             fits = kv.fits(layout, r, need, loop.watermark)
         elif lay_g == 1:
@@ -77,63 +85,151 @@ def admit(loop: "ServingLoop") -> float:
                 continue
             break
         waiting.pos += 1
-        loop.owner[i] = r
-        kv.add(r, need)
+        _start_prefill(loop, i, r, need)
         total += need
-        loop.pre_left[i] = int(c)
-        loop.status[i] = PREFILL
-        prefill_q.append(i)
-        loop.pq_s2 += c
-        if loop.capped:
-            loop.pq_s1 += min(c, loop.topk)
     loop.skip_admit = False
     if displaced:
         dec.first_to_finish()
     return total
 
 
-def prefill_chunks(loop: "ServingLoop", k: int, pre_total: int) -> tuple[list, list, tuple, tuple]:
-    """A run's prefill: each of its k steps' chunk (the queue's prompt tokens, `prefill_chunk_tokens`
-    a step, `pre_total` in all), the cached prefix each attends to, the chunk owner (rank, tokens,
-    prefix) of each step, and the run's statistics (prompt tokens done, their token-weighted
-    prefix, the chunk owners' tokens, steps with a chunk)."""
-    prefill_q, pre_left, chunk = loop.prefill_q, loop.pre_left, loop.config.prefill_chunk_tokens
-    full = pre_total // chunk  # = [min(max(pre_total − chunk · j, 0), chunk) for j < k]
-    if full >= k:
-        pref = [float(chunk)] * k
-    else:
-        pref = [float(chunk)] * full + [float(pre_total - chunk * full)] + [0.0] * (k - full - 1)
-    run_tok = sum(pref)
-    i = prefill_q[0]
-    if pre_left[i] >= run_tok:  # = chunk_plan(...)'s common case: every chunk from the first request
-        done = loop.ctx[i] - pre_left[i]
-        pfx = []
-        for x in pref:
-            pfx.append(done)
-            done += x
-        chunk_owner = ([loop.owner[i]] * k, pref, pfx)
-        run_own = run_tok
-    else:
-        pfx, own_rank, own_tok, own_pfx = chunk_plan(pref, prefill_q, pre_left, loop.ctx, loop.owner)
-        chunk_owner = (own_rank, own_tok, own_pfx)
-        run_own = sum(own_tok)
-    run_tok_pfx = sum([a * c for a, c in zip(pref, pfx)])
-    run_chunks = float(min(k, -(-pre_total // chunk)))  # the steps whose chunk is not empty
-    return pref, pfx, chunk_owner, (int(run_tok), run_tok_pfx, run_own, run_chunks)
+def _start_prefill(loop: "ServingLoop", i: int, r: int, need: float) -> None:
+    """Request i, admitted on owner rank r with `need` ledger tokens, joins the prefill queue."""
+    c = loop.ctx[i]
+    loop.owner[i] = r
+    loop.kv.add(r, need, loop.inp_l[i], loop.end_at[i] + loop.slack)
+    loop.pre_left[i] = int(c)
+    loop.status[i] = PREFILL
+    loop.prefill_q.append(i)
+    loop.pq_s2 += c
+    if loop.capped:
+        loop.pq_s1 += min(c, loop.topk)
+    if loop.bound[i] >= 0:
+        loop.bound_wait[loop.bound[i]] -= 1
+        loop.bound[i] = -1
 
 
-def prefill_progress(loop: "ServingLoop", done_tokens: int) -> None:
-    """Credit a run's prompt tokens to the prefill queue in order; a request whose prefill is
-    done gets its first token and decodes (or is done, if that was all it asked for)."""
-    prefill_q, pre_left, ctx, inp_l = loop.prefill_q, loop.pre_left, loop.ctx, loop.inp_l
-    while prefill_q and done_tokens > 0:
-        i = prefill_q[0]
-        take = min(pre_left[i], done_tokens)
-        pre_left[i] -= take
-        done_tokens -= take
-        if pre_left[i] > 0:
+def admit_groups(loop: "ServingLoop", total: float) -> float:
+    """Admission with one scheduler per owner group (planner.engines.scheduling): each waiting
+    request belongs to a group (bound at arrival by the engine's routing, or here: TRT-LLM's
+    fewest active prompt tokens), and each group admits its own requests in queue order while
+    its KV fits and it runs fewer than its cap; a group that can't take its next request admits
+    none after it (its queue's head waits) while the others go on."""
+    waiting, kv = loop.waiting, loop.kv
+    layout = loop.layout
+    g_count, t = loop.groups[layout], loop.T
+    r_per = t // g_count
+    cap_g = min(loop.cap_group[layout], loop.max_requests[layout] / g_count)
+    running = list(group_counts(kv.requests, g_count))  # a copy (G = T: the ledger's own list)
+    max_batch = loop.config.max_batch
+    run_total = sum(running)
+    slack, ctx, okv = loop.slack, loop.ctx, loop.okv
+    reserve = loop.reserve_output
+    dst = -1
+    if loop.inflight is not None:
+        if loop.inflight.shed_kv_tokens > 0:
+            return total
+        dst = loop.inflight.layout
+        dst_g, dst_pool = loop.groups[dst], loop.pools[dst] * loop.watermark
+    blocked: set[int] = set()
+    ids, start = waiting.ids, waiting.pos
+    taken: list[int] = []
+    displaced = False
+    for idx in range(start, len(ids)):
+        if len(blocked) == g_count:
             break
-        prefill_q.pop(0)
+        i = ids[idx]
+        if run_total >= max_batch:
+            # NOTE: the boost ordering's displacement (floorfirst's own scheduling, not an engine's):
+            # only a request still owed its first token displaces, as in the one-group path
+            if not (loop.ordering.displaces and ctx[i] == loop.inp_l[i] and displace_for(loop, i)):
+                break
+            displaced = True
+            running = list(group_counts(kv.requests, g_count))
+            run_total = sum(running)
+            total = sum(okv)
+        b = loop.bound[i]
+        g = b // r_per if b >= 0 else route_at_admission(loop, layout)
+        if g in blocked:
+            continue
+        if running[g] >= cap_g:
+            blocked.add(g)
+            continue
+        part = okv[g * r_per:(g + 1) * r_per]
+        r = g * r_per + part.index(min(part))
+        need = ctx[i] + slack
+        if reserve:
+            fits = kv.fits_reserved(layout, r, loop.end_at[i] + slack, loop.watermark)
+        else:
+            fits = kv.fits(layout, r, need, loop.watermark)
+        if fits and dst >= 0:
+            fits = kv.held_bytes(dst, need + kv.extra[dst], -1 if dst_g == 1 else r) <= dst_pool
+        if not fits:
+            if not loop.dec.b and not loop.prefill_q and loop.inflight is None and not fits_somewhere(
+                    need * loop.bpt, loop.policy, loop.tables, loop.watermark):
+                taken.append(idx)
+                loop._end(i, ABORTED)
+                continue
+            blocked.add(g)
+            continue
+        taken.append(idx)
+        _start_prefill(loop, i, r, need)
+        running[g] += 1
+        run_total += 1
+        total += need
+    loop.skip_admit = False
+    if displaced:
+        loop.dec.first_to_finish()
+    if taken:
+        if taken[-1] - start == len(taken) - 1:  # a prefix of the queue: the common case
+            waiting.pos = start + len(taken)
+        else:
+            gone = set(taken)
+            keep = [ids[j] for j in range(start, len(ids)) if j not in gone]
+            waiting.ids, waiting.needs, waiting.pos = keep, loop.ctxf[keep] if keep else waiting.needs[:0], 0
+    return total
+
+
+def route_at_admission(loop: "ServingLoop", layout: int) -> int:
+    """The owner group of a request not bound at arrival: TRT-LLM's attention-DP router gives it to
+    the rank with the fewest active prompt tokens (scheduler/adp_router.py DefaultADPRouter; ties:
+    fewer requests, then the lower rank)."""
+    g_count = loop.groups[layout]
+    prompts = group_counts(loop.kv.prompts, g_count)
+    reqs = group_counts(loop.kv.requests, g_count)
+    return min(range(g_count), key=lambda g: (prompts[g], reqs[g], g))
+
+
+def route_at_arrival(loop: "ServingLoop", i: int) -> None:
+    """Bind request i to an owner group when it arrives, as the engine's router does (SGLang's
+    DataParallelController round robin; vLLM's DP client: the engine core with the least
+    waiting·4 + running), by the first rank of that group (so a layout switch maps it onto the new
+    groups)."""
+    layout = loop.layout
+    g_count = loop.groups[layout]
+    if g_count == 1 or loop.routing == "fewest_prompt_tokens":
+        return
+    r_per = loop.T // g_count
+    if loop.routing == "round_robin":
+        g = loop.rr % g_count
+        loop.rr += 1
+    else:
+        waiting = group_counts(loop.bound_wait, g_count)
+        running = group_counts(loop.kv.requests, g_count)
+        g = min(range(g_count), key=lambda x: (4 * waiting[x] + running[x], x))
+    loop.bound[i] = g * r_per
+    loop.bound_wait[g * r_per] += 1
+
+
+def prefill_progress(loop: "ServingLoop", done_by: dict[int, int]) -> None:
+    """Credit a run's prompt tokens to each owner group's prefilling requests in order
+    (runtime_policy/group_prefill.py); a request whose prefill is done gets its first token and
+    decodes (or is done, if that was all it asked for)."""
+    from runtime_policy.group_prefill import credit
+
+    prefill_q, ctx, inp_l = loop.prefill_q, loop.ctx, loop.inp_l
+    for i in credit(loop, done_by):
+        prefill_q.remove(i)
         c = ctx[i]
         loop.pq_s2 -= c
         if loop.capped:
@@ -144,7 +240,7 @@ def prefill_progress(loop: "ServingLoop", done_tokens: int) -> None:
             loop.okv[loop.owner[i]] += 1.0
             loop.first[i] = loop.t
         if c - inp_l[i] >= loop.out_l[i]:
-            loop.kv.remove(loop.owner[i], c + loop.slack)
+            loop.kv.remove(loop.owner[i], c + loop.slack, inp_l[i], loop.end_at[i] + loop.slack)
             loop._end(i, DONE)
         else:
             loop.status[i] = DECODE

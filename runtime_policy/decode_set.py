@@ -201,12 +201,15 @@ class DecodeSet:
         due.sort()
         return [seq_req[s] for s in due]
 
-    def capped_sum(self, at: int, sat_out: tuple | list = ()) -> float:
+    def capped_sum(self, at: int, sat_out: tuple | list = (), active_only: bool = False) -> float:
         """Σ min(context, top-k) over the decoders at decode step `at` (never less than the last
-        call's), the groups in `sat_out` held at their clocks now (they sit out until then)."""
+        call's), the groups in `sat_out` held at their clocks now (they sit out until then), or
+        left out (`active_only`)."""
         total = 0.0
         seq_req, unc, jseq_of, c0_of = self.seq_req, self.unc, self.jseq_of, self.c0_of
         for g, heap in enumerate(self.unc_heaps):
+            if active_only and g in sat_out:
+                continue
             t = (self.dsteps if g in sat_out else at) - self.lag[g]  # the group's clock at `at`
             last = (t + 1) << SEQ_BITS  # entries below: the context reaches top-k by then
             if heap and heap[0] < last:

@@ -160,7 +160,7 @@ def twin_tables(dep, model, max_batch: int, max_prefill_tokens: int):
     budget = cat(np.full(n, plain.memory_budget_bytes),
                  np.where(runs, plain.memory_budget_bytes + t.kv_pool_bytes - p.kv_pool_bytes, -1.0))
     both = {f: cat(getattr(p, f), getattr(t, f)) for f in PER_LAYOUT}
-    info = replace(p, placements=p.placements * 2, host_tier=cat(np.zeros(n, dtype=bool), runs),
+    info = replace(p, placements=p.placements * 2, schedulers=p.schedulers * 2, host_tier=cat(np.zeros(n, dtype=bool), runs),
                    host_kv_fraction=cat(np.zeros(n), np.where(runs, tiered.host_kv_fraction, 0.0)),
                    twin=cat(np.arange(n, 2 * n), np.arange(n)), memory_budget_bytes=budget, **both)
     base = cat(plain.base_s, tiered.base_s, 1)

@@ -139,7 +139,8 @@ def ledger_admits(tables, layout: int, context: float) -> float:
 
 
 def group_tokens(tokens: list[float], groups: int) -> list[float]:
-    """[G] tokens of each owner group, from per-rank tokens [T] (groups are consecutive ranks)."""
+    """[G] tokens of each owner group, from per-rank tokens [T] (groups are consecutive ranks).
+    NOTE: with G = T it is `tokens` itself (no copy): read it, don't write it."""
     t = len(tokens)
     if groups == t:
         return tokens
@@ -166,7 +167,8 @@ class KvLedger:
     `tokens` is the per-rank list the loop adds to and takes from (whole numbers, exact in any
     order); the reads below are functions of it and of the layout's grouping alone."""
 
-    __slots__ = ("tokens", "requests", "ranks", "groups", "share", "pool", "rate", "cap_tokens", "extra")
+    __slots__ = ("tokens", "requests", "prompts", "reserved", "ranks", "groups", "share", "pool", "rate", "cap_tokens",
+                 "extra")
 
     def __init__(self, tables):
         info = tables.info
@@ -177,6 +179,10 @@ class KvLedger:
         # tokens under layout l are its ranks' tokens + extra[l] × its requests
         self.requests = [0] * self.ranks
         self.extra = [float(x) for x in info.extra_slack_tokens]
+        # per rank: its requests' prompt tokens (TRT-LLM routes by them) and their tokens at completion
+        # (an engine that reserves every request's output admits against these: TRT-LLM)
+        self.prompts = [0.0] * self.ranks
+        self.reserved = [0.0] * self.ranks
         self.groups = [int(g) for g in info.owner_groups]  # [L]
         self.share = [float(x) for x in info.group_share]  # [L]
         self.pool = [float(x) for x in info.kv_pool_bytes]  # [L] bytes per GPU
@@ -234,15 +240,34 @@ class KvLedger:
         group fits `layout`'s pool (× pool_fraction), its layout's extra slack included."""
         return self.held_bytes(layout, need_tokens + self.extra[layout], rank) <= self.pool[layout] * pool_fraction
 
-    def add(self, rank: int, tokens: float) -> None:
-        """A request joins `rank` with `tokens` (its context + the tables' slack)."""
+    def add(self, rank: int, tokens: float, prompt: float = 0.0, end_tokens: float = 0.0) -> None:
+        """A request joins `rank` with `tokens` (its context + the tables' slack), its prompt, and
+        the tokens it holds when done (its prompt + output + the slack)."""
         self.tokens[rank] += tokens
         self.requests[rank] += 1
+        self.prompts[rank] += prompt
+        self.reserved[rank] += end_tokens
 
-    def remove(self, rank: int, tokens: float) -> None:
-        """A request of `tokens` (its context + the tables' slack) leaves `rank`."""
+    def remove(self, rank: int, tokens: float, prompt: float = 0.0, end_tokens: float = 0.0) -> None:
+        """A request of `tokens` (its context + the tables' slack), `prompt` and `end_tokens` leaves `rank`."""
         self.tokens[rank] -= tokens
         self.requests[rank] -= 1
+        self.prompts[rank] -= prompt
+        self.reserved[rank] -= end_tokens
+
+    def fits_reserved(self, layout: int, rank: int, end_tokens: float, pool_fraction: float = 1.0) -> bool:
+        """Whether a request that ends at `end_tokens` fits `rank`'s group with every request in
+        it at its end (an engine that reserves the output up front: TRT-LLM's GUARANTEED_NO_EVICT)."""
+        g = self.groups[layout]
+        if g == 1:
+            tok = sum(self.reserved)
+            n = sum(self.requests)
+        else:
+            k = self.group_of(layout, rank)
+            tok = group_tokens(self.reserved, g)[k]
+            n = group_tokens(self.requests, g)[k]
+        tok += end_tokens + self.extra[layout] * (n + 1)
+        return tok * self.share[layout] * self.rate <= self.pool[layout] * pool_fraction
 
     def used_fraction(self, layout: int) -> float:
         """The fullest group's share of its pool (1 where there is no pool)."""

@@ -48,7 +48,8 @@ from typing import Callable
 import numpy as np
 
 from planner.errors import SpecError
-from runtime_policy.admission import admit, prefill_chunks, prefill_progress
+from runtime_policy.admission import admit, prefill_progress, route_at_arrival
+from runtime_policy.group_prefill import group_queues, plan_run, steps_to_first_completion
 from runtime_policy.decision import Decision, PolicyState
 from runtime_policy.decode_set import DecodeSet
 from runtime_policy.executor import Executor, StepBatch
@@ -63,6 +64,7 @@ from runtime_policy.waiting import ABORTED, DONE, PENDING, WAITING, WaitingQueue
 PREFILL_STATS_HALF_LIFE_STEPS = 256.0  # NOTE: the policy's cooldown scale; the prefill rate it sees forgets over it
 _NEVER = 1 << 30
 _NO_PREFILL = (0, 0.0, 0.0, 0.0)  # a run's (prompt tokens done, their prefix, the owners' tokens, steps with a chunk)
+_NO_DONE: dict = {}  # a run's prompt tokens done per owner group, when it ran no prefill
 
 
 def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.ndarray, tables: StepTimeTable,
@@ -119,15 +121,31 @@ class ServingLoop:
         self.waiting = WaitingQueue()
         self.prefill_q: list[int] = []
         self.pq_s2 = self.pq_s1 = 0.0  # Σ context and Σ min(context, top-k) over prefill_q
-        self.dec = DecodeSet(config.max_batch, n, self.T, self.topk if self.capped else None)
-        self.batch = StepBatch(0, np.zeros(0), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
-        self.view_b = -1  # batch holds views of slots [0, view_b)
-        # seconds per prompt token of a full chunk in each layout (the owner layouts run it on one owner)
-        chunk = config.prefill_chunk_tokens
-        self.prefill_price = [float(tables.step_s(i, 0, np.array([chunk]), np.zeros(1), np.zeros(1))[0]) / chunk
-                              if np.isfinite(tables.base_s[0, i]).all() else float("inf")  # a layout it can't run
-                              for i in range(len(tables.layouts))]
+        # the engine's schedulers (planner.engines.scheduling, per layout in the tables): one per
+        # owner group, each with its chunk per step and its running cap; separate or mixed prefill;
+        # how requests are routed to groups and which one is preempted
+        scheds = [x for x in info.schedulers if x is not None]
+        if not scheds:
+            raise SpecError("the tables carry no engine scheduler for any layout")
+        eng = scheds[0]
+        self.group_chunk = config.group_chunks(tables)  # [L] prompt tokens per owner group per step
+        self.cap_group = [x.running_cap_per_group if x is not None else 0.0 for x in info.schedulers]
+        # NOTE: an executor that can't let some decoders sit a step out (the torch executor decodes
+        # every request it holds each step) runs the engine's steps mixed
+        self.separate = ((config.prefill_mode or eng.prefill_mode) == "separate"
+                         and bool(getattr(executor, "separate_prefill", False)))
+        self.routing, self.preemption, self.reserve_output = eng.routing, eng.preemption, eng.reserve_output_tokens
+        self.bound = [-1] * n  # the first rank of the owner group each waiting request was routed to (−1: none)
+        self.bound_wait = [0] * self.T  # waiting requests routed to each (group's first) rank
+        self.rr = 0  # the round-robin router's next group
         self.layout = int(policy.initial_layout(inp[arr <= arr[0]].astype(np.float64)))
+        self.dec = DecodeSet(config.max_batch, n, self.T, self.topk if self.capped else None, self.groups[self.layout])
+        self.batch = StepBatch(0, np.zeros(0), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+        self.idle_batch = StepBatch(0, np.zeros(0), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64),
+                                    0.0, 0.0)  # a prefill-only step: no decodes
+        self.view_b = -1  # batch holds views of slots [0, view_b)
+        # seconds per prompt token of every group's full chunk in each layout
+        self.prefill_price = [self._prefill_price(i) for i in range(len(tables.layouts))]
         ordering.prefill_s_per_token = self.prefill_price[self.layout]  # NOTE: DP/DOP chunks run 2–3× slower than TP's
         self.state = PolicyState(np.zeros(0), self.okv, [0.0] * self.T, np.zeros(0), self.layout)
         self.wt_needs, self.wt_pos = None, -1  # the queue state.waiting_tokens was cut from
@@ -156,6 +174,18 @@ class ServingLoop:
         self.aborted: list[SwitchRecord] = []
         self.cant_decide = 0
         self.timeline: tuple[list, list, list, list] = ([], [], [], [])
+
+    def _prefill_price(self, i: int) -> float:
+        """Seconds per prompt token of a step in which every owner group runs its full chunk in
+        layout i (inf for a layout the model can't run)."""
+        t = self.tables
+        c = self.group_chunk[i]
+        if c <= 0 or not np.isfinite(t.base_s[0, i]).all():
+            return float("inf")
+        g = self.groups[i]
+        zero = np.zeros(1)
+        co = (np.array([float(c)]), zero, zero, zero) if g > 1 else None
+        return float(t.step_s(i, 0, np.array([float(c * g)]), zero, zero, chunk_owner=co)[0]) / (c * g)
 
     # ---- the machine ---------------------------------------------------------------------------
     def run(self) -> ServeResult:
@@ -201,8 +231,10 @@ class ServingLoop:
         k = self.config.max_run_steps
         if dec.b:
             k = min(k, dec.fin_min - dec.dsteps, k_kv)  # the first decoder done; the KV wall
+        queues = None
         if self.prefill_q:
-            k = min(k, math.ceil(self.pre_left[self.prefill_q[0]] / self.config.prefill_chunk_tokens))
+            queues = group_queues(self)  # each owner group's prefill (group_prefill.py)
+            k = min(k, steps_to_first_completion(self, queues))
         est = self.est_step_s
         if est > 0:
             if self.nxt < self.n:
@@ -210,14 +242,17 @@ class ServingLoop:
             if self.inflight is not None:
                 k = min(k, max(math.ceil((self.ready_s - self.t) / est), 1))  # the switch's hand-off
         k = max(k, 1)
-        dur, chunk_stats = self._run(k)
-        self._advance(k, dur, chunk_stats)
+        dur, chunk_stats, sat_out, done_by = self._run(k, queues)
+        self._advance(k, dur, chunk_stats, sat_out, done_by)
 
     def _arrive(self) -> None:
         arr_l, n, status, waiting = self.arr_l, self.n, self.status, self.waiting
+        route = self.groups[self.layout] > 1 and self.routing != "fewest_prompt_tokens"
         while self.nxt < n and arr_l[self.nxt] <= self.t:
             status[self.nxt] = WAITING
             waiting.push(self.nxt)
+            if route:
+                route_at_arrival(self, self.nxt)
             self.nxt += 1
 
     def _idle(self) -> None:
@@ -253,47 +288,87 @@ class ServingLoop:
         self._end(i, ABORTED)
 
     # ---- the run -------------------------------------------------------------------------------
-    def _run(self, k: int) -> tuple[list[float], tuple]:
+    def _run(self, k: int, queues) -> tuple[list[float], tuple, tuple, dict]:
         """Run k steps on the executor: the decoders (the run's StepBatch: views of the decode set's
         slots; the executor protocol: read it during the call, keep nothing; NOTE: one object,
-        refilled each run), and the prefill queue's next chunks. Returns the step durations and
-        (prompt tokens done, their token-weighted prefix, the chunk owners' tokens, steps with a
-        chunk)."""
+        refilled each run), and each owner group's next chunks (`queues`: group_prefill.py; None:
+        no prefill). With separate prefill (SGLang) a group with a chunk runs no decodes: its
+        decoders sit the run out. Returns the step durations, (prompt tokens done, their
+        token-weighted prefix, the busiest groups' tokens, steps with a chunk), the groups that
+        sat out and each group's prompt tokens done."""
         dec, batch, layout, capped = self.dec, self.batch, self.layout, self.capped
         b = dec.b
-        batch.layout = layout
-        if self.view_b != b:
-            self.view_b = b
-            batch.context_base_tokens, batch.owners, batch.request_ids = dec.c0[:b], dec.owners[:b], dec.ids[:b]
-        s2 = dec.s2
-        batch.context_sum_tokens, batch.context_capped_sum_tokens = s2, (self.s1_now if capped and b else s2)
-        g = self.groups[layout]
-        if b and g > 1:  # per owner group Σ context only where the executor reads it
-            if g == self.T:
-                batch.owner_context_tokens = dec.owner_contexts()
-                batch.owner_requests = dec.per_owner
+        sat_out = ()
+        if queues is not None and self.separate and b:
+            sat_out = tuple(q.group for q in queues)
+            if len(sat_out) == dec.groups or sum([dec.gcount[g] for g in sat_out]) == b:
+                batch = self.idle_batch  # every decoder waits: a prefill-only step
+                batch.layout = layout
+                b = 0
+        if b:
+            batch.layout = layout
+            if self.view_b != dec.b:
+                self.view_b = dec.b
+                batch.context_base_tokens, batch.owners, batch.request_ids = \
+                    dec.c0[:dec.b], dec.owners[:dec.b], dec.ids[:dec.b]
+            g = self.groups[layout]
+            if sat_out:
+                self._fill_active(batch, k, sat_out)
             else:
-                batch.owner_context_tokens = group_counts(dec.owner_contexts(), g)
-                batch.owner_requests = group_counts(dec.per_owner, g)
-        else:
+                s2 = dec.s2
+                batch.context_sum_tokens, batch.context_capped_sum_tokens = s2, (self.s1_now if capped else s2)
+                batch.active_decoders = -1
+                if g > 1:  # per owner group Σ context only where the executor reads it
+                    if g == self.T:
+                        batch.owner_context_tokens = dec.owner_contexts()
+                        batch.owner_requests = dec.per_owner
+                    else:
+                        batch.owner_context_tokens = group_counts(dec.owner_contexts(), g)
+                        batch.owner_requests = group_counts(dec.per_owner, g)
+                else:
+                    batch.owner_context_tokens = batch.owner_requests = None
+                if capped and k > 1:
+                    batch.context_capped_sum_last_tokens = dec.capped_sum(dec.dsteps + k - 1)
+                else:
+                    batch.context_capped_sum_last_tokens = -1.0
+            batch.context_offset_tokens = float(dec.dsteps)
+        elif batch is self.batch:
+            batch.layout = layout
+            if self.view_b != 0:
+                self.view_b = 0
+                batch.context_base_tokens, batch.owners, batch.request_ids = dec.c0[:0], dec.owners[:0], dec.ids[:0]
+            batch.context_sum_tokens = batch.context_capped_sum_tokens = 0.0
             batch.owner_context_tokens = batch.owner_requests = None
-        if b and capped and k > 1:
-            batch.context_capped_sum_last_tokens = dec.capped_sum(dec.dsteps + k - 1)
-        else:
-            batch.context_capped_sum_last_tokens = -1.0
-        batch.context_offset_tokens = float(dec.dsteps)
-        prefill_q = self.prefill_q
-        pre_total = sum([self.pre_left[i] for i in prefill_q]) if prefill_q else 0
-        if not pre_total:
+            batch.context_capped_sum_last_tokens, batch.active_decoders = -1.0, -1
+        if queues is None:
             dur = self.executor.run_steps(batch, self.zeros[k] if k <= self.config.max_run_steps else [0.0] * k)
-            return (dur if type(dur) is list else dur.tolist()), _NO_PREFILL
-        pref, pfx, chunk_owner, stats = prefill_chunks(self, k, pre_total)
+            return (dur if type(dur) is list else dur.tolist()), _NO_PREFILL, sat_out, _NO_DONE
+        pref, pfx, chunk_owner, stats, done_by = plan_run(self, queues, k)
         dur = self.executor.run_steps(batch, pref, pfx, chunk_owner)
-        return (dur if type(dur) is list else dur.tolist()), stats
+        return (dur if type(dur) is list else dur.tolist()), stats, sat_out, done_by
+
+    def _fill_active(self, batch: StepBatch, k: int, sat_out: tuple) -> None:
+        """The batch's sums over the groups that decode this run (the others prefill: SGLang)."""
+        dec, g = self.dec, self.groups[self.layout]
+        gsum = group_counts(dec.owner_contexts(), g)
+        gcnt = list(dec.gcount)
+        for x in sat_out:
+            gsum[x], gcnt[x] = 0.0, 0
+        s2 = sum(gsum)
+        batch.context_sum_tokens = s2
+        if self.capped:
+            batch.context_capped_sum_tokens = dec.capped_sum(dec.dsteps, sat_out, active_only=True)
+            batch.context_capped_sum_last_tokens = (dec.capped_sum(dec.dsteps + k - 1, sat_out, active_only=True)
+                                                    if k > 1 else -1.0)
+        else:
+            batch.context_capped_sum_tokens, batch.context_capped_sum_last_tokens = s2, -1.0
+        batch.owner_context_tokens, batch.owner_requests = gsum, gcnt
+        batch.active_decoders = sum(gcnt)
 
     # ---- after the run -------------------------------------------------------------------------
-    def _advance(self, k: int, dur: list[float], chunk_stats: tuple) -> None:
-        """The clock, the prefill statistics, completions and prefill progress after a run."""
+    def _advance(self, k: int, dur: list[float], chunk_stats: tuple, sat_out: tuple = (), done_by=None) -> None:
+        """The clock, the prefill statistics, completions and prefill progress after a run
+        (`sat_out`: the owner groups whose decoders waited while they prefilled)."""
         done_tokens, run_tok_pfx, run_own, run_chunks = chunk_stats
         tok = self.ema_tok
         if done_tokens or tok:  # the running prefill statistics the policy reads (weighted over steps)
@@ -319,20 +394,34 @@ class ServingLoop:
         self.steps += k
         self.layout_s[layout] += run_s
         self.state.steps_since_switch += k
-        if b:
+        if b and not sat_out:
             self.decode_steps += k
             left = dec.fin_min - dec.dsteps
             fk = float(k)
             self.okv = self.kv.tokens = [x + c * fk for x, c in zip(self.okv, dec.per_owner)]
             dec.s2 += b * fk
-            dec.dsteps += k
+            dec.advance(k)
             if left <= k:
                 for i in dec.done_by(dec.dsteps):
                     self._leave(i)
                     self._end(i, DONE)
                 dec.first_to_finish()
+        elif b:  # some groups prefilled: their decoders kept their contexts (SGLang)
+            moved = dec.advance(k, sat_out)
+            if moved:
+                self.decode_steps += k
+                fk = float(k)
+                r = self.T // dec.groups
+                self.okv = self.kv.tokens = [x + (0.0 if (j // r) in sat_out else c * fk)
+                                             for j, (x, c) in enumerate(zip(self.okv, dec.per_owner))]
+                dec.s2 += moved * fk
+            if dec.first_to_finish() <= dec.dsteps and dec.b:
+                for i in dec.done_by(dec.dsteps):
+                    self._leave(i)
+                    self._end(i, DONE)
+                dec.first_to_finish()
         if done_tokens:
-            prefill_progress(self, done_tokens)
+            prefill_progress(self, done_by)
         # the timeline: time, layout, decode batch, KV used
         tl_t, tl_layout, tl_batch, tl_kv = self.timeline
         tl_t.append(t)
@@ -354,7 +443,7 @@ class ServingLoop:
         """Request i stops decoding: its KV is released (the executor's and the ledger's)."""
         r = self.owner[i]
         c = self.dec.leave(i, r)
-        self.kv.remove(r, c + self.slack)
+        self.kv.remove(r, c + self.slack, self.inp_l[i], self.end_at[i] + self.slack)
         if self.tracks_kv:
             self.executor.retire(i, preempted)
 

@@ -118,9 +118,15 @@ def victim(loop: "ServingLoop", cand: list[int]) -> int:
 
 
 def victim_of(loop: "ServingLoop", cids: np.ndarray) -> int:
-    """The index in `cids` (request ids) of the ordering's victim, keyed by current contexts."""
+    """The index in `cids` (request ids) of the victim, keyed by current contexts: under FCFS the
+    engine's own rule (SGLang's retract_decode: the fewest output tokens, ties the longest prompt,
+    python/sglang/srt/managers/schedule_batch.py; vLLM preempts the newest running request, which
+    FCFS's latest arrival is), else the ordering's."""
     tok = loop.ctxf[cids]
-    return loop.ordering.victim(loop.arr[cids], tok, tok.astype(np.int64) - loop.inp[cids], loop.out[cids])
+    gen = tok.astype(np.int64) - loop.inp[cids]
+    if loop.preemption == "fewest_output_first" and loop.ordering.keys_are_arrival:
+        return int(np.lexsort((-loop.inp[cids], gen))[0])
+    return loop.ordering.victim(loop.arr[cids], tok, gen, loop.out[cids])
 
 
 
@@ -137,7 +143,7 @@ def preempt(loop: "ServingLoop", v: int) -> None:
         loop.pq_s2 -= loop.ctx[v]
         if loop.capped:
             loop.pq_s1 -= min(loop.ctx[v], loop.topk)
-        loop.kv.remove(loop.owner[v], loop.ctx[v] + loop.slack)
+        loop.kv.remove(loop.owner[v], loop.ctx[v] + loop.slack, loop.inp_l[v], loop.end_at[v] + loop.slack)
     loop.status[v] = WAITING
     loop.queued[v] = loop.t
     loop.preempted[v] += 1

@@ -14,18 +14,41 @@ from runtime_policy.tables import StepTimeTable
 
 @dataclass(frozen=True)
 class LoopConfig:
-    max_batch: int = 4096  # requests holding KV at once
-    prefill_chunk_tokens: int = 8192  # prompt tokens per step (chunked prefill)
+    """The serving loop's settings; what is None follows the deployment's engine scheduler
+    (planner.engines.scheduling, compiled into the tables per layout)."""
+
+    max_batch: int = 4096  # requests holding KV at once (every owner group together)
+    # the engine's chunk setting (SGLang --chunked-prefill-size, vLLM --max-num-batched-tokens,
+    # TRT-LLM max_num_tokens): each owner group's chunk follows from it as the engine divides it;
+    # None: the engine's default
+    prefill_chunk_tokens: int | None = None
     max_run_steps: int = 64  # the policy is consulted at least this often
     admit_watermark_fraction: float = 0.01  # KV pool share admission leaves free
+    # "separate": a group prefills or decodes in a step (SGLang); "mixed": both (vLLM, TRT-LLM);
+    # None: the engine's. NOTE: the torch executor runs a step's decodes and chunk together: mixed
+    prefill_mode: str | None = None
 
     def check(self, tables: StepTimeTable) -> None:
         if not 1 <= self.max_batch <= tables.max_tokens - tables.max_prefill_tokens:
             raise SpecError(f"max_batch={self.max_batch} must be in [1, {tables.max_tokens - tables.max_prefill_tokens}]")
-        if not 1 <= self.prefill_chunk_tokens <= tables.max_prefill_tokens:
+        if self.prefill_chunk_tokens is not None and not 1 <= self.prefill_chunk_tokens <= tables.max_prefill_tokens:
             raise SpecError(f"prefill_chunk_tokens={self.prefill_chunk_tokens} must be in [1, {tables.max_prefill_tokens}]")
         if self.max_run_steps < 1:
             raise SpecError(f"max_run_steps={self.max_run_steps} must be ≥ 1")
+        if self.prefill_mode not in (None, "separate", "mixed"):
+            raise SpecError(f"prefill_mode={self.prefill_mode!r} must be separate or mixed")
+
+    def group_chunks(self, tables: StepTimeTable) -> list[int]:
+        """[L] each layout's prompt tokens per owner group per step (0 where the model can't run it)."""
+        out = []
+        for sch in tables.info.schedulers:
+            if sch is None:
+                out.append(0)
+            elif self.prefill_chunk_tokens is None:
+                out.append(min(sch.chunk_tokens_per_group, tables.max_prefill_tokens))
+            else:
+                out.append(min(sch.per_group_chunk(self.prefill_chunk_tokens), tables.max_prefill_tokens))
+        return out
 
 
 @dataclass(frozen=True)

@@ -136,6 +136,9 @@ class LayoutInfo:
     # the deployment's own layout's): a token split's page per rank, a layout's own share of the
     # windows and states (kv_ledger.py `request_slack_tokens`); 0 for the deployment's layout
     extra_slack_tokens: np.ndarray
+    # each layout's engine scheduler (planner.engines.scheduling; None: the model can't run it): the
+    # serving loop's chunk per owner group, running cap, prefill mode, routing and preemption
+    schedulers: tuple = ()
     # most requests the group may run (the engine's per-request state slots; inf: no cap)
     max_requests: np.ndarray = field(default_factory=lambda: np.zeros(0))
     # the host KV tier per layout, for twin tables (runtime_policy/host_tier_tables.py; empty: every
@@ -274,7 +277,9 @@ def compile_tables(dep: Deployment, model: StepTimeModel | None = None, max_batc
     if deps[names.index(dep.attn)] is None:
         raise SpecError(f"{dep.model.name} cannot run attn={dep.attn} on {dep.ranks} ranks")
     topk = cost_knee(dep.model)
-    n_max = max_batch + max_prefill_tokens
+    # NOTE: every owner group's scheduler takes its own chunk in the same step (planner.engines.
+    # scheduling): the base rows cover the decodes and all groups' chunks, each at most the table's
+    n_max = max_batch + max_prefill_tokens * max_step_chunks(deps)
     nl, nr = len(names), len(TIMED_RESOURCES)
     base = np.full((n_max + 1, nl, nr), np.inf)
     pre = np.zeros((max_prefill_tokens + 1, nl, nr))
@@ -335,7 +340,8 @@ def compile_tables(dep: Deployment, model: StepTimeModel | None = None, max_batc
     k_dep = names.index(dep.attn)
     slack = float(slacks[k_dep])
     extra = np.where(pools >= 0, slacks - slack, 0.0)
-    info = LayoutInfo(pools, weights, attn_w, share, groups, placements, extra, caps)
+    scheds = tuple(None if d is None else d.engine_model.scheduler(d) for d in deps)
+    info = LayoutInfo(pools, weights, attn_w, share, groups, placements, extra, schedulers=scheds, max_requests=caps)
     chunk_rows = np.concatenate([pre, pfx_lo, pfx_hi], axis=2)
     pre, pfx_lo, pfx_hi = chunk_rows[..., 0:nr], chunk_rows[..., nr:2 * nr], chunk_rows[..., 2 * nr:3 * nr]
     for a in (base, chunk_rows, pre, pfx_lo, pfx_hi, c1, c2, pools, weights, attn_w, share, groups, extra, caps):
@@ -352,6 +358,21 @@ def compile_tables(dep: Deployment, model: StepTimeModel | None = None, max_batc
     from runtime_policy.host_tier_tables import with_host_tier  # NOTE: issue 17's hook (a host KV tier)
 
     return with_host_tier(table, dep, model, deps)
+
+
+def max_step_chunks(deps) -> int:
+    """The most owner groups that each run a full chunk in one step, over the layouts `deps` (None:
+    can't run): G where every group takes the engine's whole chunk (vLLM's engine cores, TRT-LLM's
+    ranks), 1 where the engine splits one chunk over its groups (SGLang's chunked_prefill_size //
+    dp_size)."""
+    most = 1
+    for d in deps:
+        if d is None:
+            continue
+        sch = d.engine_model.scheduler(d)
+        if not sch.chunk_split_over_groups:
+            most = max(most, sch.owner_groups)
+    return most
 
 
 def cost_knee(model) -> float:

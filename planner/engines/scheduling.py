@@ -62,12 +62,25 @@ class SchedulerSpec:
     preemption: Preemption
     reserve_output_tokens: bool  # admission reserves every request's remaining output tokens
     source: str  # the engine code these facts come from
+    # the engine's one chunk setting is divided over its groups (SGLang: chunked_prefill_size //
+    # dp_size), or each group has the whole of it (vLLM's max_num_batched_tokens per engine core)
+    chunk_split_over_groups: bool = False
 
     def __post_init__(self) -> None:
         if self.prefill_mode not in PREFILL_MODES or self.routing not in ROUTINGS or self.preemption not in PREEMPTIONS:
             raise ValueError(f"{self.engine}: unknown scheduling fact in {self}")
         if self.owner_groups < 1 or self.chunk_tokens_per_group < 1 or not self.running_cap_per_group >= 1:
             raise ValueError(f"{self.engine}: scheduler counts must be ≥ 1 ({self})")
+
+    def per_group_chunk(self, engine_chunk_tokens: int) -> int:
+        """A group's chunk when the engine's own setting is `engine_chunk_tokens` (the launch line's
+        --chunked-prefill-size / --max-num-batched-tokens / --max_num_tokens)."""
+        return max(engine_chunk_tokens // self.owner_groups, 1) if self.chunk_split_over_groups else engine_chunk_tokens
+
+    @property
+    def engine_chunk_tokens(self) -> int:
+        """The engine's own chunk setting this per-group chunk comes from."""
+        return self.chunk_tokens_per_group * (self.owner_groups if self.chunk_split_over_groups else 1)
 
     @property
     def running_cap(self) -> float:

@@ -248,7 +248,8 @@ class SGLang(EngineMemoryModel):
             cap = float(max(min(est, int(pool // 2)), 1))
         return SchedulerSpec("sglang", g, "separate", max(chunk // g, 1), cap, "round_robin", "fewest_output_first",
                              False, "sgl-project/sglang python/sglang/srt: managers/scheduler.py, schedule_policy.py, "
-                                    "data_parallel_controller.py; mem_cache/kv_cache_configurator.py")
+                                    "data_parallel_controller.py; mem_cache/kv_cache_configurator.py",
+                             chunk_split_over_groups=True)
 
     def check(self, mem_fraction, reserve_bytes):
         if mem_fraction is not None and reserve_bytes is not None:

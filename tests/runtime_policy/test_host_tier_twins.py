@@ -197,7 +197,7 @@ def test_the_tier_goes_off_when_load_drops_with_hysteresis(dop_pair):
 def test_the_simulator_switches_the_tier_on_and_off():
     """On DOP and its twin only: 16 requests of 60K at t = 0 and 80 more at 2/s (DOP's HBM holds 9
     of 60K per owner), then 64 of 8K from 300 s: the queue spills, and once it drains the tier goes
-    off again (the 8K requests run HBM-only)."""
+    off again."""
     m, hw = planner.load_model("deepseek-v3.2"), planner.load_hardware("h200")
     dep = planner.replace_deployment(planner.make_deployment(m, hw, attn="dop", gpus=8), host_tier=HostTierSpec())
     arr = np.r_[np.zeros(16), 5 + np.arange(80) * 0.5, 300 + np.arange(64) * 2.0]
@@ -208,7 +208,9 @@ def test_the_simulator_switches_the_tier_on_and_off():
     assert path[0] == ("dop", "dop+host", "switch_capacity") and ("dop+host", "dop", "switch_throughput") in path
     on = next(s["at_s"] for s in doc["switches"] if s["to"] == "dop+host")
     off = next(s["at_s"] for s in doc["switches"] if s["to"] == "dop")
-    assert on < 300 < off
+    # on while the 60K queue spills, off once it drained (after the last 60K request arrived; DOP's
+    # owners prefill in parallel as the engine's DP ranks do, so it drains before the 8K requests)
+    assert on < off and off > arr[95]
     assert doc["completed"] == 160 and doc["layout_time_s"]["dop+host"] > 0 and doc["layout_time_s"]["dop"] > 0
 
 

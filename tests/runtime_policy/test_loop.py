@@ -176,7 +176,7 @@ def test_a_move_in_flight_admits_only_what_its_destination_holds():
     class LongMove(SimExecutor):
         def start_switch(self, plan):
             super().start_switch(plan)
-            return 30.0  # seconds of background move
+            return 5.0  # seconds of background move (the DOP owners prefill in parallel: the 24 prompts take ~20 s)
 
     n = 25
     arr = np.concatenate([[0.0], np.full(n - 1, 0.01)])

@@ -1,0 +1,151 @@
+"""Prefill as the engines schedule it: one scheduler per owner group, each taking its own chunk of its
+own requests' prompts in the same step (planner.engines.scheduling).
+
+For the current layout's G owner groups (the planner's Placement: groups of consecutive ranks), a
+run's prefill is planned per group: a group's prefilling requests (the loop's prefill queue, in
+admission order, whose owner rank is in the group) give up to its chunk per step — the whole chunk
+when its prefill runs as a batch of its own (SGLang), what the group's decodes leave of the token
+budget when they share a step (vLLM, TRT-LLM) — packing one request's last tokens with the next
+one's first, as SGLang's PrefillAdder and vLLM's token budget do. The run is cut where the first
+group's head request completes. Per step, the step's prompt tokens are every group's together (the
+MLP side sees them all), and the group running the most of them prices the chunk (its tokens,
+their prefix, the rank that runs them: runtime_policy/tables.py `step_s` with `chunk_owner`).
+
+With one group this is the loop's one chunk per step; with DP-attention's T groups, eight owners
+prefill at once (SGLang: chunked_prefill_size // 8 each), where one chunk on one owner at a time
+left seven idle.
+
+Does not: admit requests (admission.py) or price a step (the executor).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from runtime_policy.admission import chunk_plan
+
+if TYPE_CHECKING:
+    from runtime_policy.loop import ServingLoop
+
+
+@dataclass(slots=True)
+class GroupQueue:
+    """One owner group's prefilling requests and its chunk per step."""
+
+    group: int
+    ids: list[int]  # prefilling requests in admission order
+    chunk: int  # prompt tokens the group takes per step
+    tokens_left: int  # Σ prompt tokens its requests still need
+
+
+def group_queues(loop: "ServingLoop") -> list[GroupQueue]:
+    """The current layout's groups with prefill work, each with its chunk per step (module docstring)."""
+    layout = loop.layout
+    g_count = loop.groups[layout]
+    chunk = loop.group_chunk[layout]
+    r = loop.T // g_count
+    pre_left, owner = loop.pre_left, loop.owner
+    if g_count == 1:
+        ids = loop.prefill_q
+        c = chunk if loop.separate else max(chunk - loop.dec.b, 1)
+        return [GroupQueue(0, ids, c, sum([pre_left[i] for i in ids]))]
+    by: dict[int, GroupQueue] = {}
+    counts = loop.dec.gcount if loop.dec.groups == g_count else None
+    for i in loop.prefill_q:
+        g = owner[i] // r
+        q = by.get(g)
+        if q is None:
+            dec_g = counts[g] if counts is not None else 0
+            q = by[g] = GroupQueue(g, [], chunk if loop.separate else max(chunk - dec_g, 1), 0)
+        q.ids.append(i)
+        q.tokens_left += pre_left[i]
+    return sorted(by.values(), key=lambda q: q.group)
+
+
+def steps_to_first_completion(loop: "ServingLoop", queues: list[GroupQueue]) -> int:
+    """Steps until the first group's head request has all its prompt (the run's cut)."""
+    pre_left = loop.pre_left
+    return min(math.ceil(pre_left[q.ids[0]] / q.chunk) for q in queues)
+
+
+def plan_run(loop: "ServingLoop", queues: list[GroupQueue], k: int) -> tuple[list, list, tuple, tuple, dict]:
+    """A run of k steps' prefill over the groups `queues`: per step the prompt tokens of every group
+    together, the prefix the busiest group's chunk attends to, that group's (rank, tokens, prefix),
+    the run's statistics (prompt tokens, their token-weighted prefix, the busiest groups' tokens,
+    steps with a chunk) and each group's prompt tokens done in the run {group: tokens}."""
+    pre_left, ctx, owner = loop.pre_left, loop.ctx, loop.owner
+    if len(queues) == 1:
+        q = queues[0]
+        pref = _chunks(q, k)
+        if pre_left[q.ids[0]] >= sum(pref):  # every token from the head request (the common case)
+            done = ctx[q.ids[0]] - pre_left[q.ids[0]]
+            pfx = []
+            for x in pref:
+                pfx.append(done)
+                done += x
+            co = ([owner[q.ids[0]]] * k, pref, pfx)
+        else:
+            pfx, own_rank, _, _ = chunk_plan(pref, q.ids, pre_left, ctx, owner)
+            co = (own_rank, pref, pfx)
+        run_tok = sum(pref)
+        stats = (int(run_tok), sum([a * c for a, c in zip(pref, pfx)]), run_tok,
+                 float(sum(1 for x in pref if x > 0)))
+        return pref, pfx, co, stats, {q.group: int(run_tok)}
+    per = []
+    done_by: dict[int, int] = {}
+    for q in queues:
+        pref = _chunks(q, k)
+        pfx, own_rank, _, _ = chunk_plan(pref, q.ids, pre_left, ctx, owner)
+        per.append((pref, pfx, own_rank))
+        done_by[q.group] = int(sum(pref))
+    total, prefix, ranks, own_tok, own_pfx = [], [], [], [], []
+    run_pfx = run_own = 0.0
+    for j in range(k):
+        tj, best, bg = 0.0, -1.0, 0
+        for gi, (pref, pfx, _) in enumerate(per):
+            x = pref[j]
+            tj += x
+            run_pfx += x * pfx[j]
+            if x > best:
+                best, bg = x, gi
+        pref, pfx, own_rank = per[bg]
+        total.append(tj)
+        prefix.append(pfx[j])
+        ranks.append(own_rank[j])
+        own_tok.append(pref[j])
+        own_pfx.append(pfx[j])
+        run_own += best
+    run_tok = sum(total)
+    stats = (int(run_tok), run_pfx, run_own, float(sum(1 for x in total if x > 0)))
+    return total, prefix, (ranks, own_tok, own_pfx), stats, done_by
+
+
+def _chunks(q: GroupQueue, k: int) -> list[float]:
+    """[k] the group's prompt tokens per step: its chunk, the last step what is left."""
+    full = q.tokens_left // q.chunk
+    if full >= k:
+        return [float(q.chunk)] * k
+    return [float(q.chunk)] * full + [float(q.tokens_left - q.chunk * full)] + [0.0] * (k - full - 1)
+
+
+def credit(loop: "ServingLoop", done_by: dict[int, int]) -> list[int]:
+    """Credit each group's prompt tokens to its own requests in admission order; returns the
+    requests whose prefill is done, in admission order (admission.prefill_progress finishes them)."""
+    layout = loop.layout
+    r = loop.T // loop.groups[layout]
+    pre_left, owner = loop.pre_left, loop.owner
+    finished = []
+    left = dict(done_by)
+    for i in loop.prefill_q:
+        g = owner[i] // r
+        d = left.get(g, 0)
+        if d <= 0:
+            continue
+        take = pre_left[i] if pre_left[i] < d else d
+        pre_left[i] -= take
+        left[g] = d - take
+        if pre_left[i] == 0:
+            finished.append(i)
+    return finished
