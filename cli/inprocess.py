@@ -86,9 +86,12 @@ class CommandRunner:
 
         if command not in self.commands:
             raise CommandError(f"no command {command!r} here")
+        from cli.errors import check_arguments
+
         out = io.StringIO()
         with self._lock, contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
             try:
+                check_arguments(args)
                 self._group.main(args=[command, "--json", *args], prog_name="floorfirst", standalone_mode=False)
             except SpecError as exc:
                 raise CommandError(str(exc)) from None

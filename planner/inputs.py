@@ -16,6 +16,7 @@ Does not: know any file's schema (the loaders validate fields; `check_number` is
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import re
@@ -26,8 +27,11 @@ from typing import Any
 import numpy as np
 
 from planner.errors import SpecError
+from planner.path_policy import active as _active_root
+from planner.path_policy import quote_values
 
 KiB, MiB = 1 << 10, 1 << 20
+_log = logging.getLogger("floorfirst.inputs")  # DEBUG: each file read (`floorfirst --verbose`)
 
 # NOTE: per-kind size limits, a few hundred times the largest real file of each kind (a Hugging Face
 # config.json is < 20 KiB, a hardware YAML < 4 KiB, a calibration < 64 KiB, a microbench result
@@ -68,10 +72,23 @@ def _not_regular(mode: int) -> str | None:
     return None if stat.S_ISREG(mode) else "not a regular file"
 
 
+def _confined(path) -> str | None:
+    """Where a read of `path` goes: the path itself (unconfined), its resolved form inside the
+    active root, or None when it is outside (planner.path_policy: then it reads as missing)."""
+    root = _active_root()
+    if root is None:
+        return os.fspath(path)
+    if "\0" in os.fspath(path):
+        return os.fspath(path)  # refused by the caller as a NUL, before any resolution
+    return root.readable_path(path)
+
+
 def is_file(path) -> bool:
-    """Path.is_file, but False for a name no file system holds (a NUL, a component over 255 bytes)."""
+    """Path.is_file, but False for a name no file system holds (a NUL, a component over 255 bytes)
+    and, while confined to a root, for a path outside it."""
     try:
-        return Path(path).is_file()
+        p = _confined(path)
+        return p is not None and Path(p).is_file()
     except (OSError, ValueError):
         return False
 
@@ -92,6 +109,9 @@ def path_kind(path, what: str) -> str:
     p = os.fspath(path)
     if "\0" in p:
         raise SpecError(f"{what} {shown_path(p)!r}: a path cannot hold a NUL character")
+    p = _confined(p)
+    if p is None:
+        return "missing"
     try:
         st = os.stat(p)
     except (FileNotFoundError, NotADirectoryError):
@@ -109,6 +129,9 @@ def read_bytes_file(path, what: str, max_bytes: int) -> bytes:
     shown = shown_path(p)
     if "\0" in p:
         raise SpecError(f"{what} {shown!r}: a path cannot hold a NUL character")
+    p = _confined(p)
+    if p is None:  # NOTE: outside the root reads as missing: the same line, whether it exists or not
+        raise SpecError(f"{what} not found: {shown}")
     try:
         st = os.stat(p)
     except (FileNotFoundError, NotADirectoryError):
@@ -135,6 +158,7 @@ def read_bytes_file(path, what: str, max_bytes: int) -> bytes:
             raise SpecError(f"cannot read {what} {shown}: {exc.strerror}") from None
     if len(data) > max_bytes:
         raise SpecError(f"{what} {shown} grew past the {_size(max_bytes)} limit for a {what} while being read")
+    _log.debug(f"read {what} {shown} ({len(data):,} bytes)")
     return data
 
 
@@ -269,7 +293,12 @@ def load_yaml_file(path, what: str, max_bytes: int, max_depth: int = YAML_MAX_DE
 
 
 def shown(value: Any, limit: int = 60) -> str:
-    """repr(value), cut to `limit` characters: an error line quotes a value, never a whole document."""
+    """repr(value), cut to `limit` characters: an error line quotes a value, never a whole document.
+    While confined to a root (planner.path_policy) a value is described, not quoted: error lines
+    then never carry what a file holds."""
+    if not quote_values():
+        n = len(value) if isinstance(value, (str, list, dict, tuple)) else None
+        return f"(a {type(value).__name__}{'' if n is None else f' of length {n}'})"
     r = repr(value)
     return r if len(r) <= limit else r[: limit - 1] + "…"
 
@@ -334,8 +363,11 @@ def check_number(value: Any, what: str, *, lo: float | None = None, hi: float | 
 
 def check_output_path(path, what: str, *, suffixes: tuple[str, ...] | None = None) -> Path:
     """An output path that can be written, checked before any long work: the name is a file name
-    of ≤ 255 bytes with one of `suffixes` (if given), its folder exists and is writable, and it is
-    not a folder, a FIFO or a device. Whether an existing file may be replaced is the caller's rule."""
+    of ≤ 255 bytes with one of `suffixes` (if given), its folder exists and is writable, a file can
+    be created there (not so in /proc), and it is not a folder, a FIFO, a device or a symbolic
+    link. While confined to a root (planner.path_policy) it must resolve inside it, and name no
+    existing file unless the call allows overwriting. Whether an existing file may be replaced
+    otherwise is the caller's rule."""
     text = os.fspath(path)
     shown = shown_path(text)
     if not text.strip():
@@ -353,6 +385,9 @@ def check_output_path(path, what: str, *, suffixes: tuple[str, ...] | None = Non
     if suffixes is not None and p.suffix.lower() not in suffixes:
         raise SpecError(f"{what} {shown}: use a {', '.join(suffixes[:-1])} or {suffixes[-1]} file name"
                         if len(suffixes) > 1 else f"{what} {shown}: use a {suffixes[0]} file name")
+    root = _active_root()
+    if root is not None:
+        root.writable_path(text, what)
     parent = p.parent
     try:
         pst = os.stat(parent)
@@ -365,12 +400,17 @@ def check_output_path(path, what: str, *, suffixes: tuple[str, ...] | None = Non
     if not os.access(parent, os.W_OK | os.X_OK):
         raise SpecError(f"{what} {shown}: folder {shown_path(parent)} is not writable")
     try:
-        st = os.stat(p)
+        lst = os.lstat(p)
     except FileNotFoundError:
+        _probe_create(p, what, shown)
         return p
     except OSError as exc:
         raise SpecError(f"{what} {shown}: {exc.strerror}") from None
-    kind = _not_regular(st.st_mode)
+    if stat.S_ISLNK(lst.st_mode):
+        # NOTE: a write replaces the name (write_bytes_file renames onto it), never a link's target:
+        # a link here would be silently replaced by a file, so it is refused, dangling or not
+        raise SpecError(f"{what} {shown} is a symbolic link; give the path of a file, not of a link")
+    kind = _not_regular(lst.st_mode)
     if kind:
         raise SpecError(f"{what} {shown} is {kind}, not a file that can be written")
     if not os.access(p, os.W_OK):
@@ -378,14 +418,35 @@ def check_output_path(path, what: str, *, suffixes: tuple[str, ...] | None = Non
     return p
 
 
-def write_text_file(path, text: str, what: str) -> None:
-    """Write text whole or not at all: a temporary file next to it, then renamed over it."""
+def _probe_create(p: Path, what: str, shown: str) -> None:
+    """Create and remove the file: a folder that lists as writable may still refuse a new file
+    (/proc, a read-only mount, a full disk's quota), which must be said before the work, not after."""
+    try:
+        fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+                     | getattr(os, "O_CLOEXEC", 0), 0o600)
+    except OSError as exc:
+        raise SpecError(f"{what} {shown}: cannot create a file there: {exc.strerror}") from None
+    os.close(fd)
+    try:
+        os.unlink(p)
+    except OSError:
+        pass
+
+
+def write_bytes_file(path, data: bytes, what: str) -> None:
+    """Write bytes whole or not at all: a temporary file next to it, then renamed over the name
+    (a link at the name is replaced, its target never written). While confined to a root the
+    path is checked against it again (planner.path_policy)."""
     p = Path(path)
+    root = _active_root()
+    if root is not None:
+        root.writable_path(p, what)
     tmp = p.with_name(f".{p.name[:200]}.{os.getpid()}.tmp")
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+                     | getattr(os, "O_CLOEXEC", 0), 0o666)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
         os.replace(tmp, p)
     except OSError as exc:
         try:
@@ -393,3 +454,8 @@ def write_text_file(path, text: str, what: str) -> None:
         except OSError:
             pass
         raise SpecError(f"cannot write {what} {shown_path(p)}: {exc.strerror}") from None
+
+
+def write_text_file(path, text: str, what: str) -> None:
+    """Write UTF-8 text whole or not at all (write_bytes_file)."""
+    write_bytes_file(path, text.encode("utf-8"), what)

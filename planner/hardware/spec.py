@@ -163,6 +163,10 @@ def _parse(path: Path) -> HardwareSpec:
     if spec.usable_hbm_bytes > 1.2 * spec.peak.hbm_bytes:
         raise SpecError(f"hardware file {path}: memory.usable_hbm_bytes={spec.usable_hbm_bytes:.4g} is more than 1.2 × "
                         f"peak.hbm_bytes={spec.peak.hbm_bytes:.4g}: check the units (bytes, not MiB or GB)")
+    if spec.memory.context_bytes >= spec.usable_hbm_bytes:
+        raise SpecError(f"hardware file {path}: memory.context_bytes={spec.memory.context_bytes:.4g} is not below the "
+                        f"usable memory ({spec.usable_hbm_bytes:.4g} bytes): the CUDA context would leave the engine "
+                        "nothing; check the units (bytes, not MiB or GB)")
     return spec
 
 

@@ -5,7 +5,8 @@ SIGALRM deadline so a hang is counted instead of waited on, and classifies the r
 - ok: exit 0 and, with --json, one document that parses without NaN/Infinity, carries no negative
   number outside the signed fields, no floor_max_s above floor_sum_s, and meets its JSON schema
   (tests/agent/contracts: null only where the contract allows it);
-- user_error: exit 2 and exactly one stderr line starting "floorfirst: error: ";
+- user_error: exit 2 and exactly one stderr line starting "floorfirst: error: " (with --json, the
+  same line as one floorfirst.error/1 document on stdout);
 - traceback, hang, bad_output, internal (exit 70: the document guard caught a bug): failures.
 
 `Workspace` copies the corpus into a temporary folder (so a broken overwrite rule can't harm the
@@ -80,6 +81,16 @@ def _reject_constant(name):
     raise ValueError(f"{name} in the document")
 
 
+def _error_doc(out: str) -> str | None:
+    """The `error` line of the one floorfirst.error/1 document `out` holds, else None."""
+    try:
+        doc = json.loads(out)
+    except ValueError:
+        return None
+    ok = isinstance(doc, dict) and doc.get("schema") == "floorfirst.error/1" and doc.get("exit_code") == 2
+    return doc["error"] if ok else None
+
+
 def classify(argv, code, out: str, err: str, seconds: float) -> Outcome:
     argv = tuple(argv)
     if code == 0:
@@ -100,6 +111,8 @@ def classify(argv, code, out: str, err: str, seconds: float) -> Outcome:
         return Outcome(argv, "bad_output" if problem else "ok", 0, seconds, problem)
     if code == 2:
         one_line = err.startswith("floorfirst: error: ") and err.count("\n") == 1 and "Traceback" not in err
+        if one_line and "--json" in argv and _error_doc(out) != err.removeprefix("floorfirst: error: ").rstrip("\n"):
+            return Outcome(argv, "bad_output", 2, seconds, f"--json: no error document on stdout: {out[:200]!r}")
         return Outcome(argv, "user_error" if one_line else "bad_output", 2, seconds, err.strip()[:300])
     if code == 70:
         return Outcome(argv, "internal", 70, seconds, err.strip()[:300])
