@@ -248,6 +248,32 @@ def json_value(text: str, max_depth: int = JSON_MAX_DEPTH, finite: bool = True) 
     return doc
 
 
+# NOTE: engines' benchmark tools write their results with Python's json.dumps, which writes a float
+# that is not finite as Infinity or NaN. SGLang (python/sglang/bench_serving.py, benchmark(): the
+# result's "request_rate": request_rate) writes its default rate float("inf") as Infinity, meaning
+# every request is sent at once (get_request yields without waiting when the rate is inf); vLLM
+# (vllm/benchmarks/serve.py, main()) writes the string "inf" there. A statistic over no samples is
+# NaN. So a rate keeps its infinity, and any other value that is not finite reads as not measured.
+INFINITE_RATE_KEYS = frozenset({"request_rate"})
+
+
+def benchmark_json_value(text: str, max_depth: int = JSON_MAX_DEPTH) -> Any:
+    """An engine benchmark's JSON document (or JSONL line) read as the engine means it: +Infinity
+    under a rate key (INFINITE_RATE_KEYS) stays float('inf') (all requests at once); any other
+    NaN or infinity, anywhere, becomes None (not measured). Ints are still bounded to int64."""
+    doc = json_value(text, max_depth, finite=False)
+    stack: list[Any] = [doc]
+    while stack:
+        x = stack.pop()
+        items = x.items() if isinstance(x, dict) else enumerate(x) if isinstance(x, list) else ()
+        for k, v in items:
+            if isinstance(v, float) and not math.isfinite(v):
+                x[k] = v if (k in INFINITE_RATE_KEYS and v > 0) else None
+            elif isinstance(v, (dict, list)):
+                stack.append(v)
+    return doc
+
+
 def load_json_file(path, what: str, max_bytes: int, max_depth: int = JSON_MAX_DEPTH, finite: bool = True) -> Any:
     """A JSON file through every check above."""
     return parse_json_text(read_text_file(path, what, max_bytes), what, path, max_depth, finite)

@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from planner.errors import SpecError
-from planner.inputs import TRACE_MAX_BYTES, json_value, read_text_file
+from planner.inputs import TRACE_MAX_BYTES, benchmark_json_value, json_value, read_text_file
 
 AZURE_HEADER = ["TIMESTAMP", "ContextTokens", "GeneratedTokens"]
 MOONCAKE_FIELDS = ("timestamp", "input_length", "output_length")
@@ -138,21 +138,22 @@ def from_mooncake_jsonl(path: str | Path):
 
 
 def _bench_object(path: Path, text: str) -> dict | None:
-    """The first result object of a vLLM JSON or SGLang JSONL file that lists its requests."""
-    p = path
-    objs = []
-    if p.suffix.lower() == ".json":
+    """The first result object of a vLLM JSON or SGLang JSONL file that lists its requests (None:
+    no object does). Read as the engines mean it (planner.inputs.benchmark_json_value: SGLang's
+    default rate is written Infinity); a line that is no JSON is one SpecError naming it."""
+    if path.suffix.lower() == ".json":
         try:
-            objs = [json_value(text)]
+            objs = [benchmark_json_value(text)]
         except SpecError as exc:
             raise SpecError(f"{path}: {exc}") from None
     else:
-        for raw in text.splitlines():
+        objs = []
+        for line, raw in enumerate(text.splitlines(), start=1):
             if raw.strip():
                 try:
-                    objs.append(json_value(raw))
-                except SpecError:
-                    return None
+                    objs.append(benchmark_json_value(raw))
+                except SpecError as exc:
+                    raise SpecError(f"{path}: line {line}: {exc}") from None
     for d in objs:
         if isinstance(d, dict) and "input_lens" in d and "output_lens" in d:
             return d
@@ -178,7 +179,7 @@ def from_bench_result(path: str | Path, seed: int = 0):
         raise SpecError(f"{path}: input_lens and output_lens must be lists of the same, non-zero length")
     inp = [_tokens(x, "input_lens[]", path, i + 1, allow_zero=False) for i, x in enumerate(inl)]
     out = [_tokens(x, "output_lens[]", path, i + 1, allow_zero=True) for i, x in enumerate(outl)]
-    rate = d.get("request_rate", "inf")
+    rate = d.get("request_rate", "inf")  # Infinity (SGLang) and "inf" (vLLM): every request at t = 0
     try:
         rate = float(rate)
     except (TypeError, ValueError):
