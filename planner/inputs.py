@@ -15,6 +15,7 @@ Does not: know any file's schema (the loaders validate fields; `check_number` is
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import math
@@ -22,7 +23,7 @@ import os
 import re
 import stat
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -121,10 +122,9 @@ def path_kind(path, what: str) -> str:
     return "file" if stat.S_ISREG(st.st_mode) else "folder" if stat.S_ISDIR(st.st_mode) else "other"
 
 
-def read_bytes_file(path, what: str, max_bytes: int) -> bytes:
-    """The bytes of a regular file of at most `max_bytes`; anything else is one SpecError line.
-
-    `what` names the file's kind as the user knows it ("calibration file", "workload file")."""
+def _open_checked(path, what: str, max_bytes: int):
+    """(a binary file object, the path as errors show it) for a regular file of at most `max_bytes`
+    (inside the root while confined); anything else is one SpecError line."""
     p = os.fspath(path)
     shown = shown_path(p)
     if "\0" in p:
@@ -148,10 +148,26 @@ def read_bytes_file(path, what: str, max_bytes: int) -> bytes:
         fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
         raise SpecError(f"cannot read {what} {shown}: {exc.strerror}") from None
-    with os.fdopen(fd, "rb") as fh:  # buffered: read(n) loops until n bytes or the end
-        kind = _not_regular(os.fstat(fd).st_mode)
-        if kind:
-            raise SpecError(f"{what} {shown} is {kind}, not a regular file")
+    fh = os.fdopen(fd, "rb")  # buffered: read(n) loops until n bytes or the end
+    kind = _not_regular(os.fstat(fd).st_mode)
+    if kind:
+        fh.close()
+        raise SpecError(f"{what} {shown} is {kind}, not a regular file")
+    return fh, shown
+
+
+def open_binary_file(path, what: str, max_bytes: int):
+    """A regular file of at most `max_bytes`, opened for reading (read_bytes_file's checks) for a
+    reader that takes it in parts (a wheel's members); the caller closes it."""
+    return _open_checked(path, what, max_bytes)[0]
+
+
+def read_bytes_file(path, what: str, max_bytes: int) -> bytes:
+    """The bytes of a regular file of at most `max_bytes`; anything else is one SpecError line.
+
+    `what` names the file's kind as the user knows it ("calibration file", "workload file")."""
+    fh, shown = _open_checked(path, what, max_bytes)
+    with fh:
         try:
             data = fh.read(max_bytes + 1)
         except OSError as exc:
@@ -160,6 +176,35 @@ def read_bytes_file(path, what: str, max_bytes: int) -> bytes:
         raise SpecError(f"{what} {shown} grew past the {_size(max_bytes)} limit for a {what} while being read")
     _log.debug(f"read {what} {shown} ({len(data):,} bytes)")
     return data
+
+
+def text_lines(path, what: str, max_bytes: int) -> Iterator[str]:
+    """The lines of a regular UTF-8 text file (a BOM stripped, line ends kept as the csv module wants
+    them), read as they are asked for: a caller that stops early (a trace read up to `-n` requests)
+    reads no further. The file's checks are read_bytes_file's; a bad byte is named by line and column.
+    NOTE: a generator: the file is opened at the first line asked for and closed when the caller
+    stops or the generator is dropped."""
+    fh, shown = _open_checked(path, what, max_bytes)
+    read = 0
+    with fh:
+        for line_no in itertools.count(1):
+            try:
+                raw = fh.readline(max_bytes + 1)
+            except OSError as exc:
+                raise SpecError(f"cannot read {what} {shown}: {exc.strerror}") from None
+            if not raw:
+                return
+            read += len(raw)
+            if read > max_bytes:
+                raise SpecError(f"{what} {shown} grew past the {_size(max_bytes)} limit for a {what} while being read")
+            if line_no == 1 and raw.startswith(UTF8_BOM):
+                raw = raw[len(UTF8_BOM):]
+            try:
+                yield raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                col = line_column(raw, exc.start)[1]
+                raise SpecError(f"{what} {shown}: not UTF-8 text: byte 0x{raw[exc.start]:02x} at line {line_no} "
+                                f"column {col}") from None
 
 
 def line_column(data: bytes, offset: int) -> tuple[int, int]:
@@ -329,16 +374,29 @@ def shown(value: Any, limit: int = 60) -> str:
     return r if len(r) <= limit else r[: limit - 1] + "…"
 
 
+def shown_number(value: float, spec: str = "g") -> str:
+    """A number read from a file, as an error line shows it: formatted, or described while confined."""
+    return format(value, spec) if quote_values() else "(a number)"
+
+
+def shown_key(key: Any) -> str:
+    """A key read from a file (a field name the schema doesn't have), quoted, or described while confined."""
+    return str(key) if quote_values() else "(a field name)"
+
+
 def field_error(exc) -> str:
     """A pydantic ValidationError's first error as "field 'a.b'=value: message" (no value for a
     missing field: pydantic's input there is the whole enclosing object)."""
     err = exc.errors()[0]
-    loc = ".".join(str(x) for x in err["loc"])
+    loc = ".".join(str(x) for x in err["loc"][:-1] + (shown_key(err["loc"][-1]),)) \
+        if err["type"] == "extra_forbidden" and err["loc"] else ".".join(str(x) for x in err["loc"])
     value = "" if err["type"] == "missing" else "=" + shown(err.get("input"))
     return f"field '{loc}'{value}: {err['msg']}"
 
 
 def _key_path(parts) -> str:
+    if not quote_values():  # NOTE: a document's keys are its content too (planner.path_policy)
+        parts = tuple(p if isinstance(p, int) else shown_key(p) for p in parts)
     return "".join(f"[{p}]" if isinstance(p, int) else (f".{p}" if i else str(p)) for i, p in enumerate(parts)) or "(top)"
 
 

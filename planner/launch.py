@@ -182,15 +182,24 @@ def builtin_card(name: str) -> str | None:
 
 
 def _model_option(value: str) -> tuple[str, str]:
-    """(what --model gets, how it was read): a card, a config folder's config.json, or a path."""
+    """(what --model gets, how it was read): a card, a config folder's config.json, or a path.
+    NOTE: paths are probed through planner.inputs (confined to the MCP root where there is one, a path
+    outside it reading as missing); confined, a repo id of a built-in card is the card first."""
+    from planner.inputs import path_kind
+    from planner.path_policy import active
+
     p = Path(value)
+    card = builtin_card(value) if active() is not None else None
+    if card is not None:
+        return card, f"{card} (the built-in card of this repo id)"
     try:
-        if p.is_dir() and (p / "config.json").is_file():
+        kind = path_kind(p, "model")
+        if kind == "folder" and path_kind(p / "config.json", "model") == "file":
             return str(p / "config.json"), f"{p / 'config.json'} (the folder's config)"
-        if p.is_file():
+        if kind == "file":
             return value, f"{value} (a config.json)"
     except (OSError, ValueError):  # a name too long for a path, a NUL byte: not a path, maybe a repo id
-        pass
+        pass  # NOTE: SpecError is a ValueError: path_kind's refusal of such a name lands here too
     card = builtin_card(value)
     if card is not None:
         return card, f"{card} (the built-in card of this repo id)"
