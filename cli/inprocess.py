@@ -178,14 +178,14 @@ def _worker_main(modules: tuple[str, ...], memory_bytes: int | None) -> None:
 class _Worker:
     """One worker process and the read side of its reply channel."""
 
-    def __init__(self, modules: tuple[str, ...], memory_bytes: int | None):
+    def __init__(self, modules: tuple[str, ...], memory_bytes: int | None, module: str = "cli.inprocess"):
         root = str(Path(__file__).resolve().parent.parent)  # where the cli package lives
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
         # NOTE: a fresh interpreter, not a fork: the server process runs threads (the MCP event
         # loop, its tool threads), and a fork of a threaded process can inherit a held lock.
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "cli.inprocess", json.dumps({"modules": modules, "memory_bytes": memory_bytes})],
+            [sys.executable, "-m", module, json.dumps({"modules": modules, "memory_bytes": memory_bytes})],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, close_fds=True)
         self._buf = b""
         self.ready = False
@@ -242,8 +242,9 @@ class WorkerPool:
     `spare` idle workers are kept started so a call does not wait for an interpreter to start."""
 
     def __init__(self, modules: Iterable[str], workers: int = 4, limits: Limits = Limits(), spare: int = 1,
-                 root: str | None = None):
+                 root: str | None = None, worker_module: str = "cli.inprocess"):
         self.modules = tuple(modules)
+        self.worker_module = worker_module  # NOTE: what a worker runs (`python -m`); tests/fuzz audits its file access
         # NOTE: every call runs confined to `root` (planner.path_policy), with it as working directory
         self.root = None if root is None else os.path.realpath(root)
         self.limits = limits
@@ -335,7 +336,7 @@ class WorkerPool:
 
     def _start(self) -> _Worker:
         try:
-            return _Worker(self.modules, self.limits.memory_bytes)
+            return _Worker(self.modules, self.limits.memory_bytes, self.worker_module)
         except BaseException:
             with self._cond:
                 self._live -= 1

@@ -221,20 +221,20 @@ def scenario_faults(g) -> dict:
     return {"runner": runner_faults(g), "loop": loop_faults(g)}
 
 
-def dead_rank(g, kill_at: str) -> dict:
-    """CP -> TP with the last rank's process ending mid-switch (`kill_at`: "copying", the first copy
-    step; "probation", the step after the commit). Each survivor: how long its step took to raise
+def dead_rank(g, kill_at: str, victim: int | None = None, src: str = "cp", dst: str = "tp") -> dict:
+    """src -> dst (CP -> TP) with one rank's process (`victim`, default the last) ending mid-switch
+    (`kill_at`: "copying", the first copy step; "probation", the step after the commit). Each survivor: how long its step took to raise
     GroupLost, what it raised, its layout and switch state after, its KV against before the switch
     (local: the group can't gather any more) and its page accounting."""
     dims = tiny_dims(num_heads=8)
-    last = g.world_size - 1
-    runner = _fresh(g, "cp", 256, dims)
+    last = g.world_size - 1 if victim is None else victim
+    runner = _fresh(g, src, 256, dims)
     out: dict = {"rank": g.rank, "error": None}
     kv0 = None
     for s in range(STEPS):
         if s == SWITCH_AT:
             kv0 = runner.local_logical_kv()
-            runner.switch_to("tp", bytes_per_step(dims), faults=Faults(kill_rank=last, kill_at=kill_at))
+            runner.switch_to(dst, bytes_per_step(dims), faults=Faults(kill_rank=last, kill_at=kill_at))
         state = runner.switch.state.value if runner.switch is not None else None
         t0 = time.perf_counter()
         try:
