@@ -63,8 +63,23 @@ def _version_key(v: str) -> tuple:
     return tuple(int(x) if x.isdigit() else -1 for x in re.split(r"[.\-+]|rc|post|dev", v) if x != "")
 
 
+# NOTE: archive limits, far above the real wheel (its per-kernel tables are a few MiB each, a few
+# hundred members) and far below what would stall or exhaust the machine: a member's size is checked
+# as the zip declares it and again as it inflates (a declaration can lie), and so is its ratio, so a
+# 1 MB zip bomb is refused before it inflates to gigabytes; a parquet table's rows and columns are
+# checked from its footer before it is decoded.
+WHEEL_MAX_BYTES = 1 << 30
+WHEEL_MAX_MEMBERS = 100_000
+MEMBER_MAX_BYTES = 64 << 20
+MEMBER_MAX_RATIO = 100  # uncompressed / compressed: parquet is compressed already (real tables: < 10)
+PARQUET_MAX_ROWS = 5_000_000
+PARQUET_MAX_COLUMNS = 256
+
+
 class KernelDbSource:
-    """A wheel file or an installed aiconfigurator_core package, read member by member."""
+    """A wheel file or an installed aiconfigurator_core package, read member by member, each read
+    bounded (the limits above; the wheel itself is read through planner.inputs: a regular file,
+    inside the MCP root when there is one)."""
 
     def __init__(self, path: str | None):
         if path is None:
@@ -79,16 +94,25 @@ class KernelDbSource:
             self.label = f"aiconfigurator_core (installed at {self.root})"
             self.sha256 = ""
         else:
+            from planner.inputs import open_binary_file
+
             p = Path(path)
-            if not p.is_file():
-                raise SpecError(f"wheel not found: {path}")
+            fh = open_binary_file(p, "wheel", WHEEL_MAX_BYTES)
+            h = hashlib.sha256()
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+            fh.seek(0)
             try:
-                self.zip = zipfile.ZipFile(p)
-            except zipfile.BadZipFile:
+                self.zip = zipfile.ZipFile(fh)
+            except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, ValueError, EOFError):
+                fh.close()
                 raise SpecError(f"{path}: not a wheel (zip) file") from None
+            if len(self.zip.infolist()) > WHEEL_MAX_MEMBERS:
+                raise SpecError(f"{path}: {len(self.zip.infolist()):,} members, over the {WHEEL_MAX_MEMBERS:,} a wheel "
+                                "may hold here")
             self.root = None
             self.label = p.name
-            self.sha256 = hashlib.sha256(p.read_bytes()).hexdigest()
+            self.sha256 = h.hexdigest()
 
     def names(self) -> list[str]:
         if self.zip is not None:
@@ -100,19 +124,48 @@ class KernelDbSource:
     def read(self, name: str) -> bytes:
         if not _member_ok(name):  # NOTE: the end-to-end rows are held back for release checks
             raise SpecError(f"refusing to read {name}: only per-kernel *_perf.parquet tables are read")
-        if self.zip is not None:
-            return self.zip.read(name)
-        return (self.root / name).read_bytes()
+        if self.zip is None:
+            from planner.inputs import read_bytes_file
+
+            return read_bytes_file(self.root / name, "kernel table", MEMBER_MAX_BYTES)
+        info = self.zip.getinfo(name)
+        over = f"{name}: {{}} over the {MEMBER_MAX_BYTES >> 20} MiB a kernel table may inflate to (a zip bomb?)"
+        if info.file_size > MEMBER_MAX_BYTES:
+            raise SpecError(over.format(f"declares {info.file_size:,} bytes,"))
+        if info.file_size > MEMBER_MAX_RATIO * max(info.compress_size, 1) and info.file_size > (1 << 20):
+            raise SpecError(f"{name}: inflates {info.file_size / max(info.compress_size, 1):,.0f}-fold, over the "
+                            f"{MEMBER_MAX_RATIO}-fold a kernel table may (a zip bomb?)")
+        try:
+            with self.zip.open(info) as f:
+                data = f.read(MEMBER_MAX_BYTES + 1)
+        except (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError, RuntimeError) as exc:
+            raise SpecError(f"{name}: unreadable member of the wheel ({type(exc).__name__})") from None
+        if len(data) > MEMBER_MAX_BYTES:
+            raise SpecError(over.format("inflates past its declared size,"))
+        return data
 
 
-def read_parquet(data: bytes) -> dict[str, np.ndarray]:
+def read_parquet(data: bytes, name: str = "kernel table") -> dict[str, np.ndarray]:
+    """Column arrays of one parquet table; its footer's rows and columns are checked before a byte
+    of it is decoded, and any table pyarrow can't read is one SpecError line naming it."""
     try:
         import pyarrow.parquet as pq
     except ImportError:
         raise SpecError("--from-kernel-db reads parquet tables: pip install pyarrow") from None
-    t = pq.read_table(io.BytesIO(data))
-    return {c: np.asarray(t.column(c).to_pylist(), dtype=object if t.schema.field(c).type == "string" else None)
-            for c in t.column_names}
+    try:
+        f = pq.ParquetFile(io.BytesIO(data))
+        meta = f.metadata
+        if meta.num_rows > PARQUET_MAX_ROWS or meta.num_columns > PARQUET_MAX_COLUMNS:
+            raise SpecError(f"{name}: {meta.num_rows:,} rows × {meta.num_columns} columns, over the "
+                            f"{PARQUET_MAX_ROWS:,} × {PARQUET_MAX_COLUMNS} a kernel table may hold")
+        t = f.read()
+        return {c: np.asarray(t.column(c).to_pylist(), dtype=object if t.schema.field(c).type == "string" else None)
+                for c in t.column_names}
+    except SpecError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - pyarrow raises ArrowInvalid, OSError, ValueError… on a bad table
+        first = (str(exc).splitlines() or [""])[0][:120]
+        raise SpecError(f"{name}: not a readable parquet table ({type(exc).__name__}: {first})") from None
 
 
 def newest_tables(names: list[str], system: str, backend: str) -> dict[tuple[str, str], tuple[str, str]]:
@@ -252,7 +305,7 @@ def read_kernel_db(system: str, backend: str, wheel: str | None = None, hardware
     for key in READERS:
         if key in found:
             member, version = found[key]
-            tables[key] = read_parquet(src.read(member))
+            tables[key] = read_parquet(src.read(member), member)
             _, n = READERS[key](tables[key])
             used.append({"path": member, "op": key[0], "table": key[1], "version": version, "rows_used": n})
     summary, notes = kernel_db_summary(tables)

@@ -29,7 +29,7 @@ from pathlib import Path
 from calibration.schema import LoadedRow, Profile, RowIssue, parse_row
 from calibration.serving import ENGINES
 from planner.errors import SpecError
-from planner.inputs import PROFILE_MAX_BYTES, decode_text, json_value, parse_json_text, read_bytes_file
+from planner.inputs import PROFILE_MAX_BYTES, benchmark_json_value, decode_text, json_value, read_bytes_file
 
 SERVING_SUMMARY_KEYS = ("completed", "total_input_tokens", "total_output_tokens")
 
@@ -126,13 +126,25 @@ def _load_csv(path: Path, text: str, defaults, sha: str) -> Profile:
     return c.done()
 
 
+def _value(text: str) -> object:
+    """A JSON row: an engine's serving summary read as the engine means it (SGLang writes its default
+    request rate as Infinity, a statistic of no samples as NaN: planner.inputs.benchmark_json_value);
+    any other row with NaN or Infinity is refused as before (SpecError naming where)."""
+    raw = json_value(text, finite=False)
+    if isinstance(raw, dict) and is_serving_summary(raw):
+        return benchmark_json_value(text)
+    if "NaN" in text or "Infinity" in text:
+        return json_value(text)  # NOTE: parsed again only to refuse a non-finite value, saying where it is
+    return raw
+
+
 def _load_jsonl(path: Path, text: str, defaults, sha: str) -> Profile:
     c = _Collector(path, "profile_jsonl", defaults, sha)
     for i, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
-            raw = json_value(line)
+            raw = _value(line)
         except SpecError as exc:
             c.profile.issues.append(RowIssue(str(path), i, str(exc)))
             continue
@@ -143,7 +155,10 @@ def _load_jsonl(path: Path, text: str, defaults, sha: str) -> Profile:
 
 
 def _load_json(path: Path, text: str, defaults, sha: str) -> Profile:
-    doc = parse_json_text(text, "profile file", path)
+    try:
+        doc = _value(text)
+    except SpecError as exc:
+        raise SpecError(f"profile file {path}: {exc}") from None
     if isinstance(doc, dict) and "traceEvents" in doc:
         raise SpecError(f"{path}: a profiler trace is not a step profile; use calibration.trace.trace_breakdown")
     if isinstance(doc, dict) and doc.get("kind") == "floorfirst.microbench":

@@ -28,6 +28,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from planner.inputs import shown
+
 STEP_FIELDS = ("model", "hardware", "gpus", "attn", "moe", "batch", "context", "step_ms")
 SERVING_FIELDS = ("model", "hardware", "gpus", "attn", "moe", "isl", "osl", "concurrency", "tpot_ms")
 OPTIONAL_FIELDS = ("prefill_tokens", "replicas", "nodes", "weight_dtype", "kv_dtype", "num_layers", "ttft_ms",
@@ -177,4 +179,4 @@ def parse_row(raw: dict, source: str, line: int, defaults: dict | None = None) -
         loc = ".".join(str(x) for x in err["loc"])
         if not loc:  # a check across fields
             return None, RowIssue(source, line, err["msg"].removeprefix("Value error, ")), ignored
-        return None, RowIssue(source, line, f"field '{loc}'={err.get('input')!r}: {err['msg']}"), ignored
+        return None, RowIssue(source, line, f"field '{loc}'={shown(err.get('input'))}: {err['msg']}"), ignored

@@ -57,8 +57,12 @@ NULLABLE: dict[str, tuple[str, ...]] = {
 SIGNED_SUFFIXES = ("_pct",)
 # NOTE: kv_budget_bytes (planner.engines' MemoryPlan) is what the engine sizes its pool from, and is
 # negative when the weights don't fit: the pool itself (kv_pool_bytes) is never negative.
+# NOTE: `fraction` (memory.fraction) and capacity's per-layout `mem_fraction` are SGLang's
+# mem_fraction_static as its formula gives it, (memory − reserve)/memory: negative where the engine's
+# own default reserve exceeds the memory (its DP-attention padding grows with dp: at dp 64 on an H200
+# it is −0.18), and the plan is then infeasible with the reason in words, as the table says.
 SIGNED_KEYS = frozenset({"residual_fraction", "overlap_quality", "kv_budget_bytes", "median_residual_fraction",
-                         "margin_below_fraction", "margin_above_fraction"})
+                         "margin_below_fraction", "margin_above_fraction", "fraction", "mem_fraction"})
 _FLOOR_TOLERANCE = 1e-9
 
 

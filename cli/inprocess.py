@@ -37,12 +37,20 @@ from typing import Any, Iterable
 import typer
 
 from planner.errors import SpecError
+from planner.path_policy import Root, confined
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 
 
 class CommandError(Exception):
     """A call that produced no document: one line, as the CLI would print it."""
+
+
+class Cancelled(Exception):
+    """The caller gave up on a call (an MCP client's cancellation, or its going away)."""
+
+
+CANCEL_POLL_S = 0.05  # how often a waiting call looks at its cancel flag
 
 
 def _module(name: str) -> str:
@@ -86,9 +94,12 @@ class CommandRunner:
 
         if command not in self.commands:
             raise CommandError(f"no command {command!r} here")
+        from cli.errors import check_arguments
+
         out = io.StringIO()
         with self._lock, contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
             try:
+                check_arguments(args)
                 self._group.main(args=[command, "--json", *args], prog_name="floorfirst", standalone_mode=False)
             except SpecError as exc:
                 raise CommandError(str(exc)) from None
@@ -141,7 +152,9 @@ def _worker_main(modules: tuple[str, ...], memory_bytes: int | None) -> None:
         command, fatal = req["command"], False
         try:
             os.chdir(req["cwd"])
-            text = runner.run_text(command, req["args"])
+            root = req.get("root")
+            with confined(Root(root, overwrite=bool(req.get("overwrite")))) if root else contextlib.nullcontext():
+                text = runner.run_text(command, req["args"])
             if len(text) > req["output_bytes"]:
                 reply = ("error", f"{command}: the answer is {len(text) / MiB:.1f} MiB, over the "
                                   f"{req['output_bytes'] / MiB:.0f} MiB limit per call; ask for less "
@@ -165,35 +178,40 @@ def _worker_main(modules: tuple[str, ...], memory_bytes: int | None) -> None:
 class _Worker:
     """One worker process and the read side of its reply channel."""
 
-    def __init__(self, modules: tuple[str, ...], memory_bytes: int | None):
+    def __init__(self, modules: tuple[str, ...], memory_bytes: int | None, module: str = "cli.inprocess"):
         root = str(Path(__file__).resolve().parent.parent)  # where the cli package lives
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
         # NOTE: a fresh interpreter, not a fork: the server process runs threads (the MCP event
         # loop, its tool threads), and a fork of a threaded process can inherit a held lock.
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "cli.inprocess", json.dumps({"modules": modules, "memory_bytes": memory_bytes})],
+            [sys.executable, "-m", module, json.dumps({"modules": modules, "memory_bytes": memory_bytes})],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, close_fds=True)
         self._buf = b""
         self.ready = False
 
-    def wait_ready(self, deadline: float) -> bool:
+    def wait_ready(self, deadline: float, cancel: threading.Event | None = None) -> bool:
         """Until the worker has started and said so (False at the deadline). EOFError if it ended."""
         if not self.ready:
-            self.ready = self.receive(deadline, MiB) is not None
+            self.ready = self.receive(deadline, MiB, cancel) is not None
         return self.ready
 
     def send(self, request: dict) -> None:
         self.proc.stdin.write((json.dumps(request) + "\n").encode())
         self.proc.stdin.flush()
 
-    def receive(self, deadline: float, limit_bytes: int) -> dict | None:
-        """The next reply, or None at the deadline. EOFError if the worker ended."""
+    def receive(self, deadline: float, limit_bytes: int, cancel: threading.Event | None = None) -> dict | None:
+        """The next reply, or None at the deadline. EOFError if the worker ended; Cancelled once
+        `cancel` is set (looked at every CANCEL_POLL_S while waiting)."""
         fd = self.proc.stdout.fileno()
         while b"\n" not in self._buf:
             left = deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
+            if cancel is not None and cancel.is_set():
+                raise Cancelled
+            if left <= 0:
                 return None
+            if not select.select([fd], [], [], min(left, CANCEL_POLL_S))[0]:
+                continue
             chunk = os.read(fd, 1 << 20)
             if not chunk:
                 raise EOFError
@@ -223,8 +241,12 @@ class WorkerPool:
     calls run at once (a call that finds every worker busy waits, within its own time limit), and
     `spare` idle workers are kept started so a call does not wait for an interpreter to start."""
 
-    def __init__(self, modules: Iterable[str], workers: int = 4, limits: Limits = Limits(), spare: int = 1):
+    def __init__(self, modules: Iterable[str], workers: int = 4, limits: Limits = Limits(), spare: int = 1,
+                 root: str | None = None, worker_module: str = "cli.inprocess"):
         self.modules = tuple(modules)
+        self.worker_module = worker_module  # NOTE: what a worker runs (`python -m`); tests/fuzz audits its file access
+        # NOTE: every call runs confined to `root` (planner.path_policy), with it as working directory
+        self.root = None if root is None else os.path.realpath(root)
         self.limits = limits
         self.workers = max(1, int(workers))
         self.spare = max(0, min(int(spare), self.workers))
@@ -252,7 +274,11 @@ class WorkerPool:
         """Start the spare workers now, in the background."""
         threading.Thread(target=self._refill, daemon=True, name="floorfirst-pool-refill").start()
 
-    def run(self, command: str, args: list[str]) -> dict[str, Any]:
+    def run(self, command: str, args: list[str], overwrite: bool = False,
+            cancel: threading.Event | None = None) -> dict[str, Any]:
+        """`floorfirst <command> <args> --json` in a worker → its document. `overwrite`: a write may
+        replace an existing file inside the root. `cancel`: once set, the call's worker is stopped
+        within CANCEL_POLL_S and CommandError says the call was cancelled."""
         lim = self.limits
         if command not in self._commands:
             raise CommandError(f"no command {command!r} here")
@@ -261,11 +287,16 @@ class WorkerPool:
             raise CommandError(f"{command}: the arguments are {size / KiB:.0f} KiB, over the "
                                f"{lim.args_bytes / KiB:.0f} KiB limit per call")
         deadline = time.monotonic() + lim.time_s
-        w = self._take(deadline)
+        w = self._take(deadline, cancel)
         self.warm()
         try:
-            w.send({"command": command, "args": list(args), "cwd": os.getcwd(), "output_bytes": lim.output_bytes})
-            reply = w.receive(deadline, 2 * lim.output_bytes + MiB) if w.wait_ready(deadline) else None
+            w.send({"command": command, "args": list(args), "cwd": self.root or os.getcwd(), "root": self.root,
+                    "overwrite": bool(overwrite), "output_bytes": lim.output_bytes})
+            reply = (w.receive(deadline, 2 * lim.output_bytes + MiB, cancel) if w.wait_ready(deadline, cancel)
+                     else None)
+        except Cancelled:
+            self._stop(w)
+            raise CommandError(f"{command} was cancelled by the client and stopped") from None
         except (EOFError, OSError, ValueError):
             code = self._stop(w)
             raise CommandError(f"internal error: the worker running {command} ended (exit code {code})") from None
@@ -289,13 +320,15 @@ class WorkerPool:
             self._stop(w)
 
     # ---- the only critical sections: counting, taking and returning workers ---------------------
-    def _take(self, deadline: float) -> _Worker:
+    def _take(self, deadline: float, cancel: threading.Event | None = None) -> _Worker:
         with self._cond:
             while not self._idle and self._live >= self.workers:
                 left = deadline - time.monotonic()
                 if left <= 0 or self._closed:
                     raise CommandError(f"the server is busy: {self.workers} calls are running; try again")
-                self._cond.wait(left)
+                if cancel is not None and cancel.is_set():
+                    raise CommandError("the call was cancelled by the client before it started")
+                self._cond.wait(min(left, CANCEL_POLL_S) if cancel is not None else left)
             if self._idle:
                 return self._idle.pop()
             self._live += 1
@@ -303,7 +336,7 @@ class WorkerPool:
 
     def _start(self) -> _Worker:
         try:
-            return _Worker(self.modules, self.limits.memory_bytes)
+            return _Worker(self.modules, self.limits.memory_bytes, self.worker_module)
         except BaseException:
             with self._cond:
                 self._live -= 1

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import functools
 import inspect
-import sys
 from typing import Annotated, Any, Callable, Optional
 
 import typer
 
+from cli.logs import logger
 from planner.errors import SpecError
 
 EngineArgsOpt = Annotated[Optional[str], typer.Option(
@@ -28,14 +28,15 @@ _PARAM = {"simulate": {"attn": "policy"}, "serve": {"attn": "policy"}}
 _KEEP = {"compare": {"moe"}}
 
 
-def print_reading(reading, out=None) -> None:
-    out = out or sys.stderr
+def print_reading(reading) -> None:
+    """How the launch line was read, one log line per flag (INFO: `--quiet` leaves them out)."""
+    log = logger("launch")
     for r in reading.readings:
-        out.write(f"engine-args: {r.flag} {r.value}: {r.meaning}\n")
+        log.info(f"engine-args: {r.flag} {r.value}: {r.meaning}")
     for n in reading.not_modelled:
-        out.write(f"engine-args: not modelled: {n}\n")
+        log.info(f"engine-args: not modelled: {n}")
     if reading.ignored:
-        out.write(f"engine-args: no effect on the deployment: {', '.join(reading.ignored)}\n")
+        log.info(f"engine-args: no effect on the deployment: {', '.join(reading.ignored)}")
 
 
 def merge(command: str, reading, given: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
@@ -87,7 +88,7 @@ def planning(command: str, func: Callable) -> Callable:
         result = func(**kwargs)
         for w in warnings:
             if w:
-                sys.stderr.write(w)
+                logger("launch").warning(w.rstrip("\n"))
         return result
 
     run.__signature__ = sig.replace(parameters=params)

@@ -4,8 +4,10 @@ a new command group is one new module there, no edit here."""
 from __future__ import annotations
 
 import importlib
+import json
 import pkgutil
 import sys
+import time
 
 import typer
 
@@ -37,8 +39,13 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(version: bool = typer.Option(False, "--version", help="Print the version and exit.", is_eager=True,
-                                       callback=_version)) -> None:
+                                       callback=_version),
+          quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only the answer and errors (no notes or warnings on stderr)."),
+          verbose: bool = typer.Option(False, "--verbose", "-v", help="Also log which files were read and how long the command took.")) -> None:
     """Five-resource floors, walls and layout choice for serving large MoE/MLA models."""
+    from cli.logs import configure
+
+    configure(quiet=quiet, verbose=verbose)
 
 
 def _register_all() -> None:
@@ -70,26 +77,42 @@ def click_exceptions() -> tuple[type, type, type]:
 
 
 def main(argv: list[str] | None = None) -> None:
+    from cli.documents import DocumentError
+    from cli.errors import EXIT_USER, check_arguments, wants_json, write_error
+
     usage_error, no_args, abort = click_exceptions()
     _register_all()
     args = sys.argv[1:] if argv is None else argv
+    as_json = wants_json(args)
+    t0 = time.monotonic()
     try:
+        check_arguments(args)
         rc = app(args=args, prog_name="floorfirst", standalone_mode=False)
     except SpecError as exc:
-        sys.stderr.write(f"floorfirst: error: {exc}\n")
-        sys.exit(2)
+        write_error(str(exc), EXIT_USER, as_json)
+        sys.exit(EXIT_USER)
     except no_args:
         # NOTE: click has printed the help already (no_args_is_help); printing it again showed it twice
         sys.exit(0)
     except usage_error as exc:
         # NOTE: click prints a multi-line usage box; a user error here is one line and exit 2.
-        sys.stderr.write(f"floorfirst: error: {exc.format_message().splitlines()[0]}\n")
-        sys.exit(2)
+        write_error(exc.format_message().splitlines()[0], EXIT_USER, as_json)
+        sys.exit(EXIT_USER)
+    except DocumentError as exc:  # the guard has printed its line (cli.documents.report)
+        if as_json:
+            from cli.errors import error_document
+
+            sys.stdout.write(json.dumps(error_document(exc.message, exc.code)) + "\n")
+        raise
     except abort:
         sys.stderr.write("floorfirst: aborted\n")
         sys.exit(130)
     except BrokenPipeError:
         sys.exit(0)
+    from cli.logs import logger
+
+    command = next((a for a in args if not a.startswith("-")), "")
+    logger().debug(f"floorfirst {command}: {time.monotonic() - t0:.3f} s")
     sys.exit(rc if isinstance(rc, int) else 0)
 
 

@@ -11,6 +11,14 @@ argument the schema refuses, and an internal error all come back as an MCP tool 
 A tool's inputs are its command's options (cli.tool_options): an argument the command has no
 option for is refused, in one line naming it and the nearest valid name.
 
+Every call is confined to one root folder (`floorfirst mcp --root DIR`, default the working
+directory; planner.path_policy): every path a tool reads or writes resolves inside it, symlinks
+resolved first; a path outside reads as missing, in the same words; a tool writes only a new file
+unless the call passes `overwrite: true`; error lines quote no value read from a file. Model and
+hardware names resolve to the built-ins first. Tool annotations say which tools only read
+(readOnlyHint) and which may replace a file (destructiveHint). An abandoned call (the client
+cancels it or goes away) is stopped at once. docs/mcp-security.md is the whole security model.
+
 Does not: compute anything itself, shell out, or expose `microbench` (it needs a GPU and torch;
 run it on the machine). Needs the `mcp` extra (`pip install '.[mcp]'` in a clone); nothing else
 imports this module, so plain CLI start-up never loads the SDK.
@@ -18,13 +26,15 @@ imports this module, so plain CLI start-up never loads the SDK.
 
 from __future__ import annotations
 
+import inspect
+import os
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Annotated, Any, Callable
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.types import ToolAnnotations
-from pydantic import ValidationError
+from pydantic import Field, ValidationError
 
 from cli.inprocess import CommandError, CommandRunner, Limits, WorkerPool
 from cli.tool_options import command_line, signature, tool_options, unknown_arguments
@@ -39,8 +49,14 @@ measuring; after a measurement call triage and open a profiler only when it says
 profile_resource. Compare layouts by walls (which binds first, where), not by grid search. Do no
 arithmetic yourself: every figure you report comes from a tool's JSON (units are in the key names)."""
 
-READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
-WRITES = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
+# NOTE: what the annotations promise (docs/mcp-security.md). A read-only tool reads files inside the
+# root and writes none. A writing tool writes one file inside the root (a plot, a calibration) and
+# replaces an existing one when the call passes overwrite: true, so it is destructive (it may
+# replace a file) and not idempotent (a second call meets the file the first wrote).
+READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
+WRITES = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=False)
+OVERWRITE_HELP = ("Replace an existing file at the output path (inside the server's root). Default false: the "
+                  "call writes only a file that does not exist yet.")
 
 
 @dataclass(frozen=True)
@@ -58,6 +74,11 @@ class ToolSpec:
     contract: str = ""  # its document (default: the command's)
     summary: str = ""  # prepended to the command's help
 
+    @property
+    def writes(self) -> bool:
+        """A tool that may write a file takes `overwrite` (the root's rule: new files only without it)."""
+        return not self.annotations.read_only_hint
+
 
 # NOTE: microbench needs a GPU and torch (run it on the machine); serve and mcp are not tools.
 TOOLS = (
@@ -70,7 +91,9 @@ TOOLS = (
     ToolSpec("triage_profile", "triage", READ_ONLY, only=("profile", "threshold", "calibration", "set"),
              required=("profile",), contract="triage_profile",
              summary="Every row of a profile file triaged against its floors."),
-    ToolSpec("calibrate", "calibrate", WRITES, required=("profile", "out")),
+    # NOTE: --force (replace a file that is not a calibration) is the tool's overwrite: under the root
+    # any existing file is replaced only when the call says so, whatever it holds
+    ToolSpec("calibrate", "calibrate", WRITES, drop=("force",), required=("profile", "out")),
     ToolSpec("validate", "validate", READ_ONLY, required=("calibration", "profile")),
     ToolSpec("simulate", "simulate", WRITES),
     ToolSpec("explain_launch", "explain-launch", READ_ONLY),
@@ -85,19 +108,45 @@ def _description(spec: ToolSpec, command) -> str:
     return f"{text} Returns the floorfirst.{contract}/{SCHEMA_VERSIONS.get(contract, SCHEMA_VERSION)} document."
 
 
-def _bind(spec: ToolSpec, command, runner: "CommandRunner | WorkerPool") -> Callable[..., dict[str, Any]]:
-    """The tool function: the command's options as its signature, answered by running the command."""
-    options = tool_options(command, spec.drop, spec.only, spec.required)
+def _bind(spec: ToolSpec, command, runner: "CommandRunner | WorkerPool") -> Callable[..., Any]:
+    """The tool function: the command's options as its signature (and `overwrite` for a tool that
+    writes), answered by running the command. NOTE: async, and the call runs in a thread it may
+    abandon: when the client cancels the request or goes away, the call's worker is stopped at
+    once (WorkerPool's cancel flag) instead of running on to its time limit."""
+    import threading
 
-    def tool(**kwargs: Any) -> dict[str, Any]:
+    import anyio
+
+    options = tool_options(command, spec.drop, spec.only, spec.required)
+    pooled = isinstance(runner, WorkerPool)
+
+    async def tool(**kwargs: Any) -> dict[str, Any]:
+        overwrite = bool(kwargs.pop("overwrite", False))
+        argv = command_line(options, kwargs)
+        if overwrite and spec.command == "calibrate":
+            argv.append("--force")
+        cancel = threading.Event()
+
+        def call() -> dict[str, Any]:
+            if pooled:
+                return runner.run(spec.command, argv, overwrite=overwrite, cancel=cancel)
+            return runner.run(spec.command, argv)
+
         try:
-            return runner.run(spec.command, command_line(options, kwargs))
+            return await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
         except CommandError as exc:
             raise ToolError(str(exc)) from None
+        finally:
+            cancel.set()  # NOTE: a no-op after an answer; stops the worker of an abandoned call
 
+    sig = signature(options)
+    if spec.writes:
+        extra = inspect.Parameter("overwrite", inspect.Parameter.KEYWORD_ONLY, default=False,
+                                  annotation=Annotated[bool, Field(description=OVERWRITE_HELP)])
+        sig = sig.replace(parameters=[*sig.parameters.values(), extra])
     tool.__name__ = spec.name
     tool.__doc__ = _description(spec, command)
-    tool.__signature__ = signature(options)
+    tool.__signature__ = sig
     return tool
 
 
@@ -133,12 +182,13 @@ class FloorfirstServer(MCPServer):
             raise
 
 
-def build_server(runner: "CommandRunner | WorkerPool | None" = None) -> MCPServer:
+def build_server(runner: "CommandRunner | WorkerPool | None" = None, root: str | None = None) -> MCPServer:
     """An MCP server with one tool per floorfirst command that exists in this checkout, answered by
-    `runner` (default: a WorkerPool with the default Limits; a CommandRunner runs calls in this
-    process one at a time, for tests of the tools themselves)."""
+    `runner` (default: a WorkerPool with the default Limits, confined to `root`, default the working
+    directory; a CommandRunner runs calls in this process one at a time, unconfined, for tests of the
+    tools themselves)."""
     if runner is None:
-        runner = WorkerPool(COMMAND_MODULES)
+        runner = WorkerPool(COMMAND_MODULES, root=root or os.getcwd())
         runner.warm()
     group = runner.group
     server = FloorfirstServer("floorfirst", instructions=INSTRUCTIONS)
@@ -149,9 +199,10 @@ def build_server(runner: "CommandRunner | WorkerPool | None" = None) -> MCPServe
     return server
 
 
-def serve(workers: int = 4, limits: Limits = Limits()) -> None:
-    """Serve over stdio until the client closes the connection."""
-    pool = WorkerPool(COMMAND_MODULES, workers=workers, limits=limits)
+def serve(workers: int = 4, limits: Limits = Limits(), root: str | None = None) -> None:
+    """Serve over stdio until the client closes the connection; every call confined to `root`
+    (default: the working directory; planner.path_policy, docs/mcp-security.md)."""
+    pool = WorkerPool(COMMAND_MODULES, workers=workers, limits=limits, root=root or os.getcwd())
     pool.warm()
     try:
         build_server(pool).run("stdio")

@@ -22,13 +22,25 @@ def _pyplot():
     return plt
 
 
-def _save(fig, path: str) -> None:
+def save_figure(fig, path: str, **kwargs) -> None:
+    """Render the figure in memory, then write it whole through planner.inputs (a temporary file
+    renamed onto the name; confined to the MCP root where there is one). NOTE: matplotlib's own
+    savefig(path) opens the name itself, following a link and leaving half a file on an error."""
+    import io
+
+    from planner.inputs import write_bytes_file
+
     p = Path(path)
-    if p.suffix.lower() not in (".png", ".svg", ".pdf"):
+    fmt = p.suffix.lower().lstrip(".")
+    if fmt not in ("png", "svg", "pdf"):
         raise SpecError(f"--plot {path}: use a .png, .svg or .pdf file name")
-    if not p.parent.exists():
-        raise SpecError(f"--plot {path}: folder {p.parent} does not exist")
-    fig.savefig(p, dpi=130, bbox_inches="tight")
+    buf = io.BytesIO()
+    fig.savefig(buf, format=fmt, **kwargs)
+    write_bytes_file(p, buf.getvalue(), "plot")
+
+
+def _save(fig, path: str) -> None:
+    save_figure(fig, path, dpi=130, bbox_inches="tight")
 
 
 MAX_TICK_LABELS = 12  # regimes: beyond this many cells an axis labels every k-th (labels overprinted)

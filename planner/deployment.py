@@ -24,7 +24,7 @@ from planner.layouts.base import AttentionLayout, MoESplit, attention_layouts, m
 from planner.layouts.placement import Placement
 from planner.models.attention.kernels import DecodeKernel, decode_kernel, gpu_arch
 from planner.models.spec import ModelSpec
-from planner.units import WEIGHT_BYTES_PER_PARAM, WEIGHT_DTYPES
+from planner.units import WEIGHT_BYTES_PER_PARAM, WEIGHT_DTYPES, GiB
 
 class RegistryNames(Sequence):
     """The names a registry holds now, in each entry's declared `order` (then by name; undeclared:
@@ -205,6 +205,12 @@ def make_deployment(model: ModelSpec, hardware: HardwareSpec, *, attn: str = "tp
         if not math.isfinite(reserve_bytes) or reserve_bytes < 0:
             raise SpecError(f"reserve={reserve_bytes} must be ≥ 0")
         reserve_bytes = float(reserve_bytes)
+        # NOTE: a reserve is part of the GPU's memory: one of the whole memory or more leaves the engine
+        # a fraction ≤ 0 (SGLang's (memory − reserve)/memory), which no engine starts with
+        usable = hardware.usable_hbm_bytes - hardware.memory.context_bytes
+        if reserve_bytes >= usable:
+            raise SpecError(f"reserve={reserve_bytes / GiB:g} GiB per GPU is not below the {usable / GiB:.2f} GiB a "
+                            f"{hardware.name} has for the engine (its usable memory less the CUDA context)")
     eng.check(mem_fraction, reserve_bytes)
     if swa_full_tokens_ratio is not None:
         swa_full_tokens_ratio = _swa_ratio(eng, swa_full_tokens_ratio)

@@ -15,19 +15,24 @@ Does not: know any file's schema (the loaders validate fields; `check_number` is
 
 from __future__ import annotations
 
+import itertools
 import json
+import logging
 import math
 import os
 import re
 import stat
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
 from planner.errors import SpecError
+from planner.path_policy import active as _active_root
+from planner.path_policy import quote_values
 
 KiB, MiB = 1 << 10, 1 << 20
+_log = logging.getLogger("floorfirst.inputs")  # DEBUG: each file read (`floorfirst --verbose`)
 
 # NOTE: per-kind size limits, a few hundred times the largest real file of each kind (a Hugging Face
 # config.json is < 20 KiB, a hardware YAML < 4 KiB, a calibration < 64 KiB, a microbench result
@@ -68,10 +73,23 @@ def _not_regular(mode: int) -> str | None:
     return None if stat.S_ISREG(mode) else "not a regular file"
 
 
+def _confined(path) -> str | None:
+    """Where a read of `path` goes: the path itself (unconfined), its resolved form inside the
+    active root, or None when it is outside (planner.path_policy: then it reads as missing)."""
+    root = _active_root()
+    if root is None:
+        return os.fspath(path)
+    if "\0" in os.fspath(path):
+        return os.fspath(path)  # refused by the caller as a NUL, before any resolution
+    return root.readable_path(path)
+
+
 def is_file(path) -> bool:
-    """Path.is_file, but False for a name no file system holds (a NUL, a component over 255 bytes)."""
+    """Path.is_file, but False for a name no file system holds (a NUL, a component over 255 bytes)
+    and, while confined to a root, for a path outside it."""
     try:
-        return Path(path).is_file()
+        p = _confined(path)
+        return p is not None and Path(p).is_file()
     except (OSError, ValueError):
         return False
 
@@ -92,6 +110,9 @@ def path_kind(path, what: str) -> str:
     p = os.fspath(path)
     if "\0" in p:
         raise SpecError(f"{what} {shown_path(p)!r}: a path cannot hold a NUL character")
+    p = _confined(p)
+    if p is None:
+        return "missing"
     try:
         st = os.stat(p)
     except (FileNotFoundError, NotADirectoryError):
@@ -101,14 +122,16 @@ def path_kind(path, what: str) -> str:
     return "file" if stat.S_ISREG(st.st_mode) else "folder" if stat.S_ISDIR(st.st_mode) else "other"
 
 
-def read_bytes_file(path, what: str, max_bytes: int) -> bytes:
-    """The bytes of a regular file of at most `max_bytes`; anything else is one SpecError line.
-
-    `what` names the file's kind as the user knows it ("calibration file", "workload file")."""
+def _open_checked(path, what: str, max_bytes: int):
+    """(a binary file object, the path as errors show it) for a regular file of at most `max_bytes`
+    (inside the root while confined); anything else is one SpecError line."""
     p = os.fspath(path)
     shown = shown_path(p)
     if "\0" in p:
         raise SpecError(f"{what} {shown!r}: a path cannot hold a NUL character")
+    p = _confined(p)
+    if p is None:  # NOTE: outside the root reads as missing: the same line, whether it exists or not
+        raise SpecError(f"{what} not found: {shown}")
     try:
         st = os.stat(p)
     except (FileNotFoundError, NotADirectoryError):
@@ -125,17 +148,63 @@ def read_bytes_file(path, what: str, max_bytes: int) -> bytes:
         fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
         raise SpecError(f"cannot read {what} {shown}: {exc.strerror}") from None
-    with os.fdopen(fd, "rb") as fh:  # buffered: read(n) loops until n bytes or the end
-        kind = _not_regular(os.fstat(fd).st_mode)
-        if kind:
-            raise SpecError(f"{what} {shown} is {kind}, not a regular file")
+    fh = os.fdopen(fd, "rb")  # buffered: read(n) loops until n bytes or the end
+    kind = _not_regular(os.fstat(fd).st_mode)
+    if kind:
+        fh.close()
+        raise SpecError(f"{what} {shown} is {kind}, not a regular file")
+    return fh, shown
+
+
+def open_binary_file(path, what: str, max_bytes: int):
+    """A regular file of at most `max_bytes`, opened for reading (read_bytes_file's checks) for a
+    reader that takes it in parts (a wheel's members); the caller closes it."""
+    return _open_checked(path, what, max_bytes)[0]
+
+
+def read_bytes_file(path, what: str, max_bytes: int) -> bytes:
+    """The bytes of a regular file of at most `max_bytes`; anything else is one SpecError line.
+
+    `what` names the file's kind as the user knows it ("calibration file", "workload file")."""
+    fh, shown = _open_checked(path, what, max_bytes)
+    with fh:
         try:
             data = fh.read(max_bytes + 1)
         except OSError as exc:
             raise SpecError(f"cannot read {what} {shown}: {exc.strerror}") from None
     if len(data) > max_bytes:
         raise SpecError(f"{what} {shown} grew past the {_size(max_bytes)} limit for a {what} while being read")
+    _log.debug(f"read {what} {shown} ({len(data):,} bytes)")
     return data
+
+
+def text_lines(path, what: str, max_bytes: int) -> Iterator[str]:
+    """The lines of a regular UTF-8 text file (a BOM stripped, line ends kept as the csv module wants
+    them), read as they are asked for: a caller that stops early (a trace read up to `-n` requests)
+    reads no further. The file's checks are read_bytes_file's; a bad byte is named by line and column.
+    NOTE: a generator: the file is opened at the first line asked for and closed when the caller
+    stops or the generator is dropped."""
+    fh, shown = _open_checked(path, what, max_bytes)
+    read = 0
+    with fh:
+        for line_no in itertools.count(1):
+            try:
+                raw = fh.readline(max_bytes + 1)
+            except OSError as exc:
+                raise SpecError(f"cannot read {what} {shown}: {exc.strerror}") from None
+            if not raw:
+                return
+            read += len(raw)
+            if read > max_bytes:
+                raise SpecError(f"{what} {shown} grew past the {_size(max_bytes)} limit for a {what} while being read")
+            if line_no == 1 and raw.startswith(UTF8_BOM):
+                raw = raw[len(UTF8_BOM):]
+            try:
+                yield raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                col = line_column(raw, exc.start)[1]
+                raise SpecError(f"{what} {shown}: not UTF-8 text: byte 0x{raw[exc.start]:02x} at line {line_no} "
+                                f"column {col}") from None
 
 
 def line_column(data: bytes, offset: int) -> tuple[int, int]:
@@ -224,6 +293,32 @@ def json_value(text: str, max_depth: int = JSON_MAX_DEPTH, finite: bool = True) 
     return doc
 
 
+# NOTE: engines' benchmark tools write their results with Python's json.dumps, which writes a float
+# that is not finite as Infinity or NaN. SGLang (python/sglang/bench_serving.py, benchmark(): the
+# result's "request_rate": request_rate) writes its default rate float("inf") as Infinity, meaning
+# every request is sent at once (get_request yields without waiting when the rate is inf); vLLM
+# (vllm/benchmarks/serve.py, main()) writes the string "inf" there. A statistic over no samples is
+# NaN. So a rate keeps its infinity, and any other value that is not finite reads as not measured.
+INFINITE_RATE_KEYS = frozenset({"request_rate"})
+
+
+def benchmark_json_value(text: str, max_depth: int = JSON_MAX_DEPTH) -> Any:
+    """An engine benchmark's JSON document (or JSONL line) read as the engine means it: +Infinity
+    under a rate key (INFINITE_RATE_KEYS) stays float('inf') (all requests at once); any other
+    NaN or infinity, anywhere, becomes None (not measured). Ints are still bounded to int64."""
+    doc = json_value(text, max_depth, finite=False)
+    stack: list[Any] = [doc]
+    while stack:
+        x = stack.pop()
+        items = x.items() if isinstance(x, dict) else enumerate(x) if isinstance(x, list) else ()
+        for k, v in items:
+            if isinstance(v, float) and not math.isfinite(v):
+                x[k] = v if (k in INFINITE_RATE_KEYS and v > 0) else None
+            elif isinstance(v, (dict, list)):
+                stack.append(v)
+    return doc
+
+
 def load_json_file(path, what: str, max_bytes: int, max_depth: int = JSON_MAX_DEPTH, finite: bool = True) -> Any:
     """A JSON file through every check above."""
     return parse_json_text(read_text_file(path, what, max_bytes), what, path, max_depth, finite)
@@ -269,21 +364,39 @@ def load_yaml_file(path, what: str, max_bytes: int, max_depth: int = YAML_MAX_DE
 
 
 def shown(value: Any, limit: int = 60) -> str:
-    """repr(value), cut to `limit` characters: an error line quotes a value, never a whole document."""
+    """repr(value), cut to `limit` characters: an error line quotes a value, never a whole document.
+    While confined to a root (planner.path_policy) a value is described, not quoted: error lines
+    then never carry what a file holds."""
+    if not quote_values():
+        n = len(value) if isinstance(value, (str, list, dict, tuple)) else None
+        return f"(a {type(value).__name__}{'' if n is None else f' of length {n}'})"
     r = repr(value)
     return r if len(r) <= limit else r[: limit - 1] + "…"
+
+
+def shown_number(value: float, spec: str = "g") -> str:
+    """A number read from a file, as an error line shows it: formatted, or described while confined."""
+    return format(value, spec) if quote_values() else "(a number)"
+
+
+def shown_key(key: Any) -> str:
+    """A key read from a file (a field name the schema doesn't have), quoted, or described while confined."""
+    return str(key) if quote_values() else "(a field name)"
 
 
 def field_error(exc) -> str:
     """A pydantic ValidationError's first error as "field 'a.b'=value: message" (no value for a
     missing field: pydantic's input there is the whole enclosing object)."""
     err = exc.errors()[0]
-    loc = ".".join(str(x) for x in err["loc"])
+    loc = ".".join(str(x) for x in err["loc"][:-1] + (shown_key(err["loc"][-1]),)) \
+        if err["type"] == "extra_forbidden" and err["loc"] else ".".join(str(x) for x in err["loc"])
     value = "" if err["type"] == "missing" else "=" + shown(err.get("input"))
     return f"field '{loc}'{value}: {err['msg']}"
 
 
 def _key_path(parts) -> str:
+    if not quote_values():  # NOTE: a document's keys are its content too (planner.path_policy)
+        parts = tuple(p if isinstance(p, int) else shown_key(p) for p in parts)
     return "".join(f"[{p}]" if isinstance(p, int) else (f".{p}" if i else str(p)) for i, p in enumerate(parts)) or "(top)"
 
 
@@ -334,8 +447,11 @@ def check_number(value: Any, what: str, *, lo: float | None = None, hi: float | 
 
 def check_output_path(path, what: str, *, suffixes: tuple[str, ...] | None = None) -> Path:
     """An output path that can be written, checked before any long work: the name is a file name
-    of ≤ 255 bytes with one of `suffixes` (if given), its folder exists and is writable, and it is
-    not a folder, a FIFO or a device. Whether an existing file may be replaced is the caller's rule."""
+    of ≤ 255 bytes with one of `suffixes` (if given), its folder exists and is writable, a file can
+    be created there (not so in /proc), and it is not a folder, a FIFO, a device or a symbolic
+    link. While confined to a root (planner.path_policy) it must resolve inside it, and name no
+    existing file unless the call allows overwriting. Whether an existing file may be replaced
+    otherwise is the caller's rule."""
     text = os.fspath(path)
     shown = shown_path(text)
     if not text.strip():
@@ -353,6 +469,9 @@ def check_output_path(path, what: str, *, suffixes: tuple[str, ...] | None = Non
     if suffixes is not None and p.suffix.lower() not in suffixes:
         raise SpecError(f"{what} {shown}: use a {', '.join(suffixes[:-1])} or {suffixes[-1]} file name"
                         if len(suffixes) > 1 else f"{what} {shown}: use a {suffixes[0]} file name")
+    root = _active_root()
+    if root is not None:
+        root.writable_path(text, what)
     parent = p.parent
     try:
         pst = os.stat(parent)
@@ -365,12 +484,17 @@ def check_output_path(path, what: str, *, suffixes: tuple[str, ...] | None = Non
     if not os.access(parent, os.W_OK | os.X_OK):
         raise SpecError(f"{what} {shown}: folder {shown_path(parent)} is not writable")
     try:
-        st = os.stat(p)
+        lst = os.lstat(p)
     except FileNotFoundError:
+        _probe_create(p, what, shown)
         return p
     except OSError as exc:
         raise SpecError(f"{what} {shown}: {exc.strerror}") from None
-    kind = _not_regular(st.st_mode)
+    if stat.S_ISLNK(lst.st_mode):
+        # NOTE: a write replaces the name (write_bytes_file renames onto it), never a link's target:
+        # a link here would be silently replaced by a file, so it is refused, dangling or not
+        raise SpecError(f"{what} {shown} is a symbolic link; give the path of a file, not of a link")
+    kind = _not_regular(lst.st_mode)
     if kind:
         raise SpecError(f"{what} {shown} is {kind}, not a file that can be written")
     if not os.access(p, os.W_OK):
@@ -378,14 +502,35 @@ def check_output_path(path, what: str, *, suffixes: tuple[str, ...] | None = Non
     return p
 
 
-def write_text_file(path, text: str, what: str) -> None:
-    """Write text whole or not at all: a temporary file next to it, then renamed over it."""
+def _probe_create(p: Path, what: str, shown: str) -> None:
+    """Create and remove the file: a folder that lists as writable may still refuse a new file
+    (/proc, a read-only mount, a full disk's quota), which must be said before the work, not after."""
+    try:
+        fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+                     | getattr(os, "O_CLOEXEC", 0), 0o600)
+    except OSError as exc:
+        raise SpecError(f"{what} {shown}: cannot create a file there: {exc.strerror}") from None
+    os.close(fd)
+    try:
+        os.unlink(p)
+    except OSError:
+        pass
+
+
+def write_bytes_file(path, data: bytes, what: str) -> None:
+    """Write bytes whole or not at all: a temporary file next to it, then renamed over the name
+    (a link at the name is replaced, its target never written). While confined to a root the
+    path is checked against it again (planner.path_policy)."""
     p = Path(path)
+    root = _active_root()
+    if root is not None:
+        root.writable_path(p, what)
     tmp = p.with_name(f".{p.name[:200]}.{os.getpid()}.tmp")
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+                     | getattr(os, "O_CLOEXEC", 0), 0o666)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
         os.replace(tmp, p)
     except OSError as exc:
         try:
@@ -393,3 +538,8 @@ def write_text_file(path, text: str, what: str) -> None:
         except OSError:
             pass
         raise SpecError(f"cannot write {what} {shown_path(p)}: {exc.strerror}") from None
+
+
+def write_text_file(path, text: str, what: str) -> None:
+    """Write UTF-8 text whole or not at all (write_bytes_file)."""
+    write_bytes_file(path, text.encode("utf-8"), what)

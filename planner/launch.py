@@ -181,25 +181,29 @@ def builtin_card(name: str) -> str | None:
 def _model_option(value: str) -> tuple[str, str]:
     """(what --model gets, how it was read): a config folder's config.json, a path, or a repo id
     resolved as `--model` resolves it (planner.models.repo_ids: its card, its cached config, or a
-    card with the weights of its quantization suffix)."""
-    from planner.models.repo_ids import looks_like_repo_id, resolve_repo_id
+    card with the weights of its quantization suffix). NOTE: paths are probed through
+    planner.inputs (confined to the MCP root where there is one, a path outside it reading as
+    missing); confined, a repo id is resolved as one before it is probed as a path."""
+    from planner.inputs import path_kind
+    from planner.models.repo_ids import card_for_name, looks_like_repo_id, resolve_repo_id, split_marker
+    from planner.path_policy import active
 
     p = Path(value)
-    try:
-        if p.is_dir() and (p / "config.json").is_file():  # planner.load_model reads its hf_quant_config.json
-            return str(p / "config.json"), f"{p / 'config.json'} (the folder's config)"
-        if p.is_file():
-            return value, f"{value} (a config.json)"
-    except (OSError, ValueError):  # a name too long for a path, a NUL byte: not a path, maybe a repo id
-        pass
+    if not (active() is not None and looks_like_repo_id(value)):
+        try:
+            kind = path_kind(p, "model")
+            if kind == "folder" and path_kind(p / "config.json", "model") == "file":
+                return str(p / "config.json"), f"{p / 'config.json'} (the folder's config)"
+            if kind == "file":
+                return value, f"{value} (a config.json)"
+        except (OSError, ValueError):  # a name too long for a path, a NUL byte: not a path, maybe a repo id
+            pass  # NOTE: SpecError is a ValueError: path_kind's refusal of such a name lands here too
     if looks_like_repo_id(value):
         try:
             r = resolve_repo_id(value)
         except SpecError as exc:
             raise SpecError(f"--engine-args: {exc}") from None
         return r.model, r.how
-    from planner.models.repo_ids import card_for_name, split_marker
-
     card = card_for_name(value)
     if card is not None and split_marker(value)[1] is None:
         return card, f"{card} (the built-in card of this name)"

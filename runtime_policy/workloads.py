@@ -23,7 +23,7 @@ Does not: serve anything (loop.py).
 
 from __future__ import annotations
 
-import csv
+import itertools
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from planner.errors import SpecError
-from planner.inputs import TRACE_MAX_BYTES, path_kind, read_text_file
+from planner.inputs import path_kind, shown, shown_number
 
 BUILTIN_WORKLOADS: tuple[str, ...] = ("chat", "shrinking", "bursty", "longprompt")
 MAX_TOKENS = 65536
@@ -112,19 +112,19 @@ def longprompt(n: int, seed: int = 0, rate_per_s: float = LONGPROMPT_RATE_PER_S)
                      "output_sigma": 0.8})
 
 
-def from_csv(path: str | Path) -> Workload:
+def from_csv(path: str | Path, limit: int | None = None) -> Workload:
+    """A trace CSV (`arrival_s,input_tokens,output_tokens`, or an Azure trace), read line by line up
+    to `limit` requests (None: all; runtime_policy.traces.csv_rows)."""
     p = Path(path)
-    text = read_text_file(p, "workload file", TRACE_MAX_BYTES)
-    try:
-        rows = list(csv.reader(text.splitlines()))
-    except csv.Error as exc:
-        raise SpecError(f"{path}: unreadable CSV: {exc}") from None
     want = ["arrival_s", "input_tokens", "output_tokens"]
-    from runtime_policy.traces import AZURE_HEADER, from_azure_csv, three_column_rows
+    from runtime_policy.traces import AZURE_HEADER, csv_rows, from_azure_csv, three_column_rows
 
-    if rows and [c.strip().lstrip("\ufeff") for c in rows[0]] == AZURE_HEADER:
-        return from_azure_csv(p, rows)
-    if not rows or [c.strip() for c in rows[0]] != want:
+    rows = csv_rows(p)
+    first = next(rows, None)
+    header = [c.strip() for c in first[1]] if first is not None else []
+    if header == AZURE_HEADER:
+        return from_azure_csv(p, itertools.chain([first], rows), limit)
+    if header != want:
         raise SpecError(f"{path}: line 1 must be the header {','.join(want)} (or an Azure LLM inference trace's "
                         f"{','.join(AZURE_HEADER)})")
     arr, inp, out = [], [], []
@@ -132,15 +132,17 @@ def from_csv(path: str | Path) -> Workload:
         try:
             a, i, o = float(row[0]), float(row[1]), float(row[2])
         except ValueError:
-            raise SpecError(f"{path}: line {line}: not a number in {','.join(row)!r}") from None
+            raise SpecError(f"{path}: line {line}: not a number in {shown(','.join(row))}") from None
         if not math.isfinite(a) or a < 0:
-            raise SpecError(f"{path}: line {line}: arrival_s={row[0].strip()} must be ≥ 0")
+            raise SpecError(f"{path}: line {line}: arrival_s={shown(row[0].strip())} must be ≥ 0")
         for name, v in (("input_tokens", i), ("output_tokens", o)):
             if not math.isfinite(v) or v != int(v) or v < 1 or v > MAX_TOKENS * 16:
-                raise SpecError(f"{path}: line {line}: {name}={v:g} must be a whole number in [1, {MAX_TOKENS * 16}]")
+                raise SpecError(f"{path}: line {line}: {name}={shown_number(v)} must be a whole number in [1, {MAX_TOKENS * 16}]")
         arr.append(a)
         inp.append(int(i))
         out.append(int(o))
+        if limit is not None and len(arr) >= limit:
+            break
     if not arr:
         raise SpecError(f"{path}: no requests")
     a = np.asarray(arr)
@@ -170,9 +172,8 @@ def make_workload(name: str, n: int, seed: int = 0, rate_per_s: float | None = N
     if name.endswith((".jsonl", ".json")):
         from runtime_policy.traces import from_bench_result, from_mooncake_jsonl, is_bench_result
 
-        w = from_bench_result(name, seed) if is_bench_result(name) else from_mooncake_jsonl(name)
+        w = from_bench_result(name, seed) if is_bench_result(name) else from_mooncake_jsonl(name, n or None)
         return w.subset(np.arange(min(n, w.requests))) if n else w
     if name.endswith(".csv") or path_kind(name, "workload file") != "missing":
-        w = from_csv(name)
-        return w.subset(np.arange(min(n, w.requests))) if n else w
+        return from_csv(name, n or None)  # NOTE: read only up to the n requests the run takes
     raise SpecError(f"workload={name!r} is not one of {', '.join(BUILTIN_WORKLOADS)}, a .csv trace or a Mooncake .jsonl trace")

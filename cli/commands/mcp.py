@@ -6,7 +6,7 @@ command runs, so the rest of the CLI starts without it.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
@@ -17,6 +17,7 @@ def mcp(
     workers: Annotated[int, typer.Option("--workers", min=1, max=64, help="Calls that may run at once, each in its own worker process.")] = 4,
     time_limit_s: Annotated[float, typer.Option("--time-limit-s", min=1, max=86400, help="Wall-clock limit of one call; a call past it is stopped.")] = 300.0,
     memory_gib: Annotated[float, typer.Option("--memory-gib", min=0, max=4096, help="Address-space limit of one worker, GiB (0: none).")] = 8.0,
+    root: Annotated[Optional[str], typer.Option("--root", help="The folder every tool's reads and writes stay inside (symlinks resolved first; default: the working directory). docs/mcp-security.md.")] = None,
 ) -> None:
     """Serve floor, compare, capacity, walls, regimes, triage, validate, simulate… as MCP tools over stdio."""
     try:
@@ -25,9 +26,14 @@ def mcp(
         if (exc.name or "").split(".")[0] != "mcp":
             raise
         raise SpecError("floorfirst mcp needs the MCP SDK: pip install '.[mcp]' in a clone of floorfirst") from None
+    import os
+
     from cli.inprocess import GiB, Limits
 
-    serve(workers, Limits(time_s=time_limit_s, memory_bytes=int(memory_gib * GiB) or None))
+    folder = os.path.realpath(root or os.getcwd())
+    if not os.path.isdir(folder):
+        raise SpecError(f"--root {root}: not a folder")
+    serve(workers, Limits(time_s=time_limit_s, memory_bytes=int(memory_gib * GiB) or None), root=folder)
 
 
 def register(app: typer.Typer) -> None:

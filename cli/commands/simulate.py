@@ -89,9 +89,9 @@ def _plot(doc: dict, path: str) -> None:
                  f"order {doc['order']}")
     fig.tight_layout()
     try:
-        fig.savefig(path, dpi=110)
-    except OSError as exc:
-        raise SpecError(f"cannot write plot {path}: {exc.strerror}") from None
+        from cli.plots import save_figure
+
+        save_figure(fig, path, dpi=110)
     finally:
         plt.close(fig)
 
@@ -187,6 +187,12 @@ def simulate_cmd(
     finally:
         if bar is not None:
             bar.stop()
+    if doc["completed"] == 0 and doc["requests"] > 0:
+        # NOTE: a run that served nothing has no throughput or latency to report: it is the deployment's
+        # answer to this workload, said in one line (exit 2), not a table of zeros with exit 0
+        raise SpecError(f"{m.name} on {gpus} × {hw.name} served nothing: all {doc['aborted']} of {doc['requests']} "
+                        f"requests were aborted, none fitting the KV pool of a layout the policy "
+                        f"{policy} may use (more GPUs, --kv-dtype fp8, shorter requests or a higher --mem-fraction)")
     doc = {"model": m.name, "hardware": hw.name, "gpus": gpus, "replicas": replicas, "moe": dep.moe,
            "kv_dtype": dep.kv_dtype, "workload": w.name, "workload_params": w.params, "seed": seed,
            "policy": policy, "order": order.value, **doc}

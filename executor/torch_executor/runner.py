@@ -25,12 +25,13 @@ import torch
 import torch.distributed as dist
 
 from .config import MLADims
-from .dist import RankGroups, agree_any, rebuild_side
+from .dist import GroupLost, RankGroups, agree_any, bounded_waits, rebuild_side
 from .kernels import KernelConfig, decode_kernel
 from .kv_pages import (OutOfPages, PageTable, SlotAllocator, check_layout_kind, gather_logical_kv, holders,
                        pages_for, write_history, write_kv)
 from .layers import ffn_partial, kv_latent, make_layer_weights, rms_norm, token_embeddings
 from .layouts import ATTENTION, LayoutState, heads_sharded, kernel_heads, weight_slots_needed
+from .recovery import AgreedFailure, recover
 from .step_graph import StepExec
 from .step_inputs import StepInputs
 
@@ -248,7 +249,11 @@ class RankRunner:
         x = token_embeddings(inp.req, inp.pos, dims.hidden_size, self.seed).to(self.dtype)  # [B, D]
         attention = ATTENTION[st.kind]
         flat = self.pool.view(dims.num_layers, -1, dims.latent_dim)  # [L, P*page, C+R]
+        fault = self._device_fault_layer()
         for layer in range(dims.num_layers):
+            if layer == fault:  # NOTE: injected (Faults): this rank stops between two of the step's collectives
+                raise RuntimeError(f"injected: the first step after the commit failed in its device work on "
+                                   f"rank {self.g.rank} (layer {layer})")
             attn = self.replicated[layer]
             h = rms_norm(x, attn.attn_norm, dims.rms_eps)  # [B, D]
             latent = kv_latent(h, attn, inp.pos, dims)  # [B, C+R]
@@ -281,26 +286,50 @@ class RankRunner:
         """One decode step of every running request. Returns the final residual [B, D] (on CUDA
         with graphs, the graph's output buffer: clone it to keep it past the next step). While a
         switch is copying or on probation, the host work is agreed on by every rank before the
-        device work (transitions.Transition.guard)."""
+        device work (transitions.Transition.guard), and any other failure of the step — a rank
+        raising in its device work, a peer that died — is agreed within seconds (recovery.py): the
+        switch is dropped and the step run again, or, a peer gone, dist.GroupLost is raised."""
         sw = self.switch
         if sw is not None:
             sw.before_step(self)
         if self.retired:
             self.reap_retired()
-        rows, toks, ex = sw.guard(self, self._host_work) if sw is not None and sw.guarding else self._host_work()
-        if ex is not None:
-            ex.prepare(self.seq_lens)
-            if self.exec is not None:
-                self.retire(self.exec)
-            self.exec = ex
-        self.exec.inputs.upload(self.seq_lens, rows, toks)
-        x = self.exec.run()
+        if sw is not None and sw.guarding:
+            try:
+                x = self._step_work(sw)
+            except (GroupLost, AgreedFailure):
+                raise
+            except Exception as exc:  # noqa: BLE001 - agreed by every rank in recover (or GroupLost)
+                recover(self, exc)
+                try:
+                    x = self._step_work(None)  # once more, in the layout the group agreed on
+                finally:
+                    bounded_waits(self.g, False)
+        else:
+            x = self._step_work(None)
         for q in self.order:
             self.seq_lens[q] += 1
         if sw is not None:
             sw.after_step(self)
         self.step_index += 1
         return x
+
+    def _step_work(self, sw) -> torch.Tensor:
+        """The step's host work (agreed on through `sw` when it guards) and its device work."""
+        rows, toks, ex = sw.guard(self, self._host_work) if sw is not None else self._host_work()
+        if ex is not None:
+            ex.prepare(self.seq_lens)
+            if self.exec is not None:
+                self.retire(self.exec)
+            self.exec = ex
+        self.exec.inputs.upload(self.seq_lens, rows, toks)
+        return self.exec.run()
+
+    def _device_fault_layer(self) -> int:
+        """The layer at which an injected device fault raises on this rank this step (-1: none)."""
+        sw = self.switch
+        f = sw.faults if sw is not None else None
+        return 1 if f is not None and sw.probation and f.fail_device_after_commit_rank == self.g.rank else -1
 
     def idle_step(self) -> None:
         """A step with nothing decoding (the caller's step ran only a prefill): the switch in
@@ -309,7 +338,13 @@ class RankRunner:
         if sw is not None:
             sw.before_step(self)
             if sw.guarding:
-                sw.guard(self, lambda: None)
+                try:
+                    sw.guard(self, lambda: None)
+                except (GroupLost, AgreedFailure):
+                    raise
+                except Exception as exc:  # noqa: BLE001 - a peer's fault: agreed in recover
+                    recover(self, exc)
+                    bounded_waits(self.g, False)
             sw.after_step(self)
         self.step_index += 1
 

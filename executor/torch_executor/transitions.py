@@ -39,11 +39,14 @@ NOTE: the commit moves no data. A page's prefix that existed at plan time is imm
 copied in the background; every token after it is written by its new holder itself, since
 every rank computes every request's latent (kv_a and the residual are replicated). So the
 "small delta" of the hand-off is empty and the commit stall is a stream wait and a swap.
-What it does not do: choose when to switch (runtime_policy); bound a failure inside a step's
-device work (a rank raising between two of the step's main-group collectives leaves the others
-in the next one: the host work before the step's first collective is what is agreed on); admit
-a request the serving layout has no room for even with the switch's memory given back (the
-caller's accounting: it raises on that rank, as without a switch); or recover from a rank that dies.
+- a fault the agreement can't see — a rank raising inside a step's device work (between two of
+  the step's main-group collectives), or a rank that dies — is agreed by recovery.py within
+  seconds: while a switch is guarded, every collective's wait on a peer is bounded
+  (dist.bounded_waits); the group then rolls back (or aborts) and runs the step again, or, a
+  peer gone, each survivor drops the switch on its own and raises dist.GroupLost.
+What it does not do: choose when to switch (runtime_policy); admit a request the serving layout
+has no room for even with the switch's memory given back (the caller's accounting: it raises on
+that rank, as without a switch); or bring a dead rank back.
 """
 
 from __future__ import annotations
@@ -56,11 +59,12 @@ from typing import Any, Callable
 
 import torch
 
-from .dist import agree_any, agree_flags, first_reason, rebuild_side
+from .dist import agree_any, agree_flags, bounded_waits, first_reason, rebuild_side
 from .kv_pages import OutOfPages, PageTable, holders, pages_for
 from .layers import HeadWeights
 from .layouts import LayoutState
 from .move_plan import PageMovePlan, plan_page_moves, switch_growth_pages
+from .recovery import AgreedFailure
 from .transfer import run_chunk
 
 __all__ = ["AFTER_COMMIT", "Faults", "PageMovePlan", "SwitchState", "Transition", "plan_page_moves"]
@@ -86,6 +90,9 @@ class Faults:
     corrupt_chunk: int | None = None  # one bit of the first message the rank receives from that chunk on flips
     fail_after_commit_rank: int | None = None  # that rank's host work raises in the step after the commit
     starve_rank: int | None = None  # once the switch begins, it holds all of that rank's free pages (not the spare)
+    fail_device_after_commit_rank: int | None = None  # that rank raises inside the device work of the step after the commit
+    kill_rank: int | None = None  # that rank's process ends (os._exit) at `kill_at`: a dead rank
+    kill_at: str = "copying"  # "copying": the first copy step's host work; "probation": the step after the commit
 
 
 @dataclass
@@ -203,6 +210,7 @@ class Transition:
     def begin(self, runner) -> None:
         plan, r, t = self.plan, runner.g.rank, runner.g.world_size
         old, page = runner.state, runner.dims.page_size
+        bounded_waits(runner.g, True)  # NOTE: until the switch ends, no collective waits long on a peer
         self.mismatch = torch.zeros((), dtype=torch.int64, device=runner.g.device)
         new_table = PageTable(plan.dst_kind, dict(plan.dst_owners))
         self.new = LayoutState(plan.dst_kind, new_table, old.heads, old.weight_slots)
@@ -270,8 +278,14 @@ class Transition:
         work()'s result on the agreed state (redone there if the switch was dropped)."""
         r = runner.g.rank
         ok, out = True, None
+        f = self.faults
+        if f is not None and f.kill_rank == r and (self.probation if f.kill_at == "probation" else self.in_flight):
+            import os
+            import sys
+
+            sys.stdout.flush()
+            os._exit(17)  # NOTE: injected: this rank dies here, mid-switch (tests/executor: a dead rank)
         try:
-            f = self.faults
             if self.probation and f is not None and f.fail_after_commit_rank == r:
                 raise RuntimeError(f"injected: the first step after the commit failed on rank {r}")
             out = work()
@@ -286,7 +300,7 @@ class Transition:
         except Exception as e:  # noqa: BLE001
             err = f"rank {r}: {type(e).__name__}: {e}"
         if agree_any(err is not None, runner.g):
-            raise RuntimeError(f"{first_reason(err, runner.g)} (a step's host work, after the switch was dropped)")
+            raise AgreedFailure(f"{first_reason(err, runner.g)} (a step's host work, after the switch was dropped)")
         return out
 
     def agree(self, runner) -> bool:
@@ -354,6 +368,7 @@ class Transition:
             self._release_old(runner)
         self._give_back_spare(runner)
         self.probation = self._fallback = False
+        bounded_waits(runner.g, False)
 
     def _release_old(self, runner) -> None:
         """Free the source layout's pages and weight slots (host bookkeeping after the commit step)."""
@@ -381,6 +396,7 @@ class Transition:
         self.probation = self._fallback = False
         self.state = SwitchState.ABORTED
         self.reason = f"the first step after the commit failed ({reason}); rolled back to {old.kind}"
+        bounded_waits(runner.g, False)
 
     def _forward(self, runner, reason: str) -> None:
         """Keep the committed layout, drop the fallback (its pages may be what the step lacked)."""
@@ -410,3 +426,4 @@ class Transition:
         self._give_back_spare(runner)
         self.state = SwitchState.ABORTED
         self.reason = reason
+        bounded_waits(runner.g, False)

@@ -29,7 +29,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from planner.errors import SpecError
 from planner.hardware.host_link import HostLinkSpec
-from planner.inputs import HARDWARE_MAX_BYTES, field_error, file_stamp, is_file, load_yaml_file, path_kind, shown_path
+from planner.inputs import (HARDWARE_MAX_BYTES, field_error, file_stamp, is_file, load_yaml_file, path_kind, shown_number,
+                            shown_path)
 from planner.units import MiB
 
 DATA_DIR = Path(__file__).parent / "data"
@@ -156,13 +157,17 @@ def _parse(path: Path) -> HardwareSpec:
     for field, value in spec.peak.model_dump().items():
         lo, hi = PEAK_RANGES[field]
         if value is not None and not lo <= value <= hi:
-            raise SpecError(f"hardware file {path}: field 'peak.{field}'={value:g} is outside [{lo:g}, {hi:g}]")
+            raise SpecError(f"hardware file {path}: field 'peak.{field}'={shown_number(value)} is outside [{lo:g}, {hi:g}]")
     for field, value in spec.efficiency.model_dump().items():
         if value < MIN_EFFICIENCY:
-            raise SpecError(f"hardware file {path}: field 'efficiency.{field}'={value:g} is below {MIN_EFFICIENCY:g}")
+            raise SpecError(f"hardware file {path}: field 'efficiency.{field}'={shown_number(value)} is below {MIN_EFFICIENCY:g}")
     if spec.usable_hbm_bytes > 1.2 * spec.peak.hbm_bytes:
-        raise SpecError(f"hardware file {path}: memory.usable_hbm_bytes={spec.usable_hbm_bytes:.4g} is more than 1.2 × "
-                        f"peak.hbm_bytes={spec.peak.hbm_bytes:.4g}: check the units (bytes, not MiB or GB)")
+        raise SpecError(f"hardware file {path}: memory.usable_hbm_bytes={shown_number(spec.usable_hbm_bytes, '.4g')} is more than "
+                        f"1.2 × peak.hbm_bytes={shown_number(spec.peak.hbm_bytes, '.4g')}: check the units (bytes, not MiB or GB)")
+    if spec.memory.context_bytes >= spec.usable_hbm_bytes:
+        raise SpecError(f"hardware file {path}: memory.context_bytes={shown_number(spec.memory.context_bytes, '.4g')} is not below "
+                        f"the usable memory ({shown_number(spec.usable_hbm_bytes, '.4g')} bytes): the CUDA context would leave the engine "
+                        "nothing; check the units (bytes, not MiB or GB)")
     return spec
 
 

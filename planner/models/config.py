@@ -24,6 +24,19 @@ from planner.inputs import check_number, shown
 # NOTE: far above any real model and keeps products of sizes well inside float range (the same
 # bound the loader applied before this module).
 CONFIG_INT_MAX = 2**31 - 1
+# NOTE: structure limits: a stack, an expert count or a head count past these is no model the planner
+# can be asked about (the largest real ones: 126 layers in Llama-3.1-405B, 512 experts, 128 heads), and
+# the per-layer work of loading one grows with them (10^5 layers took 4 s, 10^6 past 30 s). Each is
+# 32 to 128 times the largest real value.
+MAX_LAYERS = 4096
+MAX_EXPERTS = 65_536
+MAX_HEADS = 16_384
+STRUCTURE_MAX = {
+    "num_hidden_layers": MAX_LAYERS, "num_nextn_predict_layers": 64,
+    **{k: MAX_EXPERTS for k in ("n_routed_experts", "num_local_experts", "num_experts", "num_experts_per_tok",
+                                "experts_per_token", "moe_topk")},
+    **{k: MAX_HEADS for k in ("num_attention_heads", "num_key_value_heads", "index_n_heads")},
+}
 MISSING = object()
 
 MIXER_TAGS = ("full_attention", "sliding_attention", "chunked_attention", "linear_attention", "kda", "mamba",

@@ -20,7 +20,8 @@ from typing import Any
 from planner.errors import SpecError
 from planner.inputs import MODEL_CONFIG_MAX_BYTES, check_number, file_stamp, is_file, load_json_file, path_kind, shown, shown_path
 from planner.models.attention.base import variant_for_layer
-from planner.models.config import HFConfig, LayerType
+from planner.path_policy import active as active_root
+from planner.models.config import STRUCTURE_MAX, HFConfig, LayerType
 from planner.models.mlp.base import mlp_for_layer
 from planner.models.patterns import layer_types, mtp_layers
 from planner.models.quant import WeightQuant, weight_quant
@@ -82,7 +83,7 @@ def check_config_fields(cfg: dict[str, Any], where: str) -> None:
             continue
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             raise SpecError(f"{where}: field '{key}'={shown(v)} must be an integer, not {type(v).__name__}")
-        check_number(v, f"{where}: field '{key}'", lo=lo, hi=CONFIG_INT_MAX, integer=True)
+        check_number(v, f"{where}: field '{key}'", lo=lo, hi=STRUCTURE_MAX.get(key, CONFIG_INT_MAX), integer=True)
     layers = cfg.get("num_hidden_layers")
     only = cfg.get("mlp_only_layers")
     if only is not None:
@@ -238,6 +239,12 @@ def load_model(name_or_path: str) -> ModelSpec:
     card = CARDS_DIR / f"{name_or_path.lower()}.json"
     if "/" not in name_or_path and is_file(card):
         return _load_path(str(card), name_or_path.lower(), file_stamp(str(card)))
+    if name_or_path.count("/") == 1 and not name_or_path.endswith(".json") and active_root() is not None:
+        # NOTE: confined to a root (the MCP server), a repo id of a built-in card is the card, whatever
+        # the root holds: a name means the same to every client (planner.path_policy)
+        card = card_for_repo(name_or_path)
+        if card is not None:
+            return load_model(card)
     path = Path(name_or_path)
     kind = path_kind(path, "model config")
     if kind == "folder" and path_kind(path / "config.json", "model config") != "missing":

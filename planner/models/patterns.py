@@ -38,8 +38,8 @@ from __future__ import annotations
 import re
 
 from planner.errors import SpecError
-from planner.inputs import shown
-from planner.models.config import HFConfig, LayerType
+from planner.inputs import shown, shown_key
+from planner.models.config import MAX_LAYERS, HFConfig, LayerType
 from planner.models.mlp.moe import has_experts
 
 # Fields this module (or a variant) reads that shape the stack, and fields whose names look like
@@ -70,16 +70,16 @@ def check_structure_fields(cfg: HFConfig) -> None:
     """Refuse a field that shapes the stack but is not read, or a value that is not modelled."""
     for key in map(str, cfg.raw):
         if key in _UNMODELLED:
-            raise SpecError(f"field '{key}' ({_UNMODELLED[key]}): the planner has no variant for it")
+            raise SpecError(f"field '{key}' ({_UNMODELLED[key]}): the planner has no variant for it")  # a known name
         if key in STRUCTURE_FIELDS or key in INERT_FIELDS:
             continue
         if _STRUCTURE_NAME.search(key) and not _NOT_STRUCTURE.search(key) and cfg.raw.get(key) not in (None, False, 0, [], ""):
-            raise SpecError(f"field '{key}'={shown(cfg.raw[key], 40)} looks like a layer pattern the planner "
+            raise SpecError(f"field '{shown_key(key)}'={shown(cfg.raw[key], 40)} looks like a layer pattern the planner "
                             "does not read; refusing rather than pricing another structure")
     for key, why in (("num_kv_shared_layers", "layers that share another layer's KV"),
                      ("hidden_size_per_layer_input", "per-layer input embeddings")):
         if cfg.int(key, 0, lo=0):
-            raise SpecError(f"field '{key}'={cfg.raw[key]} ({why}) is not modelled")
+            raise SpecError(f"field '{key}'={shown(cfg.raw[key])} ({why}) is not modelled")
     if cfg.flag("use_double_wide_mlp"):
         raise SpecError("field 'use_double_wide_mlp'=true is not modelled")
     if not cfg.has("indexer_types") and (cfg.has("index_topk_freq") or cfg.has("index_skip_topk_offset")):
@@ -104,8 +104,8 @@ def num_layers(cfg: HFConfig) -> int:
         return n
     if lists:
         k, v = next(iter(lists.items()))
-        if len(v) > 100_000:
-            raise SpecError(f"field '{k}' has {len(v)} entries; at most 100,000 layers")
+        if len(v) > MAX_LAYERS:
+            raise SpecError(f"field '{k}' has {len(v):,} entries; at most {MAX_LAYERS:,} layers (planner.models.config)")
         return len(v)
     raise SpecError("missing field 'num_hidden_layers'")
 

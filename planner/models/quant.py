@@ -33,6 +33,8 @@ from functools import lru_cache
 from typing import Any
 
 from planner.errors import SpecError
+from planner.inputs import shown
+from planner.models.bounded_regex import BoundedRegex, BoundedRegexError
 
 PARTS = ("mixer", "routed_experts", "shared_experts", "dense_mlp")
 _ALGO = {"nvfp4": "fp4", "w4a16_nvfp4": "fp4", "mxfp4": "fp4", "fp4": "fp4", "fp8": "fp8", "w8a8_fp8": "fp8",
@@ -104,12 +106,14 @@ class WeightQuant:
         return [f"{self.prefix}.{layer}.{s}" for s in FAMILIES[self.family][1][part]]
 
     def _excluded(self, name: str) -> bool:
-        exact, pattern = _matchers(self.excluded)
+        exact, pattern, regexes = _matchers(self.excluded)
         if exact:
             parts = name.split(".")
             if any(".".join(parts[:i]) in exact for i in range(1, len(parts) + 1)):  # the module or a parent
                 return True
-        return pattern is not None and pattern.fullmatch(name) is not None
+        if pattern is not None and pattern.fullmatch(name) is not None:
+            return True
+        return any(r.match(name) for r in regexes)
 
     def dtype(self, layer: int, part: str) -> str:
         names = self._names(layer, part)
@@ -129,22 +133,26 @@ class WeightQuant:
 
 
 @lru_cache(maxsize=256)
-def _matchers(patterns: tuple[str, ...]) -> tuple[frozenset[str], re.Pattern | None]:
-    """(plain module names, one regex of every glob and `re:` pattern): a checkpoint lists up to
-    ~700 exclusions (GLM-5-FP8), matched against a few names per layer part."""
-    exact, alts = set(), []
+def _matchers(patterns: tuple[str, ...]) -> tuple[frozenset[str], re.Pattern | None, tuple[BoundedRegex, ...]]:
+    """(plain module names, one regex of every glob pattern, each `re:` pattern's bounded matcher):
+    a checkpoint lists up to ~700 exclusions (GLM-5-FP8), matched against a few names per layer part.
+    NOTE: globs go through fnmatch.translate, whose regexes don't backtrack catastrophically; `re:`
+    patterns are the checkpoint's own regexes, matched as the engines do (re.match: anchored at the
+    start only) by planner.models.bounded_regex in time linear in the name, whatever they say."""
+    exact, alts, res = set(), [], []
     for p in patterns:
         if p.startswith("re:"):
             try:
-                re.compile(p[3:])
+                res.append(BoundedRegex(p[3:]))
             except re.error:
-                continue  # NOTE: a pattern no engine could apply excludes nothing
-            alts.append(f"(?:{p[3:]})")
+                continue  # NOTE: a pattern no engine could compile excludes nothing
+            except BoundedRegexError as exc:
+                raise BoundedRegexError(f"quantization ignore pattern {shown(p, 80)}: {exc}") from None
         elif any(c in p for c in "*?["):
             alts += [fnmatch.translate(p), fnmatch.translate(p + ".*")]  # the module and what is under it
         else:
             exact.add(p)
-    return frozenset(exact), (re.compile("|".join(alts)) if alts else None)
+    return frozenset(exact), (re.compile("|".join(alts)) if alts else None), tuple(res)
 
 
 def _patterns(q: dict[str, Any]) -> tuple[str, ...]:

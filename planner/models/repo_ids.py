@@ -128,7 +128,12 @@ def card_for_name(name: str) -> str | None:
 
 
 def cached_config(repo_id: str) -> tuple[Path | None, Path | None, str]:
-    """(config.json, hf_quant_config.json or None, why not) from the local Hugging Face cache, offline."""
+    """(config.json, hf_quant_config.json or None, why not) from the local Hugging Face cache, offline.
+    Not where reads are confined (the MCP root, planner.path_policy): the cache lies outside it."""
+    from planner.path_policy import active
+
+    if active() is not None:
+        return None, None, "reads are confined to the MCP root (the Hugging Face cache is outside it)"
     try:
         from huggingface_hub import try_to_load_from_cache
     except ImportError:

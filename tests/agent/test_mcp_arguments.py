@@ -5,6 +5,7 @@ documents against their contracts, errors as one line naming the argument and th
 
 from __future__ import annotations
 
+import shutil
 import sys
 
 import anyio
@@ -16,16 +17,20 @@ LAUNCH = "python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3.2 
 
 
 def test_what_agents_send_over_stdio(tmp_path):
-    cal = str(tmp_path / "cal.json")
+    # NOTE: the server's root is tmp_path: paths are relative to it, and the profile is copied in
+    shutil.copy(PROFILE, tmp_path / "profile.jsonl")
+    (tmp_path / "calibration" / "data").mkdir(parents=True)  # the model its rows name, by a relative path
+    shutil.copy(ROOT / "calibration" / "data" / "probe-mla-dense-4l.json", tmp_path / "calibration" / "data")
+    cal, profile = "cal.json", "profile.jsonl"
     calls = [
         ("floor", {"context": 8192, "batch": "16", "attn": "dp", "gpus": 8}),
         ("compare", {"context": ["4k", "4k", "64k"], "layouts": ["dp/ep", "tp/ep"]}),
         ("capacity", {"context": 32768, "gpus": "8"}),
         ("walls", {"range": "1:256", "layouts": ["dp/ep", "tp/ep"]}),
         ("triage", {"measured_ms": "30", "attn": "dp", "batch": 32, "context": "8k"}),
-        ("triage_profile", {"profile": str(PROFILE), "set": ["engine=sglang"]}),
-        ("calibrate", {"profile": str(PROFILE), "out": cal}),
-        ("validate", {"calibration": cal, "profile": [str(PROFILE)], "folds": "3"}),
+        ("triage_profile", {"profile": profile, "set": ["engine=sglang"]}),
+        ("calibrate", {"profile": profile, "out": cal}),
+        ("validate", {"calibration": cal, "profile": [profile], "folds": "3"}),
         ("floor", {"engine_args": LAUNCH, "batch": 16, "context": "8k"}),
         ("explain_launch", {"command": LAUNCH}),
         ("simulate", {"requests": "40", "workload": "shrinking", "policy": "dp"}),
@@ -35,8 +40,8 @@ def test_what_agents_send_over_stdio(tmp_path):
         ("floor", {"gpus": "many"}),
         ("floor", {"engine_args": "vllm serve deepseek-ai/DeepSeek-V3.2 -tp 8 -pp 2"}),
     ]
-    params = StdioServerParameters(command=sys.executable, args=["-c", "from cli.main import main; main(['mcp'])"],
-                                   cwd=str(ROOT))
+    params = StdioServerParameters(command=sys.executable, cwd=str(ROOT),
+                                   args=["-c", f"from cli.main import main; main(['mcp', '--root', {str(tmp_path)!r}])"])
 
     async def main():
         async with Client(params) as c:

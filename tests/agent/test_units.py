@@ -15,7 +15,7 @@ UNIT_WORDS = frozenset({"s", "ms", "bytes", "tokens", "gib", "mib", "flops", "pc
                         "count", "factor", "efficiency", "alpha", "quality", "replication", "messages", "gpus",
                         "steps", "records"})
 # Counts (requests, GPUs, rows …) and identifiers: numbers without a unit, on purpose.
-COUNTS = frozenset({"gpus", "replicas", "nodes", "nodes_per_group", "ranks_per_group", "batch", "layers", "heads",
+COUNTS = frozenset({"exit_code", "gpus", "replicas", "nodes", "nodes_per_group", "ranks_per_group", "batch", "layers", "heads",
                     "num_heads", "hidden_size", "latent_dim", "kv_splittable_heads", "line", "rows", "rows_used",
                     "rows_predicted", "trained_on_rows", "folds", "seed", "steps", "decode_steps", "completed",
                     "aborted", "preemptions", "cant_decide", "requests", "max_concurrency", "compute_capability",

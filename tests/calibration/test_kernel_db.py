@@ -5,6 +5,7 @@ and — where pyarrow and the wheel are at hand — the real H200 tables."""
 import glob
 import io
 import json
+import os
 import zipfile
 
 import numpy as np
@@ -93,14 +94,16 @@ def test_only_per_kernel_tables_are_listed_or_read(tmp_path):
 def test_the_reader_never_touches_the_end_to_end_rows(tmp_path, monkeypatch):
     import calibration.kernel_db as kdb
 
+    wheel = str(_fake_wheel(tmp_path))  # written before the reads are watched
     opened = []
-    real = zipfile.ZipFile.read
-    monkeypatch.setattr(zipfile.ZipFile, "read", lambda self, name, *a: opened.append(name) or real(self, name, *a))
+    real = zipfile.ZipFile.open
+    monkeypatch.setattr(zipfile.ZipFile, "open", lambda self, name, *a, **k: opened.append(getattr(name, "filename", name))
+                        or real(self, name, *a, **k))
     nccl = {"op_name": ["all_gather"], "num_gpus": [8], "message_size": [64 << 20], "nccl_dtype": ["half"],
             "latency": [0.4]}
     gemm = {"gemm_dtype": ["bfloat16"], "m": [8], "n": [8192], "k": [4096], "latency": [0.02]}
-    monkeypatch.setattr(kdb, "read_parquet", lambda data: nccl if data == b"n" else gemm)
-    doc = kdb.read_kernel_db("h200_sxm", "sglang", str(_fake_wheel(tmp_path)))
+    monkeypatch.setattr(kdb, "read_parquet", lambda data, *a: nccl if data == b"n" else gemm)
+    doc = kdb.read_kernel_db("h200_sxm", "sglang", wheel)
     assert SILICON not in opened and all(n.endswith("_perf.parquet") for n in opened)
     assert {t["version"] for t in doc["tables"] if t["op"] == "gemm"} == {"0.5.14"}
 
@@ -140,7 +143,7 @@ def test_calibrate_from_kernel_db_cli(tmp_path, monkeypatch, capsys):
 
     gemm = {"gemm_dtype": ["bfloat16", "bfloat16"], "m": [8, 4096], "n": [8192, 4096], "k": [4096, 4096],
             "latency": [0.02, 0.2]}
-    monkeypatch.setattr(kdb, "read_parquet", lambda data: gemm if data != b"n" else {
+    monkeypatch.setattr(kdb, "read_parquet", lambda data, *a: gemm if data != b"n" else {
         "op_name": ["all_gather"], "num_gpus": [8], "message_size": [64 << 20], "nccl_dtype": ["half"], "latency": [0.4]})
     out, yml = tmp_path / "rates.json", tmp_path / "hw.yaml"
     with pytest.raises(SystemExit) as ok:
@@ -153,3 +156,86 @@ def test_calibrate_from_kernel_db_cli(tmp_path, monkeypatch, capsys):
     with pytest.raises(SystemExit) as bad:
         main(["calibrate", "--from-kernel-db", "h200_sxm", "--wheel", str(_fake_wheel(tmp_path))])
     assert bad.value.code == 2 and "--backend" in capsys.readouterr().err
+
+
+# ---- issue 31 item 2: every archive read with size limits -------------------------------------------
+GEMM_MEMBER = "aiconfigurator_core/systems/data/h200_sxm/gemm/sglang/0.6.0/gemm_perf.parquet"
+
+
+def _bomb_wheel(tmp_path, size: int):
+    """The fake wheel plus a gemm table of `size` zero bytes: a few hundred KiB on disk."""
+    p = _fake_wheel(tmp_path)
+    with zipfile.ZipFile(p, "a", compression=zipfile.ZIP_DEFLATED) as z:
+        z.writestr(GEMM_MEMBER, b"\0" * size)
+    return p
+
+
+def test_a_zip_bomb_member_is_refused_before_it_inflates(tmp_path, monkeypatch):
+    import calibration.kernel_db as kdb
+
+    p = _bomb_wheel(tmp_path, kdb.MEMBER_MAX_BYTES + 1)
+    assert p.stat().st_size < (1 << 20)  # ~65 KiB that would inflate to 64 MiB
+    inflated = []
+    real = zipfile.ZipExtFile.read
+    monkeypatch.setattr(zipfile.ZipExtFile, "read", lambda self, n=-1: inflated.append(n) or real(self, n))
+    with pytest.raises(SpecError, match=r"declares 67,108,865 bytes, over the 64 MiB a kernel table may inflate to"):
+        kdb.read_kernel_db("h200_sxm", "sglang", str(p))
+    assert not inflated
+
+
+def test_a_member_that_inflates_too_far_or_lies_about_its_size_is_refused(tmp_path, monkeypatch):
+    import calibration.kernel_db as kdb
+
+    p = _bomb_wheel(tmp_path, 8 << 20)  # 8 MiB of zeros: ~1000-fold
+    with pytest.raises(SpecError, match=r"inflates \d[\d,]*-fold, over the 100-fold"):
+        kdb.KernelDbSource(str(p)).read(GEMM_MEMBER)
+    monkeypatch.setattr(kdb, "MEMBER_MAX_RATIO", 10**6)
+    monkeypatch.setattr(kdb, "MEMBER_MAX_BYTES", 4 << 20)
+    src = kdb.KernelDbSource(str(p))
+    src.zip.getinfo(GEMM_MEMBER).file_size = 1 << 20  # a central directory that understates the size
+    with pytest.raises(SpecError, match="inflates past its declared size|unreadable member"):
+        src.read(GEMM_MEMBER)
+
+
+def test_a_wheel_that_is_no_zip_or_no_file_is_one_line(tmp_path):
+    from calibration.kernel_db import KernelDbSource
+
+    bad = tmp_path / "x.whl"
+    bad.write_bytes(b"PK\x03\x04 not really")
+    with pytest.raises(SpecError, match="not a wheel"):
+        KernelDbSource(str(bad))
+    fifo = tmp_path / "f.whl"
+    os.mkfifo(fifo)
+    with pytest.raises(SpecError, match="is a FIFO, not a regular file"):
+        KernelDbSource(str(fifo))
+
+
+def test_a_bad_parquet_table_is_one_line(monkeypatch):
+    """pyarrow's own errors on a bad member (ArrowInvalid, OSError…) become one line naming it; a
+    table whose footer declares too many rows is refused before it is decoded."""
+    import sys
+    import types
+
+    import calibration.kernel_db as kdb
+
+    class Meta:
+        num_rows, num_columns = 10**9, 4
+
+    class ParquetFile:
+        def __init__(self, f):
+            if f.read(4) != b"PAR1":
+                raise OSError("Parquet magic bytes not found in footer. Either the file is corrupted\nor this is not a parquet file.")
+            self.metadata = Meta()
+
+        def read(self):
+            raise AssertionError("decoded a table over the limits")
+
+    pq = types.ModuleType("pyarrow.parquet")
+    pq.ParquetFile = ParquetFile
+    monkeypatch.setitem(sys.modules, "pyarrow", types.ModuleType("pyarrow"))
+    monkeypatch.setitem(sys.modules, "pyarrow.parquet", pq)
+    with pytest.raises(SpecError) as exc:
+        kdb.read_parquet(b"garbage", GEMM_MEMBER)
+    assert str(exc.value) == f"{GEMM_MEMBER}: not a readable parquet table (OSError: Parquet magic bytes not found in footer. Either the file is corrupted)"
+    with pytest.raises(SpecError, match=r"1,000,000,000 rows × 4 columns, over the 5,000,000 × 256"):
+        kdb.read_parquet(b"PAR1....", GEMM_MEMBER)

@@ -6,6 +6,7 @@ line naming the missing fields."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -113,3 +114,63 @@ def test_a_bench_result_that_lists_its_requests_is_a_workload():
 def test_a_bench_summary_without_requests_says_which_flag_writes_them():
     with pytest.raises(SpecError, match="no per-request lengths .* SGLang bench_serving needs --output-details"):
         make_workload(str(SGLANG), 0)
+
+
+# ---- issue 31 item 4: the files as the engines write them, one per version (fixtures/bench/README.md) ----
+SGLANG_05 = FIX / "bench" / "sglang_bench_serving_0_5_details.jsonl"
+VLLM_08 = FIX / "bench" / "vllm_benchmark_serving_0_8_result.json"
+SGLANG_SET = ["--set", "model=deepseek-v3.2", *DEPLOYMENT]
+
+
+def test_sglang_writes_its_default_rate_as_infinity_and_every_reader_takes_it():
+    assert all('"request_rate": Infinity' in line for line in SGLANG.read_text().splitlines())  # what SGLang writes
+    assert '"request_rate": Infinity' in SGLANG_05.read_text()
+    # triage and calibrate read every run (before issue 31 every row was refused: "Infinity is not a number")
+    doc = run_cli(["triage", "--profile", str(SGLANG_05), *SGLANG_SET, "--json"])
+    validate(doc, "triage_profile")
+    assert [r["batch"] for r in doc["rows"]] == [64] and doc["rows"][0]["measured_s"] == pytest.approx(61.0e-3)
+    # simulate replays its requests all at t = 0 (it blamed a missing --output-details before)
+    w = make_workload(str(SGLANG_05), 0)
+    assert w.requests == 7 and set(w.arrival_s) == {0.0}  # the one-token request has no decode step: left out
+    assert w.params["request_rate_per_s"] is None and w.params["left_out_no_output"] == 1
+    doc = run_cli(["simulate", "--workload", str(SGLANG_05), "--requests", "0", "--policy", "dp", "--json"])
+    validate(doc, "simulate")
+    assert doc["completed"] == 7
+
+
+@pytest.mark.parametrize("path,rate,n,batch", [(VLLM, None, 64, 32), (VLLM_08, 4.0, 64, 32),
+                                               (FIX / "bench" / "sglang_bench_serving_details.jsonl", 4.0, 6, 16),
+                                               (SGLANG_05, None, 7, 64)])
+def test_every_engine_version_reads_as_a_profile_and_as_a_workload(path, rate, n, batch):
+    doc = run_cli(["triage", "--profile", str(path), *SGLANG_SET, "--json"])
+    assert [r["batch"] for r in doc["rows"]] == [batch] and not doc.get("rejected")
+    w = make_workload(str(path), 0, seed=1)
+    assert w.requests == n and w.params["request_rate_per_s"] == rate
+    assert (set(w.arrival_s) == {0.0}) == (rate is None)
+
+
+def test_a_statistic_of_no_samples_is_not_measured(tmp_path):
+    """NaN (json.dumps of a mean over no samples) reads as absent: the summary's mean stands in for
+    a NaN median; a row whose every TPOT is NaN is one row issue naming the missing field."""
+    line = json.loads(SGLANG.read_text().splitlines()[0])
+    line.update(median_tpot_ms=float("nan"), mean_ttft_ms=float("nan"))
+    f = tmp_path / "nan.jsonl"
+    f.write_text(json.dumps(line) + "\n")
+    assert "NaN" in f.read_text()
+    doc = run_cli(["triage", "--profile", str(f), *SGLANG_SET, "--json"])
+    assert doc["rows"][0]["measured_s"] == pytest.approx(line["mean_tpot_ms"] / 1e3)
+    line.update(mean_tpot_ms=float("nan"))
+    f.write_text(json.dumps(line) + "\n")
+    from calibration.loaders import load_profile
+
+    prof = load_profile(f, {"model": "deepseek-v3.2", "hardware": "h200", "gpus": "8", "attn": "dp", "moe": "ep"})
+    assert not prof.rows and len(prof.issues) == 1 and "NaN" not in prof.issues[0].message
+
+
+def test_a_schema_row_with_nan_is_still_refused_where_it_is(tmp_path):
+    from calibration.loaders import load_profile
+
+    f = tmp_path / "rows.jsonl"
+    f.write_text('{"model": "deepseek-v3.2", "step_ms": NaN}\n')
+    (issue,) = load_profile(f).issues
+    assert "NaN at line 1 column 39 is not a number (JSON has no NaN or Infinity)" in issue.message

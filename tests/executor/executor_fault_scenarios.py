@@ -15,6 +15,7 @@ import torch
 import torch.distributed as dist
 
 from executor.torch_executor import Faults, RankRunner, tiny_dims
+from executor.torch_executor.dist import GroupLost
 from executor.torch_executor.checks import check_global_placement, collect_logical_kv
 from executor.torch_executor.move_plan import plan_page_moves
 
@@ -112,6 +113,7 @@ def fault_cases(g, dims) -> tuple:
         ("transport_error", "cp", "tp", Faults(transfer_error_chunk=1, fail_transfer_rank=last), 256),
         ("corrupt_page", "cp", "tp", Faults(corrupt_chunk=1, fail_transfer_rank=last), 256),
         ("after_commit", "cp", "tp", Faults(fail_after_commit_rank=last), 256),
+        ("device_after_commit", "cp", "tp", Faults(fail_device_after_commit_rank=last), 256),
     )
 
 
@@ -193,7 +195,8 @@ def loop_faults(g) -> dict:
     _, ex_fixed = ss._torch(g, ss._spec(tables, policy="dop", clock="table", record_outputs=True))
     runs = {"in_flight": {0: Faults(transfer_error_chunk=1, fail_transfer_rank=last),
                           1: Faults(corrupt_chunk=0, fail_transfer_rank=last), 2: Faults(starve_rank=last)},
-            "after_commit": {0: Faults(fail_after_commit_rank=last)}}
+            "after_commit": {0: Faults(fail_after_commit_rank=last)},
+            "device_after_commit": {0: Faults(fail_device_after_commit_rank=last)}}
     out: dict = {}
     for name, faults in runs.items():
         t0 = time.perf_counter()
@@ -216,3 +219,34 @@ def _only_starved(g):
 def scenario_faults(g) -> dict:
     torch.manual_seed(0)
     return {"runner": runner_faults(g), "loop": loop_faults(g)}
+
+
+def dead_rank(g, kill_at: str, victim: int | None = None, src: str = "cp", dst: str = "tp") -> dict:
+    """src -> dst (CP -> TP) with one rank's process (`victim`, default the last) ending mid-switch
+    (`kill_at`: "copying", the first copy step; "probation", the step after the commit). Each survivor: how long its step took to raise
+    GroupLost, what it raised, its layout and switch state after, its KV against before the switch
+    (local: the group can't gather any more) and its page accounting."""
+    dims = tiny_dims(num_heads=8)
+    last = g.world_size - 1 if victim is None else victim
+    runner = _fresh(g, src, 256, dims)
+    out: dict = {"rank": g.rank, "error": None}
+    kv0 = None
+    for s in range(STEPS):
+        if s == SWITCH_AT:
+            kv0 = runner.local_logical_kv()
+            runner.switch_to(dst, bytes_per_step(dims), faults=Faults(kill_rank=last, kill_at=kill_at))
+        state = runner.switch.state.value if runner.switch is not None else None
+        t0 = time.perf_counter()
+        try:
+            runner.step()
+        except GroupLost as exc:
+            kv1 = runner.local_logical_kv()
+            pages_now = len(set(runner.state.table.slots()))
+            out.update(error=str(exc), after_s=time.perf_counter() - t0, step=s, state_before=state,
+                       layout=runner.layout, state=runner.switch.state.value, reason=runner.switch.reason,
+                       kv_intact=all(kv1[q][0][:len(kv0[q][0])] == kv0[q][0] and torch.equal(kv1[q][1][:, :kv0[q][1].shape[1]], kv0[q][1])
+                                     for q in kv0),
+                       pages_accounted=runner.alloc.num_free + pages_now + len(runner.alloc.reserved)
+                       == runner.alloc.num_slots)
+            return out
+    return out

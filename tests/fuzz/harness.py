@@ -5,7 +5,8 @@ SIGALRM deadline so a hang is counted instead of waited on, and classifies the r
 - ok: exit 0 and, with --json, one document that parses without NaN/Infinity, carries no negative
   number outside the signed fields, no floor_max_s above floor_sum_s, and meets its JSON schema
   (tests/agent/contracts: null only where the contract allows it);
-- user_error: exit 2 and exactly one stderr line starting "floorfirst: error: ";
+- user_error: exit 2 and exactly one stderr line starting "floorfirst: error: " (with --json, the
+  same line as one floorfirst.error/1 document on stdout);
 - traceback, hang, bad_output, internal (exit 70: the document guard caught a bug): failures.
 
 `Workspace` copies the corpus into a temporary folder (so a broken overwrite rule can't harm the
@@ -25,6 +26,7 @@ import shutil
 import signal
 import time
 import traceback
+import zipfile
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -80,6 +82,16 @@ def _reject_constant(name):
     raise ValueError(f"{name} in the document")
 
 
+def _error_doc(out: str) -> str | None:
+    """The `error` line of the one floorfirst.error/1 document `out` holds, else None."""
+    try:
+        doc = json.loads(out)
+    except ValueError:
+        return None
+    ok = isinstance(doc, dict) and doc.get("schema") == "floorfirst.error/1" and doc.get("exit_code") == 2
+    return doc["error"] if ok else None
+
+
 def classify(argv, code, out: str, err: str, seconds: float) -> Outcome:
     argv = tuple(argv)
     if code == 0:
@@ -100,6 +112,8 @@ def classify(argv, code, out: str, err: str, seconds: float) -> Outcome:
         return Outcome(argv, "bad_output" if problem else "ok", 0, seconds, problem)
     if code == 2:
         one_line = err.startswith("floorfirst: error: ") and err.count("\n") == 1 and "Traceback" not in err
+        if one_line and "--json" in argv and _error_doc(out) != err.removeprefix("floorfirst: error: ").rstrip("\n"):
+            return Outcome(argv, "bad_output", 2, seconds, f"--json: no error document on stdout: {out[:200]!r}")
         return Outcome(argv, "user_error" if one_line else "bad_output", 2, seconds, err.strip()[:300])
     if code == 70:
         return Outcome(argv, "internal", 70, seconds, err.strip()[:300])
@@ -172,6 +186,31 @@ class Workspace:
         head = "model,hardware,gpus,attn,moe,batch,context,step_ms\n"
         (self.root / "corpus" / "profiles" / "huge_field.csv").write_text(
             head + "deepseek-v3," + "h" * 140_000 + ",8,dp,ep,32,8192,40.0\n")
+        # issue 31: a 10^5-row trace whose tail is broken (-n 5 must never read it) and zip bombs
+        with open(self.root / "corpus" / "traces" / "long_broken_tail.csv", "w") as f:
+            f.write("arrival_s,input_tokens,output_tokens\n")
+            f.writelines(f"{i * 0.01:.2f},{100 + i % 900},{10 + i % 50}\n" for i in range(100_000))
+            f.write("broken,\x00,\n" * 10)
+        self.wheels = self.root / "corpus" / "wheels"
+        self.wheels.mkdir()
+        member = "aiconfigurator_core/systems/data/h200_sxm/gemm/sglang/0.5.14/gemm_perf.parquet"
+        for name, size in (("bomb.whl", (64 << 20) + 1), ("ratio.whl", 16 << 20)):
+            with zipfile.ZipFile(self.wheels / name, "w", compression=zipfile.ZIP_DEFLATED) as z:
+                z.writestr(member, b"\0" * size)  # ~65 KiB on disk, 64 MiB inflated
+        (self.wheels / "not_zip.whl").write_bytes(b"PK\x03\x04" + b"\xff" * 100)
+        # the MCP server's root is `root`; `outside` is a sibling it must never read or write
+        self.outside = self.root.parent / (self.root.name + "-outside")
+        self.outside.mkdir(exist_ok=True)
+        (self.outside / "secret.json").write_text('{"hidden_size": "planted-secret-31"}')
+        (self.outside / "notes.txt").write_text("keep me\n")
+        shutil.copy(CORPUS / "configs" / "bom.json", self.outside / "config.json")
+        os.symlink(self.outside / "config.json", self.root / "link_out.json")
+        os.symlink(self.outside, self.root / "outdir")
+        os.symlink(self.outside / "notes.txt", self.root / "link_notes.png")
+        # what the MCP runs name by paths inside the root: the profile, and the model its rows name
+        (self.root / "calibration" / "data").mkdir(parents=True)
+        shutil.copy(PROFILE, self.root / "profile.jsonl")
+        shutil.copy(ROOT / "calibration" / "data" / "probe-mla-dense-4l.json", self.root / "calibration" / "data")
 
     def files(self, kind: str) -> list[Path]:
         return sorted((self.root / "corpus" / kind).iterdir())

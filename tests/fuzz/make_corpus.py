@@ -4,9 +4,12 @@ Every file is a small mutation of a real input (a built-in model card, a hardwar
 committed calibration, profile and microbench result, a three-request trace): strings, lists and
 bools in integer fields, zero, negative, tiny and huge numbers, NaN/Infinity, nulls, 1,000-deep
 nesting, a UTF-8 BOM, a non-UTF-8 byte, truncation, and the cross-field cases of issue 19
-(`first_k_dense_replace: 1000`, `num_experts_per_tok: 512`). The corpus is committed (about 110
-files, < 200 KiB); FIFOs, links to /dev/zero and a CSV field past the csv module's limit can't
-be or shouldn't be, so tests/fuzz/harness.py makes those in a temporary folder.
+(`first_k_dense_replace: 1000`, `num_experts_per_tok: 512`), and issue 31's: quantization ignore
+patterns that make a backtracking matcher take exponential time, stacks of 10^6 layers, experts
+and heads, and engine benchmark files as they are written (SGLang's `"request_rate": Infinity`).
+The corpus is committed (about 140 files, < 1 MiB); FIFOs, links to /dev/zero, a CSV field past
+the csv module's limit, a 10^5-row trace with a broken tail and zip bombs can't be or shouldn't
+be, so tests/fuzz/harness.py makes those in a temporary folder.
 
 Each file's name says what it breaks; `VALID` names the ones that must be accepted.
 """
@@ -24,6 +27,10 @@ BOM = b"\xef\xbb\xbf"
 DEEP = "[" * 1000 + "]" * 1000
 VALID = {"configs/bom.json", "configs/moe_layer_freq_list.json", "configs/infinity_unread_field.json",
          "configs/architectures_string.json", "configs/text_config_string.json",
+         *(f"configs/redos_{i}.json" for i in range(5)),
+         *(f"traces/{n}" for n in ("sglang_bench_serving_details.jsonl", "sglang_bench_serving_0_5_details.jsonl",
+                                   "vllm_bench_serve_result.json", "vllm_benchmark_serving_0_8_result.json")),
+         "traces/long_broken_tail.csv",  # made by tests/fuzz/harness.py: its first 5 requests read, never its tail
          "hardware/bom.yaml", "calibrations/valid.json", "calibrations/bom.json", "profiles/bom.csv",
          "traces/bom.csv", "traces/valid.csv", "microbench/valid.json"}
 
@@ -64,6 +71,21 @@ def _config_mutations(base: dict) -> dict[str, object]:
         "text_config_string.json": m(text_config="x"),
         "layer_types_ints.json": m(layer_types=[1, 2]),
         "infinity_unread_field.json": m(time_step_limit=[0.0, float("inf")]),
+        # issue 31: no input that hangs — catastrophic `re:` ignore patterns (matched in bounded time,
+        # as the engines' re.match means them), a pattern no NFA holds, and structures past the limits
+        **{f"redos_{i}.json": m(quantization_config={"quant_method": "compressed-tensors", "ignore": [pat],
+                                                     "config_groups": {"g": {"weights": {"num_bits": 4}}}})
+           for i, pat in enumerate([r"re:(\w+\.?)+!", r"re:(a|aa)+$", r"re:(.*)*x$", r"re:(.*\.)*?(.*\.)*?(.*\.)*?z$",
+                                    r"re:.*self_attn.*"])},
+        "redos_backref.json": m(quantization_config={"quant_method": "compressed-tensors", "ignore": [r"re:(a)\1"],
+                                                     "config_groups": {"g": {"weights": {"num_bits": 4}}}}),
+        "redos_states.json": m(quantization_config={"quant_method": "compressed-tensors", "ignore": ["re:(a{999}){999}"],
+                                                    "config_groups": {"g": {"weights": {"num_bits": 4}}}}),
+        "layers_1e6.json": m(num_hidden_layers=10**6),
+        "layers_5000.json": m(num_hidden_layers=5000),
+        "experts_1e6.json": m(n_routed_experts=10**6),
+        "heads_1e6.json": m(num_attention_heads=10**6, num_key_value_heads=10**6),
+        "layer_types_5000.json": m(num_hidden_layers=..., layer_types=["full_attention"] * 5000),
     }
 
 
@@ -105,6 +127,7 @@ def hardware() -> None:
         "domain_huge.yaml": ("scaleup_domain_gpus: 8", "scaleup_domain_gpus: 100000000000000000000000"),
         "latency_huge.yaml": ("collective_latency_s: 12e-6", "collective_latency_s: 1.0e+200"),
         "name_null.yaml": ("name: h200", "name: null"),
+        "context_over_hbm.yaml": ("context_bytes: 552402944", "context_bytes: 2.0e+11"),  # issue 31: was exit 70
     }
     for name, (a, b) in sub.items():
         assert a in text, a
@@ -179,6 +202,8 @@ def profiles() -> None:
     _write("profiles/nan_line.jsonl", "\n".join(lines[:1] + [lines[1].replace('"step_ms": ', '"step_ms": NaN, "x": ')]) + "\n")
     _write("profiles/junk_rows.json", json.dumps([1, "x", None, [], {"batch": {"a": 1}}, {"rows": 3}]))
     _write("profiles/deep.json", DEEP)
+    for name in ("sglang_bench_serving.jsonl", "sglang_bench_serving_0_5_details.jsonl"):  # Infinity rates
+        _write(f"profiles/{name}", (ROOT / "tests/fixtures/bench" / name).read_bytes())
     _write("profiles/bad_byte.jsonl", ("\n".join(lines[:2]) + "\n").encode() + b"{\"model\": \"\xff\"}\n")
 
 
@@ -197,6 +222,10 @@ def traces() -> None:
     _write("traces/header_only.csv", head)
     _write("traces/empty.csv", "")
     _write("traces/nul_byte.csv", head + "0,1\x000,10\n")
+    # issue 31: engine benchmark results as written (SGLang's default rate: Infinity), one per version
+    for name in ("sglang_bench_serving_details.jsonl", "sglang_bench_serving_0_5_details.jsonl",
+                 "vllm_bench_serve_result.json", "vllm_benchmark_serving_0_8_result.json"):
+        _write(f"traces/{name}", (ROOT / "tests/fixtures/bench" / name).read_bytes())
 
 
 def microbench() -> None:

@@ -42,7 +42,8 @@ READERS: dict[str, list[list[str]]] = {
 # Files refused by their kind's first reader only: a microbench summary above the datasheet (or far
 # below it) can't make a hardware YAML but is still a result to show and a prior the fit clips;
 # a three-row profile triages but is too short to fit or cross-validate.
-FIRST_READER_ONLY = {"microbench/summary_above_peak.json", "microbench/summary_tiny.json", "profiles/bom.csv"}
+FIRST_READER_ONLY = {"microbench/summary_above_peak.json", "microbench/summary_tiny.json", "profiles/bom.csv",
+                     "traces/long_broken_tail.csv"}  # -n 5 never reads its broken tail; -n 0 meets it
 
 
 def _expect(ws: Workspace, kind: str, name: str) -> str:
@@ -108,5 +109,80 @@ def edge_runs(ws: Workspace) -> list[tuple[list[str], str]]:
         (["floor", "--model", "x" * 5000], "error"),
         (["floor", "--calibration", "x" * 5000 + ".json"], "error"),
         (["simulate", "-w", "x/" * 3000 + "w.csv", "-n", "5"], "error"),
+        *issue_31_runs(ws),
     ]
     return [(argv + ["--json"], expect) for argv, expect in runs]
+
+
+SET_DEPLOYMENT = ["--set", "model=deepseek-v3.2", "--set", "hardware=h200", "--set", "gpus=8", "--set", "attn=dp",
+                  "--set", "moe=ep"]
+
+
+def issue_31_runs(ws: Workspace) -> list[tuple[list[str], str]]:
+    """Issue 31's inputs that ended in exit 70, a traceback or a hang, and its real files."""
+    import os
+
+    o = str(ws.out)
+    dangling = ws.out / "dangling.png"
+    if not os.path.lexists(dangling):
+        os.symlink(ws.out / "nowhere" / "y.png", dangling)
+    return [
+        (["capacity", "--reserve-gib", "1E3"], "error"),
+        (["capacity", "--hardware", ws.path("hardware/context_over_hbm.yaml")], "error"),
+        (["floor", "--batch", "9" * 400], "error"),
+        (["floor", "--gpus", "-" + "9" * 400], "error"),
+        (["walls", "--range", "1:8", "--plot", "/proc/x.png"], "error"),
+        (["walls", "--range", "1:8", "--plot", str(dangling)], "error"),
+        (["compare", "--model", "deepseek-v3.2", "--hardware", "h200", "--gpus", "64"], "ok"),
+        (["simulate", "--hardware", "h20", "-n", "50"], "error"),
+        (["triage", "--profile", ws.path("profiles/sglang_bench_serving.jsonl"), *SET_DEPLOYMENT], "ok"),
+        (["calibrate", "--profile", ws.path("profiles/sglang_bench_serving_0_5_details.jsonl"), *SET_DEPLOYMENT,
+          "--out", f"{o}/sglang_cal.json", "--force"], "either"),  # one run: too few rows to fit, not a refusal of its rate
+        (["simulate", "-w", ws.path("traces/sglang_bench_serving_0_5_details.jsonl"), "-n", "0", "--policy", "dp"], "ok"),
+        (["simulate", "-w", ws.path("traces/long_broken_tail.csv"), "-n", "50"], "ok"),
+        *[(["calibrate", "--from-kernel-db", "h200_sxm", "--backend", "sglang", "--wheel", str(ws.wheels / w),
+            "--out", f"{o}/kdb.json"], "error") for w in ("bomb.whl", "ratio.whl", "not_zip.whl")],
+    ]
+
+
+def mcp_escape_runs(ws: Workspace) -> list[tuple[str, dict, str]]:
+    """(tool, arguments, expectation) of MCP calls that try to read or write outside the root
+    (ws.root): paths outside, `..`, links inside that point out, launch lines naming outside
+    folders, writes over existing files; and the same calls kept inside, which must work."""
+    out, outside = ws.outside, str(ws.outside)
+    (ws.out / "foreign.json").write_text('{"not": "a calibration"}')
+    reads = [str(out / "config.json"), str(out / "nothing.json"), "../" + ws.outside.name + "/config.json",
+             "link_out.json", "outdir/config.json", "/etc/passwd", "/proc/self/root/etc/hostname", str(out / "secret.json")]
+    runs = [("floor", {"model": p}, "error") for p in reads]
+    runs += [
+        ("floor", {"hardware": "outdir/notes.txt"}, "error"),
+        ("floor", {"calibration": str(out / "secret.json")}, "error"),
+        ("triage_profile", {"profile": "outdir/config.json"}, "error"),
+        ("simulate", {"workload": "outdir/notes.txt", "requests": 5}, "error"),
+        ("floor", {"engine_args": f"vllm serve {outside} -tp 8"}, "error"),
+        ("explain_launch", {"command": f"python -m sglang.launch_server --model-path {outside}/config.json --tp 8"},
+         "error"),
+        # the rows name their own hardware (the --set default is not used): what matters is the audit
+        ("triage_profile", {"profile": "profile.jsonl", "set": [f"hardware={outside}/gpu.yaml"]}, "either"),
+        ("triage_profile", {"profile": "corpus/profiles/strings.csv", "set": [f"hardware={outside}/config.json"]},
+         "error"),
+        ("walls", {"range": "1:8", "plot": f"{outside}/w.png"}, "error"),
+        ("walls", {"range": "1:8", "plot": "../" + ws.outside.name + "/w.png"}, "error"),
+        ("walls", {"range": "1:8", "plot": "outdir/w.png"}, "error"),
+        ("walls", {"range": "1:8", "plot": "link_notes.png"}, "error"),
+        ("walls", {"range": "1:8", "plot": "link_notes.png", "overwrite": True}, "error"),
+        ("regimes", {"batch_range": "1:64:2", "context_range": "1k:8k:2", "plot": f"{outside}/r.png"}, "error"),
+        ("simulate", {"requests": 5, "plot": "outdir/s.png"}, "error"),
+        ("calibrate", {"profile": "profile.jsonl", "out": "out/foreign.json"}, "error"),
+        ("calibrate", {"profile": "profile.jsonl", "out": f"{outside}/cal.json"}, "error"),
+        ("calibrate", {"profile": "profile.jsonl", "out": "outdir/cal.json", "overwrite": True}, "error"),
+        # inside the root: read, and written once; again without overwrite refused, with it replaced
+        ("floor", {"model": "corpus/configs/bom.json"}, "ok"),
+        ("triage_profile", {"profile": "profile.jsonl"}, "ok"),
+        ("walls", {"range": "1:8", "plot": "out/mcp_walls.png"}, "ok"),
+        ("walls", {"range": "1:8", "plot": "out/mcp_walls.png"}, "error"),
+        ("walls", {"range": "1:8", "plot": "out/mcp_walls.png", "overwrite": True}, "ok"),
+        ("calibrate", {"profile": "profile.jsonl", "out": "out/foreign.json", "overwrite": True}, "ok"),
+        ("floor", {"model": "deepseek-ai/DeepSeek-V3.2"}, "ok"),
+    ]
+    return runs

@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from tests.fuzz.harness import PROFILE, Tally, Workspace, invoke
 
 NUMBERS = ["", "0", "-1", "-0", "nan", "inf", "-inf", "1e400", "1e-320", "x", "3", "7", "1.5", "32k", "1M",
-           "4k,64k", "4k*3", "4k*0", "1:2", "10:5", "1k:8k:3", "1:8:500", "*", ",", "99999999999999999999", "0.999"]
+           "4k,64k", "4k*3", "4k*0", "1:2", "10:5", "1k:8k:3", "1:8:500", "*", ",", "99999999999999999999", "0.999",
+           "9" * 400, "-" + "9" * 400, "1E3", "139.3", "1e15"]  # issue 31: past int64, a reserve of the whole memory
 NAMES = ["deepseek-v3.2", "llama-3.1-70b", "gpt-oss-120b", "kimi-k2", "glm-5", "qwen3-235b-a22b", "nope", "/x/config.json", ""]
 GPUS = ["h200", "b200", "h20", "mi300x", "h200-calibrated", "nope", "/x.yaml"]
 
@@ -34,7 +35,8 @@ def invocations(draw, ws: Workspace):
              "--page-tokens": num, "--reserve-gib": num, "--pricing": st.sampled_from(["datasheet", "achieved", "z"])}
     cal = {"--calibration": st.one_of(corpus("calibrations"), st.sampled_from(["/nope.json"]))}
     out = st.sampled_from([f"{ws.out}/o.json", f"{ws.out}/o.png", f"{ws.out}/o.xyz", "/nonexistent/o.png",
-                           str(ws.out), ws.path("calibrations/fifo.json"), f"{ws.out}/{'q' * 300}.png"])
+                           str(ws.out), ws.path("calibrations/fifo.json"), f"{ws.out}/{'q' * 300}.png",
+                           "/proc/o.png", str(ws.root / "link_notes.png"), f"{ws.out}/dangling.png"])
     commands = {
         "models": {"--model": deployment["--model"]},
         "hardware": {"--hardware": deployment["--hardware"]},

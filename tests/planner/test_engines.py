@@ -222,9 +222,12 @@ def test_weights_that_dont_fit_are_an_answer_not_a_negative_pool():
     assert capacity(dep, [32768]).max_concurrency[0] == 0
 
 
-def test_a_reserve_larger_than_memory_is_an_answer():
-    p = deployment(attn="tp", gpus=8, reserve_bytes=200 * GiB).memory
-    assert not p.feasible and p.fraction <= 0 and "reserve" in p.reason
+def test_a_reserve_that_leaves_no_room_is_an_answer_and_one_past_the_memory_a_refusal():
+    p = deployment(attn="tp", gpus=8, reserve_bytes=130 * GiB).memory  # the weights no longer fit: an answer
+    assert not p.feasible and 0 < p.fraction < 0.1 and p.reason
+    # issue 31: a reserve of the whole memory or more is no deployment at all (it ended as exit 70)
+    with pytest.raises(SpecError, match=r"reserve=200 GiB per GPU is not below the 139.29 GiB a h200 has"):
+        deployment(attn="tp", gpus=8, reserve_bytes=200 * GiB)
 
 
 def test_whole_pages_never_go_negative():

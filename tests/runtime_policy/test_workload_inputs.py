@@ -46,3 +46,30 @@ def test_a_rate_outside_a_workload_range_is_refused(rate):
     with pytest.raises(SpecError, match=r"^rate=.* must be between 1e-06 and 1e\+09 requests per second$"):
         make_workload("chat", 5, 0, rate)
     assert make_workload("chat", 5, 0, 1e-6).requests == 5
+
+
+# ---- issue 31 item 2: traces streamed and stopped at -n ----------------------------------------------
+@pytest.mark.parametrize("head,row,bad", [
+    (HEAD, "{i},100,10\n", "x,y,z\n"),
+    ("TIMESTAMP,ContextTokens,GeneratedTokens\n", "2023-11-16 18:15:{i:02d}.5,100,10\n", "yesterday,1,1\n"),
+    ("", '{{"timestamp": {i}, "input_length": 100, "output_length": 10}}\n', "{not json\n"),
+])
+def test_a_trace_is_read_only_as_far_as_the_run_needs(tmp_path, head, row, bad):
+    """With -n 5 the rows past the fifth request are never read: a broken tail (or a 10^6-row trace:
+    benchmarks/results/ issue 31) costs nothing; the whole trace (-n 0) meets the broken row."""
+    f = tmp_path / ("t.jsonl" if not head else "t.csv")
+    f.write_text(head + "".join(row.format(i=i) for i in range(5)) + bad + "\0" * 1000 + "\xff garbage\n")
+    w = make_workload(str(f), 5)
+    assert w.requests == 5 and list(w.input_tokens) == [100] * 5
+    with pytest.raises(SpecError, match="line 7" if head else "line 6"):  # the header is line 1
+        make_workload(str(f), 0)
+
+
+def test_only_the_first_line_decides_whether_a_file_is_a_bench_result(tmp_path, monkeypatch):
+    import planner.inputs as inputs
+    from runtime_policy.traces import is_bench_result
+
+    f = tmp_path / "t.jsonl"
+    f.write_text('{"timestamp": 0, "input_length": 100, "output_length": 10}\n' * 200_000)
+    monkeypatch.setattr(inputs, "read_bytes_file", lambda *a: pytest.fail("read the whole file"))
+    assert not is_bench_result(f)
