@@ -110,24 +110,30 @@ def hardware_name(device_name: str) -> str:
 
 
 # ---------------------------------------------------------------- GPU: step rows
-def _timed(r, fn, reps: int) -> list[float]:
-    """Milliseconds of `reps` calls, each between two CUDA events (CPU: the host clock)."""
+def _chained(r, fns: list) -> list[float]:
+    """Milliseconds of each call of `fns`, run back to back with CUDA events between them and one
+    wait at the end, as the executor times a run of steps while serving (the host runs ahead of the
+    device, so a step's host work hides behind the step before it); CPU: the host clock."""
     import torch
 
-    ms = []
-    for _ in range(reps):
-        if not r.g.is_cuda:
+    if not r.g.is_cuda:
+        ms = []
+        for fn in fns:
             t = time.perf_counter()
             fn()
             ms.append((time.perf_counter() - t) * 1e3)
-            continue
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
+        return ms
+    evs = [torch.cuda.Event(enable_timing=True) for _ in range(len(fns) + 1)]
+    evs[0].record()
+    for i, fn in enumerate(fns):
         fn()
-        b.record()
-        b.synchronize()
-        ms.append(a.elapsed_time(b))
-    return ms
+        evs[i + 1].record()
+    evs[-1].synchronize()
+    return [evs[i].elapsed_time(evs[i + 1]) for i in range(len(fns))]
+
+
+def _timed(r, fn, reps: int) -> list[float]:
+    return _chained(r, [fn] * reps)
 
 
 def engine_rows(g, out_dir: str, smoke: bool = False) -> dict:
@@ -157,16 +163,25 @@ def engine_rows(g, out_dir: str, smoke: bool = False) -> dict:
         for q in list(r.seq_lens):
             r.finish_request(q)
 
-    def prefill_step(pieces_len: list[int], decode: bool, prefix: int = 0) -> float:
-        ids = [new_id() for _ in pieces_len]
-        for q in ids:
-            r.begin_prefill(q)
-            if prefix:
-                r.step([(q, prefix)], decode=False)  # the cached prefix, by a prefill of its own
-        ms = _timed(r, lambda: r.step(list(zip(ids, pieces_len)), decode=decode), 1)[0]
-        for q in ids:
-            r.finish_request(q)
-        return ms
+    def prefill_steps(pieces_len: list[int], decode: bool, reps: int, prefix: int = 0) -> list[float]:
+        """`reps` chunks of fresh prompts (pieces of `pieces_len` tokens each), each step timed between
+        steps like it (prefill-only) or between decode steps (mixed), chained as in serving."""
+        ids = [[new_id() for _ in pieces_len] for _ in range(reps)]
+        for group in ids:
+            for q in group:
+                r.begin_prefill(q)
+                if prefix:
+                    r.step([(q, prefix)], decode=False)  # the cached prefix, by a prefill of its own
+        fns = []
+        for group in ids:
+            if decode:
+                fns.append(r.step)
+            fns.append(lambda group=group: r.step(list(zip(group, pieces_len)), decode=decode))
+        ms = _chained(r, fns)
+        for group in ids:
+            for q in group:
+                r.finish_request(q)
+        return ms[1::2] if decode else ms
 
     cap_tokens = KV_PAGES * dims.page_size
     for b in ((1, 3, 8, 13, 20, 32) if smoke else (1, 3, 8, 13, 20, 32, 48, 64, 96, 128)):
@@ -181,25 +196,25 @@ def engine_rows(g, out_dir: str, smoke: bool = False) -> dict:
                          "graph": r.last_exec.graph is not None})
             clear()
     for n in ((64, 256) if smoke else (64, 256, 512, 1024, 2048)):  # one prompt's chunk, prefix 0
-        prefill_step([n], False)  # warm-up of this shape
-        ms = [prefill_step([n], False) for _ in range(4)]
+        prefill_steps([n], False, 1)  # warm-up of this shape
+        ms = prefill_steps([n], False, 4)
         rows.append({"kind": "prefill", "batch": 0, "context": 1, "prefill_tokens": n, "prefix": 0,
                      "pieces": 1, "step_ms": statistics.median(ms), "step_ms_min": min(ms)})
     for k, n in (((2, 64),) if smoke else ((4, 512), (8, 256))):  # a chunk packing k prompts (what the loop's chunks of short prompts are)
-        prefill_step([n] * k, False)
-        ms = [prefill_step([n] * k, False) for _ in range(4)]
+        prefill_steps([n] * k, False, 1)
+        ms = prefill_steps([n] * k, False, 4)
         rows.append({"kind": "prefill", "batch": 0, "context": 1, "prefill_tokens": n * k, "prefix": 0,
                      "pieces": k, "step_ms": statistics.median(ms), "step_ms_min": min(ms)})
     for n, pfx in (((64, 128),) if smoke else ((512, 1536), (2048, 2048))):  # a later chunk of a long prompt (JSON only: no CSV column)
-        ms = [prefill_step([n], False, pfx) for _ in range(3)]
+        ms = prefill_steps([n], False, 3, pfx)
         rows.append({"kind": "prefill_prefix", "batch": 0, "context": 1, "prefill_tokens": n, "prefix": pfx,
                      "pieces": 1, "step_ms": statistics.median(ms), "step_ms_min": min(ms)})
     for b in ((8, 20) if smoke else (8, 32, 64)):
         for n in ((64, 256) if smoke else (256, 1024, 2048)):
             decode_batch(b, 1024)
             _timed(r, r.step, 2)
-            prefill_step([n], True)
-            ms = [prefill_step([n], True) for _ in range(4)]
+            prefill_steps([n], True, 1)
+            ms = prefill_steps([n], True, 4)
             rows.append({"kind": "mixed", "batch": b, "context": 1024 + 8, "prefill_tokens": n, "prefix": 0,
                          "pieces": 1, "step_ms": statistics.median(ms), "step_ms_min": min(ms)})
             clear()

@@ -10,7 +10,9 @@ identical on every rank afterwards, from the normed hidden state h [B, D] (repli
   outputs gathered (an all-reduce of rows that are zero off their owner, which is exact).
 - DOP: heads sharded like TP, each request's KV on its owner: queries go to owners by
   all-to-all, attention outputs come back by all-to-all, partial projections all-reduced.
-`KernelInputs` carries the per-step kernel inputs a rank needs for its layout.
+`KernelInputs` carries the per-step kernel inputs a rank needs for its layout, in fixed shapes (a
+batch padded to its bucket; DP and DOP pad every owner's share to the busiest owner's bucket, so
+DOP's all-to-alls have equal splits and a step of any batch in the bucket replays one CUDA graph).
 What it does not do: caching or page allocation (runner.py), the FFN (always TP-sharded,
 runner.py), or switching (transitions.py).
 """

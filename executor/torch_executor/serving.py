@@ -336,7 +336,8 @@ def with_step_times(tables: StepTimeTable, fits: dict[str, tuple[float, float, f
     """`tables` whose step time in each fitted layout is a measured fit, t = a + b·tokens + c·S
     (`fits[name] = (a, b, c)`: seconds, per decode token, per context token the busiest rank reads),
     put in the first timed resource (the others 0, so max = sum and α plays no part; no overhead);
-    chunks add their prefill tokens as decode tokens (the executor runs no prefill compute).
+    chunks add their prefill tokens as decode tokens (a fit of decode steps: tests that need the
+    loop's decisions, not prefill prices).
     Layouts without a fit keep the table's times."""
     base, c1, chunk = tables.base_s.copy(), tables.c1_s.copy(), tables.chunk_rows_s.copy()
     c2 = tables.c2_s.copy()

@@ -1,7 +1,8 @@
 """Multi-process CPU checks of the torch executor (gloo, tiny dims, T = 2, 4 and 8; T = 8 ~45 s on 2 cores).
 
 One spawned process group per world size runs every scenario (executor_scenarios.py); these
-tests assert on what it returns. Every scenario also checks after every step that each logical
+tests assert on what it returns: every layout against the reference, decode batches changing inside
+their bucket, chunked prefill in mixed and prefill-only steps (and during a switch), the 12 switches. Every scenario also checks after every step that each logical
 page is held by exactly its layout's ranks and that every slot is free, reserved or used once.
 Injected faults run once, at T = 4, with the group-wide ones (test_executor_faults.py).
 """
