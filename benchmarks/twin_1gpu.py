@@ -350,9 +350,31 @@ def side_by_side(ex: dict, sim: dict) -> dict:
     return out
 
 
-def twin(exec_dir: str, out_dir: str, hardware: str, smoke: bool = False) -> dict:
-    """Fit on exec_dir's rows, simulate, compare with exec_dir's executor runs (CPU)."""
-    rows = json.load(open(os.path.join(exec_dir, "engine_rows.json")))["rows"]
+def served_rows(exec_dir: str, min_steps: int = 3) -> list[dict]:
+    """The executor's logged serving steps as step rows: grouped by decode batch, mean context (to
+    256 tokens) and chunk tokens (to 128), each group's median (groups of `min_steps` steps or more;
+    chunks with a cached prefix left out: a step row has no column for it)."""
+    groups: dict[tuple, list[float]] = {}
+    for name in WORKLOADS:
+        path = os.path.join(exec_dir, f"executor_{name}.json")
+        if not os.path.exists(path):
+            continue
+        for b, ctx_sum, chunk, pfx, sec in json.load(open(path))["measured"]["step_rows"]["rows"]:
+            if pfx > 0 or (b == 0 and chunk == 0):
+                continue
+            ctx = int(round(ctx_sum / b / 256.0)) * 256 + 128 if b else 1
+            key = (int(b), ctx, int(round(chunk / 128.0)) * 128 if chunk else 0)
+            groups.setdefault(key, []).append(sec * 1e3)
+    return [{"kind": "served", "batch": b, "context": c, "prefill_tokens": n, "prefix": 0,
+             "step_ms": statistics.median(v), "steps": len(v)}
+            for (b, c, n), v in sorted(groups.items()) if len(v) >= min_steps]
+
+
+def twin(exec_dir: str, out_dir: str, hardware: str, smoke: bool = False, fit_on: str = "rows") -> dict:
+    """Fit on exec_dir's step rows (`fit_on="rows"`) or on the executor's own serving steps
+    ("served": in-sample to the workloads), simulate, compare with exec_dir's executor runs (CPU)."""
+    rows = (json.load(open(os.path.join(exec_dir, "engine_rows.json")))["rows"] if fit_on == "rows"
+            else served_rows(exec_dir))
     prof = os.path.join(out_dir, "step_profile_twin.csv")
     if smoke:
         dims = stack_dims(True)
@@ -366,7 +388,7 @@ def twin(exec_dir: str, out_dir: str, hardware: str, smoke: bool = False) -> dic
     ex = {n: json.load(open(os.path.join(exec_dir, f"executor_{n}.json"))) for n in WORKLOADS
           if os.path.exists(os.path.join(exec_dir, f"executor_{n}.json"))}
     cmp_ = side_by_side(ex, sim)
-    doc = {"calibration": fitted, "twin": cmp_, "simulator": sim}
+    doc = {"fit_on": fit_on, "calibration": fitted, "twin": cmp_, "simulator": sim}
     json.dump(doc, open(os.path.join(out_dir, "twin.json"), "w"), indent=1, default=float)
     return doc
 
@@ -388,12 +410,15 @@ def main() -> None:
     ap.add_argument("--hardware", default=None, help="with --from: the GPU spec (default: from the run's conditions)")
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
     ap.add_argument("--smoke", action="store_true", help="CPU, tiny dimensions, cut workloads: checks the script")
+    ap.add_argument("--fit-on", default="rows", choices=("rows", "served"),
+                    help="with --from: fit the twin's calibration on the step rows, or on the executor's "
+                         "logged serving steps (in-sample to the workloads)")
     a = ap.parse_args()
     out_dir = a.out or tempfile.mkdtemp(prefix="twin_1gpu_")
     os.makedirs(out_dir, exist_ok=True)
     if a.src:
         cond = json.load(open(os.path.join(a.src, "conditions.json")))
-        doc = twin(a.src, out_dir, a.hardware or cond["hardware"], bool(cond.get("smoke")))
+        doc = twin(a.src, out_dir, a.hardware or cond["hardware"], bool(cond.get("smoke")), a.fit_on)
         print_table(doc["twin"])
         print(json.dumps({"out": out_dir, "within_10pct": {k: v["within_10pct"] for k, v in doc["twin"].items()}}))
         return
