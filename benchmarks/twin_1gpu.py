@@ -260,7 +260,7 @@ def executor_runs(g, specs: dict, out_dir: str) -> dict:
         out[name] = res
         json.dump(res, open(os.path.join(out_dir, f"executor_{name}.json"), "w"), default=float)
         print(f"executor {name}: {res['throughput_tokens_per_s']:.0f} tok/s, TTFT p50 {res['ttft_p50_s']:.3f} s, "
-              f"TPOT p50 {res['tpot_p50_s'] * 1e3:.2f} ms, {res['measured']['graph_captures']} graphs, "
+              f"TPOT p50 {res['tpot_p50_s'] * 1e3:.2f} ms, {res['measured']['graphs_captured_count']} graphs, "
               f"wall {res['wall_s']:.0f} s", flush=True)
         gc.collect()
         torch.cuda.empty_cache()

@@ -142,7 +142,7 @@ def serve_rank(groups, spec: TorchServeSpec) -> dict:
                      Ordering(spec.order), ex, spec.loop)
     if groups.rank != 0:
         return {}
-    return {**summarize(res), "measured": {**measured_summary(ex), "graphs_at_start": captured},
+    return {**summarize(res), "measured": {**measured_summary(ex), "graphs_at_start_count": captured},
             "step_time_model": spec.tables.model_label}
 
 
@@ -155,7 +155,7 @@ def measured_summary(ex) -> dict:
            "step_p99_s": float(np.percentile(steps, 99)) if steps.size else None,
            "switch_stalls_s": list(ex.measured_stalls_s),
            "kv_identical_across_commits": list(ex.kv_identical),
-           "graph_captures": int(ex.runner.exec.captures), "prefill": ex.options.prefill,
+           "graphs_captured_count": int(ex.runner.exec.captures), "prefill": ex.options.prefill,
            "prefill_step": ex.options.prefill_step}
     if ex.options.log_steps:
         out["step_rows"] = {"columns": ["batch", "context_sum_tokens", "prefill_tokens", "prefill_prefix_tokens",
