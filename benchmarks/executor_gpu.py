@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import gc
 import json
 import os
 import statistics
@@ -73,7 +74,7 @@ def _kernel_on_step(runner, ceil) -> dict:
     current step (layer 0's pool): the planned FlashInfer object if the step has one, else the
     Triton kernel; with its roofline fields."""
     dims = runner.dims
-    sb = runner.exec.inputs.batch
+    sb = runner.last_exec.inputs.batch
     n = sb.block_table.shape[0]
     h = dims.num_heads if runner.layout in ("cp", "dp", "dop") else dims.num_heads // runner.g.world_size
     if n == 0:
@@ -107,14 +108,25 @@ def _steps(g, layers, kcfgs, ceil, points, layouts, budget_s=150.0, out_dir=None
     dims = deepseek_v32(layers)
     rows = []
     t0 = time.time()
-    max_tokens = max(sum(p["lengths"]) for p in points)
     runs = [(be, kind) for be in kcfgs for kind in layouts]
+    page_bytes = dims.kv_bytes_per_page(2)
     for k, (be, kind) in enumerate(runs):
         share = 1.0 if kind == "tp" or g.world_size == 1 else 0.75  # DP/DOP/CP: ~1/T of the KV, with headroom
-        slots = int(share * max_tokens / dims.page_size) + 2 * max(len(p["lengths"]) for p in points) + 64
+        # NOTE: the pool is sized from the GPU found (an 80 GB H100 holds less than an H200): points
+        # whose KV does not fit are skipped and named
+        need = {p["name"] + str(len(p["lengths"])) + str(max(p["lengths"])):
+                int(share * sum(p["lengths"]) / dims.page_size) + 2 * len(p["lengths"]) + 64 for p in points}
+        budget = pool_slots_budget(g, page_bytes)
+        fit = [p for p in points if need[p["name"] + str(len(p["lengths"])) + str(max(p["lengths"]))] <= budget]
+        if len(fit) < len(points) and g.rank == 0:
+            print(f"steps {be} {kind}: {len(points) - len(fit)} points skipped (KV beyond this GPU's pool of "
+                  f"{budget} pages)", flush=True)
+        if not fit:
+            continue
+        slots = max(int(share * sum(p["lengths"]) / dims.page_size) + 2 * len(p["lengths"]) for p in fit) + 64
         r = RankRunner(dims, g, kind, num_slots=slots + r_weight_slots(dims, g, kind), dtype=torch.bfloat16,
                        seed=1, kernel_config=kcfgs[be])
-        for p in points:
+        for p in fit:
             over = torch.tensor([1 if time.time() - t0 > budget_s * (k + 1) / len(runs) else 0])
             torch.distributed.all_reduce(over, group=g.ctrl)
             if over.item():
@@ -131,8 +143,8 @@ def _steps(g, layers, kcfgs, ceil, points, layouts, budget_s=150.0, out_dir=None
                 print(f"steps {be} {kind} {p['name']} B={len(lengths)} {statistics.median(ts):.3f} ms "
                       f"kernel {busiest['kernel_us']:.0f} us t={time.time() - t0:.0f}s", flush=True)
             rows.append({"attn": kind, "backend": be,
-                         "kernel": "flashinfer" if r.exec.inputs.batch.kernel is not None else "triton",
-                         "graph": r.exec.graph is not None, "capture_error": r.exec.capture_error,
+                         "kernel": "flashinfer" if r.last_exec.inputs.batch.kernel is not None else "triton",
+                         "graph": r.last_exec.graph is not None, "capture_error": r.last_exec.capture_error,
                          "batch": len(lengths), "context": int(sum(p["lengths"]) / len(lengths)),
                          "context_max": max(p["lengths"]), "workload": p["name"],
                          "step_ms": statistics.median(ts), "step_ms_min": min(ts),
@@ -144,8 +156,16 @@ def _steps(g, layers, kcfgs, ceil, points, layouts, budget_s=150.0, out_dir=None
             for q in list(r.order):
                 r.finish_request(q)
         del r
+        gc.collect()
         torch.cuda.empty_cache()
     return rows
+
+
+def pool_slots_budget(g, page_bytes: int, fraction: float = 0.55) -> int:
+    """Page slots one rank's KV pool may take: `fraction` of the GPU memory free now, after weights
+    (torch.cuda.mem_get_info: an 80 GB H100 and a 141 GB H200 get pools of their own size)."""
+    free, _ = torch.cuda.mem_get_info(g.device)
+    return int(fraction * free // page_bytes)
 
 
 def r_weight_slots(dims, g, kind):
@@ -217,7 +237,7 @@ def _switch(g, layers, kcfg, batch, ctx, rounds, bytes_per_step, budget_s=110.0,
                 + begin_gpu_ms,
                 "host_commit_us": host_commit * 1e6 if host_commit is not None else None,
                 "host_plan_begin_ms": t_plan * 1e3, "wall_s": time.time() - t0,
-                "graph": r.exec.graph is not None, "capture_error": r.exec.capture_error,
+                "graph": r.last_exec.graph is not None, "capture_error": r.last_exec.capture_error,
             })
             if g.rank == 0 and out_dir and len(records) % 12 == 0:
                 json.dump(records, open(os.path.join(out_dir, "switch_partial.json"), "w"))

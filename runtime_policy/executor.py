@@ -86,10 +86,13 @@ class Executor(Protocol):
                   ) -> Sequence[float]:
         """Run len(prefill_tokens) steps of the admitted decoding requests (`batch` says which, in
         which layout); return their durations in seconds [k] (a list or an array).
-        `prefill_context_tokens` [k]: the cached prefix step j's chunk attends to (token-weighted
-        over its requests; None: 0). `chunk_owner` = (rank, tokens, prefix), arrays [k]: the owner
-        rank that runs the most of step j's chunk, those tokens and their prefix (owner layouts
-        place each request's chunk on its owner; None: unknown). Sequences: lists or arrays."""
+        `prefill_tokens[j]` is every owner group's chunk of step j together (each group's scheduler
+        takes its own: runtime_policy/group_prefill.py). `prefill_context_tokens` [k]: the cached
+        prefix the busiest group's chunk attends to (token-weighted over its requests; None: 0).
+        `chunk_owner` = (rank, tokens, prefix), arrays [k]: a rank of the owner group that runs the
+        most of step j's chunk, those tokens and their prefix (None: unknown). Sequences: lists or
+        arrays. An executor that declares `wants_prefill_pieces = True` is also passed
+        `prefill_pieces`: [k] lists of (request, tokens), each step's chunks by request."""
         ...
 
     def start_switch(self, plan: TransitionPlan) -> float:

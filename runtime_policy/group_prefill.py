@@ -130,6 +130,26 @@ def _chunks(q: GroupQueue, k: int) -> list[float]:
     return [float(q.chunk)] * full + [float(q.tokens_left - q.chunk * full)] + [0.0] * (k - full - 1)
 
 
+def pieces(loop: "ServingLoop", queues: list[GroupQueue], k: int) -> list[list[tuple[int, int]]]:
+    """[k] each step's chunk as (request, tokens) pieces, every group's requests in its order (for an
+    executor that runs real prefill: the torch executor)."""
+    pre_left = loop.pre_left
+    out: list[list[tuple[int, int]]] = [[] for _ in range(k)]
+    for q in queues:
+        qi, left = 0, pre_left[q.ids[0]]
+        for j, need in enumerate(_chunks(q, k)):
+            need = int(need)
+            while need > 0 and qi < len(q.ids):
+                take = left if left < need else need
+                out[j].append((q.ids[qi], take))
+                need -= take
+                left -= take
+                if left <= 0:
+                    qi += 1
+                    left = pre_left[q.ids[qi]] if qi < len(q.ids) else 0
+    return out
+
+
 def credit(loop: "ServingLoop", done_by: dict[int, int]) -> list[int]:
     """Credit each group's prompt tokens to its own requests in admission order; returns the
     requests whose prefill is done, in admission order (admission.prefill_progress finishes them)."""

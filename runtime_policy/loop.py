@@ -50,6 +50,7 @@ import numpy as np
 from planner.errors import SpecError
 from runtime_policy.admission import admit, prefill_progress, route_at_arrival
 from runtime_policy.group_prefill import group_queues, plan_run, steps_to_first_completion
+from runtime_policy.group_prefill import pieces as prefill_pieces
 from runtime_policy.decision import Decision, PolicyState
 from runtime_policy.decode_set import DecodeSet
 from runtime_policy.executor import Executor, StepBatch
@@ -92,6 +93,7 @@ class ServingLoop:
         self.tables, self.policy, self.ordering, self.executor, self.config = tables, policy, ordering, executor, config
         # NOTE: an executor that holds no KV (the simulator) says so, and is not told of each join and leave
         self.tracks_kv = bool(getattr(executor, "tracks_kv", True))
+        self.wants_pieces = bool(getattr(executor, "wants_prefill_pieces", False))  # real prefill: each chunk's requests
         self.progress = progress
         self.T, self.slack, self.bpt = tables.ranks, float(tables.request_slack_tokens), tables.kv_bytes_per_token
         self.capped = tables.topk < NO_TOPK
@@ -344,7 +346,10 @@ class ServingLoop:
             dur = self.executor.run_steps(batch, self.zeros[k] if k <= self.config.max_run_steps else [0.0] * k)
             return (dur if type(dur) is list else dur.tolist()), _NO_PREFILL, sat_out, _NO_DONE
         pref, pfx, chunk_owner, stats, done_by = plan_run(self, queues, k)
-        dur = self.executor.run_steps(batch, pref, pfx, chunk_owner)
+        if self.wants_pieces:
+            dur = self.executor.run_steps(batch, pref, pfx, chunk_owner, prefill_pieces(self, queues, k))
+        else:
+            dur = self.executor.run_steps(batch, pref, pfx, chunk_owner)
         return (dur if type(dur) is list else dur.tolist()), stats, sat_out, done_by
 
     def _fill_active(self, batch: StepBatch, k: int, sat_out: tuple) -> None:

@@ -3,10 +3,12 @@
 Modules, one concern each: `config` (dimensions), `layers` (weights and the MLA/FFN math),
 `kernels` (paged split-KV decode attention: the backend choice, Triton on CUDA, torch elsewhere),
 `mla_flashinfer` (FlashInfer's FA3 MLA decode, planned per step and replayed in-graph; optional),
-`kv_pages` (slots, placement, page tables), `layouts` (TP, CP, DP-attention, DOP), `move_plan` (page-move
+`kv_pages` (slots, placement, page tables), `layouts` (TP, CP, DP-attention, DOP), `prefill` (chunked
+prefill on the real layers), `buckets` (batch buckets and the step executables per bucket),
+`step_inputs` and `step_graph` (a step's fixed-shape inputs and its CUDA graph), `move_plan` (page-move
 plans), `transfer` (one chunk over the side group, checksummed), `transitions` (a switch's states:
 reservation, agreement, commit, probation, abort), `dist` (process groups, spawning), `runner` (the per-rank
-decode driver), `serving` (runtime_policy's Executor protocol over a runner), `serve` (the serving
+step driver), `serving` (runtime_policy's Executor protocol over a runner), `serve` (the serving
 loop on T ranks), `checks` and `reference` (cross-rank and single-device checks). Importing this
 package imports torch.
 """

@@ -180,11 +180,22 @@ def _entry(rank: int, world_size: int, init_method: str, use_cuda: bool, out_dir
             # NOTE: NCCL teardown after CUDA graphs with captured collectives hung for minutes
             # once every part had finished (2 x H200, torch 2.11, NCCL 2.28); the result is on
             # disk, so the process leaves without it (exit code says whether fn succeeded).
-            torch.cuda.synchronize()
+            _drain_device()
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(0 if ok else 1)
         dist.destroy_process_group()
+
+
+def _drain_device() -> None:
+    """Wait for the device before leaving, unless a stream is still capturing a graph (a failure
+    inside a capture: out of memory on an 80 GB card, say): synchronizing then raises and hides the
+    failure that matters, so the process leaves without waiting."""
+    try:
+        if not torch.cuda.is_current_stream_capturing():
+            torch.cuda.synchronize()
+    except RuntimeError:  # noqa: PERF203 - a capture left open on another stream; leave anyway
+        traceback.print_exc()
 
 
 def spawn_ranks(fn: Callable[..., Any], world_size: int, *args: Any, use_cuda: bool = False,

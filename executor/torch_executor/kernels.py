@@ -310,11 +310,12 @@ def choose_backend(config: KernelConfig, num_heads: int, dtype: torch.dtype, kv_
 
 
 def decode_kernel(config: KernelConfig | dict | None, num_heads: int, num_requests: int, max_pages: int,
-                  dims: MLADims, dtype: torch.dtype, device):
+                  dims: MLADims, dtype: torch.dtype, device, workspace=None):
     """The kernel object one fixed-shape step's inputs plan before each step and launch inside its
     graph (`mla_flashinfer.FlashInferDecode`), or None where the Triton kernel (CUDA, reading the
     device block table in-graph) or plain torch (CPU) runs. config: one KernelConfig, or one per
-    heads-per-launch count ({heads: KernelConfig})."""
+    heads-per-launch count ({heads: KernelConfig}). workspace: FlashInfer's float workspace, shared by
+    the steps of one runner's layout (None: its own)."""
     cfg = (config.get(num_heads) if isinstance(config, dict) else config) or KernelConfig()
     if torch.device(device).type != "cuda":
         return None
@@ -324,7 +325,7 @@ def decode_kernel(config: KernelConfig | dict | None, num_heads: int, num_reques
     from .mla_flashinfer import FlashInferDecode
 
     return FlashInferDecode(num_requests, max_pages, num_heads, dims.kv_lora_rank, dims.qk_rope_head_dim,
-                            dims.page_size, dims.softmax_scale, dtype, device)
+                            dims.page_size, dims.softmax_scale, dtype, device, workspace=workspace)
 
 
 def mla_decode_work(attended_tokens: int, batch: int, num_heads: int, kv_lora_rank: int, rope_dim: int,

@@ -10,7 +10,9 @@ identical on every rank afterwards, from the normed hidden state h [B, D] (repli
   outputs gathered (an all-reduce of rows that are zero off their owner, which is exact).
 - DOP: heads sharded like TP, each request's KV on its owner: queries go to owners by
   all-to-all, attention outputs come back by all-to-all, partial projections all-reduced.
-`KernelInputs` carries the per-step kernel inputs a rank needs for its layout.
+`KernelInputs` carries the per-step kernel inputs a rank needs for its layout, in fixed shapes (a
+batch padded to its bucket; DP and DOP pad every owner's share to the busiest owner's bucket, so
+DOP's all-to-alls have equal splits and a step of any batch in the bucket replays one CUDA graph).
 What it does not do: caching or page allocation (runner.py), the FFN (always TP-sharded,
 runner.py), or switching (transitions.py).
 """
@@ -31,15 +33,17 @@ from .layers import HeadWeights, ReplicatedAttnWeights, absorbed_queries, attent
 
 @dataclass
 class KernelInputs:
-    """Kernel inputs of one step on one rank (built by the runner from its page table)."""
+    """Kernel inputs of one step on one rank (step_inputs.StepInputs fills them; fixed shapes)."""
 
-    positions: torch.Tensor  # [B] int64, position of the new token
-    block_table: torch.Tensor  # [n_att, maxp] int32 (requests this rank attends)
-    local_lens: torch.Tensor  # [n_att] int32
+    positions: torch.Tensor  # [rows] int64, position of each row's new token
+    block_table: torch.Tensor  # [n_att, maxp] (the rows this rank attends)
+    local_lens: torch.Tensor  # [n_att] tokens each attended row reads here (0: a padding row)
     max_pages: int
-    own_rows: torch.Tensor | None = None  # DP: [n_own] batch rows this rank owns
-    perm: torch.Tensor | None = None  # DOP: [B] batch rows sorted by owner
-    counts: list[int] | None = None  # DOP: requests per owner rank, length T
+    own_rows: torch.Tensor | None = None  # DP: [own_cap] batch rows this rank owns, padded with row 0
+    own_valid: torch.Tensor | None = None  # DP: [own_cap] 1 for an owned row, 0 for padding
+    send_rows: torch.Tensor | None = None  # DOP: [T*own_cap] batch row for slot j of owner k at k*own_cap+j
+    back_rows: torch.Tensor | None = None  # DOP: [rows] the slot each batch row's output comes back in
+    own_cap: int = 0  # DP, DOP: rows per owner (the busiest owner's count, padded to its bucket)
     kernel: object | None = None  # kernels.decode_kernel's object (planned per step, run in-graph), or None
 
 
@@ -74,36 +78,34 @@ def attention_cp(h, attn, heads, pool_l, sb, dims, g, kcfg=None) -> torch.Tensor
 
 
 def attention_dp(h, attn, heads, pool_l, sb, dims, g, kcfg=None) -> torch.Tensor:
-    rows = sb.own_rows  # [n]
+    rows = sb.own_rows  # [own_cap], padding -> row 0
     q = absorbed_queries(q_latent(h.index_select(0, rows), attn, dims), heads,
-                         sb.positions.index_select(0, rows), dims)  # [n, H, C+R]
-    o, _ = _kernel(q, pool_l, sb, dims, kcfg)  # [n, H, C]
-    out = torch.zeros_like(h)  # [B, D]
-    out.index_copy_(0, rows, attention_output(o, heads))
+                         sb.positions.index_select(0, rows), dims)  # [own_cap, H, C+R]
+    o, _ = _kernel(q, pool_l, sb, dims, kcfg)  # [own_cap, H, C]
+    mine = attention_output(o, heads)  # [own_cap, D]
+    mine = torch.where(sb.own_valid[:, None] != 0, mine, torch.zeros_like(mine))  # padding adds nothing
+    out = torch.zeros_like(h)  # [rows, D]
+    out.index_add_(0, rows, mine)
     # NOTE: an all-reduce of rows that are zero except on their owner is an exact gather.
     dist.all_reduce(out, group=g.main)
     return out
 
 
 def attention_dop(h, attn, heads, pool_l, sb, dims, g, kcfg=None) -> torch.Tensor:
-    t, r = g.world_size, g.rank
-    n_own = sb.counts[r]
-    q = absorbed_queries(q_latent(h, attn, dims), heads, sb.positions, dims)  # [B, Hs, C+R]
+    t, oc = g.world_size, sb.own_cap
+    q = absorbed_queries(q_latent(h, attn, dims), heads, sb.positions, dims)  # [rows, Hs, C+R]
     hs, width = q.shape[1], q.shape[2]
-    q_sorted = q.index_select(0, sb.perm)  # [B, Hs, C+R], grouped by owner
-    recv = torch.empty((t * n_own, hs, width), dtype=q.dtype, device=q.device)  # from each rank: my requests, its heads
-    dist.all_to_all_single(recv, q_sorted, output_split_sizes=[n_own] * t, input_split_sizes=sb.counts,
-                           group=g.main)
-    q_own = recv.view(t, n_own, hs, width).permute(1, 0, 2, 3).reshape(n_own, t * hs, width)  # [n, H, C+R]
-    o, _ = _kernel(q_own.contiguous(), pool_l, sb, dims, kcfg)  # [n, H, C]
+    q_send = q.index_select(0, sb.send_rows)  # [T*oc, Hs, C+R]: to owner k, its oc slots (padded)
+    recv = torch.empty_like(q_send)  # from each rank: my slots, its heads
+    dist.all_to_all_single(recv, q_send, group=g.main)
+    q_own = recv.view(t, oc, hs, width).permute(1, 0, 2, 3).reshape(oc, t * hs, width)  # [oc, H, C+R]
+    o, _ = _kernel(q_own.contiguous(), pool_l, sb, dims, kcfg)  # [oc, H, C]
     c = o.shape[-1]
-    send = o.view(n_own, t, hs, c).permute(1, 0, 2, 3).reshape(t * n_own, hs, c).contiguous()  # [T*n, Hs, C]
-    back = torch.empty((q.shape[0], hs, c), dtype=o.dtype, device=o.device)  # [B, Hs, C] owner-sorted
-    dist.all_to_all_single(back, send, output_split_sizes=sb.counts, input_split_sizes=[n_own] * t,
-                           group=g.main)
-    o_mine = torch.empty_like(back)
-    o_mine.index_copy_(0, sb.perm, back)  # batch order
-    out = attention_output(o_mine, heads)  # [B, D] partial over heads
+    send = o.view(oc, t, hs, c).permute(1, 0, 2, 3).reshape(t * oc, hs, c).contiguous()  # [T*oc, Hs, C]
+    back = torch.empty_like(send)  # from owner k: its slots' outputs for my heads
+    dist.all_to_all_single(back, send, group=g.main)
+    o_mine = back.index_select(0, sb.back_rows)  # [rows, Hs, C] in batch order
+    out = attention_output(o_mine, heads)  # [rows, D] partial over heads
     dist.all_reduce(out, group=g.main)
     return out
 

@@ -35,8 +35,9 @@ import torch
 # NOTE: 32 MiB of float workspace. MLAPlan (scheduler.cuh) takes from it only the split-KV partials:
 # 2 x clusters x cluster_tile_q x 2 B x C for o plus 2 x clusters x cluster_tile_q x 4 B for lse,
 # clusters x cluster_tile_q = 132 SMs x 64 rows either way: 2 x 8448 x 2 x 512 + 2 x 8448 x 4 =
-# 17,369,088 B at C = 512 on an H200. SGLang shares one buffer across its wrappers; here each step's
-# inputs own theirs (no module-level state), and graphs of one runner never run concurrently.
+# 17,369,088 B at C = 512 on an H200. SGLang shares one buffer across its wrappers; here the batch
+# buckets of one runner's layout share one (buckets.ExecCache; no module-level state), and graphs of
+# one runner never run concurrently.
 FLOAT_WORKSPACE_BYTES = 32 << 20
 # what `FlashInferDecode._fast_plan` reads off FlashInfer 0.7.2's planned fa3 backend
 _FAST_PLAN_ATTRS = ("_cached_module", "_float_workspace_buffer", "_int_workspace_buffer",
@@ -66,7 +67,9 @@ class FlashInferDecode:
 
     def __init__(self, num_requests: int, max_pages: int, num_heads: int, kv_lora_rank: int, rope_dim: int,
                  page_size: int, sm_scale: float, dtype: torch.dtype, device: torch.device | str,
-                 workspace_bytes: int = FLOAT_WORKSPACE_BYTES):
+                 workspace_bytes: int = FLOAT_WORKSPACE_BYTES, workspace: torch.Tensor | None = None):
+        """workspace: a float workspace shared with the other batch buckets of one runner (their graphs
+        never run concurrently: SGLang shares one buffer across its wrappers too); default its own."""
         dev = torch.device(device)
         self.num_requests, self.max_pages, self.num_heads = num_requests, max(1, max_pages), num_heads
         self.kv_lora_rank, self.rope_dim, self.page_size = kv_lora_rank, rope_dim, page_size
@@ -78,13 +81,16 @@ class FlashInferDecode:
         self.kv_indices = torch.zeros(max(1, n * self.max_pages), **i32)  # [n * max_pages]
         self.kv_indptr_device = torch.zeros(n + 1, **i32)  # [n + 1]
         self.wrapper = None
+        self.float_workspace = None
         if n == 0:  # a DP rank that owns no request this step: nothing to plan or launch
             return
         from flashinfer.mla import BatchMLAPagedAttentionWrapper, MLAPlanMetadata
 
         self._metadata = MLAPlanMetadata.csr
+        self.float_workspace = workspace if workspace is not None else torch.empty(workspace_bytes, dtype=torch.uint8,
+                                                                                   device=dev)
         self.wrapper = BatchMLAPagedAttentionWrapper(
-            torch.empty(workspace_bytes, dtype=torch.uint8, device=dev), use_cuda_graph=True,
+            self.float_workspace, use_cuda_graph=True,
             qo_indptr=torch.zeros(n + 1, **i32), kv_indptr=self.kv_indptr_device, kv_indices=self.kv_indices,
             kv_len_arr=torch.zeros(n, **i32), backend="fa3")
         # NOTE: two pinned host copies of the metadata, used in turn: a plan's host->device copies are

@@ -44,11 +44,13 @@ class ReferenceDecoder:
     def seq_len(self, req: int) -> int:
         return int(self.kv[req][0].shape[0])
 
-    def step(self) -> torch.Tensor:
-        """One decode step of every request. -> [B, D]."""
+    def step(self, requests: list[int] | None = None) -> torch.Tensor:
+        """One decode step of `requests` (default every request, in admission order). -> [B, D].
+        A request added with no history and stepped n times is its prompt's prefill, token by token."""
         dims = self.dims
-        req_t = torch.tensor(self.order, dtype=torch.int64)
-        pos_t = torch.tensor([self.seq_len(q) for q in self.order], dtype=torch.int64)
+        order = self.order if requests is None else list(requests)
+        req_t = torch.tensor(order, dtype=torch.int64)
+        pos_t = torch.tensor([self.seq_len(q) for q in order], dtype=torch.int64)
         x = token_embeddings(req_t, pos_t, dims.hidden_size, self.seed).to(self.device, self.dtype)  # [B, D]
         positions = pos_t.to(self.device)
         for layer, lw in enumerate(self.layers):
@@ -56,7 +58,7 @@ class ReferenceDecoder:
             latent = kv_latent(h, lw.attn, positions, dims)  # [B, C+R]
             q = absorbed_queries(q_latent(h, lw.attn, dims), lw.heads, positions, dims)  # [B, H, C+R]
             outs = []
-            for i, req in enumerate(self.order):
+            for i, req in enumerate(order):
                 row = latent[i:i + 1].to(self.stored_dtype).to(self.dtype)  # as the ranks store it
                 self.kv[req][layer] = torch.cat((self.kv[req][layer], row), dim=0)
                 kv = self.kv[req][layer].float()  # [n, C+R]

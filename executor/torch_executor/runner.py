@@ -1,21 +1,28 @@
-"""A multi-step decode driver for one rank: weights, paged cache, the active layout, switches.
+"""A multi-step driver for one rank: weights, paged cache, the active layout, prefill, switches.
 
 What it does: `RankRunner` holds this rank's weights (attention heads per the layout, FFN
 columns always TP-sharded), one KV pool [L, P, page, C+R], the requests' lengths and the
-active `LayoutState`; `step()` runs one decode step of every request (new token's latent
-written to the pages that hold it — both layouts' pages while a switch is copying — then per
-layer the layout's attention and the FFN) and returns the final residual [B, D], identical
-on every rank. `switch_to()` starts a transition (transitions.py) that `step()` advances in
-the background and commits at the plan's boundary (or, `auto_commit=False`, when the caller calls
-`commit_switch()` once the switch is `ready`; `abort_switch()` drops it). Requests can be admitted
-and finished while a switch is in flight (both layouts' pages are written, or freed).
-A step is host bookkeeping (pages for the new token, one fill of fixed-shape inputs, one copy;
-step_inputs.py) followed by the device work, which on CUDA is one CUDA-graph replay
-(step_graph.py) captured once per layout state, batch and page capacity. The host never waits
-for the device, so it runs ahead and its bookkeeping hides behind earlier steps.
+active `LayoutState`; `step(chunks)` runs one step: a decode token of every request that decodes
+(`order`) and, when `chunks` names some, prompt tokens of requests being prefilled (a mixed step,
+as vLLM and TensorRT-LLM schedule; `decode=False` runs the chunk alone, SGLang's default prefill
+step). Each token's latent is written to the pages that hold it — both layouts' pages while a
+switch is copying — then per layer the decode rows take the layout's absorbed attention and the
+chunk rows the causal MHA-form attention over their request's prefix (prefill.py), and all rows
+the FFN; it returns the decode rows' final residual [B, D], identical on every rank (the chunk
+rows' is `last_chunk_out`). A request is prefilled by `begin_prefill` and chunks, then decodes
+after `finish_prefill`: the KV its prefill wrote is the KV its decode reads. `add_requests` instead
+writes synthetic history straight into pages (or the KV `save_request` kept on the host).
+`switch_to()` starts a transition (transitions.py) that `step()` advances in the background and
+commits at the plan's boundary (or, `auto_commit=False`, when the caller calls `commit_switch()`
+once the switch is `ready`; `abort_switch()` drops it). Requests can be admitted, prefilled and
+finished while a switch is in flight (both layouts' pages are written, or freed).
+A decode step is host bookkeeping (pages for the new tokens, one fill of fixed-shape inputs, one
+copy; step_inputs.py) followed by the device work, which on CUDA is one CUDA-graph replay of the
+batch's bucket (buckets.py: captured once per layout and bucket, at start-up by `prepare_buckets`
+or on first use; a batch change inside a bucket replays the same graph). A step with a prefill
+chunk runs eagerly. The host never waits for the device, so it runs ahead and its bookkeeping
+hides behind earlier steps.
 What it does not do: sampling (inputs are synthetic embeddings of (request, position)),
-prefill (history is synthetic, written straight into pages; a preempted request's KV is kept on
-the host by `save_request` and written back on re-admission, as a recompute would rebuild it),
 admission or preemption policy.
 """
 
@@ -25,12 +32,14 @@ import torch
 import torch.distributed as dist
 
 from .config import MLADims
+from .buckets import BUCKETS, ExecCache, cap_bucket
 from .dist import GroupLost, RankGroups, agree_any, bounded_waits, rebuild_side
 from .kernels import KernelConfig, decode_kernel
 from .kv_pages import (OutOfPages, PageTable, SlotAllocator, check_layout_kind, gather_logical_kv, holders,
                        pages_for, write_history, write_kv)
 from .layers import ffn_partial, kv_latent, make_layer_weights, rms_norm, token_embeddings
 from .layouts import ATTENTION, LayoutState, heads_sharded, kernel_heads, weight_slots_needed
+from .prefill import ChunkInputs, chunk_attention
 from .recovery import AgreedFailure, recover
 from .step_graph import StepExec
 from .step_inputs import StepInputs
@@ -41,10 +50,10 @@ class RankRunner:
 
     def __init__(self, dims: MLADims, groups: RankGroups, layout: str, num_slots: int,
                  dtype: torch.dtype = torch.float32, seed: int = 0, kernel_config: KernelConfig | None = None,
-                 use_graphs: bool | None = None, headroom_pages: int | None = None):
-        """use_graphs: capture steps in CUDA graphs (default: on CUDA). headroom_pages: block-table
-        capacity beyond the longest local request when inputs are built (default 4 on CUDA, 1 on
-        CPU); a request outgrowing it makes the next step rebuild (and recapture)."""
+                 use_graphs: bool | None = None, buckets: str | list[int] = "sglang", max_batch: int = 256):
+        """use_graphs: capture steps in CUDA graphs (default: on CUDA). buckets: the batch sizes a
+        decode batch pads to ("sglang", "vllm" or a sorted list; buckets.BUCKETS), up to max_batch
+        (a larger batch runs eagerly at its own size)."""
         check_layout_kind(layout)
         dims.check_world_size(groups.world_size)
         self.dims, self.g, self.dtype, self.seed = dims, groups, dtype, seed
@@ -67,16 +76,22 @@ class RankRunner:
         self.head_bytes_full = sum(h.nbytes() for h in heads) * (t if heads_sharded(layout) else 1)
         self.state = LayoutState(layout, PageTable(layout, {}), heads, [])
         self.state.weight_slots = self.alloc.reserve(self.weight_slots_for(layout))
-        # NOTE: one reserved slot takes the padded writes of fixed-shape steps (and dry runs).
-        self.trash_token = self.alloc.reserve(1)[0] * dims.page_size
+        # NOTE: one reserved slot takes the padded writes of fixed-shape steps (and dry runs); zeroed,
+        # so a dry run that attends it reads finite values
+        trash = self.alloc.reserve(1)[0]
+        self.pool[:, trash].zero_()
+        self.trash_token = trash * dims.page_size
         self.use_graphs = groups.is_cuda if use_graphs is None else use_graphs
-        self.headroom_pages = headroom_pages if headroom_pages is not None else (4 if groups.is_cuda else 1)
-        self.exec: StepExec | None = None
+        self.buckets = list(buckets) if not isinstance(buckets, str) else BUCKETS[buckets](max_batch)
+        self.exec = ExecCache(self, self.state)  # the serving layout's step executables, by bucket
+        self.last_exec: StepExec | None = None  # the executable of the last decode rows run
+        self.last_chunk_out: torch.Tensor | None = None  # [n, D] the last step's chunk rows, when it had some
         # replaced execs and states, each with the event after the last work that may read them:
         # kept until the device has passed it (in-flight replays), dropped by `reap_retired`
         self.retired: list = []
         self.seq_lens: dict[int, int] = {}
-        self.order: list[int] = []
+        self.order: list[int] = []  # requests that decode, in batch order
+        self.prefilled: dict[int, int] = {}  # requests being prefilled -> tokens written (also seq_lens)
         self.owner_of: dict[int, int] = {}  # each request's owner as the caller keeps it (every layout)
         self.saved: dict[int, torch.Tensor] = {}  # preempted requests' KV, [L, n, C+R] on the host
         self.step_index = 0
@@ -97,17 +112,7 @@ class RankRunner:
         least-loaded). During a switch the other layout's pages (the destination's, or on probation
         the fallback's) are written too."""
         tables = self._tables_written()
-        load = [0] * self.g.world_size
-        for req, rank in self.state.table.owners.items():
-            load[rank] += self.seq_lens[req]
-        for req in sorted(lengths, key=lambda q: (-lengths[q], q)):
-            rank = owners[req] if owners else min(range(self.g.world_size), key=lambda k: (load[k], k))
-            if owners:
-                self.owner_of[req] = rank
-            load[rank] += lengths[req]
-            for table in tables:
-                if table.kind in ("dp", "dop"):
-                    table.owners[req] = rank
+        self._assign_owners(lengths, owners, tables)
         for req, n in lengths.items():
             if req in self.seq_lens:
                 raise ValueError(f"request {req} is already running")
@@ -135,6 +140,37 @@ class RankRunner:
                     write_history(self.pool, table, req, n, self.seed)
                 else:
                     write_kv(self.pool, table, req, kept)
+
+    def _assign_owners(self, lengths: dict[int, int], owners: dict[int, int] | None, tables: list[PageTable]) -> None:
+        """Each new request's owner rank (given, or the least-loaded by tokens), in every table written."""
+        load = [0] * self.g.world_size
+        for req, rank in self.state.table.owners.items():
+            load[rank] += self.seq_lens.get(req, 0)
+        for req in sorted(lengths, key=lambda q: (-lengths[q], q)):
+            rank = owners[req] if owners else min(range(self.g.world_size), key=lambda k: (load[k], k))
+            if owners:
+                self.owner_of[req] = rank
+            load[rank] += lengths[req]
+            for table in tables:
+                if table.kind in ("dp", "dop"):
+                    table.owners[req] = rank
+
+    def begin_prefill(self, req: int, owner: int | None = None, expected_tokens: int = 1) -> None:
+        """Start prefilling `req`: no KV yet; its chunks (`step(chunks=...)`) write its prompt's KV on
+        the real layers. `owner`: its owner rank (owner layouts; default the least-loaded, counting
+        `expected_tokens`)."""
+        if req in self.seq_lens:
+            raise ValueError(f"request {req} is already running")
+        self._assign_owners({req: expected_tokens}, None if owner is None else {req: owner}, self._tables_written())
+        self.seq_lens[req] = 0
+        self.prefilled[req] = 0
+
+    def finish_prefill(self, req: int) -> None:
+        """`req`'s prompt is written: it decodes from its next position (joins `order`)."""
+        if req not in self.prefilled:
+            raise ValueError(f"request {req} is not being prefilled")
+        del self.prefilled[req]
+        self.order.append(req)
 
     def _new_slot(self, mirror: bool) -> int:
         """A page slot for the serving layout's table or (`mirror`) the switch's other one."""
@@ -166,7 +202,8 @@ class RankRunner:
             sw._old.table.owners.pop(req, None)
         else:
             self.alloc.release(slots)
-        self.order.remove(req)
+        if self.prefilled.pop(req, None) is None:
+            self.order.remove(req)
         del self.seq_lens[req]
         self.owner_of.pop(req, None)
 
@@ -183,17 +220,17 @@ class RankRunner:
         mirror = self.switch.mirror_table() if self.switch is not None else None
         return [self.state.table] if mirror is None else [self.state.table, mirror]
 
-    def _prepare_writes(self) -> tuple[list[int], list[int]]:
-        """Allocate pages for each request's new token; return (rows [n] into B, flat token idx [n]).
-        A page both tables hold shares one slot, written once."""
+    def _prepare_writes(self, tokens: list[tuple[int, int]]) -> tuple[list[int], list[int]]:
+        """Allocate pages for this step's tokens, (request, position) each; return (row [n] into
+        `tokens`, flat token idx [n]) of the latents this rank stores. A page both tables hold shares
+        one slot, written once."""
         page, t, r = self.dims.page_size, self.g.world_size, self.g.rank
         rows, toks = [], []
         tables = self._tables_written()
         for table_i, table in enumerate(tables):
             if table_i and self.switch.mirror_table() is not table:
                 break  # the switch gave its pages back for the serving layout's (transitions.surrender)
-            for i, req in enumerate(self.order):
-                pos = self.seq_lens[req]
+            for i, (req, pos) in enumerate(tokens):
                 lp = pos // page
                 if r not in holders(table.kind, t, req, lp, table.owners):
                     continue
@@ -214,39 +251,80 @@ class RankRunner:
                 toks.append(slot * page + pos % page)
         return rows, toks
 
-    def _host_work(self) -> tuple[list[int], list[int], StepExec | None]:
-        """A step's host bookkeeping: pages for the new tokens, and a new (unprepared) executable
-        when the current one's inputs can't hold this step."""
-        rows, toks = self._prepare_writes()
+    def _host_work(self, decode: bool, chunks: list[tuple[int, int]]):
+        """A step's host bookkeeping: pages for every new token, this step's decode executable (its
+        batch's bucket; built unprepared if new) and the chunk's inputs. -> (decode writes, exec or
+        None, ChunkInputs or None)."""
+        dec = [(q, self.seq_lens[q]) for q in self.order] if decode else []
+        pieces = []
+        for q, n in chunks:
+            if q not in self.prefilled:
+                raise ValueError(f"request {q} is not being prefilled")
+            pieces.append((q, self.prefilled[q], int(n)))
+        toks = dec + [(q, start + j) for q, start, n in pieces for j in range(n)]
+        rows, slots = self._prepare_writes(toks)
+        b = len(dec)
+        dec_w = ([i for i in rows if i < b], [s_ for i, s_ in zip(rows, slots) if i < b])
         ex = None
-        if self.exec is None or not self.exec.inputs.fits(self.state, self.order, self.seq_lens):
-            ex = self.build_exec(self.state, prepare=False)
-        return rows, toks, ex
+        if b:
+            key, graphed = self.exec.key(self.order, self.seq_lens)
+            ex = self.exec.get(key, graphed)
+        ch = None
+        if pieces:
+            ch = ChunkInputs(self.state.table, pieces, self.g.rank, self.dims.page_size,
+                             ([i - b for i in rows if i >= b], [s_ for i, s_ in zip(rows, slots) if i >= b]),
+                             self.g.device)
+        return dec_w, ex, ch
 
-    def build_exec(self, state: LayoutState, extra_pages: int = 0, prepare: bool = True) -> StepExec:
-        """Fixed-shape inputs (and, on CUDA, a captured graph) for `state` and the current batch.
+    def build_exec(self, state: LayoutState, extra_pages: int = 0, prepare: bool = True) -> ExecCache:
+        """The step executables of `state` (buckets.ExecCache); `prepare`: capture the current
+        batch's bucket now (collectives on every rank).
 
-        extra_pages: growth to allow for beyond the headroom (a switch passes its copy steps).
-        prepare: False leaves the capture (collectives on every rank) to the caller's `prepare()`.
+        extra_pages: growth its block tables must allow for (a switch passes its copy steps).
         """
         page = self.dims.page_size
-        # logical pages after this step's token, the same on every rank (see StepInputs.fits)
         longest = max([pages_for(self.seq_lens[q] + 1, page) for q in self.order] + [1])
-        cap = longest + self.headroom_pages + extra_pages
-        inputs = StepInputs(state, self.order, self.g.rank, self.g.world_size, page, cap, self.trash_token,
-                            self.g.device)
-        heads = kernel_heads(state.kind, self.dims.num_heads, self.g.world_size)
-        inputs.batch.kernel = decode_kernel(self.kernel_config, heads, len(inputs.att), inputs.cap, self.dims,
-                                            self.dtype, self.g.device)
-        ex = StepExec(inputs, self._forward, self.use_graphs)
+        cache = ExecCache(self, state, min_cap=cap_bucket(longest + extra_pages))
         if prepare:
-            ex.prepare(self.seq_lens)
-        return ex
+            self.prepare_current(cache)
+        return cache
 
-    def _forward(self, inp: StepInputs) -> torch.Tensor:
-        """Device work of one step on fixed-shape inputs. -> [B, D] final residual."""
-        dims, st = self.dims, inp.state
-        x = token_embeddings(inp.req, inp.pos, dims.hidden_size, self.seed).to(self.dtype)  # [B, D]
+    def prepare_current(self, cache: ExecCache) -> StepExec | None:
+        """Capture `cache`'s executable for the current decode batch (every rank at the same point)."""
+        if not self.order:
+            return None
+        key, graphed = cache.key(self.order, self.seq_lens)
+        return cache.prepare(key, graphed)
+
+    def prepare_buckets(self, max_batch: int | None = None, max_context_tokens: int = 0) -> int:
+        """Capture the serving layout's decode graph of every bucket up to `max_batch` (default the
+        largest bucket) at the block-table width of `max_context_tokens`, at start-up, as engines
+        do; returns the graphs captured. Owner layouts capture each bucket with every request on one
+        owner (the widest owner shape; a more even batch takes its own key on first use)."""
+        cache = self.exec
+        if max_context_tokens:
+            cache.min_cap = max(cache.min_cap, cap_bucket(pages_for(max_context_tokens + 1, self.dims.page_size)))
+        top = max_batch or self.buckets[-1]
+        before = cache.captures
+        owner = self.state.kind in ("dp", "dop")
+        cache.prepare_keys([(b, b if owner else 0, cache.min_cap) for b in self.buckets if b <= top])
+        return cache.captures - before
+
+    def _forward(self, inp: StepInputs | None, ch: ChunkInputs | None = None) -> torch.Tensor:
+        """Device work of one step: the decode rows of fixed-shape inputs `inp` (padded to their
+        bucket), then the prefill chunk's rows `ch`. -> [rows + n, D] final residual."""
+        dims = self.dims
+        st = inp.state if inp is not None else self.state
+        xs, ps = [], []
+        if inp is not None:
+            xs.append(token_embeddings(inp.req, inp.pos, dims.hidden_size, self.seed))
+            ps.append(inp.pos)
+        if ch is not None:
+            xs.append(token_embeddings(ch.req, ch.pos, dims.hidden_size, self.seed))
+            ps.append(ch.pos)
+        x = (xs[0] if len(xs) == 1 else torch.cat(xs)).to(self.dtype)  # [rows + n, D]
+        pos = ps[0] if len(ps) == 1 else torch.cat(ps)
+        nd = inp.rows if inp is not None else 0
         attention = ATTENTION[st.kind]
         flat = self.pool.view(dims.num_layers, -1, dims.latent_dim)  # [L, P*page, C+R]
         fault = self._device_fault_layer()
@@ -255,12 +333,21 @@ class RankRunner:
                 raise RuntimeError(f"injected: the first step after the commit failed in its device work on "
                                    f"rank {self.g.rank} (layer {layer})")
             attn = self.replicated[layer]
-            h = rms_norm(x, attn.attn_norm, dims.rms_eps)  # [B, D]
-            latent = kv_latent(h, attn, inp.pos, dims)  # [B, C+R]
-            flat[layer].index_copy_(0, inp.wtoks, latent.index_select(0, inp.wrows))  # padding -> trash
-            x = x + attention(h, attn, st.heads[layer], self.pool[layer], inp.batch, dims, self.g,
-                              self.kernel_config)
-            f = ffn_partial(x, self.ffn[layer], dims)  # [B, D] partial over FFN columns
+            h = rms_norm(x, attn.attn_norm, dims.rms_eps)  # [rows + n, D]
+            latent = kv_latent(h, attn, pos, dims)  # [rows + n, C+R]
+            parts = []
+            if inp is not None:
+                flat[layer].index_copy_(0, inp.wtoks, latent[:nd].index_select(0, inp.wrows))  # padding -> trash
+            if ch is not None:
+                flat[layer].index_copy_(0, ch.wtoks, latent[nd:].index_select(0, ch.wrows))
+            if inp is not None:
+                parts.append(attention(h[:nd], attn, st.heads[layer], self.pool[layer], inp.batch, dims, self.g,
+                                       self.kernel_config))
+            if ch is not None:
+                parts.append(chunk_attention(h[nd:], latent[nd:], attn, st.heads[layer], self.pool[layer], ch,
+                                             dims, self.g))
+            x = x + (parts[0] if len(parts) == 1 else torch.cat(parts))
+            f = ffn_partial(x, self.ffn[layer], dims)  # [rows + n, D] partial over FFN columns
             dist.all_reduce(f, group=self.g.main)
             x = x + f
         return x
@@ -282,48 +369,64 @@ class RankRunner:
         self.retired[:] = [x for x in self.retired if x[1] is not None and not x[1].query()]
 
     # ---- the step ----------------------------------------------------------------------------
-    def step(self) -> torch.Tensor:
-        """One decode step of every running request. Returns the final residual [B, D] (on CUDA
-        with graphs, the graph's output buffer: clone it to keep it past the next step). While a
-        switch is copying or on probation, the host work is agreed on by every rank before the
-        device work (transitions.Transition.guard), and any other failure of the step — a rank
-        raising in its device work, a peer that died — is agreed within seconds (recovery.py): the
-        switch is dropped and the step run again, or, a peer gone, dist.GroupLost is raised."""
+    def step(self, chunks: list[tuple[int, int]] = (), decode: bool = True) -> torch.Tensor:
+        """One step: a decode token of every request in `order` (unless `decode` is False) and the
+        prefill chunk `chunks` — (request, tokens) pieces of requests being prefilled, each continuing
+        where its prefill stands. Returns the decode rows' final residual [B, D] (on CUDA with graphs
+        a view of the graph's output buffer: clone it to keep it past the next step); the chunk rows'
+        is `last_chunk_out` [n, D]. While a switch is copying or on probation, the host work is
+        agreed on by every rank before the device work (transitions.Transition.guard), and any other
+        failure of the step — a rank raising in its device work, a peer that died — is agreed within
+        seconds (recovery.py): the switch is dropped and the step run again, or, a peer gone,
+        dist.GroupLost is raised."""
         sw = self.switch
         if sw is not None:
             sw.before_step(self)
         if self.retired:
             self.reap_retired()
+        chunks = [(int(q), int(n)) for q, n in chunks if n > 0]
         if sw is not None and sw.guarding:
             try:
-                x = self._step_work(sw)
+                x = self._step_work(sw, decode, chunks)
             except (GroupLost, AgreedFailure):
                 raise
             except Exception as exc:  # noqa: BLE001 - agreed by every rank in recover (or GroupLost)
                 recover(self, exc)
                 try:
-                    x = self._step_work(None)  # once more, in the layout the group agreed on
+                    x = self._step_work(None, decode, chunks)  # once more, in the layout the group agreed on
                 finally:
                     bounded_waits(self.g, False)
         else:
-            x = self._step_work(None)
-        for q in self.order:
-            self.seq_lens[q] += 1
+            x = self._step_work(None, decode, chunks)
+        b = len(self.order) if decode else 0
+        if b:
+            for q in self.order:
+                self.seq_lens[q] += 1
+        for q, n in chunks:
+            self.prefilled[q] += n
+            self.seq_lens[q] += n
         if sw is not None:
             sw.after_step(self)
         self.step_index += 1
-        return x
+        return x[:b] if x is not None else torch.zeros(0, self.dims.hidden_size, dtype=self.dtype, device=self.g.device)
 
-    def _step_work(self, sw) -> torch.Tensor:
-        """The step's host work (agreed on through `sw` when it guards) and its device work."""
-        rows, toks, ex = sw.guard(self, self._host_work) if sw is not None else self._host_work()
+    def _step_work(self, sw, decode: bool, chunks: list[tuple[int, int]]):
+        """The step's host work (agreed on through `sw` when it guards) and its device work: the
+        decode executable of its bucket (replayed, or eager with the chunk rows), or the chunk alone."""
+        work = (lambda: self._host_work(decode, chunks))
+        (rows, toks), ex, ch = sw.guard(self, work) if sw is not None else work()
+        x = None
         if ex is not None:
-            ex.prepare(self.seq_lens)
-            if self.exec is not None:
-                self.retire(self.exec)
-            self.exec = ex
-        self.exec.inputs.upload(self.seq_lens, rows, toks)
-        return self.exec.run()
+            if ch is None and not ex.prepared and ex.prepare():
+                self.exec.captures += 1  # a bucket met first here (collectives: every rank decides the same)
+            ex.inputs.fill(self.order, self.seq_lens, rows, toks)
+            x = ex.run() if ch is None else ex.run_eager(ch)
+            self.last_exec = ex
+        elif ch is not None:
+            x = self._forward(None, ch)
+        nd = ex.inputs.rows if ex is not None else 0
+        self.last_chunk_out = x[nd:] if ch is not None else None
+        return x
 
     def _device_fault_layer(self) -> int:
         """The layer at which an injected device fault raises on this rank this step (-1: none)."""
@@ -390,7 +493,7 @@ class RankRunner:
         table = self.state.table
         return {q: (sorted(table.pages.get(q, {})),
                     gather_logical_kv(self.pool, table, q, self.seq_lens[q]).cpu())
-                for q in self.order}
+                for q in self.seq_lens}  # decoding and being prefilled
 
     def check_pages(self) -> None:
         """Raise unless every slot is exactly one of: free, reserved, or one logical page of a table."""

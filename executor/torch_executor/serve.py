@@ -5,9 +5,11 @@ CPU, NCCL on CUDA), each running the serving loop with the compiled policy and a
 What it does: `stack_deployment` is the planner's model of the stack the executor runs (its MLA
 dimensions and depth, a dense FFN) on a GPU spec; `torch_tables` compiles the policy's tables for
 it and puts the executor's own capacity in (`executor_tables`); `serve_torch` spawns the ranks,
-`build_rank` makes one rank's policy, runner and executor (a test wraps them), `serve_rank` runs the
-loop and returns the simulator's metrics plus what was measured (step times, commit stalls, KV
-checks), from rank 0.
+`build_rank` makes one rank's policy, runner and executor (a test wraps them), `serve_loop` is
+runtime_policy.loop.serve with the loop's prefill queue bound to the executor (so a step's chunk
+runs on the requests the loop prefills), `serve_rank` captures the decode graphs of every batch
+bucket up to the loop's max_batch, runs the loop and returns the simulator's metrics plus what was
+measured (step times, commit stalls, graph captures, KV checks), from rank 0.
 
 What it does not do: multi-node launch (torchrun would start the same `serve_rank`), or replicas.
 """
@@ -21,7 +23,7 @@ import numpy as np
 import planner
 from planner.errors import SpecError
 from planner.models.loader import model_from_hf_config
-from runtime_policy.loop import LoopConfig
+from runtime_policy.serving_types import LoopConfig
 from runtime_policy.policy import FixedPolicy, LayoutPolicy, PolicyKnobs
 from runtime_policy.tables import StepTimeModel, StepTimeTable, compile_tables
 
@@ -100,32 +102,65 @@ def build_rank(groups, spec: TorchServeSpec):
     arr, inp = np.asarray(spec.arrival_s, dtype=np.float64), np.asarray(spec.input_tokens)
     layout = tables.layouts[int(policy.initial_layout(inp[arr <= arr[0]].astype(np.float64)))]  # as serve() does
     runner = RankRunner(spec.dims, groups, layout, spec.kv_pages + spec.slack_pages, getattr(torch, spec.dtype),
-                        spec.seed)
+                        spec.seed, buckets=spec.options.buckets, max_batch=spec.loop.max_batch)
     return policy, TorchExecutor(runner, tables, spec.options)
+
+
+def serve_loop(arrival_s, input_tokens, output_tokens, tables: StepTimeTable, policy, ordering, executor,
+               config: LoopConfig):
+    """runtime_policy.loop.serve on the torch executor: the same loop, its prefill queue bound to the
+    executor (`TorchExecutor.bind_prefill_queue`), which runs each step's chunk on the requests the
+    loop prefills, in its order. NOTE: reads the loop's queue state (`ServingLoop.prefill_q`,
+    `pre_left`, `ctx`, `owner`) because the Executor protocol hands over a chunk's size, not its
+    requests; a protocol that passed the (request, tokens) pieces would need no binding."""
+    from runtime_policy.loop import ServingLoop
+
+    config.check(tables)
+    arr = np.asarray(arrival_s, dtype=np.float64)
+    if arr.size == 0:
+        raise SpecError("the workload has no requests")
+    if not np.all(np.isfinite(arr)) or np.any(np.diff(arr) < 0):
+        raise SpecError("requests must be sorted by arrival_s (finite times)")
+    loop = ServingLoop(arr, np.asarray(input_tokens, dtype=np.int64), np.asarray(output_tokens, dtype=np.int64),
+                       tables, policy, ordering, executor, config, None)
+    executor.bind_prefill_queue(lambda: [(i, loop.pre_left[i], int(loop.ctx[i]), loop.owner[i])
+                                         for i in loop.prefill_q])
+    return loop.run()
 
 
 def serve_rank(groups, spec: TorchServeSpec) -> dict:
     """Run the loop on this rank; rank 0 returns the metrics (others an empty dict)."""
-    from runtime_policy.loop import serve
     from runtime_policy.metrics import summarize
     from runtime_policy.ordering import Ordering
 
     policy, ex = build_rank(groups, spec)
-    res = serve(spec.arrival_s, spec.input_tokens, spec.output_tokens, spec.tables, policy, Ordering(spec.order), ex,
-                spec.loop)
+    captured = 0
+    if spec.options.capture_at_start and groups.is_cuda:  # engines capture every bucket before serving
+        longest = int(np.max(np.asarray(spec.input_tokens) + np.asarray(spec.output_tokens)))
+        captured = ex.runner.prepare_buckets(spec.loop.max_batch, longest)
+    res = serve_loop(spec.arrival_s, spec.input_tokens, spec.output_tokens, spec.tables, policy,
+                     Ordering(spec.order), ex, spec.loop)
     if groups.rank != 0:
         return {}
-    return {**summarize(res), "measured": measured_summary(ex), "step_time_model": spec.tables.model_label}
+    return {**summarize(res), "measured": {**measured_summary(ex), "graphs_at_start_count": captured},
+            "step_time_model": spec.tables.model_label}
 
 
 def measured_summary(ex) -> dict:
-    """What the torch executor measured: step times (slowest rank), commit stalls, KV checks."""
+    """What the torch executor measured: step times (slowest rank), commit stalls, graph captures,
+    KV checks, and (`log_steps`) one row per step."""
     steps = np.asarray(ex.measured_steps_s)
-    return {"steps": int(steps.size),
-            "step_p50_s": float(np.percentile(steps, 50)) if steps.size else None,
-            "step_p99_s": float(np.percentile(steps, 99)) if steps.size else None,
-            "switch_stalls_s": list(ex.measured_stalls_s),
-            "kv_identical_across_commits": list(ex.kv_identical)}
+    out = {"steps": int(steps.size),
+           "step_p50_s": float(np.percentile(steps, 50)) if steps.size else None,
+           "step_p99_s": float(np.percentile(steps, 99)) if steps.size else None,
+           "switch_stalls_s": list(ex.measured_stalls_s),
+           "kv_identical_across_commits": list(ex.kv_identical),
+           "graphs_captured_count": int(ex.runner.exec.captures), "prefill": ex.options.prefill,
+           "prefill_step": ex.options.prefill_step}
+    if ex.options.log_steps:
+        out["step_rows"] = {"columns": ["batch", "context_sum_tokens", "prefill_tokens", "prefill_prefix_tokens",
+                                        "step_s"], "rows": [list(r) for r in ex.step_rows]}
+    return out
 
 
 def serve_torch(spec: TorchServeSpec, ranks: int, use_cuda: bool = False) -> dict:

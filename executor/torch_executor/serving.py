@@ -1,14 +1,21 @@
-"""The torch executor as runtime_policy's `Executor`: real MLA decode layers on T ranks, driven
-by the same serving loop and policy as the simulator.
+"""The torch executor as runtime_policy's `Executor`: real MLA layers on T ranks, driven by the
+same serving loop and policy as the simulator.
 
 What it does: every rank runs the serving loop (runtime_policy/loop.py) itself, the same requests
 in the same order (SPMD: no driver process, no command queue); `TorchExecutor` is that loop's
 executor on one rank, over a `RankRunner`:
-- `admit` writes a request's KV when its prefill is done (synthetic history, or the KV a preempted
-  request had, kept on the host: `RankRunner.save_request`), `retire` frees it;
-- `run_steps` runs the decode steps (a step with nothing decoding still moves the switch's chunk),
-  times each and takes the slowest rank's time (one small all-reduce per run on the control
-  group), so every rank's loop sees the same durations and decides the same;
+- prefill runs on the real layers (`prefill="real"`, the default): each step's chunk of prompt
+  tokens is split over the loop's prefill queue in its order (the loop's own rule, admission.py
+  `chunk_plan`) and run in the same step as the decodes (`prefill_step="mixed"`, vLLM's and
+  TensorRT-LLM's schedule) or as a step of its own before them ("separate", SGLang's default);
+  `admit` then moves the prefilled request to decoding, so the KV its prefill wrote is the KV its
+  decode reads; `retire` frees it (a preempted request is prefilled again from scratch when the
+  loop re-admits it, as an engine recomputes it). `prefill="synthetic"` instead writes a prompt's KV
+  as synthetic history at `admit` and keeps a preempted request's KV on the host;
+- `run_steps` runs the steps, timed by CUDA events recorded between them on the main stream and
+  read once per run (no per-step synchronize; CPU: the host clock), and takes the slowest rank's
+  times (one small all-reduce per run on the control group, T > 1 only), so every rank's loop
+  sees the same durations and decides the same;
 - a switch the policy decides is begun in the background (`RankRunner.switch_to`, pages moved in
   rate-limited chunks on the side group, new tokens written to both layouts), polled at every
   batch boundary, and committed there once every chunk has moved and been verified; a fault
@@ -16,15 +23,16 @@ executor on one rank, over a `RankRunner`:
   keeps serving in the old layout; a failure in the step after the commit keeps the committed
   layout (the loop already serves it) and retries the step there. The commit stall is measured
   (the slowest rank).
+The executor learns which requests a step's chunk belongs to from the loop's prefill queue, bound
+by `serve.serve_loop` (`bind_prefill_queue`); the Executor protocol passes only the chunk's size.
 The step durations the loop's clock reads are the measured ones (`clock="measured"`), or the
 step-time tables' (`clock="table"`: the simulator's prices, while the real steps still run and
 are timed), which is how a test runs the same loop on the simulator and on real layers and gets
 the same decisions. `executor_tables` gives the policy the executor's own capacity facts (pages,
 replicated-weight slots, page size), and `with_step_times` puts measured step times into a table.
 
-What it does not do: prefill compute (a prompt's KV is written as synthetic history, so measured
-step times are decode steps), sampling, or layouts it has no attention for: it runs tp, cp, dp and
-dop and refuses any other by name (`check_runnable`).
+What it does not do: sampling, or layouts it has no attention for: it runs tp, cp, dp and dop and
+refuses any other by name (`check_runnable`).
 """
 
 from __future__ import annotations
@@ -49,6 +57,8 @@ from .runner import RankRunner
 from .transitions import Faults, SwitchState
 
 CLOCKS = ("measured", "table")
+PREFILLS = ("real", "synthetic")
+PREFILL_STEPS = ("mixed", "separate")
 
 
 def check_runnable(layout: str) -> str:
@@ -67,10 +77,19 @@ class TorchServeOptions:
     record_outputs: bool = False  # keep every request's final residual at every position (tests)
     check_kv: bool = False  # checksum every request's KV before and after each commit (tests; slow)
     faults: dict[int, Faults] = field(default_factory=dict)  # injected into the n-th switch started (0-based)
+    prefill: str = "real"  # prompts on the real layers, or "synthetic" history written at admission
+    prefill_step: str = "mixed"  # a chunk in the decodes' step, or "separate": a prefill step of its own first
+    buckets: str = "sglang"  # the decode batch sizes graphs are captured for (buckets.BUCKETS)
+    capture_at_start: bool = True  # capture every bucket up to the loop's max_batch before serving (CUDA)
+    log_steps: bool = False  # keep one row per step: decode batch, Σ context, chunk tokens, prefix, seconds
 
     def __post_init__(self) -> None:
         if self.clock not in CLOCKS:
             raise SpecError(f"clock={self.clock!r} is not one of {', '.join(CLOCKS)}")
+        if self.prefill not in PREFILLS:
+            raise SpecError(f"prefill={self.prefill!r} is not one of {', '.join(PREFILLS)}")
+        if self.prefill_step not in PREFILL_STEPS:
+            raise SpecError(f"prefill_step={self.prefill_step!r} is not one of {', '.join(PREFILL_STEPS)}")
         if self.bytes_per_step <= 0:
             raise SpecError(f"bytes_per_step={self.bytes_per_step} must be positive")
 
@@ -95,19 +114,91 @@ class TorchExecutor:
         self.outputs: dict[int, dict[int, np.ndarray]] = {}  # request -> position -> final residual [D]
         self._last_step_s = 0.0
         self._reported_abort = True
+        self._queue = None  # () -> [(request, prompt tokens left, its context, owner)]: the loop's prefill queue
+        self.step_rows: list[tuple[int, float, float, float, float]] = []  # log_steps: (B, Σ ctx, chunk, prefix, s)
+
+    def bind_prefill_queue(self, source) -> None:
+        """`source()` lists the loop's prefill queue in its order: (request id, prompt tokens still
+        to prefill, the context its prefill ends at, its owner rank); read at each run's start."""
+        self._queue = source
 
     # ---- the KV of what decodes ------------------------------------------------------------------
     def admit(self, request_id: int, context_tokens: int, owner: int) -> None:
-        self.runner.add_requests({int(request_id): int(context_tokens)}, {int(request_id): int(owner)})
+        q = int(request_id)
+        if q in self.runner.prefilled:  # its prompt's KV is written: it decodes from there
+            self.runner.finish_prefill(q)
+        else:
+            self.runner.add_requests({q: int(context_tokens)}, {q: int(owner)})
 
     def retire(self, request_id: int, preempted: bool = False) -> None:
-        if preempted:
+        if preempted and self.options.prefill == "synthetic":
             self.runner.save_request(int(request_id))
-        else:
+        else:  # real prefill: a preempted request is prefilled again when the loop re-admits it
             self.runner.finish_request(int(request_id))
 
+    # ---- prefill ---------------------------------------------------------------------------------
+    def _chunks(self, prefill_tokens, prefill_pieces=None) -> list[list[tuple[int, int]]]:
+        """Each step's chunk as (request, tokens) pieces: the loop's own (`prefill_pieces`: every
+        owner group's chunk of its requests, runtime_policy/group_prefill.py), else split over the
+        loop's prefill queue in its order (one chunk a step); registers the requests it starts
+        prefilling and frees the ones the loop no longer queues without having admitted them (done
+        at their first token, or aborted)."""
+        k = len(prefill_tokens)
+        if self.options.prefill != "real":
+            return [[]] * k
+        runner = self.runner
+        if self._queue is None:
+            if any(prefill_tokens):
+                raise RuntimeError("the torch executor prefills on its layers: serve through "
+                                   "executor.torch_executor.serve.serve_loop (it binds the loop's prefill queue), "
+                                   "or use TorchServeOptions(prefill='synthetic')")
+            return [[]] * k
+        queue = self._queue()
+        queued = {q for q, *_ in queue}
+        for q in [q for q in runner.prefilled if q not in queued]:
+            runner.finish_request(q)
+        if prefill_pieces is not None:
+            info = {int(q): (int(left), int(ctx), int(owner)) for q, left, ctx, owner in queue}
+            out = []
+            for pieces in prefill_pieces:
+                step = []
+                for q, take in pieces:
+                    q, take = int(q), int(take)
+                    if q not in runner.prefilled:
+                        left, ctx, owner = info[q]
+                        runner.begin_prefill(q, owner, expected_tokens=ctx)
+                    step.append((q, take))
+                out.append(step)
+            return out
+        out: list[list[tuple[int, int]]] = []
+        qi, left = 0, (int(queue[0][1]) if queue else 0)
+        for tok in prefill_tokens:
+            need, pieces = int(round(tok)), []
+            while need > 0 and qi < len(queue):
+                q, q_left, ctx, owner = (int(x) for x in queue[qi])
+                if left == q_left:  # first touch of this request in the run
+                    done = runner.prefilled.get(q)
+                    if done is None:
+                        runner.begin_prefill(q, owner, expected_tokens=ctx)
+                        done = 0
+                    if done != ctx - q_left:
+                        raise RuntimeError(f"request {q}: the loop has prefilled {ctx - q_left} tokens, the executor "
+                                           f"{done}")
+                take = min(need, left)
+                pieces.append((q, take))
+                need -= take
+                left -= take
+                if left == 0:
+                    qi += 1
+                    left = int(queue[qi][1]) if qi < len(queue) else 0
+            out.append(pieces)
+        return out
+
     # ---- steps -----------------------------------------------------------------------------------
-    def run_steps(self, batch: StepBatch, prefill_tokens, prefill_context_tokens=None, chunk_owner=None):
+    wants_prefill_pieces = True  # the loop hands each step's chunk as (request, tokens) pieces
+
+    def run_steps(self, batch: StepBatch, prefill_tokens, prefill_context_tokens=None, chunk_owner=None,
+                  prefill_pieces=None):
         runner = self.runner
         if self.tables.layouts[batch.layout] != runner.layout:
             raise RuntimeError(f"the loop runs layout {self.tables.layouts[batch.layout]}, "
@@ -116,25 +207,55 @@ class TorchExecutor:
             raise RuntimeError(f"the loop decodes {len(batch.request_ids)} requests, the executor holds "
                                f"{len(runner.order)}")
         k = len(prefill_tokens)
-        took = torch.zeros(k, dtype=torch.float64)
+        chunks = self._chunks(prefill_tokens, prefill_pieces)
+        separate = self.options.prefill_step == "separate"
+        cuda = runner.g.is_cuda
+        # NOTE: CUDA events between steps on the main stream, read once at the run's end: the host
+        # never waits inside a run (it must at its end: the loop's clock needs the durations)
+        evs = [torch.cuda.Event(enable_timing=True) for _ in range(k + 1)] if cuda else None
+        took = [0.0] * k
+        if cuda:
+            evs[0].record()
+        t0 = time.perf_counter()
         for j in range(k):
-            t0 = time.perf_counter()
-            if runner.order:
+            pieces = chunks[j]
+            if separate and pieces and runner.order:
+                runner.step(pieces, decode=False)  # SGLang's default: the prefill batch runs alone
                 x = runner.step()
-                if self.options.record_outputs:
-                    self._record(x)
+            elif runner.order or pieces:
+                x = runner.step(pieces)
             else:
                 runner.idle_step()
-            if runner.g.is_cuda:
-                torch.cuda.synchronize(runner.g.device)
-            took[j] = time.perf_counter() - t0
-        dist.all_reduce(took, op=dist.ReduceOp.MAX, group=runner.g.ctrl)  # the slowest rank's steps
-        measured = took.tolist()
+                x = None
+            if self.options.record_outputs and runner.order and x is not None and x.shape[0]:
+                self._record(x)
+            if cuda:
+                evs[j + 1].record()
+            else:
+                t1 = time.perf_counter()
+                took[j], t0 = t1 - t0, t1
+        if cuda:
+            evs[k].synchronize()
+            took = [evs[j].elapsed_time(evs[j + 1]) * 1e-3 for j in range(k)]
+        if runner.g.world_size > 1:
+            t = torch.tensor(took, dtype=torch.float64)
+            dist.all_reduce(t, op=dist.ReduceOp.MAX, group=runner.g.ctrl)  # the slowest rank's steps
+            took = t.tolist()
+        measured = took
+        if self.options.log_steps:
+            self._log(batch, prefill_tokens, prefill_context_tokens, measured)
         self.measured_steps_s.extend(measured)
         self._last_step_s = measured[-1] if measured else self._last_step_s
         if self.sim is not None:
             return self.sim.run_steps(batch, prefill_tokens, prefill_context_tokens, chunk_owner)
         return measured
+
+    def _log(self, batch: StepBatch, prefill_tokens, prefix, measured: list[float]) -> None:
+        b = len(batch.request_ids)
+        base = float(np.sum(batch.context_tokens)) if b else 0.0
+        for j, s in enumerate(measured):
+            pfx = float(prefix[j]) if prefix is not None else 0.0
+            self.step_rows.append((b, base + b * j, float(prefill_tokens[j]), pfx, s))
 
     def _record(self, x: torch.Tensor) -> None:
         """Each request's final residual [D] at the position this step computed."""
@@ -232,7 +353,8 @@ def with_step_times(tables: StepTimeTable, fits: dict[str, tuple[float, float, f
     """`tables` whose step time in each fitted layout is a measured fit, t = a + b·tokens + c·S
     (`fits[name] = (a, b, c)`: seconds, per decode token, per context token the busiest rank reads),
     put in the first timed resource (the others 0, so max = sum and α plays no part; no overhead);
-    chunks add their prefill tokens as decode tokens (the executor runs no prefill compute).
+    chunks add their prefill tokens as decode tokens (a fit of decode steps: tests that need the
+    loop's decisions, not prefill prices).
     Layouts without a fit keep the table's times."""
     base, c1, chunk = tables.base_s.copy(), tables.c1_s.copy(), tables.chunk_rows_s.copy()
     c2 = tables.c2_s.copy()

@@ -1,15 +1,24 @@
-"""Fixed-shape per-step inputs of one layout state: one host fill, one copy, static device views.
+"""Fixed-shape inputs of a decode step: one host fill, one copy, static device views, any batch
+that fits the shape.
 
-What it does: `StepInputs` holds, for one (layout state, batch order, page capacity), the
-device tensors a decode step reads — request ids, positions, the new token's write rows and
-flat cache slots (padded to 2B entries that land in a reserved trash slot), the block table
-[n_att, cap], local lengths, DP's owned rows and DOP's owner permutation — as views of one int64
-vector. Each step the host fills a pinned staging copy (double-buffered, so it never overwrites
-bytes a copy still reads) and issues one host->device copy on the main stream. Shapes are fixed
-for the life of the object, which is what lets a step be captured once in a CUDA graph and
-replayed (step_graph.py); the runner builds a new one when the batch, the layout or the page
-capacity changes, and a switch builds the destination's during its copying phase.
-What it does not do: allocate pages (runner.py), run the step, or sync the device.
+What it does: `StepInputs` holds, for one layout state and one shape — `rows` decode rows (a
+batch-size bucket: the batch is padded up to it), `own_cap` rows per owner (DP, DOP: the busiest
+owner's requests, padded) and a block-table capacity of `cap` pages per request — the device
+tensors a decode step reads: request ids, positions, the new tokens' write rows and flat cache
+slots (2·rows entries, padding aimed at a reserved trash slot), the block table [n_att, cap] and
+local lengths of the rows this rank attends, DP's owned rows with their mask and DOP's send and
+return indices, as views of one int64 vector. `fill` writes any batch of at most `rows` requests
+(padded rows attend nothing: length 0) into a pinned staging copy (double-buffered, so it never
+overwrites bytes a copy still reads) and issues one host->device copy on the main stream. The
+shapes never change, which is what lets a step be captured once per bucket as a CUDA graph and
+replayed for every batch of that bucket (step_graph.py).
+NOTE: DP and DOP pad every owner's share to the same `own_cap` (the bucket of the busiest owner's
+count, a replicated fact), as SGLang's DP attention pads every rank's batch to the largest one
+(sglang python/sglang/srt/model_executor/cuda_graph_runner.py `CudaGraphRunner.replay_prepare`:
+`bisect_left(self.capture_bs, max(global_num_tokens))`); DOP's all-to-alls then have equal splits,
+which a graph can hold.
+What it does not do: allocate pages (runner.py), prefill chunks (prefill.py), run the step, or
+sync the device.
 """
 
 from __future__ import annotations
@@ -17,37 +26,23 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .kv_pages import PageTable, pages_for
-from .layouts import LayoutState, KernelInputs
+from .layouts import KernelInputs, LayoutState
 
 
 class StepInputs:
-    """Static step inputs for `state` with batch `order` on one rank."""
+    """Static decode-step inputs of `state` for up to `rows` requests on one rank."""
 
-    def __init__(self, state: LayoutState, order: list[int], rank: int, world_size: int, page_size: int,
-                 cap_pages: int, trash_token: int, device: torch.device):
-        table: PageTable = state.table
-        kind, b = state.kind, len(order)
-        self.state, self.order, self.page_size, self.device = state, list(order), page_size, device
+    def __init__(self, state: LayoutState, rows: int, own_cap: int, cap_pages: int, rank: int, world_size: int,
+                 page_size: int, trash_token: int, device: torch.device):
+        kind = state.kind
+        self.state, self.rows, self.own_cap, self.cap = state, rows, own_cap, max(1, cap_pages)
+        self.rank, self.world_size, self.page_size, self.device = rank, world_size, page_size, device
         self.trash_token = trash_token
-        own_rows = perm = counts = None
-        if kind in ("tp", "cp"):
-            att_idx = list(range(b))
-        elif kind == "dp":
-            att_idx = [i for i, q in enumerate(order) if table.owners[q] == rank]
-            own_rows = att_idx
-        else:
-            perm = sorted(range(b), key=lambda i: (table.owners[order[i]], i))
-            counts = [0] * world_size
-            for q in order:
-                counts[table.owners[q]] += 1
-            start = sum(counts[:rank])
-            att_idx = perm[start:start + counts[rank]]
-        self.att = [order[i] for i in att_idx]
-        self.cap = max(1, cap_pages)
-        n_att, n_own = len(self.att), len(own_rows or [])
-        sizes = {"req": b, "pos": b, "wrows": 2 * b, "wtoks": 2 * b, "bt": n_att * self.cap, "lens": n_att,
-                 "own": n_own, "perm": b if perm is not None else 0}
+        self.n_att = rows if kind in ("tp", "cp") else own_cap
+        dp, dop = kind == "dp", kind == "dop"
+        sizes = {"req": rows, "pos": rows, "wrows": 2 * rows, "wtoks": 2 * rows, "bt": self.n_att * self.cap,
+                 "lens": self.n_att, "own": own_cap if dp else 0, "valid": own_cap if dp else 0,
+                 "send": world_size * own_cap if dop else 0, "back": rows if dop else 0}
         self._off, at = {}, 0
         for name, n in sizes.items():
             self._off[name] = (at, at + n)
@@ -57,79 +52,123 @@ class StepInputs:
         self._copied = [torch.cuda.Event() for _ in self._host] if pinned else None
         self._turn = 0
         self.dev = torch.zeros(at, dtype=torch.int64, device=device) if pinned else self._host[0]  # [N]
-        for h in self._host:  # static parts, written once
-            hv = h.numpy()
-            if own_rows is not None:
-                hv[slice(*self._off["own"])] = own_rows
-            if perm is not None:
-                hv[slice(*self._off["perm"])] = perm
-        self._bt_host = np.zeros((n_att, self.cap), dtype=np.int64)  # [n_att, cap]
-        self._bt_version = -1
-        self.req = self._view("req")  # [B]
-        self.pos = self._view("pos")  # [B]
-        self.wrows = self._view("wrows")  # [2B] batch row of each written token
-        self.wtoks = self._view("wtoks")  # [2B] flat slot*page+offset (trash for padding)
-        self.batch = KernelInputs(self.pos, self._view("bt").view(n_att, self.cap), self._view("lens"), self.cap,
-                               self._view("own") if own_rows is not None else None,
-                               self._view("perm") if perm is not None else None, counts)
+        self._bt_host = np.zeros((self.n_att, self.cap), dtype=np.int64)  # [n_att, cap]
+        self._bt_key: list = [None] * self.n_att  # (request, row length) each block-table row holds
+        self.batch_size = 0  # real rows of the last fill
+        self.req = self._view("req")  # [rows]
+        self.pos = self._view("pos")  # [rows]
+        self.wrows = self._view("wrows")  # [2 rows] batch row of each written token
+        self.wtoks = self._view("wtoks")  # [2 rows] flat slot*page+offset (trash for padding)
+        self.batch = KernelInputs(self.pos, self._view("bt").view(self.n_att, self.cap), self._view("lens"), self.cap,
+                                  own_rows=self._view("own") if dp else None,
+                                  own_valid=self._view("valid") if dp else None,
+                                  send_rows=self._view("send") if dop else None,
+                                  back_rows=self._view("back") if dop else None, own_cap=own_cap)
 
     def _view(self, name: str) -> torch.Tensor:
         lo, hi = self._off[name]
         return self.dev[lo:hi]
 
-    def fits(self, state: LayoutState, order: list[int], seq_lens: dict[int, int]) -> bool:
-        """Still valid for this state and batch: same objects, and every request's logical pages
-        after this step's token fit the capacity.
+    def _att_rows(self, order: list[int], hv: np.ndarray) -> list[int]:
+        """Batch rows this rank attends, in its attention order; fills DP's and DOP's index vectors."""
+        kind, b, oc = self.state.kind, len(order), self.own_cap
+        if kind in ("tp", "cp"):
+            return list(range(b))
+        owners = self.state.table.owners
+        if kind == "dp":
+            att = [i for i, q in enumerate(order) if owners[q] == self.rank]
+            lo = self._off["own"][0]
+            hv[lo:lo + oc] = 0
+            hv[lo:lo + len(att)] = att
+            lo = self._off["valid"][0]
+            hv[lo:lo + oc] = 0
+            hv[lo:lo + len(att)] = 1
+            return att
+        slots: list[list[int]] = [[] for _ in range(self.world_size)]
+        back = np.zeros(self.rows, dtype=np.int64)
+        for i, q in enumerate(order):
+            k = owners[q]
+            back[i] = k * oc + len(slots[k])
+            slots[k].append(i)
+        send = np.zeros(self.world_size * oc, dtype=np.int64)
+        for k, s in enumerate(slots):
+            send[k * oc:k * oc + len(s)] = s
+        hv[slice(*self._off["send"])] = send
+        hv[slice(*self._off["back"])] = back
+        return slots[self.rank]
 
-        NOTE: decided from replicated facts (order, global lengths), never from this rank's own
-        rows, so every rank rebuilds at the same step: a rebuild runs collectives (warm-up and
-        capture), and a DP rank with no growing request of its own used to keep its graph while
-        its peer rebuilt, hanging both (seen on 2 x H200).
-        """
-        if state is not self.state or order != self.order:
-            return False
-        return all(pages_for(seq_lens[q] + 1, self.page_size) <= self.cap for q in order)
-
-    def refresh_block_table(self) -> None:
-        """Rebuild the host block table if the page table changed (host only, no device work)."""
-        table = self.state.table
-        if table.version == self._bt_version:
-            return
-        for i, q in enumerate(self.att):
-            n = table.row_len.get(q, 0)
-            if n:
-                self._bt_host[i, :n] = table.rows[q][:n]
-        self._bt_version = table.version
-
-    def upload(self, seq_lens: dict[int, int], rows: list[int], toks: list[int]) -> None:
-        """Fill this step's values and copy them to the device (main stream, no sync).
-
-        seq_lens: tokens before this step; rows/toks: the new tokens' writes (at most 2B).
-        """
+    def fill(self, order: list[int], seq_lens: dict[int, int], rows: list[int], toks: list[int]) -> None:
+        """Write this step's values for the decode batch `order` (at most `rows` requests) and copy them
+        to the device (main stream, no sync). seq_lens: tokens before this step; rows/toks: the new
+        tokens' writes (at most 2 per request: the serving layout's page and a switch's other one)."""
+        b = len(order)
+        if b > self.rows or len(rows) > 2 * self.rows:
+            raise ValueError(f"a batch of {b} requests does not fit step inputs of {self.rows} rows")
         h = self._host[self._turn]
         if self._copied is not None:
             self._copied[self._turn].synchronize()  # the copy that last read this buffer is done
         hv = h.numpy()
-        b = len(self.order)
-        pos = np.fromiter((seq_lens[q] for q in self.order), dtype=np.int64, count=b)
-        hv[slice(*self._off["req"])] = self.order
-        hv[slice(*self._off["pos"])] = pos
+        r = self.rows
+        lo = self._off["req"][0]
+        hv[lo:lo + r] = 0
+        hv[lo:lo + b] = order
+        lo = self._off["pos"][0]
+        hv[lo:lo + r] = 0
+        pos = np.fromiter((seq_lens[q] for q in order), dtype=np.int64, count=b)
+        hv[lo:lo + b] = pos
         n = len(rows)
         lo = self._off["wrows"][0]
         hv[lo:lo + n] = rows
-        hv[lo + n:lo + 2 * b] = 0
+        hv[lo + n:lo + 2 * r] = 0
         lo = self._off["wtoks"][0]
         hv[lo:lo + n] = toks
-        hv[lo + n:lo + 2 * b] = self.trash_token
-        self.refresh_block_table()
-        lo, hi = self._off["bt"]
-        hv[lo:hi] = self._bt_host.reshape(-1)
+        hv[lo + n:lo + 2 * r] = self.trash_token
+        att = self._att_rows(order, hv)
+        if len(att) > self.n_att:
+            raise ValueError(f"{len(att)} requests on one owner do not fit {self.n_att} owner rows")
         table, page = self.state.table, self.page_size
-        lens = np.fromiter((table.local_len(q, seq_lens[q] + 1, page) for q in self.att), dtype=np.int64,
-                           count=len(self.att))
+        lens = np.zeros(self.n_att, dtype=np.int64)
+        bt, keys = self._bt_host, self._bt_key
+        for a, i in enumerate(att):
+            q = order[i]
+            m = table.row_len.get(q, 0)
+            if m > self.cap:
+                raise ValueError(f"request {q} holds {m} pages here, the block table {self.cap}")
+            if keys[a] != (q, m):  # NOTE: rows refilled only when their request or its pages changed
+                if m:
+                    bt[a, :m] = table.rows[q][:m]
+                keys[a] = (q, m)
+            lens[a] = table.local_len(q, int(pos[i]) + 1, page)
+        hv[slice(*self._off["bt"])] = bt.reshape(-1)
         hv[slice(*self._off["lens"])] = lens
+        self.batch_size = b
+        self._plan_and_copy(h, bt, lens)
+
+    def fill_dry(self) -> None:
+        """Inputs for a warm-up or a capture: every row padding, writes to the trash slot, and every
+        attended row one token long on the trash page (zeroed by the runner), so a kernel that plans
+        on the host plans real work."""
+        h = self._host[self._turn]
+        if self._copied is not None:
+            self._copied[self._turn].synchronize()
+        hv = h.numpy()
+        hv[:] = 0
+        lo, hi = self._off["wtoks"]
+        hv[lo:hi] = self.trash_token
+        trash_slot = self.trash_token // self.page_size
+        self._bt_host[:, 0] = trash_slot
+        self._bt_key = [None] * self.n_att
+        hv[slice(*self._off["bt"])] = self._bt_host.reshape(-1)
+        lens = np.ones(self.n_att, dtype=np.int64)
+        hv[slice(*self._off["lens"])] = lens
+        if self.state.kind == "dp":
+            hv[slice(*self._off["valid"])] = 0
+        self.batch_size = 0
+        self._plan_and_copy(h, self._bt_host, lens)
+
+    def _plan_and_copy(self, h: torch.Tensor, bt: np.ndarray, lens: np.ndarray) -> None:
         if self.batch.kernel is not None:  # plan the step's kernel on the host, outside any graph
-            self.batch.kernel.plan(self._bt_host, lens)
+            self.batch.kernel.plan(bt, lens)
         if self._copied is not None:
             self.dev.copy_(h, non_blocking=True)
             self._copied[self._turn].record()

@@ -7,8 +7,9 @@ planned -> copying (-> ready) -> committed | aborted:
   slots, and a spare of pages for the destination's new tokens over the copy steps and the step
   after the commit — with the source's own growth over those steps still free, or refuse in one
   line (an agreed abort: every rank reports the first failing rank's reason); build the
-  destination's fixed-shape step inputs (on CUDA its step is captured as a CUDA graph, after the
-  agreement); from here the new token of every step is written to both layouts' pages;
+  destination's step executables (buckets.ExecCache: on CUDA the current batch's bucket is captured
+  as a CUDA graph after the agreement, its neighbouring buckets one per copy step); from here the
+  new tokens of every step (decode and prefill chunks) are written to both layouts' pages;
 - every step, after the step's host bookkeeping and before its device work, one agreement on the
   control group (`agree`: the shared abort flag). Any failure on any rank since the last one — an
   allocation, a chunk's preparation or transfer, a checksum mismatch, any exception in the
@@ -106,7 +107,8 @@ class Transition:
     state: SwitchState = SwitchState.PLANNED
     reason: str | None = None
     new: LayoutState | None = None
-    new_exec: Any = None  # step_graph.StepExec of the destination, built during copying
+    new_exec: Any = None  # buckets.ExecCache of the destination: its current bucket captured at begin,
+    # the neighbouring buckets one per copy step, the rest on first use
     probation: bool = False  # committed, the next step not run yet: the old layout is the fallback
     after_commit_failure: str | None = None  # "forward": the failure the committed layout survived
     side_broken: bool = False  # a transfer raised on this rank: the side group is rebuilt at the abort
@@ -258,7 +260,9 @@ class Transition:
                     x.record_stream(main)
         runner.reap_retired()  # execs replaced before this switch whose last replays are done
         self.state = SwitchState.COPYING
-        self.new_exec.prepare(runner.seq_lens)
+        cur = runner.prepare_current(self.new_exec)  # the bucket the commit steps into
+        if cur is not None:
+            self.new_exec.queue_neighbours(self.new_exec.key(runner.order, runner.seq_lens)[0])
         if self.faults is not None and self.faults.starve_rank == r:
             self.ballast = runner.alloc.alloc(runner.alloc.num_free)
 
@@ -340,6 +344,7 @@ class Transition:
             self._end_probation(runner)
         if self.state != SwitchState.COPYING:
             return
+        self.new_exec.prepare_next()  # one more of the destination's buckets per copy step
         k = runner.step_index - self.plan.start_step
         if 0 <= k < self.plan.num_chunks:
             with self._side(runner):

@@ -74,16 +74,29 @@ def scenario_all(g, dims=None, faults: bool = True) -> dict:
         runner.add_requests({0: 9})
         out[f"single_request_err/{kind}"] = max(rel_err(runner.step(), rf) for rf in ref1_out[:1])
 
-    # 1c. the batch changes every step (a request leaves, another joins): each step replaces the
-    # executable, and the replaced ones are dropped once the device is past them (CPU: at once)
-    runner = _runner(g, "dp", dims=dims)
-    retired = []
-    for s in range(STEPS):
-        runner.finish_request(s % len(LENGTHS) if s < len(LENGTHS) else 100 + s - len(LENGTHS))
-        runner.add_requests({100 + s: 3 + s})
-        runner.step()
-        retired.append(len(runner.retired))
-    out["retired_per_step/dp"] = retired
+    # 1c. the batch changes every step (a request leaves, another joins, the batch shrinks and
+    # grows inside its bucket of 8): every step runs the same executable (on CUDA: replays the same
+    # graph, no recapture); growing past 8 takes the bucket of 12, once; outputs stay the reference's
+    for kind in LAYOUTS:
+        runner = _runner(g, kind, dims=dims)
+        refc = ReferenceDecoder(dims, seed=SEED, device=g.device)
+        refc.add_requests(dict(LENGTHS))
+        execs, errs = [], []
+        for s in range(STEPS):
+            gone = s % len(LENGTHS) if s < len(LENGTHS) else 100 + s - len(LENGTHS)
+            runner.finish_request(gone)
+            refc.order.remove(gone)
+            joins = {100 + s: 3 + s} if s % 3 else {100 + s: 3 + s, 200 + s: 2 + s}  # 6 -> 7 -> 7 -> 8 ...
+            runner.add_requests(dict(joins))
+            refc.add_requests(dict(joins))
+            errs.append(rel_err(runner.step(), refc.step(list(runner.order))))
+            inp = runner.last_exec.inputs
+            execs.append((len(runner.order), (inp.rows, inp.own_cap, inp.cap), id(runner.last_exec)))
+        out[f"bucket_execs/{kind}"] = [(b, shape) for b, shape, _ in execs]
+        out[f"bucket_distinct/{kind}"] = len({i for _, _, i in execs})
+        out[f"bucket_shapes/{kind}"] = len({shape for _, shape, _ in execs})
+        out[f"bucket_built/{kind}"] = len(runner.exec.entries)
+        out[f"bucket_err/{kind}"] = max(errs)
 
     # 2. each of the 12 switches mid-decode
     for src, dst in PAIRS:
@@ -112,9 +125,67 @@ def scenario_all(g, dims=None, faults: bool = True) -> dict:
         out[f"switch_chunks/{key}"] = chunks
         out[f"switch_free_after/{key}"] = runner.alloc.num_free
 
+    # 2b. chunked prefill on the real layers, mixed and prefill-only steps, in every layout; and a
+    # switch while a request is being prefilled
+    out.update(scenario_prefill(g, dims))
+
     # 3. faults (GPUs; the CPU tests run them, and the group-wide ones, in executor_fault_scenarios.py at T = 4)
     if faults:
         from executor_fault_scenarios import fault_cases, runner_faults
 
         out.update(runner_faults(g, fault_cases(g, dims)[:4], dims))
+    return out
+
+
+PREFILL_PAIRS = (("dp", "cp"), ("cp", "tp"), ("tp", "dop"))
+
+
+def _prefill_run(g, dims, kind, switch_to=None) -> dict:
+    """Requests 0 and 1 decode (synthetic history); 2 and 3 are prefilled on the layers: a mixed
+    step (6 tokens of 2), a mixed step packing two pieces (5 of 2, 4 of 3), a prefill-only step (9
+    of 3, across pages), then all four decode. Every row against the reference decoder stepping
+    each prompt token by token; the KV the chunks wrote against the reference's."""
+    ref = ReferenceDecoder(dims, seed=SEED, device=g.device)
+    ref.add_requests({0: 5, 1: 17, 2: 0, 3: 0})
+    r = RankRunner(dims, g, kind, num_slots=256, dtype=torch.float32, seed=SEED)
+    r.add_requests({0: 5, 1: 17})
+    r.begin_prefill(2)
+    r.begin_prefill(3)
+    errs = []
+
+    def chunk_ref(pieces):
+        return torch.stack([ref.step([q])[0] for q, n in pieces for _ in range(n)])
+
+    for s, (pieces, decode) in enumerate(((((2, 6),), True), (((2, 5), (3, 4)), True), (((3, 9),), False))):
+        if switch_to is not None and s == 1:
+            r.switch_to(switch_to, bytes_per_step=_kv_bytes_step(dims))
+        out = r.step(list(pieces), decode=decode)
+        if decode:
+            errs.append(rel_err(out, ref.step([0, 1])))
+        errs.append(rel_err(r.last_chunk_out, chunk_ref(pieces)))
+        check_global_placement(r)
+    r.finish_prefill(2)
+    r.finish_prefill(3)
+    for _ in range(4):
+        if r.switch is not None and r.switch.state.value == "copying" and r.switch.ready:
+            r.switch.commit(r)
+        errs.append(rel_err(r.step(), ref.step([0, 1, 2, 3])))
+        check_global_placement(r)
+    kv = collect_logical_kv(r)
+    kv_err = max(rel_err(kv[q], torch.stack(ref.kv[q])) for q in (2, 3))
+    return {"err": max(errs), "kv_err": kv_err, "layout": r.layout,
+            "state": r.switch.state.value if r.switch is not None else None}
+
+
+def scenario_prefill(g, dims=None) -> dict:
+    dims = dims or tiny_dims(num_heads=8)
+    out = {}
+    for kind in LAYOUTS:
+        res = _prefill_run(g, dims, kind)
+        out[f"prefill_err/{kind}"], out[f"prefill_kv_err/{kind}"] = res["err"], res["kv_err"]
+    for src, dst in PREFILL_PAIRS:
+        res = _prefill_run(g, dims, src, switch_to=dst)
+        key = f"{src}->{dst}"
+        out[f"prefill_switch_err/{key}"], out[f"prefill_switch_kv_err/{key}"] = res["err"], res["kv_err"]
+        out[f"prefill_switch_state/{key}"], out[f"prefill_switch_layout/{key}"] = res["state"], res["layout"]
     return out

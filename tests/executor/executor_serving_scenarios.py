@@ -20,7 +20,7 @@ import torch
 
 from executor.sim import SimExecutor
 from executor.torch_executor import tiny_dims
-from executor.torch_executor.serve import TorchServeSpec, build_rank, torch_tables
+from executor.torch_executor.serve import TorchServeSpec, build_rank, serve_loop, torch_tables
 from executor.torch_executor.serving import TorchServeOptions, with_step_times
 from planner.hardware.spec import HardwareSpec
 from runtime_policy.loop import LoopConfig, serve
@@ -88,8 +88,8 @@ def _sim(tables) -> dict:
 def _torch(g, spec: TorchServeSpec) -> tuple[dict, object]:
     policy, ex = build_rank(g, spec)
     pol = DecisionLog(policy)
-    res = serve(spec.arrival_s, spec.input_tokens, spec.output_tokens, spec.tables, pol, Ordering(spec.order), ex,
-                spec.loop)
+    res = serve_loop(spec.arrival_s, spec.input_tokens, spec.output_tokens, spec.tables, pol, Ordering(spec.order), ex,
+                     spec.loop)
     return _outcome(res, pol.log), ex
 
 

@@ -171,25 +171,47 @@ def test_dims_come_from_the_planners_real_model_cards(card, heads, v_dim):
 
 
 @pytest.mark.parametrize("kind", ["tp", "cp", "dp", "dop"])
-def test_rebuild_decision_is_the_same_on_every_rank(kind):
-    """A rebuild runs collectives, so every rank must decide it at the same step: a DP/DOP rank
-    that owns none of the growing requests, or a CP rank holding fewer pages, must agree."""
-    from executor.torch_executor.layouts import LayoutState
-    from executor.torch_executor.step_inputs import StepInputs
+def test_bucket_key_is_the_same_on_every_rank(kind):
+    """A new key runs collectives (warm-up and capture), so every rank must pick the same one at the
+    same step: a DP/DOP rank that owns none of the requests, or a CP rank holding fewer pages, must
+    agree. The key moves only when the batch leaves its bucket or the longest request doubles."""
+    from types import SimpleNamespace
 
-    page, t, order = 4, 2, [7]
-    seq = {7: 4 * page - 1}  # the next token still fits the 4th page; one more step needs a 5th
-    verdicts = []
+    from executor.torch_executor.buckets import ExecCache, sglang_buckets
+    from executor.torch_executor.layouts import LayoutState
+
+    page, t = 4, 2
+    order = [7, 8, 9]
+    seq = {7: 8 * page - 1, 8: 3, 9: 10}  # request 7's next token still fits its 8th page
+    keys = []
     for rank in range(t):
-        table = PageTable(kind, owners={7: 0})  # rank 1 owns nothing under DP/DOP
-        for lp in range(pages_for(seq[7] + 1, page)):
-            if table.holds(rank, t, 7, lp):
-                table.add(7, lp, lp)
-        state = LayoutState(kind, table, [], [])
-        inp = StepInputs(state, order, rank, t, page, cap_pages=pages_for(seq[7] + 1, page), trash_token=0,
-                         device=torch.device("cpu"))
-        verdicts.append((inp.fits(state, order, seq), inp.fits(state, order, {7: seq[7] + 1})))
-    assert verdicts == [(True, False)] * t
+        table = PageTable(kind, owners={7: 0, 8: 0, 9: 0, 10: 1})  # rank 1 owns none of 7-9 under DP/DOP
+        for q in order:
+            for lp in range(pages_for(seq[q] + 1, page)):
+                if table.holds(rank, t, q, lp):
+                    table.add(q, lp, 100 * q + lp)
+        runner = SimpleNamespace(use_graphs=False, g=SimpleNamespace(is_cuda=False), buckets=sglang_buckets(64),
+                                 dims=tiny_dims(page_size=page))
+        cache = ExecCache(runner, LayoutState(kind, table, [], []))
+        keys.append((cache.key(order, seq), cache.key(order + [10], {**seq, 10: 1}),
+                     cache.key(order, {**seq, 7: seq[7] + 1})))
+    owner_rows = 4 if kind in ("dp", "dop") else 0  # three requests on rank 0: the bucket of 3
+    # a 4th request (on rank 1) stays in the bucket of 4; request 7 growing into a 9th page doubles the width
+    want = (((4, owner_rows, 8), True), ((4, owner_rows, 8), True), ((4, owner_rows, 16), True))
+    assert keys == [want] * t
+
+
+def test_batch_buckets_are_the_engines():
+    from executor.torch_executor.buckets import bucket_for, cap_bucket, sglang_buckets, vllm_buckets
+
+    sg = sglang_buckets(512)
+    assert sg[:7] == [1, 2, 4, 8, 12, 16, 24] and sg[-3:] == [480, 496, 512] and len(sg) == 5 + 31 + 15 + 1
+    assert sglang_buckets(100)[-2:] == [96, 100]  # max_bs itself is a bucket
+    vl = vllm_buckets(256)
+    assert vl[:5] == [1, 2, 4, 8, 16] and vl[-2:] == [496, 512] and len(vl) == 3 + 31 + 17
+    assert bucket_for(13, sg) == (16, True) and bucket_for(12, sg) == (12, True)
+    assert bucket_for(600, sg) == (600, False)  # past the largest graph: its own size, eager
+    assert (cap_bucket(1), cap_bucket(9), cap_bucket(16), cap_bucket(17)) == (8, 16, 16, 32)
 
 
 # ---- issue 19 item 5: what a switch reserves, and the checksum of moved pages -------------------

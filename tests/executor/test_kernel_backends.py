@@ -86,17 +86,19 @@ def test_flashinfer_decode_of_no_requests_launches_nothing():
     assert fi.wrapper is None and o.shape == (0, 128, 512) and lse.shape == (0, 128) and lse.dtype == torch.float32
 
 
-def test_upload_plans_the_kernel_on_host_lengths():
+def test_fill_plans_the_kernel_on_host_lengths():
     table = PageTable("tp", {})
     for req, lp, slot in ((0, 0, 5), (0, 1, 7), (1, 0, 2)):
         table.add(req, lp, slot)
-    inp = StepInputs(LayoutState("tp", table, [], []), [0, 1], 0, 1, 4, 3, 99, torch.device("cpu"))
+    inp = StepInputs(LayoutState("tp", table, [], []), 4, 0, 3, 0, 1, 4, 99, torch.device("cpu"))
     calls = []
     inp.batch.kernel = type("Rec", (), {"plan": lambda self, bt, lens: calls.append((bt.copy(), lens.copy()))})()
-    inp.upload({0: 5, 1: 3}, [], [])  # lengths after this step's token: 6 and 4 (pages of 4)
+    inp.fill([0, 1], {0: 5, 1: 3}, [], [])  # lengths after this step's token: 6 and 4 (pages of 4)
     bt, lens = calls[0]
-    assert bt.tolist() == [[5, 7, 0], [2, 0, 0]] and lens.tolist() == [6, 4]
-    assert inp.batch.local_lens.tolist() == [6, 4]
+    # a bucket of 4 rows: the two padding rows attend nothing (length 0)
+    assert bt[:2].tolist() == [[5, 7, 0], [2, 0, 0]] and lens.tolist() == [6, 4, 0, 0]
+    assert inp.batch.local_lens.tolist() == [6, 4, 0, 0]
+    assert inp.wtoks.tolist() == [99] * 8  # no writes given: every slot aims at the trash token
 
 
 def test_decode_work_and_roofline_arithmetic():

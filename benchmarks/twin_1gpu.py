@@ -1,0 +1,474 @@
+"""The twin, measured on one GPU: the same workloads on the torch executor and in the simulator.
+
+    python3 benchmarks/twin_1gpu.py --out DIR            # on a GPU: rows, fit, executor runs, twin
+    python benchmarks/twin_1gpu.py --from DIR --out DIR2  # CPU: fit and twin again from DIR's files
+
+On the GPU (one process, DeepSeek-V3.2 MLA dimensions, 4 layers, bf16, TP at T = 1, FlashInfer's
+decode where it runs, decode graphs captured at start-up for SGLang's batch buckets):
+1. step rows for the calibration (`engine_rows`): decode steps over batch x context (batches on
+   and between buckets, so padding is in them), prefill-only steps (one prompt's chunk, and a chunk
+   packing four prompts) and mixed steps (decodes + a chunk), each the median of CUDA-event-timed
+   repetitions -> step_profile_twin.csv (the calibration's step-row format);
+2. the executor calibration refit on those rows (calibration.fit, as `floorfirst calibrate`) ->
+   executor-calibration-twin.json, with its 5-fold cross-validated error;
+3. each workload served by the torch executor (`serve.serve_rank`: real chunked prefill in mixed
+   steps, graphs replayed by bucket, CUDA-event step times) with every step logged;
+4. the same workloads in the simulator (runtime_policy.loop.serve with executor.sim on tables
+   compiled with that calibration, the executor's capacity and the same loop configuration);
+5. throughput, TTFT, TPOT and TTLT percentiles side by side, and the twin's error on each.
+Workloads: `shrinking` (48 requests at t = 0, the issue's), `chat` at 4 requests/s (64 requests),
+and a rollout shape (64 prompts at t = 0: 56 short answers and a tail of 8 long ones, 4K-8K).
+Everything is written to --out (default a fresh temporary folder); one JSON document is printed last.
+`--smoke` runs the whole pipeline on the CPU with tiny dimensions and cut workloads (a check of the
+script, not a measurement).
+Does not: run switches (T = 1: every layout is one placement, so the policy is fixed TP), or size
+anything beyond one GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import gc
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+LAYERS = 4
+KV_PAGES = 8192
+MAX_BATCH = 128
+CHUNK = 2048
+MODEL_CONFIG = "benchmarks/results/executor_gpu/executor-stack-config.json"
+WORKLOADS = ("shrinking", "chat", "rollout")
+CHAT_RATE_PER_S = 4.0
+TARGET = 0.10  # the twin's throughput and TTFT/TPOT p50 within 10 % of the executor's
+SMOKE = {"requests": 8, "max_output": 48}  # --smoke: workloads cut to this (CPU, tiny dimensions)
+
+
+def stack_dims(smoke: bool):
+    from executor.torch_executor import deepseek_v32, tiny_dims
+
+    return tiny_dims(num_heads=8, num_layers=2, page_size=64) if smoke else deepseek_v32(LAYERS)
+
+
+def stack_config(dims, path: str) -> str:
+    """The config.json of the stack `dims` describes (serve.stack_deployment's model), for the rows."""
+    cfg = {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "hidden_size": dims.hidden_size,
+           "intermediate_size": dims.intermediate_size, "num_hidden_layers": dims.num_layers,
+           "num_attention_heads": dims.num_heads, "num_key_value_heads": dims.num_heads,
+           "q_lora_rank": dims.q_lora_rank, "kv_lora_rank": dims.kv_lora_rank,
+           "qk_nope_head_dim": dims.qk_nope_head_dim, "qk_rope_head_dim": dims.qk_rope_head_dim,
+           "v_head_dim": dims.v_head_dim, "vocab_size": 1024}
+    json.dump(cfg, open(path, "w"), indent=1)
+    return path
+
+
+# ---------------------------------------------------------------- workloads
+def workload(name: str, seed: int = 0, smoke: bool = False):
+    """(arrival_s, input_tokens, output_tokens, description) of one of WORKLOADS (--smoke: cut)."""
+    arr, inp, out, text = _workload(name, seed)
+    if smoke:
+        n = SMOKE["requests"]
+        return arr[:n], np.minimum(inp[:n], 200), np.minimum(out[:n], SMOKE["max_output"]), text + " (smoke cut)"
+    return arr, inp, out, text
+
+
+def _workload(name: str, seed: int):
+    from runtime_policy.workloads import make_workload
+
+    if name == "shrinking":
+        w = make_workload("shrinking", 48, seed)
+        return w.arrival_s, w.input_tokens, w.output_tokens, "shrinking: 48 requests at t = 0 (the issue's run)"
+    if name == "chat":
+        w = make_workload("chat", 64, seed, CHAT_RATE_PER_S)
+        return w.arrival_s, w.input_tokens, w.output_tokens, f"chat: 64 requests at {CHAT_RATE_PER_S} requests/s"
+    rng = np.random.default_rng(seed)
+    n, n_long = 64, 8
+    inp = np.clip(np.rint(np.exp(rng.normal(np.log(512), 0.5, n))), 16, 4096).astype(np.int64)
+    out = np.clip(np.rint(np.exp(rng.normal(np.log(256), 0.6, n))), 8, 2048).astype(np.int64)
+    out[n - n_long:] = rng.integers(4096, 8193, n_long)
+    return (np.zeros(n), inp, out,
+            "rollout: 64 prompts at t = 0 (median 512), 56 answers of median 256, a tail of 8 of 4K-8K")
+
+
+def loop_config():
+    from runtime_policy.serving_types import LoopConfig
+
+    return LoopConfig(max_batch=MAX_BATCH, prefill_chunk_tokens=CHUNK)
+
+
+def hardware_name(device_name: str) -> str:
+    return "h100" if "H100" in device_name else "h200"
+
+
+# ---------------------------------------------------------------- GPU: step rows
+def _chained(r, fns: list) -> list[float]:
+    """Milliseconds of each call of `fns`, run back to back with CUDA events between them and one
+    wait at the end, as the executor times a run of steps while serving (the host runs ahead of the
+    device, so a step's host work hides behind the step before it); CPU: the host clock."""
+    import torch
+
+    if not r.g.is_cuda:
+        ms = []
+        for fn in fns:
+            t = time.perf_counter()
+            fn()
+            ms.append((time.perf_counter() - t) * 1e3)
+        return ms
+    evs = [torch.cuda.Event(enable_timing=True) for _ in range(len(fns) + 1)]
+    evs[0].record()
+    for i, fn in enumerate(fns):
+        fn()
+        evs[i + 1].record()
+    evs[-1].synchronize()
+    return [evs[i].elapsed_time(evs[i + 1]) for i in range(len(fns))]
+
+
+def _timed(r, fn, reps: int) -> list[float]:
+    return _chained(r, [fn] * reps)
+
+
+def engine_rows(g, out_dir: str, smoke: bool = False) -> dict:
+    """Decode, prefill-only and mixed step rows on one GPU (module docstring, part 1)."""
+    import torch
+
+    from executor.torch_executor import RankRunner
+
+    dims = stack_dims(smoke)
+    dtype = torch.float32 if smoke else torch.bfloat16
+    r = RankRunner(dims, g, "tp", num_slots=KV_PAGES + MAX_BATCH, dtype=dtype, seed=1, max_batch=MAX_BATCH)
+    t0 = time.time()
+    captured = r.prepare_buckets(MAX_BATCH, 16384) if g.is_cuda else 0
+    capture_s = time.time() - t0
+    rows, nxt = [], [10_000]
+
+    def new_id() -> int:
+        nxt[0] += 1
+        return nxt[0]
+
+    def decode_batch(b: int, ctx: int) -> list[int]:
+        ids = [new_id() for _ in range(b)]
+        r.add_requests({q: ctx for q in ids})
+        return ids
+
+    def clear():
+        for q in list(r.seq_lens):
+            r.finish_request(q)
+
+    def prefill_steps(pieces_len: list[int], decode: bool, reps: int, prefix: int = 0) -> list[float]:
+        """`reps` chunks of fresh prompts (pieces of `pieces_len` tokens each), each step timed between
+        steps like it (prefill-only) or between decode steps (mixed), chained as in serving."""
+        ids = [[new_id() for _ in pieces_len] for _ in range(reps)]
+        for group in ids:
+            for q in group:
+                r.begin_prefill(q)
+                if prefix:
+                    r.step([(q, prefix)], decode=False)  # the cached prefix, by a prefill of its own
+        fns = []
+        for group in ids:
+            if decode:
+                fns.append(r.step)
+            fns.append(lambda group=group: r.step(list(zip(group, pieces_len)), decode=decode))
+        ms = _chained(r, fns)
+        for group in ids:
+            for q in group:
+                r.finish_request(q)
+        return ms[1::2] if decode else ms
+
+    cap_tokens = KV_PAGES * dims.page_size
+    for b in ((1, 3, 8, 13, 20, 32) if smoke else (1, 3, 8, 13, 20, 32, 48, 64, 96, 128)):
+        for ctx in ((256, 1024) if smoke else (256, 1024, 4096, 12288)):
+            if b * (ctx + 64) > 0.9 * cap_tokens:
+                continue
+            decode_batch(b, ctx)
+            _timed(r, r.step, 3)
+            ms = _timed(r, r.step, 12)
+            rows.append({"kind": "decode", "batch": b, "context": ctx + 7, "prefill_tokens": 0, "prefix": 0,
+                         "step_ms": statistics.median(ms), "step_ms_min": min(ms), "rows": r.last_exec.inputs.rows,
+                         "graph": r.last_exec.graph is not None})
+            clear()
+    for n in ((64, 256) if smoke else (64, 256, 512, 1024, 2048)):  # one prompt's chunk, prefix 0
+        prefill_steps([n], False, 1)  # warm-up of this shape
+        ms = prefill_steps([n], False, 4)
+        rows.append({"kind": "prefill", "batch": 0, "context": 1, "prefill_tokens": n, "prefix": 0,
+                     "pieces": 1, "step_ms": statistics.median(ms), "step_ms_min": min(ms)})
+    for k, n in (((2, 64),) if smoke else ((4, 512), (8, 256))):  # a chunk packing k prompts (what the loop's chunks of short prompts are)
+        prefill_steps([n] * k, False, 1)
+        ms = prefill_steps([n] * k, False, 4)
+        rows.append({"kind": "prefill", "batch": 0, "context": 1, "prefill_tokens": n * k, "prefix": 0,
+                     "pieces": k, "step_ms": statistics.median(ms), "step_ms_min": min(ms)})
+    for n, pfx in (((64, 128),) if smoke else ((512, 1536), (2048, 2048))):  # a later chunk of a long prompt (JSON only: no CSV column)
+        ms = prefill_steps([n], False, 3, pfx)
+        rows.append({"kind": "prefill_prefix", "batch": 0, "context": 1, "prefill_tokens": n, "prefix": pfx,
+                     "pieces": 1, "step_ms": statistics.median(ms), "step_ms_min": min(ms)})
+    for b in ((8, 20) if smoke else (8, 32, 64)):
+        for n in ((64, 256) if smoke else (256, 1024, 2048)):
+            decode_batch(b, 1024)
+            _timed(r, r.step, 2)
+            prefill_steps([n], True, 1)
+            ms = prefill_steps([n], True, 4)
+            rows.append({"kind": "mixed", "batch": b, "context": 1024 + 8, "prefill_tokens": n, "prefix": 0,
+                         "pieces": 1, "step_ms": statistics.median(ms), "step_ms_min": min(ms)})
+            clear()
+    doc = {"rows": rows, "graphs_at_start": captured, "capture_s": capture_s, "buckets": r.buckets,
+           "kernel": "flashinfer" if r.last_exec is not None and r.last_exec.inputs.batch.kernel is not None
+           else "triton"}
+    json.dump(doc, open(os.path.join(out_dir, "engine_rows.json"), "w"), indent=1)
+    del r
+    gc.collect()
+    torch.cuda.empty_cache()
+    return doc
+
+
+def write_profile(path: str, rows: list[dict], hardware: str, model: str = MODEL_CONFIG, layers: int = LAYERS) -> int:
+    """Rows in the step-profile CSV `floorfirst calibrate --profile` reads (prefix-0 rows only: a step
+    row has no column for a chunk's cached prefix)."""
+    n = 0
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["model", "hardware", "gpus", "attn", "moe", "batch", "context", "prefill_tokens", "weight_dtype",
+                    "kv_dtype", "step_ms", "num_layers", "workload"])
+        for rw in rows:
+            if rw["prefix"]:
+                continue
+            w.writerow([model, hardware, 1, "tp", "tp", rw["batch"], rw["context"], rw["prefill_tokens"],
+                        "bf16", "bf16", f"{rw['step_ms']:.4f}", layers, rw["kind"]])
+            n += 1
+    return n
+
+
+# ---------------------------------------------------------------- GPU: the executor serves
+def executor_runs(g, specs: dict, out_dir: str) -> dict:
+    """Serve each workload on the torch executor (one rank), a fresh runner each."""
+    import torch
+
+    from executor.torch_executor.serve import serve_rank
+
+    out = {}
+    for name, spec in specs.items():
+        t0 = time.time()
+        res = serve_rank(g, spec)
+        res["wall_s"] = time.time() - t0
+        out[name] = res
+        json.dump(res, open(os.path.join(out_dir, f"executor_{name}.json"), "w"), default=float)
+        print(f"executor {name}: {res['throughput_tokens_per_s']:.0f} tok/s, TTFT p50 {res['ttft_p50_s']:.3f} s, "
+              f"TPOT p50 {res['tpot_p50_s'] * 1e3:.2f} ms, {res['measured']['graphs_captured_count']} graphs, "
+              f"wall {res['wall_s']:.0f} s", flush=True)
+        gc.collect()
+        torch.cuda.empty_cache()
+    return out
+
+
+def tables_for(hardware: str, calibration: str | None, smoke: bool = False):
+    import planner
+    from executor.torch_executor.serve import torch_tables
+    from runtime_policy.tables import calibrated_model
+
+    model = calibrated_model(calibration) if calibration else None
+    return torch_tables(stack_dims(smoke), planner.load_hardware(hardware), 1, KV_PAGES,
+                        "float32" if smoke else "bfloat16", model=model, max_batch=MAX_BATCH, max_prefill_tokens=CHUNK)
+
+
+def serve_specs(tables, smoke: bool = False) -> dict:
+    from executor.torch_executor.serve import TorchServeSpec
+    from executor.torch_executor.serving import TorchServeOptions
+    from runtime_policy.policy import PolicyKnobs
+
+    loop = loop_config()
+    specs = {}
+    for name in WORKLOADS:
+        arr, inp, out, _ = workload(name, smoke=smoke)
+        specs[name] = TorchServeSpec(tables, stack_dims(smoke), arr, inp, out, KV_PAGES, "tp", "fcfs",
+                                     PolicyKnobs(max_batch=loop.max_batch), loop, TorchServeOptions(log_steps=True),
+                                     "float32" if smoke else "bfloat16", 0, slack_pages=loop.max_batch)
+    return specs
+
+
+# ---------------------------------------------------------------- CPU: fit and twin
+def fit(profile: str, out_path: str) -> dict:
+    from calibration.artifact import save_calibration
+    from calibration.costs import price_profile
+    from calibration.fit import fit_calibration
+    from calibration.loaders import load_profiles, parse_defaults
+    from calibration.validate import validate
+
+    prof = load_profiles([profile], parse_defaults(None))
+    costs = price_profile(prof)
+    cal = fit_calibration(costs, prof.sources, None, None)
+    save_calibration(cal, out_path)
+    summary = {"params": cal.params.model_dump(), "in_sample": {"median_abs_pct": cal.fit.median_abs_pct_error,
+                                                                 "p90_abs_pct": cal.fit.p90_abs_pct_error},
+               "rows": cal.fit.rows}
+    try:
+        v = validate(cal, costs)
+        summary["kfold"] = {k: getattr(v, k) for k in ("median_abs_pct_error", "p90_abs_pct_error") if hasattr(v, k)}
+    except Exception as e:  # noqa: BLE001 - the twin does not need it
+        summary["kfold_error"] = repr(e)[:200]
+    return summary
+
+
+def simulate(tables, smoke: bool = False) -> dict:
+    from executor.sim import SimExecutor
+    from runtime_policy.loop import serve
+    from runtime_policy.metrics import summarize
+    from runtime_policy.ordering import Ordering
+    from runtime_policy.policy import FixedPolicy
+
+    out = {}
+    for name in WORKLOADS:
+        arr, inp, outp, _ = workload(name, smoke=smoke)
+        res = serve(arr, inp, outp, tables, FixedPolicy(tables.layouts.index("tp")), Ordering("fcfs"),
+                    SimExecutor(tables), loop_config())
+        out[name] = summarize(res)
+    return out
+
+
+METRICS = ("throughput_tokens_per_s", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "tpot_p50_s", "tpot_p90_s",
+           "tpot_p99_s", "ttlt_p50_s", "ttlt_p90_s", "ttlt_p99_s", "makespan_s", "steps")
+GATED = ("throughput_tokens_per_s", "ttft_p50_s", "tpot_p50_s")
+
+
+def side_by_side(ex: dict, sim: dict) -> dict:
+    out = {}
+    for name in WORKLOADS:
+        if name not in ex:
+            continue
+        rows = {}
+        for m in METRICS:
+            a, b = ex[name].get(m), sim[name].get(m)
+            rows[m] = {"executor": a, "twin": b, "twin_error": (b - a) / a if a and b is not None else None}
+        within = all(rows[m]["twin_error"] is not None and abs(rows[m]["twin_error"]) <= TARGET for m in GATED)
+        out[name] = {"metrics": rows, "within_10pct": within, "description": workload(name)[3]}
+    return out
+
+
+def served_rows(exec_dir: str, min_steps: int = 3) -> list[dict]:
+    """The executor's logged serving steps as step rows: grouped by decode batch, mean context (to
+    256 tokens) and chunk tokens (to 128), each group's median (groups of `min_steps` steps or more;
+    chunks with a cached prefix left out: a step row has no column for it)."""
+    groups: dict[tuple, list[float]] = {}
+    for name in WORKLOADS:
+        path = os.path.join(exec_dir, f"executor_{name}.json")
+        if not os.path.exists(path):
+            continue
+        for b, ctx_sum, chunk, pfx, sec in json.load(open(path))["measured"]["step_rows"]["rows"]:
+            if pfx > 0 or (b == 0 and chunk == 0):
+                continue
+            ctx = int(round(ctx_sum / b / 256.0)) * 256 + 128 if b else 1
+            key = (int(b), ctx, int(round(chunk / 128.0)) * 128 if chunk else 0)
+            groups.setdefault(key, []).append(sec * 1e3)
+    return [{"kind": "served", "batch": b, "context": c, "prefill_tokens": n, "prefix": 0,
+             "step_ms": statistics.median(v), "steps": len(v)}
+            for (b, c, n), v in sorted(groups.items()) if len(v) >= min_steps]
+
+
+def twin(exec_dir: str, out_dir: str, hardware: str, smoke: bool = False, fit_on: str = "rows") -> dict:
+    """Fit on exec_dir's step rows (`fit_on="rows"`) or on the executor's own serving steps
+    ("served": in-sample to the workloads), simulate, compare with exec_dir's executor runs (CPU)."""
+    rows = (json.load(open(os.path.join(exec_dir, "engine_rows.json")))["rows"] if fit_on == "rows"
+            else served_rows(exec_dir))
+    prof = os.path.join(out_dir, "step_profile_twin.csv")
+    if smoke:
+        dims = stack_dims(True)
+        write_profile(prof, rows, hardware, stack_config(dims, os.path.join(out_dir, "stack-config.json")),
+                      dims.num_layers)
+    else:
+        write_profile(prof, rows, hardware)
+    cal_path = os.path.join(out_dir, "executor-calibration-twin.json")
+    fitted = fit(prof, cal_path)
+    sim = simulate(tables_for(hardware, cal_path, smoke), smoke)
+    ex = {n: json.load(open(os.path.join(exec_dir, f"executor_{n}.json"))) for n in WORKLOADS
+          if os.path.exists(os.path.join(exec_dir, f"executor_{n}.json"))}
+    cmp_ = side_by_side(ex, sim)
+    doc = {"fit_on": fit_on, "calibration": fitted, "twin": cmp_, "simulator": sim}
+    json.dump(doc, open(os.path.join(out_dir, "twin.json"), "w"), indent=1, default=float)
+    return doc
+
+
+def print_table(cmp_: dict) -> None:
+    for name, d in cmp_.items():
+        print(f"{name}: {d['description']}  within 10 %: {d['within_10pct']}")
+        for m, v in d["metrics"].items():
+            a, b, e = v["executor"], v["twin"], v["twin_error"]
+            if a is None or b is None:
+                continue
+            print(f"  {m:26s} executor {a:12.4f}  twin {b:12.4f}  {100 * e:+7.1f} %" if e is not None else "")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=None, help="folder for every file (default: a fresh temporary folder)")
+    ap.add_argument("--from", dest="src", default=None, help="CPU: a GPU run's folder; fit and twin again")
+    ap.add_argument("--hardware", default=None, help="with --from: the GPU spec (default: from the run's conditions)")
+    ap.add_argument("--workloads", default=",".join(WORKLOADS))
+    ap.add_argument("--smoke", action="store_true", help="CPU, tiny dimensions, cut workloads: checks the script")
+    ap.add_argument("--fit-on", default="rows", choices=("rows", "served"),
+                    help="with --from: fit the twin's calibration on the step rows, or on the executor's "
+                         "logged serving steps (in-sample to the workloads)")
+    a = ap.parse_args()
+    out_dir = a.out or tempfile.mkdtemp(prefix="twin_1gpu_")
+    os.makedirs(out_dir, exist_ok=True)
+    if a.src:
+        cond = json.load(open(os.path.join(a.src, "conditions.json")))
+        doc = twin(a.src, out_dir, a.hardware or cond["hardware"], bool(cond.get("smoke")), a.fit_on)
+        print_table(doc["twin"])
+        print(json.dumps({"out": out_dir, "within_10pct": {k: v["within_10pct"] for k, v in doc["twin"].items()}}))
+        return
+    import torch
+
+    from executor.torch_executor.dist import spawn_ranks
+
+    smoke = a.smoke
+    cuda = not smoke
+    if cuda:
+        from kernel_gpu import conditions
+        cond = {**conditions(), "hardware": hardware_name(torch.cuda.get_device_name(0))}
+    else:
+        cond = {"device": "cpu", "torch": torch.__version__, "hardware": "h200"}
+    cond.update({"layers": stack_dims(smoke).num_layers, "kv_pages": KV_PAGES, "max_batch": MAX_BATCH,
+                 "prefill_chunk_tokens": CHUNK, "buckets": "sglang", "policy": "tp (fixed; T = 1)",
+                 "prefill": "real, mixed steps", "smoke": smoke})
+    json.dump(cond, open(os.path.join(out_dir, "conditions.json"), "w"), indent=1)
+    t0 = time.time()
+    eng = spawn_ranks(engine_rows, 1, out_dir, smoke, use_cuda=cuda)[0]
+    print(f"[{time.time() - t0:.0f}s] {len(eng['rows'])} step rows, {eng['graphs_at_start']} graphs captured in "
+          f"{eng['capture_s']:.1f} s", flush=True)
+    for rw in eng["rows"]:
+        print(f"  {rw['kind']:15s} B={rw['batch']:4d} ctx={rw['context']:6d} chunk={rw['prefill_tokens']:5d} "
+              f"pfx={rw['prefix']:5d} {rw['step_ms']:8.3f} ms", flush=True)
+    doc = twin_fit_only(out_dir, cond["hardware"], smoke)
+    print(f"[{time.time() - t0:.0f}s] calibration: {json.dumps(doc)}", flush=True)
+    tables = tables_for(cond["hardware"], os.path.join(out_dir, "executor-calibration-twin.json"), smoke)
+    names = a.workloads.split(",")
+    specs = {k: v for k, v in serve_specs(tables, smoke).items() if k in names}
+    spawn_ranks(executor_runs, 1, specs, out_dir, use_cuda=cuda)
+    print(f"[{time.time() - t0:.0f}s] executor runs done", flush=True)
+    doc = twin(out_dir, out_dir, cond["hardware"], smoke)
+    print_table(doc["twin"])
+    print(json.dumps({"out": out_dir, "wall_s": time.time() - t0,
+                      "within_10pct": {k: v["within_10pct"] for k, v in doc["twin"].items()}}))
+
+
+def twin_fit_only(out_dir: str, hardware: str, smoke: bool) -> dict:
+    """The calibration the executor's own tables use while it serves (the same fit `twin` makes)."""
+    rows = json.load(open(os.path.join(out_dir, "engine_rows.json")))["rows"]
+    prof = os.path.join(out_dir, "step_profile_twin.csv")
+    if smoke:
+        dims = stack_dims(True)
+        write_profile(prof, rows, hardware, stack_config(dims, os.path.join(out_dir, "stack-config.json")),
+                      dims.num_layers)
+    else:
+        write_profile(prof, rows, hardware)
+    return fit(prof, os.path.join(out_dir, "executor-calibration-twin.json"))
+
+
+if __name__ == "__main__":
+    main()
