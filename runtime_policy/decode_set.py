@@ -73,6 +73,7 @@ class DecodeSet:
         self.unc_cnt = [0] * groups  # decoding with context below top-k, per group
         self.unc_c0 = [0.0] * groups  # Σ c0 over them
         self.gcount = [0] * groups  # decoders per group
+        self.gc0 = [0.0] * groups  # Σ c0 of each group's decoders (Σ context = gc0 + gcount × its clock)
 
     # ---- the set --------------------------------------------------------------------------------
     def context(self, i: int) -> float:
@@ -107,6 +108,7 @@ class DecodeSet:
         self.per_owner[owner] += 1
         self.owner_c0[owner] += c0
         self.gcount[g] += 1
+        self.gc0[g] += c0
         self.s2 += c
 
     def leave(self, i: int, owner: int) -> float:
@@ -130,6 +132,7 @@ class DecodeSet:
         self.per_owner[owner] -= 1
         self.owner_c0[owner] -= c0
         self.gcount[g] -= 1
+        self.gc0[g] -= c0
         self.s2 -= c
         return c
 
@@ -231,6 +234,7 @@ class DecodeSet:
             return [x + c * d for x, c in zip(self.owner_c0, self.per_owner)]
         return [x + c * (d - lag[k // r]) for k, (x, c) in enumerate(zip(self.owner_c0, self.per_owner))]
 
-    def group_counts(self) -> list[int]:
-        """[G] decoders per owner group."""
-        return self.gcount
+    def group_contexts(self) -> list[float]:
+        """[G] Σ context of each owner group's decoders now."""
+        d = self.dsteps
+        return [x + c * (d - lag) for x, c, lag in zip(self.gc0, self.gcount, self.lag)]

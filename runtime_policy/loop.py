@@ -324,6 +324,9 @@ class ServingLoop:
                     if g == self.T:
                         batch.owner_context_tokens = dec.owner_contexts()
                         batch.owner_requests = dec.per_owner
+                    elif dec.groups == g:  # the decode set's own groups: O(G)
+                        batch.owner_context_tokens = dec.group_contexts()
+                        batch.owner_requests = dec.gcount
                     else:
                         batch.owner_context_tokens = group_counts(dec.owner_contexts(), g)
                         batch.owner_requests = group_counts(dec.per_owner, g)
@@ -354,8 +357,8 @@ class ServingLoop:
 
     def _fill_active(self, batch: StepBatch, k: int, sat_out: tuple) -> None:
         """The batch's sums over the groups that decode this run (the others prefill: SGLang)."""
-        dec, g = self.dec, self.groups[self.layout]
-        gsum = group_counts(dec.owner_contexts(), g)
+        dec = self.dec
+        gsum = dec.group_contexts()  # the decode set's groups are the layout's (regrouped at each commit)
         gcnt = list(dec.gcount)
         for x in sat_out:
             gsum[x], gcnt[x] = 0.0, 0
@@ -405,7 +408,7 @@ class ServingLoop:
             fk = float(k)
             self.okv = self.kv.tokens = [x + c * fk for x, c in zip(self.okv, dec.per_owner)]
             dec.s2 += b * fk
-            dec.advance(k)
+            dec.dsteps += k  # = dec.advance(k) with no group sitting out
             if left <= k:
                 for i in dec.done_by(dec.dsteps):
                     self._leave(i)

@@ -208,9 +208,11 @@ class LayoutPolicy:
         reqs, t = self._state_reqs, self._ranks
         for i in self._extra_layouts:
             x, g = self._extra[i], self._groups[i]
-            if reqs is not None and len(reqs) == t:
-                if g == 1:
-                    n_hi = n_lo = sum(reqs)
+            if g == 1:  # one group holds every running request
+                n_hi = n_lo = self._state_running
+            elif reqs is not None and len(reqs) == t:
+                if g == t:
+                    n_hi, n_lo = max(reqs), min(reqs)
                 else:
                     r = t // g
                     sums = [sum(reqs[k * r:(k + 1) * r]) for k in range(g)]

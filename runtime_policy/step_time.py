@@ -112,7 +112,8 @@ def _kernel_source(n: int, net_index: int) -> str:
     once (the policy's pricing: one call for every layout, not one per layout), writing `out[i]`
     and the decode step's network-bytes term (term `net_index`) `net[i]`: `decode_steps` (spread
     layouts at S, owner layouts at their busiest owner's) and `blended_steps` (the prefill blend,
-    owner layouts' chunk on the chunk's owner)."""
+    owner layouts' chunk on the chunk's owner); in their owned loops the busiest / chunk-owner sums
+    are [L] lists, one per layout (its own owner groups')."""
     r = range(n)
 
     def unpack(names: str, row: str) -> str:
@@ -168,15 +169,23 @@ def _kernel_source(n: int, net_index: int) -> str:
            "own_s1, own_s2, f, alpha, overhead_s):\n", two + owner_blend + "return (1.0 - f) * t_s + f * u_s"),
         fn("def decode_steps(spread, owned, rows, c1s, c2s, s1, s2, busy_s1, busy_s2, alpha, overhead_s, out, net):\n",
            "", rows, (("spread", decode + "out[i] = t_s\n" + net),
-                      ("owned", decode.replace("= s1 * k", "= busy_s1 * k").replace(", s2 * g", ", busy_s2 * g")
+                      ("owned", decode.replace("= s1 * k", "= busy_s1[i] * k").replace(", s2 * g", ", busy_s2[i] * g")
                        + "out[i] = t_s\n" + net))),
         fn("def blended_steps(spread, owned, rows, chunk_base_rows, chunk_rows, lo, hi, c1s, c2s, s1, s2, busy_s1, "
            "busy_s2, own_s1, own_s2, f, alpha, overhead_s, out, net):\n", "", rows + [("n", "chunk_base_rows")],
            (("spread", blend.replace("= chunk_row\n", "= chunk_rows[i]\n") + "out[i] = (1.0 - f) * t_s + f * u_s\n"
              + net),
-            ("owned", owner_blend.replace("= chunk_row\n", "= chunk_rows[i]\n")
+            ("owned", _indexed(owner_blend.replace("= chunk_row\n", "= chunk_rows[i]\n"))
              + "out[i] = (1.0 - f) * t_s + f * u_s\n" + net))),
     )) + "\n"
+
+
+def _indexed(src: str) -> str:
+    """The owned layouts' loop reads each layout's busiest / chunk-owner sums from [L] lists (layouts
+    of different owner-group counts have different busiest groups): `busy_s1 *` → `busy_s1[i] *`."""
+    for name in ("busy_s1", "busy_s2", "own_s1", "own_s2"):
+        src = src.replace(f"= {name} * ", f"= {name}[i] * ").replace(f", {name} * ", f", {name}[i] * ")
+    return src
 
 
 KERNELS = ("step_seconds", "owner_step_seconds", "blended_seconds", "owner_blended_seconds", "decode_steps",
