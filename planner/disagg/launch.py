@@ -26,7 +26,9 @@ Disaggregation flags, read in the engines' docs and code:
   `VLLM_NIXL_SIDE_CHANNEL_HOST`/`PORT` in its environment ("NixlConnector currently does not
   distinguish kv_role; the actual prefiller/decoder roles are determined by the upper-level proxy"),
   and a proxy (tests/v1/kv_connector/nixl_integration/toy_proxy_server.py `--prefiller-hosts …
-  --decoder-hosts …`, or llm-d's router).
+  --decoder-hosts …`, or llm-d's router). An instance over several nodes: DP ranks with
+  `--data-parallel-size-local`, `--data-parallel-address`, `--data-parallel-start-rank`
+  (docs/serving/data_parallel_deployment.md), TP with `--nnodes --node-rank --master-addr`.
 Hosts, ports and NIC names are placeholders (${...}); the memory each role's engine reserves is its
 own default (planner.disagg.roles), so no memory flag is printed.
 
@@ -123,7 +125,13 @@ def vllm_lines(prefill: Deployment, decode: Deployment, x: int, y: int) -> list[
             continue
         cfg = json.dumps({"kv_connector": "NixlConnector",
                           "kv_role": "kv_producer" if role == "prefill" else "kv_consumer"}, separators=(",", ":"))
-        multi = [f"--nnodes {dep.nodes}", "--node-rank ${NODE_RANK}"] if dep.nodes > 1 else []
+        multi = []
+        if dep.nodes > 1 and dep.placement.owner_groups > 1:
+            # docs/serving/data_parallel_deployment.md: DP ranks per node, the head's address, each node's first rank
+            multi = [f"--data-parallel-size-local {dep.placement.owner_groups // dep.nodes}",
+                     f"--data-parallel-address ${{{role.upper()}_ADDR}}", "--data-parallel-start-rank ${START_RANK}"]
+        elif dep.nodes > 1:
+            multi = [f"--nnodes {dep.nodes}", "--node-rank ${NODE_RANK}", f"--master-addr ${{{role.upper()}_ADDR}}"]
         out.append(" ".join([f"VLLM_NIXL_SIDE_CHANNEL_HOST=${{HOST}} VLLM_NIXL_SIDE_CHANNEL_PORT={VLLM_SIDE_CHANNEL_PORT}",
                              f"vllm serve {model_path(dep)}", *flags, *_kv_flag(dep, "vllm"), *multi,
                              f"--port {VLLM_PORTS[role]}", f"--kv-transfer-config '{cfg}'"])

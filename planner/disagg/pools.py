@@ -110,6 +110,7 @@ class PrefillPool:
     prompts_per_step: int  # per group (packed prompts; 1 with chunks)
     chunk_tokens: np.ndarray  # [K] tokens each step runs per group (K chunks, or one packed step)
     step_s: np.ndarray  # [K]
+    times: ResourceTimes  # [K] each step's resources
     binding: str  # resource binding the heaviest step
     request_s: float  # a request's own prefill: its step, or its chunks' steps
     compute_rate_requests_per_s: float  # the steps alone
@@ -157,7 +158,7 @@ def prefill_pool(dep: Deployment, prompt_tokens: float, pricing: Pricing | None 
     pool = dep.memory.kv_pool_bytes
     in_flight = g * math.floor(pool / kv_req) if kv_req > 0 else math.inf
     busy = float((scaleout / pr.scaleout_link_bytes_per_s).sum() / request_s)
-    return PrefillPool(dep, isl, c, m, tok, steps, binding, request_s, rate, kv_req, float(in_flight), busy)
+    return PrefillPool(dep, isl, c, m, tok, steps, times, binding, request_s, rate, kv_req, float(in_flight), busy)
 
 
 @dataclass(frozen=True)
