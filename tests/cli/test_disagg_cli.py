@@ -20,7 +20,7 @@ def _run(capsys, *argv):
 def test_table_names_the_best_split_the_hand_off_and_the_launch_lines(capsys):
     code, out, _ = _run(capsys, "disagg", "--gpus", "24", "--input", "1k", "--tpot-ms", "50")
     assert code == 0
-    assert "★ 1P(" in out and "2D(" in out.split("★")[1].splitlines()[0]
+    assert "★ 1P(" in out and "8:16" in out  # one prefill node, two decode nodes
     assert "hand-off (mooncake, per_chunk)" in out and "colocated best" in out
     assert "--disaggregation-mode prefill" in out and "NixlConnector" in out
 
@@ -39,8 +39,8 @@ def test_user_errors_are_one_line(capsys, argv, words):
 
 def test_sweep_and_plot(tmp_path):
     path = tmp_path / "ratio.png"
-    doc = run_cli(["disagg", "--model", "llama-3.1-70b", "--gpus", "16", "--tpot-ms", "50",
-                   "--sweep-input", "1k,32k", "--plot", str(path), "--json"])
+    doc = run_cli(["disagg", "--model", "llama-3.1-70b", "--weight-dtype", "fp8", "--gpus", "16", "--tpot-ms", "50",
+                   "--sweep-input", "1k,64k", "--plot", str(path), "--json"])
     assert path.stat().st_size > 10_000 and doc["plot"] == str(path)
     short, long = doc["ratio_sweep"]
     # a GQA model's P:D moves toward prefill as prompts grow
