@@ -255,6 +255,9 @@ def colocated_options(model, hardware, gpus: int, wl: Workload, pricing: Pricing
                 tpp = 1.0 / pre.compute_rate_requests_per_s
                 dec = decode_pool(dep, wl.prompt_tokens, wl.output_tokens, wl.tpot_s, pricing, floor, tpp)
                 n = gpus // size
+                if wl.rate_requests_per_s is not None and dec.rate_requests_per_s > 0:
+                    # NOTE: with a rate to sustain, the replicas it needs (at most the budget's)
+                    n = min(n, max(math.ceil(wl.rate_requests_per_s / dec.rate_requests_per_s), 1))
                 ttft = pre.request_s
                 reasons = []
                 if not dec.feasible:

@@ -176,6 +176,8 @@ def test_the_best_split_moves_toward_prefill_as_prompts_grow(dsa):
 def test_a_rate_asks_for_the_fewest_gpus(dsa):
     r = search(*dsa, 24, Workload(4096, 1024, None, 0.05, rate_requests_per_s=5.0), sizes=[8])
     assert r.best.gpus == 16 and r.best.rate_requests_per_s >= 5.0
+    c = r.colocated  # the colocated replicas it needs, not the whole budget
+    assert c.rate_requests_per_s >= 5.0 and c.rate_requests_per_s - c.rate_requests_per_s / c.replicas < 5.0
 
 
 def test_ttft_target_rules_splits_out(dsa):
