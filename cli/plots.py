@@ -166,3 +166,39 @@ def plot_thresholds(th, title: str, path: str) -> None:
     fig.subplots_adjust(wspace=0.32)
     _save(fig, path)
     plt.close(fig)
+
+
+def plot_disagg_ratio(rows: list[dict], title: str, path: str) -> None:
+    """The P:D sweep: the best split's share of prefill GPUs (left) and output tokens/s per GPU,
+    disaggregated and colocated (right), against input length, one line per output length."""
+    plt = _pyplot()
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10.5, 3.8))
+    for osl in sorted({r["output_tokens"] for r in rows}):
+        pts = sorted((r for r in rows if r["output_tokens"] == osl and r["best_label"] is not None),
+                     key=lambda r: r["input_tokens"])
+        if not pts:
+            continue
+        x = [r["input_tokens"] for r in pts]
+        share = [r["prefill_gpus"] / (r["prefill_gpus"] + r["decode_gpus"]) for r in pts]
+        line = ax1.plot(x, share, marker="o", lw=1.4, label=f"output {osl:,.0f}")[0]
+        for r, xi, s in zip(pts, x, share):
+            ax1.annotate(f"{r['prefill_gpus']}:{r['decode_gpus']}", (xi, s), textcoords="offset points", xytext=(0, 5),
+                         ha="center", fontsize=7)
+        ax2.plot(x, [r["output_tokens_per_s_per_gpu"] for r in pts], marker="o", lw=1.4, color=line.get_color(),
+                 label=f"disaggregated, output {osl:,.0f}")
+        colo = [(xi, r["colocated_output_tokens_per_s_per_gpu"]) for r, xi in zip(pts, x)
+                if r["colocated_output_tokens_per_s_per_gpu"] is not None]
+        if colo:
+            ax2.plot(*zip(*colo), ls="--", lw=1.2, color=line.get_color(), label=f"colocated, output {osl:,.0f}")
+    for ax in (ax1, ax2):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("input tokens")
+        ax.grid(alpha=0.3)
+    ax1.set_ylim(0, 1)
+    ax1.set_ylabel("prefill GPUs / all GPUs (labels P:D)")
+    ax2.set_ylabel("output tokens/s per GPU")
+    ax1.legend(fontsize=8)
+    ax2.legend(fontsize=7)
+    fig.suptitle(title, fontsize=10)
+    _save(fig, path)
+    plt.close(fig)

@@ -120,6 +120,11 @@ _HARMLESS_VALUE = frozenset({
     # thresholds` computes them): telemetry and per-batch choices, not the deployment
     "--forward-pass-metrics-ipc-name", "--forward-pass-metrics-worker-id",
     "--dynamic-attn-parallel-min-prefill-tokens", "--dynamic-attn-parallel-dcp-min-context",
+    # the KV transfer of disaggregated prefill/decode (`floorfirst disagg` prices it and prints these):
+    # SGLang's transfer backend, its NICs and bootstrap port (docs/advanced_features/pd_disaggregation.md),
+    # vLLM's KV connector (docs/features/nixl_connector_usage.md) — where the KV goes, not the deployment
+    "--disaggregation-transfer-backend", "--disaggregation-ib-device", "--disaggregation-bootstrap-port",
+    "--kv-transfer-config",
 })
 _HARMLESS_BOOL = frozenset({
     "--trust-remote-code", "--enable-metrics", "--log-requests", "--skip-server-warmup", "--disable-log-requests",

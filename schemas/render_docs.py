@@ -18,7 +18,7 @@ BEGIN = "<!-- BEGIN GENERATED: python schemas/render_docs.py -->"
 END = "<!-- END GENERATED -->"
 ORDER = ["models", "hardware", "floor", "compare", "capacity", "walls", "regimes", "triage", "triage_profile",
          "calibrate", "calibrate_kernel_db", "validate", "microbench", "simulate", "serve", "explain_launch", "follow",
-         "thresholds", "error"]
+         "thresholds", "disagg", "error"]
 
 
 def _type(s: dict) -> str:

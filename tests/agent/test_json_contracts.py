@@ -43,6 +43,10 @@ CASES = {
     "serve": [["serve", "--executor", "sim", "--requests", "12"]],  # the torch executor: tests/cli/test_serve_cli.py
     "follow": [["follow", "--engine-args", LAUNCH, "--once", str(FPM_STREAM), "--refit-every", "64", "--window", "128"]],
     "thresholds": [["thresholds", "--engine-args", LAUNCH], ["thresholds", "--engine-args", LAUNCH, "--floor", "sum", "--batch", "16"]],
+    "disagg": [["disagg", "--gpus", "16", "--input", "4k", "--tpot-ms", "50"],
+               ["disagg", "--model", "llama-3.1-70b", "--gpus", "8", "--input", "8k", "--engine", "vllm",
+                "--sweep-input", "2k,16k"],
+               ["disagg", "--gpus", "16", "--input", "4k", "--tpot-ms", "1"]],  # nothing meets the target: nulls
     "explain_launch": [["explain-launch", "python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3.2 --tp 8 "
                                           "--dp 8 --enable-dp-attention --port 30000"],
                        ["explain-launch", "vllm serve -tp 8 --max-model-len 65536"]],  # no model named: null
