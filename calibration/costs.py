@@ -23,7 +23,7 @@ import numpy as np
 import planner
 from calibration.artifact import DatasheetRates, RowFeatures, StepFeatures, step_features
 from calibration.schema import LoadedRow, Profile, RowIssue
-from calibration.serving import default_chunk_tokens, serving_steps
+from calibration.serving import row_queue, serving_steps
 from planner.errors import SpecError
 from planner.resources.vector import TIMED_RESOURCES
 
@@ -85,16 +85,41 @@ def rates_for(hw) -> DatasheetRates:
                           link_bytes_per_s=p.link_bytes_per_s)
 
 
-def row_steps(lr: LoadedRow, dep: planner.Deployment) -> list[tuple[float, float, float, float, float, float]]:
-    """(batch, context, prefill tokens, prefill context, query tokens, weight) of each step a row stands for."""
+def engine_of(lr: LoadedRow) -> str:
+    """The engine whose scheduler and memory a row is priced with: a serving row's `engine`, else
+    the default (a step row measured one step: only its pool's size follows the engine)."""
+    return (lr.serving.engine if lr.serving is not None else None) or DEFAULT_ENGINE
+
+
+def row_queue_of(lr: LoadedRow, dep: planner.Deployment):
+    """A serving row's running batch and queue under its engine (calibration.serving.row_queue):
+    what the deployment's KV pool holds at the mean context (planner capacity) and the engine's
+    running-request cap over its owner groups, per deployment group."""
+    from planner.capacity import max_concurrency
+
+    s = lr.serving
+    ctx = s.isl + s.osl / 2.0
+    pool = float(max_concurrency(dep, [ctx])[0]) / dep.replicas
+    return row_queue(s.concurrency, s.replicas, pool, dep.engine_model.scheduler(dep).running_cap)
+
+
+def row_steps(lr: LoadedRow, dep: planner.Deployment) -> list[tuple[float, ...]]:
+    """(batch, context, prefill tokens, prefill context, query tokens, weight, prefill groups) of
+    each step a row stands for: a serving row through its engine's scheduler (calibration.serving:
+    one scheduler per owner group of the placement, its chunk, separate or mixed prefill, the
+    running batch the pool and the cap allow)."""
     s = lr.serving
     if s is None:
         r = lr.row
-        return [(float(r.batch), r.context, r.prefill_tokens, 0.0, 1.0, 1.0)]
-    engine = s.engine or DEFAULT_ENGINE
-    chunk = s.chunk_tokens or default_chunk_tokens(engine, dep)
-    kinds = serving_steps(s.isl, s.osl, s.concurrency, s.replicas, engine, chunk, s.spec_tokens, s.accept_len or 1.0)
-    return [(k.batch, k.context, k.prefill_tokens, k.prefill_context, k.query_tokens, k.weight) for k in kinds]
+        return [(float(r.batch), r.context, r.prefill_tokens, 0.0, 1.0, 1.0, 1.0)]
+    engine = engine_of(lr)
+    spec = dep.engine_model.scheduler(dep)
+    chunk = spec.per_group_chunk(s.chunk_tokens) if s.chunk_tokens else spec.chunk_tokens_per_group
+    rq = row_queue_of(lr, dep)
+    kinds = serving_steps(s.isl, s.osl, s.concurrency, s.replicas, engine, chunk, s.spec_tokens, s.accept_len or 1.0,
+                          groups=spec.owner_groups, running=rq.running, mode=spec.prefill_mode)
+    return [(k.batch, k.context, k.prefill_tokens, k.prefill_context, k.query_tokens, k.weight, k.prefill_groups)
+            for k in kinds]
 
 
 def _price_group(rows: list[LoadedRow], first: LoadedRow):
@@ -108,15 +133,16 @@ def _price_group(rows: list[LoadedRow], first: LoadedRow):
                         "name a config.json of the stack that ran")
     dep = planner.make_deployment(model, hw, attn=r.attn, moe=r.moe, gpus=r.gpus, replicas=r.replicas,
                                   weight_dtype=r.weight_dtype, kv_dtype=r.kv_dtype, attention_kernel=r.attention_kernel,
-                                  nodes=r.nodes)
+                                  nodes=r.nodes, engine=engine_of(first))
     steps, owner = [], []
     for j, lr in enumerate(rows):
         for st in row_steps(lr, dep):
             steps.append(st)
             owner.append(j)
-    a = np.array(steps, dtype=np.float64)  # [S, 6]
-    load = planner.DecodeLoad.equal(a[:, 0], a[:, 1])
-    cost = planner.step_cost(dep, load, prefill_tokens=a[:, 2], prefill_context=a[:, 3], query_tokens=a[:, 4])
+    a = np.array(steps, dtype=np.float64)  # [S, 7]
+    load = planner.DecodeLoad.equal(np.round(a[:, 0]), a[:, 1])
+    cost = planner.step_cost(dep, load, prefill_tokens=a[:, 2], prefill_context=a[:, 3], query_tokens=a[:, 4],
+                             prefill_groups=a[:, 6])
     return dep, hw, cost, np.array(owner, dtype=np.int64), a[:, 5]
 
 
@@ -124,7 +150,7 @@ def price_profile(profile: Profile) -> ProfileCosts:
     """Group rows by deployment and price each group's steps in one call."""
     by_key: dict[tuple, list[int]] = {}
     for i, lr in enumerate(profile.rows):
-        by_key.setdefault(lr.row.deployment_key(), []).append(i)
+        by_key.setdefault((*lr.row.deployment_key(), engine_of(lr)), []).append(i)
     issues: list[RowIssue] = []
     kept: list[LoadedRow] = []
     feats, meas, hw_names, labels, groups = [], [], [], [], []

@@ -163,7 +163,7 @@ def kv_pool_bytes(dep: Deployment) -> float:
     return dep.memory.kv_pool_bytes
 
 
-def share_inputs(dep: Deployment, g: DecodeLoad, pre, pre_ctx=None, q=None) -> list[tuple[ShareInputs, int]]:
+def share_inputs(dep: Deployment, g: DecodeLoad, pre, pre_ctx=None, q=None, pre_groups=None) -> list[tuple[ShareInputs, int]]:
     """One ShareInputs per distinct mixer variant of the model, with its layer count; with several
     variants and unequal lengths, owners are balanced by each request's bytes over all layers."""
     mixers = dep.model.mixers
@@ -172,7 +172,8 @@ def share_inputs(dep: Deployment, g: DecodeLoad, pre, pre_ctx=None, q=None) -> l
         tokens = np.ceil(g.lengths / dep.page_tokens) * dep.page_tokens
         owner = sum(sum(v.kv_stored_bytes(tokens, dep.kv_dtype).values()) * n for v, n in mixers)
     groups = dep.placement.owner_groups
-    return [(ShareInputs(dep.model, dep.ranks, g, pre, dep.kv_dtype, dep.page_tokens, pre_ctx, q, v, owner, groups), n)
+    return [(ShareInputs(dep.model, dep.ranks, g, pre, dep.kv_dtype, dep.page_tokens, pre_ctx, q, v, owner, groups,
+                         pre_groups), n)
             for v, n in mixers]
 
 
@@ -311,10 +312,12 @@ def _select(keep_a: np.ndarray, a: dict, b: dict) -> dict:
 
 
 def step_cost(dep: Deployment, load: DecodeLoad, prefill_tokens=0.0, pricing: Pricing | None = None,
-              prefill_context=0.0, query_tokens=1.0) -> StepCost:
+              prefill_context=0.0, query_tokens=1.0, prefill_groups=1.0) -> StepCost:
     """Price one step. `load` is the deployment's decode requests; `prefill_tokens` [P] or scalar
     is the prefill chunk (one request's) each group runs in the same step, and `prefill_context`
-    the tokens that request already has cached; `query_tokens` [P] or scalar the query tokens each
+    the tokens that request already has cached; `prefill_groups` [P] or scalar how many owner
+    groups of the layout each run such a chunk in the step (one scheduler per group: the MLP side
+    sees every chunk, the busiest rank its own; 1 by default); `query_tokens` [P] or scalar the query tokens each
     decode request runs (1; k + 1 when a step verifies k draft tokens: projections, MoE and the
     attention core see B·(k+1) tokens, the KV is read once per request). For owner layouts the
     busiest rank is either the decode-busiest owner or the owner running the chunk, whichever has
@@ -330,7 +333,11 @@ def step_cost(dep: Deployment, load: DecodeLoad, prefill_tokens=0.0, pricing: Pr
         raise SpecError("prefill tokens and prefill context must be finite and ≥ 0")
     if not (np.all(np.isfinite(q)) and np.all(q >= 1)):
         raise SpecError("query tokens per decode request must be finite and ≥ 1")
-    inps = share_inputs(dep, g, pre, pre_ctx, q)
+    groups = np.broadcast_to(np.asarray(prefill_groups, dtype=np.float64), (pts,))
+    g_max = float(dep.placement.owner_groups)
+    if not (np.all(np.isfinite(groups)) and np.all(groups >= 1) and np.all(groups <= g_max)):
+        raise SpecError(f"prefill groups must be in [1, {g_max:g}] (the layout's owner groups)")
+    inps = share_inputs(dep, g, pre, pre_ctx, q, None if np.all(groups == 1.0) else groups.copy())
     inp = inps[0][0]
     net_b, net_m, tier_b, tier_m = _network(dep, inps, pts)
     net_total = tier_b[SCALEUP] + tier_b[SCALEOUT] if dep.group_nodes > 1 else tier_b[SCALEUP]

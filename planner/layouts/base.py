@@ -138,8 +138,11 @@ class ShareInputs:
     attention: AttentionVariant | None = None  # the mixer variant of the layer group priced (None: the model's primary)
     owner_bytes: np.ndarray | None = None  # [P, R] bytes per request over all layers, what owners are balanced by (None: this group's)
     owner_groups: int = 0  # the placement's owner groups (a layout that takes a count reads it; 0: not given)
+    # [P] owner groups that each run a chunk of `prefill_tokens` in the step (one scheduler per
+    # group, planner.engines.scheduling): the MLP side sees all of them, the busiest rank one (None: 1)
+    prefill_groups: np.ndarray | None = None
     decode_tokens: np.ndarray = field(init=False)  # [P] decode query tokens of the group
-    step_tokens: np.ndarray = field(init=False)  # [P] decode + prefill tokens the group runs this step
+    step_tokens: np.ndarray = field(init=False)  # [P] decode + every group's prefill tokens the group runs this step
 
     def __post_init__(self) -> None:
         if self.prefill_context is None:
@@ -149,7 +152,8 @@ class ShareInputs:
         if self.attention is None:
             object.__setattr__(self, "attention", self.model.attention)
         object.__setattr__(self, "decode_tokens", self.load.batch * self.query_tokens)
-        object.__setattr__(self, "step_tokens", self.decode_tokens + self.prefill_tokens)
+        pre_all = self.prefill_tokens if self.prefill_groups is None else self.prefill_tokens * self.prefill_groups
+        object.__setattr__(self, "step_tokens", self.decode_tokens + pre_all)
 
 
 def pages_rounded(tokens: np.ndarray, page_tokens: int) -> np.ndarray:
