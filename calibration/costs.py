@@ -106,9 +106,12 @@ def _price_group(rows: list[LoadedRow], first: LoadedRow):
         # floor; refuse it with the fix instead.
         raise SpecError(f"the row ran num_layers={r.num_layers} but model {r.model} has {model.num_layers}: "
                         "name a config.json of the stack that ran")
+    # NOTE: the row's engine prices its steps with that engine's kernels (planner.engines.kernels); a
+    # step row that names none ran outside any engine (floorfirst's own executor): its kernels are
+    # the layout's ideal ones, its memory the default engine's
     dep = planner.make_deployment(model, hw, attn=r.attn, moe=r.moe, gpus=r.gpus, replicas=r.replicas,
                                   weight_dtype=r.weight_dtype, kv_dtype=r.kv_dtype, attention_kernel=r.attention_kernel,
-                                  nodes=r.nodes)
+                                  nodes=r.nodes, engine=r.engine or DEFAULT_ENGINE, engine_kernels=r.engine is not None)
     steps, owner = [], []
     for j, lr in enumerate(rows):
         for st in row_steps(lr, dep):

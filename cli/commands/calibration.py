@@ -175,7 +175,7 @@ def validate(
     sets: SetOpt = None,
     folds: Annotated[int, typer.Option("--folds", help="k of k-fold cross-validation.")] = 5,
     seed: Annotated[int, typer.Option("--seed", help="Fold shuffle seed.")] = 0,
-    holdout: Annotated[Optional[list[str]], typer.Option("--holdout", help="Also hold out each group of: model, gpus or layout (fit on the others, predict it); repeatable.")] = None,
+    holdout: Annotated[Optional[list[str]], typer.Option("--holdout", help="Also hold out each group of: model, gpus, layout or engine (fit on the others, predict it); repeatable.")] = None,
     spec_tokens: SpecTokensOpt = None, accept_len: AcceptLenOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
