@@ -107,6 +107,23 @@ def datasheet_model() -> StepTimeModel:
     return StepTimeModel(DATASHEET_MODEL, DATASHEET_ALPHA, 0.0)
 
 
+def default_step_model(dep: Deployment) -> StepTimeModel:
+    """The step model a deployment is priced by unless a calibration is given (issue 26): the shipped
+    prior of its (GPU, engine) (calibration/priors: per-kernel tables, no end-to-end row) when one
+    exists and the deployment runs its engine's kernels; else the datasheet midpoint (DATASHEET_MODEL).
+    Its label says which."""
+    from calibration.priors import SOURCE_WHEEL, prior_path  # lazy: optional package
+
+    path = prior_path(dep.hardware.name, dep.engine) if dep.engine_kernels else None
+    if path is None:
+        return datasheet_model()
+    m = calibrated_model(str(path))
+    p = m.calibration.params
+    label = (f"prior: {dep.hardware.name} × {dep.engine} (calibration/priors/{path.name}, {SOURCE_WHEEL} per-kernel "
+             f"tables; overhead {p.overhead_s:g} s + max + {p.overlap_alpha:g}*(sum - max))")
+    return StepTimeModel(label, m.alpha, m.overhead_s, m.calibration)
+
+
 def calibrated_model(path: str) -> StepTimeModel:
     """The calibration artifact's model; SpecError (one line) if it can't be read."""
     from calibration.artifact import load_calibration  # lazy: optional package
