@@ -219,7 +219,7 @@ class EngineKernels:
             "moe_decode": None if self.moe_decode is None else self.moe_decode.name,
             "moe_prefill": None if self.moe_prefill is None else self.moe_prefill.name,
             "moe_gemm": None if self.moe_gemm is None else self.moe_gemm.kernel,
-            "cuda_graph_max_batch": (self.graphs.sizes[-1] if self.graphs is not None and self.graphs.sizes else 0),
+            "cuda_graph_max_batch_requests": (self.graphs.sizes[-1] if self.graphs is not None and self.graphs.sizes else 0),
             "cuda_graph_padding": bool(self.graphs is not None and self.graphs.pads),
             "attention_backends": {k: v.name for k, v in self.attention.items()},
             "step_overhead_s": self.step_overhead_s,
