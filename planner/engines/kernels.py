@@ -34,7 +34,6 @@ overlap, eager launch gaps above the largest graph, routing skew.
 
 from __future__ import annotations
 
-import bisect
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -176,12 +175,9 @@ class CudaGraphs:
         b = np.asarray(batch, dtype=np.float64)
         if not self.pads or not self.sizes:
             return b
-        out = b.copy()
-        flat = out.reshape(-1)
-        for i, x in enumerate(b.reshape(-1)):
-            if 0 < x <= self.sizes[-1]:
-                flat[i] = float(self.sizes[bisect.bisect_left(self.sizes, int(np.ceil(x)))])
-        return out
+        sizes = np.asarray(self.sizes, dtype=np.float64)
+        idx = np.minimum(np.searchsorted(sizes, np.ceil(b), side="left"), sizes.size - 1)
+        return np.where((b > 0) & (b <= sizes[-1]), sizes[idx], b)
 
 
 @dataclass(frozen=True)
