@@ -90,6 +90,9 @@ class Deployment:
     # the engine's kernels price the step's engine terms (planner.engines.kernels); False: the
     # layout's ideal kernels alone (a row measured outside any engine: floorfirst's own executor)
     engine_kernels: bool = True
+    # the engine's MoE all-to-all backend (SGLang --moe-a2a-backend: none, deepep; vLLM --all2all-backend:
+    # allgather_reducescatter, deepep_low_latency, deepep_high_throughput); None: the engine's default
+    moe_a2a: str | None = None
 
     @property
     def ranks(self) -> int:
@@ -204,7 +207,7 @@ def make_deployment(model: ModelSpec, hardware: HardwareSpec, *, attn: str = "tp
                     nodes: int | None = None, attention_kernel: str | None = None,
                     host_tier: HostTierSpec | None = None,
                     swa_full_tokens_ratio: float | None = None, attn_groups: int | None = None,
-                    engine_kernels: bool = True) -> Deployment:
+                    engine_kernels: bool = True, moe_a2a: str | None = None) -> Deployment:
     if attn not in ATTN_LAYOUTS:
         raise SpecError(f"attn={attn!r} is not a layout; choose one of {', '.join(ATTN_LAYOUTS)}")
     if moe not in MOE_SPLITS:
@@ -226,6 +229,9 @@ def make_deployment(model: ModelSpec, hardware: HardwareSpec, *, attn: str = "tp
             raise SpecError(f"reserve={reserve_bytes} must be ≥ 0")
         reserve_bytes = float(reserve_bytes)
     eng.check(mem_fraction, reserve_bytes)
+    if moe_a2a is not None and moe_a2a not in eng.moe_a2a_backends:
+        raise SpecError(f"moe_a2a={moe_a2a!r} is not one of engine {engine}'s MoE all-to-all backends"
+                        f"{': ' + ', '.join(eng.moe_a2a_backends) if eng.moe_a2a_backends else ' (it declares none)'}")
     if swa_full_tokens_ratio is not None:
         swa_full_tokens_ratio = _swa_ratio(eng, swa_full_tokens_ratio)
     wdt = weight_dtype or model.default_weight_dtype
@@ -248,7 +254,7 @@ def make_deployment(model: ModelSpec, hardware: HardwareSpec, *, attn: str = "tp
         check_tier(model, host_tier)
     return Deployment(model, hardware, attn, moe, gpus, replicas, wdt, kdt, page, engine, nodes, mem_fraction,
                       reserve_bytes, attention_kernel, host_tier, weight_dtype is not None, swa_full_tokens_ratio,
-                      attn_groups, bool(engine_kernels))
+                      attn_groups, bool(engine_kernels), moe_a2a)
 
 
 def _attn_groups(layout: AttentionLayout, groups, ranks: int, group_nodes: int) -> int | None:
@@ -296,7 +302,7 @@ def replace_deployment(dep: Deployment, **changes) -> Deployment:
               reserve_bytes=dep.reserve_bytes, engine=dep.engine, nodes=dep.nodes,
               attention_kernel=dep.attention_kernel, host_tier=dep.host_tier,
               swa_full_tokens_ratio=dep.swa_full_tokens_ratio, attn_groups=dep.attn_groups,
-              engine_kernels=dep.engine_kernels)
+              engine_kernels=dep.engine_kernels, moe_a2a=dep.moe_a2a)
     kw.update(changes)
     # NOTE: a group count belongs to its layout: another layout takes its own (or its default)
     if "attn_groups" not in changes and (kw["attn"] != dep.attn or kw["gpus"] != dep.gpus

@@ -139,6 +139,8 @@ class EngineMemoryModel:
     # NOTE: SGLang's --swa-full-tokens-ratio is that engine's own flag (vLLM sizes one pool of
     # hybrid blocks, no such ratio): an engine that does not take it refuses it at make_deployment
     takes_swa_full_tokens_ratio: ClassVar[bool] = False
+    # the MoE all-to-all backends a deployment may name (`Deployment.moe_a2a`; planner.engines.kernels)
+    moe_a2a_backends: ClassVar[tuple[str, ...]] = ()
 
     def default_kv_dtype(self, model: "ModelSpec", hw: "HardwareSpec") -> str:
         """The canonical KV dtype ('bf16', 'fp8', 'fp8_dsa') the engine picks for `auto`."""

@@ -202,6 +202,7 @@ class SGLang(EngineMemoryModel):
     description = "SGLang: mem_fraction_static of the free memory before weights holds weights + KV"
     fraction_name = "mem_fraction_static"
     takes_swa_full_tokens_ratio = True
+    moe_a2a_backends = ("none", "deepep")
 
     def default_kv_dtype(self, model, hw):
         only = model.attention.supported_kv_dtypes()
@@ -260,7 +261,7 @@ class SGLang(EngineMemoryModel):
                              False, "sgl-project/sglang python/sglang/srt: managers/scheduler.py, schedule_policy.py, "
                                     "data_parallel_controller.py; mem_cache/kv_cache_configurator.py")
 
-    def kernels(self, dep, moe_a2a_backend: str = DEFAULT_MOE_A2A_BACKEND):
+    def kernels(self, dep, moe_a2a_backend: str | None = None):
         """What SGLang's steps run (planner.engines.kernels), read in sgl-project/sglang python/sglang/srt:
         - MoE token movement with DP attention, `--moe-a2a-backend none` (server_args.py ServerArgs:
           moe_a2a_backend "none", deepep_mode "auto"): layers/dp_attention.py `_dp_gather` — a decode
@@ -282,6 +283,7 @@ class SGLang(EngineMemoryModel):
                                              AllReduceGather, AttentionBackend, CudaGraphs, DeepEPLowLatency,
                                              DeepEPNormal, EngineKernels, NarrowGemm, capture_sizes)
 
+        moe_a2a_backend = moe_a2a_backend or dep.moe_a2a or DEFAULT_MOE_A2A_BACKEND
         if moe_a2a_backend == "deepep":
             decode = DeepEPLowLatency("deepep_low_latency", "sglang layers/moe/token_dispatcher/deepep.py (deepep_mode auto: decode)")
             prefill = DeepEPNormal("deepep_normal", "sglang layers/moe/token_dispatcher/deepep.py (deepep_mode auto: extend)")

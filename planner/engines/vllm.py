@@ -111,6 +111,7 @@ class VLLM(EngineMemoryModel):
     name = "vllm"
     description = "vLLM: gpu_memory_utilization of total memory minus weights, profiled peak and non-torch memory"
     fraction_name = "gpu_memory_utilization"
+    moe_a2a_backends = ("allgather_reducescatter", "deepep_low_latency", "deepep_high_throughput")
 
     def default_kv_dtype(self, model, hw):
         only = model.attention.supported_kv_dtypes()
@@ -163,11 +164,18 @@ class VLLM(EngineMemoryModel):
           attention FLASH_ATTN (Hopper) / FLASHINFER (Blackwell);
         - per-step overhead: the stated default (planner.engines.kernels DEFAULT_STEP_OVERHEAD_S)."""
         from planner.engines.kernels import (DEFAULT_STEP_OVERHEAD_S, DEFAULT_STEP_OVERHEAD_SOURCE, AllGatherReduceScatter,
-                                             AttentionBackend, CudaGraphs, EngineKernels, NarrowGemm, capture_sizes)
+                                             AttentionBackend, CudaGraphs, DeepEPLowLatency, DeepEPNormal, EngineKernels,
+                                             NarrowGemm, capture_sizes)
         from planner.models.attention.kernels import HOPPER
 
         comm = AllGatherReduceScatter("allgather_reducescatter", "vllm/distributed/device_communicators/all2all.py "
                                       "AgRsAll2AllManager (ParallelConfig.all2all_backend default)", routes_in_dispatch=True)
+        # NOTE: --all2all-backend deepep_low_latency / deepep_high_throughput run DeepEP's low-latency or
+        # normal kernels for every step (all2all.py DeepEPLLAll2AllManager / DeepEPHTAll2AllManager)
+        if dep.moe_a2a == "deepep_low_latency":
+            comm = DeepEPLowLatency("deepep_low_latency", "vllm all2all.py DeepEPLLAll2AllManager")
+        elif dep.moe_a2a == "deepep_high_throughput":
+            comm = DeepEPNormal("deepep_high_throughput", "vllm all2all.py DeepEPHTAll2AllManager")
         _, seqs = batch_defaults(dep.hardware)
         top = min(2 * seqs, MAX_CUDAGRAPH_CAPTURE_SIZE)
         sizes = tuple(x for x in capture_sizes(([1, 2, 4], range(8, 256, 8), range(256, top + 1, 16))) if x <= top)

@@ -187,3 +187,16 @@ def test_engine_terms_stay_out_of_the_floors():
     b = planner.step_cost(dep("sglang", engine_kernels=False), load)
     np.testing.assert_array_equal(a.floor_max_s, b.floor_max_s)
     np.testing.assert_array_equal(a.floor_sum_s, b.floor_sum_s)
+
+
+def test_a_deployment_names_its_moe_all_to_all_backend():
+    from planner.errors import SpecError
+
+    assert isinstance(dep("sglang", moe_a2a="deepep").kernels.moe_decode, DeepEPLowLatency)
+    assert isinstance(dep("vllm", moe_a2a="deepep_high_throughput").kernels.moe_decode, DeepEPNormal)
+    assert isinstance(dep("vllm", moe_a2a="deepep_low_latency").kernels.moe_prefill, DeepEPLowLatency)
+    with pytest.raises(SpecError, match="not one of engine trtllm's"):
+        dep("trtllm", moe_a2a="deepep")
+    # DeepEP can't serve TP-sharded experts: the step falls back to all-gather / reduce-scatter
+    e = planner.step_cost(dep("sglang", moe="tp", moe_a2a="deepep"), planner.DecodeLoad.equal(64.0, 4096.0)).engine
+    assert "moe_allgather_dispatch" in e.network_bytes and not any(k.startswith("ep_") for k in e.network_bytes)
