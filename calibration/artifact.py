@@ -12,6 +12,12 @@ Prediction for one step (all terms priced from the step's own bytes, FLOPs and m
                no measured row has a tier yet, so the term is the datasheet floor, efficiency 1)
   t          = overhead_s + max(terms) + α · (sum(terms) − max(terms))
 
+The step's engine terms (planner.step EngineStepCost: the engine's own collectives, its thin expert
+GEMMs' extra streaming, CUDA-graph padding) enter these parts where the step carries them. A fit
+over rows of several engines gives each engine beyond the first its own efficiencies and overhead
+(`engines`, ENGINE_PARAM_NAMES); link, message latency and α are shared. `engine` names the engine
+`params` price, `origin` whether the artifact was fitted or is a shipped prior (calibration/priors).
+
 e_* ∈ (0, 1] are achieved fractions of the datasheet rates, so a calibrated prediction is never
 below the datasheet floor max (the floors themselves stay untouched: this module only reads a
 `StepCost`). α = 0 is perfect overlap, α = 1 none.

@@ -20,6 +20,12 @@ both enter the network-bytes resource with their own rates (time = Σ over tiers
 collective that spans nodes is one message at the scale-out latency. Components name the
 collective, with '@scaleout' on the share that crosses the NIC.
 
+The engine's own kernels (planner.engines.kernels, read through `Deployment.kernels`) are priced
+apart, as `StepCost.engine` (`engine_layer`): its MoE token movement in place of the layout's ideal
+collectives, its thin expert GEMMs' extra streaming (`experts_narrow_gemm`), CUDA-graph padding and
+its per-step overhead. The floors leave them out (they stay lower bounds); the calibrated step model
+prices them (calibration.artifact `step_features`).
+
 Ignores (NOTE, calibration absorbs them): activation reads/writes, norms, RoPE, softmax, the
 router GEMM, MTP draft layers, kernel launch gaps, routing skew across EP ranks.
 """
