@@ -12,6 +12,12 @@ Prediction for one step (all terms priced from the step's own bytes, FLOPs and m
                no measured row has a tier yet, so the term is the datasheet floor, efficiency 1)
   t          = overhead_s + max(terms) + α · (sum(terms) − max(terms))
 
+The step's engine terms (planner.step EngineStepCost: the engine's own collectives, its thin expert
+GEMMs' extra streaming, CUDA-graph padding) enter these parts where the step carries them. A fit
+over rows of several engines gives each engine beyond the first its own efficiencies and overhead
+(`engines`, ENGINE_PARAM_NAMES); link, message latency and α are shared. `engine` names the engine
+`params` price, `origin` whether the artifact was fitted or is a shipped prior (calibration/priors).
+
 e_* ∈ (0, 1] are achieved fractions of the datasheet rates, so a calibrated prediction is never
 below the datasheet floor max (the floors themselves stay untouched: this module only reads a
 `StepCost`). α = 0 is perfect overlap, α = 1 none.
@@ -48,6 +54,24 @@ PARAM_NAMES: tuple[str, ...] = (
 )
 
 
+# Parameters one engine may hold of its own when a fit spans several engines (calibration.fit):
+# its kernels' efficiencies and its overhead; the link, the message latency and α are the
+# hardware's, shared by every engine.
+ENGINE_PARAM_NAMES: tuple[str, ...] = (
+    "hbm_weight_efficiency", "hbm_kv_efficiency", "compute_linear_efficiency", "compute_attention_efficiency", "overhead_s",
+)
+ENGINE_PARAM_INDEX: tuple[int, ...] = tuple(PARAM_NAMES.index(n) for n in ENGINE_PARAM_NAMES)
+# Codes a step's features carry for the engine whose kernels priced it (StepFeatures.engine_code);
+# 'bare' is a row measured outside any engine (the layout's ideal kernels).
+ENGINE_CODES: tuple[str, ...] = ("bare", "sglang", "vllm", "trtllm")
+
+
+def engine_code(name: str | None) -> float:
+    """The feature code of an engine (ENGINE_CODES; an engine registered later gets its own)."""
+    name = name or "bare"
+    return float(ENGINE_CODES.index(name)) if name in ENGINE_CODES else float(100 + sum(map(ord, name)))
+
+
 # NOTE: the fit's own bounds (calibration.fit bounds its parameters by these same names): an
 # artifact the fit could not have written is refused. Overhead is bounded by the fit at the fastest
 # measured step; 10 s per step is far past any decode step and keeps predictions meaningful.
@@ -79,6 +103,17 @@ class FittedParams(_Frozen):
     @classmethod
     def from_vector(cls, x) -> "FittedParams":
         return cls(**{n: float(v) for n, v in zip(PARAM_NAMES, x)})
+
+
+class EngineParams(_Frozen):
+    """One engine's own parameters in a fit over several engines (ENGINE_PARAM_NAMES); the shared
+    ones (link, message latency, α) are the calibration's `params`."""
+
+    hbm_weight_efficiency: float = Field(ge=EFF_MIN, le=1)
+    hbm_kv_efficiency: float = Field(ge=EFF_MIN, le=1)
+    compute_linear_efficiency: float = Field(ge=EFF_MIN, le=1)
+    compute_attention_efficiency: float = Field(ge=EFF_MIN, le=1)
+    overhead_s: float = Field(ge=0, le=MAX_OVERHEAD_S)
 
 
 class DatasheetRates(_Frozen):
@@ -134,26 +169,42 @@ class Calibration(_Frozen):
     microbench: DataSource | None = None
     fit: FitSummary
     notes: tuple[str, ...] = ()
+    # the engine `params` were fitted on (None: rows measured outside any engine, or an older artifact)
+    engine: str | None = None
+    # per-engine parameters of a fit over several engines (the others use `params`)
+    engines: dict[str, EngineParams] = Field(default_factory=dict)
+    # what the model is: 'fit' (measured rows) or 'prior' (per-kernel tables, no measured row)
+    origin: Literal["fit", "prior"] = "fit"
+
+    def vector_for(self, engine: str | None) -> np.ndarray:
+        """The parameter vector (PARAM_NAMES order) that prices steps run by `engine`."""
+        x = self.params.vector()
+        own = self.engines.get(engine or "")
+        if own is not None:
+            for i, n in zip(ENGINE_PARAM_INDEX, ENGINE_PARAM_NAMES):
+                x[i] = getattr(own, n)
+        return x
 
     def predict_terms_s(self, cost) -> dict[str, np.ndarray]:
         """Calibrated per-resource times [P], keyed by planner.TIMED_RESOURCES."""
         f = step_features(cost, self.rates)
-        p = self.params
-        return {
-            "hbm": f.weight_hbm_s / p.hbm_weight_efficiency + f.other_hbm_s / p.hbm_kv_efficiency,
-            "compute": (f.linear_compute_s / p.compute_linear_efficiency + f.attention_compute_s / p.compute_attention_efficiency
-                        + f.latency_s),
-            "network_bytes": f.network_bytes_s / p.network_efficiency,
-            "network_messages": f.network_messages * p.message_latency_s,
-            "host_link": f.host_link_s,
-        }
+        t = calibrated_terms_s(f, self.vector_for(_cost_engine(cost)))
+        return {"hbm": t[0], "compute": t[1], "network_bytes": t[2], "network_messages": t[3], "host_link": t[4]}
+
+    def overhead_for(self, engine: str | None) -> float:
+        return float(self.vector_for(engine)[7])
+
+    def alpha_for(self, engine: str | None) -> float:
+        return float(self.vector_for(engine)[6])
 
     def predict_s(self, cost) -> np.ndarray:
         """Predicted step seconds [P] for a `planner.StepCost` of this calibration's hardware."""
-        return predict_from_features(step_features(cost, self.rates), self.params.vector())
+        return predict_from_features(step_features(cost, self.rates), self.vector_for(_cost_engine(cost)))
 
     def summary(self) -> dict:
-        return {"hardware": self.rates.hardware, "params": self.params.model_dump(), "fitted": list(self.fitted),
+        return {"hardware": self.rates.hardware, "engine": self.engine, "origin": self.origin,
+                "engines": {k: v.model_dump() for k, v in self.engines.items()},
+                "params": self.params.model_dump(), "fitted": list(self.fitted),
                 "fixed": dict(self.fixed), "rows": self.fit.rows,
                 "in_sample_median_abs_pct_error": self.fit.median_abs_pct_error,
                 "in_sample_p90_abs_pct_error": self.fit.p90_abs_pct_error,
@@ -172,6 +223,7 @@ class StepFeatures:
     network_messages: np.ndarray  # a count, priced by the fitted latency
     latency_s: np.ndarray  # fixed latencies inside the compute term (top-k), taken as declared
     host_link_s: np.ndarray  # a host KV tier's fetches at the datasheet host-link rate (0 without a tier)
+    engine_code: np.ndarray  # whose kernels ran the step (ENGINE_CODES), for fits over several engines
 
     def take(self, idx) -> "StepFeatures":
         return StepFeatures(*(getattr(self, n)[idx] for n in self.__dataclass_fields__))
@@ -190,10 +242,17 @@ class StepFeatures:
 ATTENTION_FLOP_COMPONENTS = ("attention_core", "indexer", "head_padding")  # bf16 attention work (planner.step)
 
 
+def _cost_engine(cost) -> str | None:
+    e = getattr(cost, "engine", None)
+    return None if e is None or e.engine == "bare" else e.engine
+
+
 def step_features(cost, rates: DatasheetRates) -> StepFeatures:
     """Split a StepCost into the parts the calibrated model prices. The attention work (core,
     DSA's indexer scores, padded head rows) is bf16 (planner.step prices it so); everything else in
-    flops_by_dtype is linear work."""
+    flops_by_dtype is linear work. The engine's terms (planner.step EngineStepCost) are priced
+    where the step carries them: its narrow expert GEMMs as weight streaming, its CUDA-graph padding
+    as linear work, its own collectives in place of the layout's ideal ones."""
     hbm = cost.components.get("hbm_bytes", {})
     weight_b = sum((v for k, v in hbm.items() if k.endswith("_weights")), np.zeros_like(cost.hbm_bytes))
     other_b = cost.hbm_bytes - weight_b
@@ -214,19 +273,31 @@ def step_features(cost, rates: DatasheetRates) -> StepFeatures:
             raise SpecError(f"calibration for {rates.hardware} has no {dtype} FLOP/s rate")
         lin = lin + np.asarray(f, dtype=np.float64) / rate
     att_s = np.asarray(att_flops, dtype=np.float64) / bf16
+    eng = getattr(cost, "engine", None)
+    pad_s = 0.0
+    if eng is not None:
+        weight_b = weight_b + eng.extra_hbm_bytes
+        for dtype, f in eng.flops_by_dtype.items():
+            pad_s = pad_s + np.asarray(f, dtype=np.float64) / rates.flops_per_s.get(dtype, bf16)
+    # NOTE: a group spanning nodes has NIC bytes and messages too; they enter as the scale-up bytes
+    # and messages that take as long on the datasheet (planner.step.StepCost), so one fitted link
+    # efficiency and one latency scale both tiers.
+    if hasattr(cost, "engine_network_scaleup_equivalent"):
+        net_b, net_m = cost.engine_network_scaleup_equivalent()
+    else:
+        net_b, net_m = cost.network_bytes_scaleup_equivalent, cost.network_messages_scaleup_equivalent
+    code = engine_code(_cost_engine(cost))
     return StepFeatures(
         weight_hbm_s=np.asarray(weight_b / rates.hbm_bytes_per_s, dtype=np.float64),
         other_hbm_s=np.asarray(other_b / rates.hbm_bytes_per_s, dtype=np.float64),
-        linear_compute_s=np.maximum(lin - att_s, 0.0),
+        linear_compute_s=np.maximum(lin - att_s, 0.0) + pad_s,
         attention_compute_s=att_s,
-        # NOTE: a group spanning nodes has NIC bytes and messages too; they enter as the scale-up
-        # bytes and messages that take as long on the datasheet (planner.step.StepCost), so one
-        # fitted link efficiency and one latency scale both tiers.
-        network_bytes_s=np.asarray(cost.network_bytes_scaleup_equivalent / rates.link_bytes_per_s, dtype=np.float64),
-        network_messages=np.asarray(cost.network_messages_scaleup_equivalent, dtype=np.float64),
+        network_bytes_s=np.asarray(net_b / rates.link_bytes_per_s, dtype=np.float64),
+        network_messages=np.asarray(net_m, dtype=np.float64),
         latency_s=np.asarray(cost.fixed_latency_s, dtype=np.float64),
         # NOTE: at the cost's own pricing (datasheet in the fit and the checks): the tier is not fitted
         host_link_s=np.zeros_like(np.asarray(cost.hbm_bytes, dtype=np.float64)) + cost.times.host_link_s,
+        engine_code=np.full(np.shape(np.asarray(cost.hbm_bytes)), code),
     )
 
 
@@ -242,8 +313,22 @@ def calibrated_terms_s(f: StepFeatures, x: np.ndarray) -> np.ndarray:
     ])
 
 
+def per_step_params(x: np.ndarray, codes: np.ndarray, blocks: tuple[float, ...]) -> np.ndarray:
+    """[8, S] the parameters each step is priced at: `x` = the 8 shared parameters (PARAM_NAMES)
+    then, per engine code in `blocks`, its own ENGINE_PARAM_NAMES; steps of other engines use the
+    shared ones."""
+    out = np.repeat(np.asarray(x[: len(PARAM_NAMES)], dtype=np.float64)[:, None], codes.size, axis=1)
+    for j, code in enumerate(blocks):
+        sel = codes == code
+        lo = len(PARAM_NAMES) + j * len(ENGINE_PARAM_NAMES)
+        for i, v in zip(ENGINE_PARAM_INDEX, x[lo: lo + len(ENGINE_PARAM_NAMES)]):
+            out[i, sel] = v
+    return out
+
+
 def predict_from_features(f: StepFeatures, x: np.ndarray) -> np.ndarray:
-    """t = overhead + max + α(sum − max) for parameter vector `x` in PARAM_NAMES order."""
+    """t = overhead + max + α(sum − max) for parameter vector `x` in PARAM_NAMES order (or [8, P]:
+    one column per step)."""
     alpha, over = x[6], x[7]
     terms = calibrated_terms_s(f, x)
     mx = terms.max(axis=0)
@@ -260,6 +345,7 @@ class RowFeatures:
     step_row: np.ndarray  # [S] int, the row each step belongs to
     weight: np.ndarray  # [S] steps per measured unit of its row
     rows: int
+    blocks: tuple[float, ...] = ()  # engine codes with their own parameters (calibration.fit, several engines)
 
     @classmethod
     def one_step_per_row(cls, steps: StepFeatures) -> "RowFeatures":
@@ -273,13 +359,20 @@ class RowFeatures:
             return np.bincount(self.step_row, weights=self.weight * per_step, minlength=self.rows)
         return np.stack([self.sum_rows(v) for v in per_step])
 
+    def params(self, x: np.ndarray) -> np.ndarray:
+        """The parameters each step is priced at ([8] when no engine has its own, else [8, S])."""
+        return per_step_params(x, self.steps.engine_code, self.blocks) if self.blocks else x
+
     def predict(self, x: np.ndarray) -> np.ndarray:
         """[R] predicted seconds per row."""
-        return self.sum_rows(predict_from_features(self.steps, x))
+        return self.sum_rows(predict_from_features(self.steps, self.params(x)))
 
     def terms(self, x: np.ndarray) -> np.ndarray:
         """[R resources, rows] calibrated per-resource seconds per row."""
-        return self.sum_rows(calibrated_terms_s(self.steps, x))
+        return self.sum_rows(calibrated_terms_s(self.steps, self.params(x)))
+
+    def with_blocks(self, blocks: tuple[float, ...]) -> "RowFeatures":
+        return RowFeatures(self.steps, self.step_row, self.weight, self.rows, tuple(blocks))
 
     def take(self, idx) -> "RowFeatures":
         """Rows `idx` (in that order), with their steps."""
@@ -287,7 +380,8 @@ class RowFeatures:
         new_pos = np.full(self.rows, -1, dtype=np.int64)
         new_pos[idx] = np.arange(idx.size)
         keep = np.flatnonzero(new_pos[self.step_row] >= 0)
-        return RowFeatures(self.steps.take(keep), new_pos[self.step_row[keep]], self.weight[keep], int(idx.size))
+        return RowFeatures(self.steps.take(keep), new_pos[self.step_row[keep]], self.weight[keep], int(idx.size),
+                           self.blocks)
 
     @classmethod
     def concat(cls, parts: list["RowFeatures"]) -> "RowFeatures":

@@ -86,9 +86,10 @@ def rates_for(hw) -> DatasheetRates:
 
 
 def engine_of(lr: LoadedRow) -> str:
-    """The engine whose scheduler and memory a row is priced with: a serving row's `engine`, else
-    the default (a step row measured one step: only its pool's size follows the engine)."""
-    return (lr.serving.engine if lr.serving is not None else None) or DEFAULT_ENGINE
+    """The engine whose scheduler, memory and kernels a row is priced with: the row's `engine` (a
+    serving row's defaults to sglang), else the default (a step row that ran outside any engine:
+    only its pool's size follows the engine, its kernels are the layout's ideal ones)."""
+    return lr.row.engine or DEFAULT_ENGINE
 
 
 def row_queue_of(lr: LoadedRow, dep: planner.Deployment):
@@ -131,9 +132,12 @@ def _price_group(rows: list[LoadedRow], first: LoadedRow):
         # floor; refuse it with the fix instead.
         raise SpecError(f"the row ran num_layers={r.num_layers} but model {r.model} has {model.num_layers}: "
                         "name a config.json of the stack that ran")
+    # NOTE: the row's engine prices its steps with that engine's kernels (planner.engines.kernels); a
+    # step row that names none ran outside any engine (floorfirst's own executor): its kernels are
+    # the layout's ideal ones, its memory the default engine's
     dep = planner.make_deployment(model, hw, attn=r.attn, moe=r.moe, gpus=r.gpus, replicas=r.replicas,
                                   weight_dtype=r.weight_dtype, kv_dtype=r.kv_dtype, attention_kernel=r.attention_kernel,
-                                  nodes=r.nodes, engine=engine_of(first))
+                                  nodes=r.nodes, engine=r.engine or DEFAULT_ENGINE, engine_kernels=r.engine is not None)
     steps, owner = [], []
     for j, lr in enumerate(rows):
         for st in row_steps(lr, dep):
@@ -150,7 +154,7 @@ def price_profile(profile: Profile) -> ProfileCosts:
     """Group rows by deployment and price each group's steps in one call."""
     by_key: dict[tuple, list[int]] = {}
     for i, lr in enumerate(profile.rows):
-        by_key.setdefault((*lr.row.deployment_key(), engine_of(lr)), []).append(i)
+        by_key.setdefault(lr.row.deployment_key(), []).append(i)  # the engine is in the key
     issues: list[RowIssue] = []
     kept: list[LoadedRow] = []
     feats, meas, hw_names, labels, groups = [], [], [], [], []

@@ -21,7 +21,8 @@ from datetime import datetime, timezone
 import numpy as np
 
 import planner
-from calibration.artifact import EFF_MIN, MAX_LATENCY_S, PARAM_NAMES, Calibration, DataSource, FitSummary, FittedParams, RowFeatures
+from calibration.artifact import (ENGINE_CODES, ENGINE_PARAM_NAMES, EFF_MIN, MAX_LATENCY_S, PARAM_NAMES, Calibration,
+                                  DataSource, EngineParams, FitSummary, FittedParams, RowFeatures, engine_code)
 from calibration.costs import ProfileCosts
 from planner.errors import SpecError
 
@@ -64,48 +65,72 @@ def priors_from(hw_name: str, microbench: dict | None) -> tuple[dict[str, float]
     return vals, src
 
 
-def _residuals(z, free_idx, x_full, f: RowFeatures, measured):
+def _scale(names: list[str]) -> np.ndarray:
+    return np.array([_SCALE[PARAM_NAMES.index(n.split("@")[0])] for n in names], dtype=np.float64)
+
+
+def _residuals(z, free_idx, x_full, f: RowFeatures, measured, scale):
     x = x_full.copy()
-    x[free_idx] = z * _SCALE[free_idx]
+    x[free_idx] = z * scale[free_idx]
     return np.log(f.predict(x) / measured)
 
 
-def _bounds(measured):
-    lo = np.array([EFF_MIN] * 5 + [0.0, 0.0, 0.0])
-    hi = np.array([1.0] * 5 + [MAX_LATENCY_S, 1.0, float(np.min(measured)) * 0.999])
-    return lo, hi
+def _bounds(measured, names: list[str] | None = None):
+    lo8 = np.array([EFF_MIN] * 5 + [0.0, 0.0, 0.0])
+    hi8 = np.array([1.0] * 5 + [MAX_LATENCY_S, 1.0, float(np.min(measured)) * 0.999])
+    if names is None:
+        return lo8, hi8
+    idx = [PARAM_NAMES.index(n.split("@")[0]) for n in names]
+    return lo8[idx], hi8[idx]
+
+
+def block_names(engines: list[str]) -> list[str]:
+    """Names of the per-engine parameters ('hbm_weight_efficiency@vllm', …) of `engines`."""
+    return [f"{p}@{e}" for e in engines for p in ENGINE_PARAM_NAMES]
 
 
 def fit_params(f: RowFeatures, measured: np.ndarray, priors: dict[str, float], loss: str = DEFAULT_LOSS,
-               f_scale: float = DEFAULT_F_SCALE, fixed: set[str] | None = None) -> tuple[np.ndarray, list[str], dict[str, float], dict[str, str]]:
-    """(x [8], free names, 1σ of free params, reasons for names held fixed). Raises SpecError on too little data."""
+               f_scale: float = DEFAULT_F_SCALE, fixed: set[str] | None = None,
+               own_engines: list[str] | None = None) -> tuple[np.ndarray, list[str], dict[str, float], dict[str, str]]:
+    """(x, free names, 1σ of free params, reasons for names held fixed). x is PARAM_NAMES' 8 values,
+    then, for each engine of `own_engines` (rows of several engines), its ENGINE_PARAM_NAMES
+    (`block_names`), which price that engine's steps (calibration.artifact `per_step_params`); its
+    priors are the shared ones'. Raises SpecError on too little data."""
     from scipy.optimize import least_squares
 
+    own = list(own_engines or [])
+    names = list(PARAM_NAMES) + block_names(own)
+    f = f.with_blocks(tuple(engine_code(e) for e in own))
+    priors = {**priors, **{n: priors[n.split("@")[0]] for n in names if "@" in n and n not in priors}}
     reasons: dict[str, str] = {}
     for name, feat in _SIGNAL.items():
         if not np.any(getattr(f.steps, feat) > 0):
             reasons[name] = "no signal in the data"
+            for e in own:
+                if f"{name}@{e}" in names:
+                    reasons[f"{name}@{e}"] = "no signal in the data"
     for name in fixed or ():
         reasons.setdefault(name, "held fixed by the caller")
-    free = [n for n in PARAM_NAMES if n not in reasons]
+    free = [n for n in names if n not in reasons]
     need = max(MIN_ROWS, ROWS_PER_PARAM * len(free))
     if measured.size < need:
         raise SpecError(f"calibration needs at least {need} measured steps to fit {len(free)} parameters "
                         f"({ROWS_PER_PARAM} per parameter, {MIN_ROWS} minimum); got {measured.size}")
-    x0 = np.array([priors[n] for n in PARAM_NAMES], dtype=np.float64)
-    lo, hi = _bounds(measured)
+    x0 = np.array([priors[n] for n in names], dtype=np.float64)
+    lo, hi = _bounds(measured, names)
+    scale = _scale(names)
     x0 = np.clip(x0, lo, hi)
     best = None
     for _ in range(2):  # a second pass drops parameters the first found to have no influence
-        idx = np.array([PARAM_NAMES.index(n) for n in free])
-        lo_z, hi_z = lo[idx] / _SCALE[idx], hi[idx] / _SCALE[idx]
+        idx = np.array([names.index(n) for n in free])
+        lo_z, hi_z = lo[idx] / scale[idx], hi[idx] / scale[idx]
         best = None
         for alpha0 in (x0[6], 0.1, 0.9):  # the max() kink makes the surface piecewise: try a few starts
-            z0 = np.clip(x0[idx] / _SCALE[idx], lo_z, hi_z)
+            z0 = np.clip(x0[idx] / scale[idx], lo_z, hi_z)
             if "overlap_alpha" in free:
                 z0[free.index("overlap_alpha")] = alpha0
             res = least_squares(_residuals, z0, bounds=(lo_z, hi_z), loss=loss, f_scale=f_scale,
-                                args=(idx, x0, f, measured), method="trf", max_nfev=2000)
+                                args=(idx, x0, f, measured, scale), method="trf", max_nfev=2000)
             if best is None or res.cost < best.cost:
                 best = res
         col = np.linalg.norm(best.jac, axis=0)
@@ -116,13 +141,27 @@ def fit_params(f: RowFeatures, measured: np.ndarray, priors: dict[str, float], l
             reasons[n] = "no influence on any row at the fit (never binding)"
         free = [n for n in free if n not in dead]
     x = x0.copy()
-    x[idx] = best.x * _SCALE[idx]
-    jac = best.jac / _SCALE[idx]  # d r / d x = (d r / d z) / scale
+    x[idx] = best.x * scale[idx]
+    jac = best.jac / scale[idx]  # d r / d x = (d r / d z) / scale
     dof = max(measured.size - len(free), 1)
     s2 = float(np.sum(best.fun ** 2) / dof)
     cov = np.linalg.pinv(jac.T @ jac) * s2
     std = {n: float(np.sqrt(max(cov[i, i], 0.0))) for i, n in enumerate(free)}
     return x, free, std, reasons
+
+
+def engines_of(costs: ProfileCosts) -> tuple[str | None, list[str]]:
+    """(the reference engine, the other engines of the rows): the reference, the engine with the most
+    rows, prices with the shared parameters; each other engine gets its own (ENGINE_PARAM_NAMES).
+    Rows measured outside any engine count as 'bare' (None when every row is)."""
+    codes = costs.features.steps.engine_code
+    if codes.size == 0:
+        return None, []
+    names = {engine_code(n): n for n in ENGINE_CODES}
+    present = sorted({float(c) for c in codes}, key=lambda c: (-int(np.sum(codes == c)), c))
+    ref = names.get(present[0], "bare")
+    others = [names.get(c, "bare") for c in present[1:]]
+    return (None if ref == "bare" else ref), others
 
 
 def abs_pct_errors(pred: np.ndarray, measured: np.ndarray) -> np.ndarray:
@@ -149,26 +188,32 @@ def fit_calibration(costs: ProfileCosts, sources: list[dict], microbench: dict |
     if priors:
         base.update(priors)
         base_src.update(prior_sources or {k: "given" for k in priors})
-    x, free, std, reasons = fit_params(costs.features, costs.measured_s, base, loss, f_scale)
-    pred = costs.features.predict(x)
+    ref, own = engines_of(costs)
+    x, free, std, reasons = fit_params(costs.features, costs.measured_s, base, loss, f_scale, own_engines=own)
+    feats = costs.features.with_blocks(tuple(engine_code(e) for e in own))
+    pred = feats.predict(x)
     err = abs_pct_errors(pred, costs.measured_s)
     below = int(np.sum(costs.measured_s < costs.floor_max_s))
     notes = []
-    lo, hi = _bounds(costs.measured_s)
-    for i, n in enumerate(PARAM_NAMES):
-        if n in free and n != "overhead_s" and (x[i] >= hi[i] * 0.995 or x[i] <= lo[i] * 1.005 + 1e-12):
+    names = list(PARAM_NAMES) + block_names(own)
+    lo, hi = _bounds(costs.measured_s, names)
+    for i, n in enumerate(names):
+        if n in free and not n.startswith("overhead_s") and (x[i] >= hi[i] * 0.995 or x[i] <= lo[i] * 1.005 + 1e-12):
             edge = "upper" if x[i] >= hi[i] * 0.995 else "lower"
             notes.append(f"{n} = {x[i]:.4g} sits at its {edge} bound: the data push past the physical range, so it "
                          "trades against the parameters it is confounded with (see param_std); read it as a bound, "
                          "not a measured rate")
     if below:
         notes.append(f"{below} rows measured below their datasheet floor_max: a spec or the cost model is wrong for them")
+    blocks = {e: EngineParams(**{p: float(x[names.index(f"{p}@{e}")]) for p in ENGINE_PARAM_NAMES}) for e in own}
     return Calibration(
         created_utc=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         rates=costs.rates[hw],
-        params=FittedParams.from_vector(x),
+        params=FittedParams.from_vector(x[: len(PARAM_NAMES)]),
+        engine=ref, engines=blocks,
         fitted=tuple(free),
-        fixed={n: f"{reasons[n]}; value from {base_src[n]}" for n in PARAM_NAMES if n in reasons},
+        fixed={n: f"{reasons[n]}; value from {base_src.get(n.split('@')[0], 'the shared prior')}" for n in names
+               if n in reasons},
         param_std=std,
         priors={n: float(base[n]) for n in PARAM_NAMES},
         sources=tuple(DataSource(**s) for s in sources),

@@ -18,8 +18,23 @@ series agree only read so):
   n·k ≥ 2^24 (a decode GEMM streams its weights).
 - MLA decode (`generation_mla_perf`): KV bytes = batch · context · 576 · kv bytes, FLOPs = batch ·
   context · heads · 2176, each over latency, the best over rows of ≥ 2^20 cached tokens.
+- attention (`generation_attention_perf`, GQA decode, every backend has it): KV bytes = batch ·
+  context · 2 · kv_heads · head_dim · kv bytes, FLOPs = batch · context · heads · head_dim · 4, the
+  best over rows of ≥ 2^20 cached tokens: the KV rate where a backend has no MLA decode table (vLLM;
+  its FLOP rate, a memory-bound kernel's, is not used for attention compute).
 - MoE (`moe_perf`, one rank, balanced routing): the distinct experts' bytes E(1 − (1 − k/E)^N) ·
-  3 · hidden · inter · bytes over latency, the median over N ≤ 16.
+  3 · hidden · inter · bytes over latency, the median over N ≤ 16, taken to infinite width with the
+  narrow-width law the same table gives (`moe_half_width`: rate(w) = rate_∞ · w / (w + w½), w½ fitted
+  on the same experts at moe_tp 1 against 2–32, planner/engines/kernels.py NarrowGemm).
+
+Families are composed separately (issue 26), never as "the fastest memory-bound kernel": weight
+streaming = the mean of the GEMM family's decode streaming and the MoE family's rate_∞ (the weights a
+step streams are projections and experts); KV streaming = the MLA decode table's, else the GQA
+one's; FLOPs = the GEMM family's; the link = NCCL's all-gather; the message latency = the
+backend's custom all-reduce in CUDA-graph mode, else NCCL's smallest all-reduce. A rate above the
+datasheet is clamped to it with a note (a kernel beating a peak means a byte count or the peak is
+off, not a reason to drop the GPU). `prior_calibration` turns the summary into the shipped prior of a
+(GPU, engine): the efficiencies above, α and the per-step overhead as stated defaults.
 - NCCL (`nccl_perf`): bus bytes/s 2(n−1)/n·S (all-reduce) or (n−1)/n·S (all-gather) over latency at
   S ≥ 64 MiB, the best (the link rate is the all-gather's: NVLS all-reduce reduces in the switch);
   the smallest all-reduce latency at ≤ 64 KiB; the backend's custom
@@ -201,7 +216,7 @@ def gemm_rates(t: dict) -> tuple[dict, int]:
     b = np.array([DTYPE_BYTES.get(x, 0.0) for x in dt])
     sel = (m <= 16) & (n * k >= 1 << 24) & (b > 0) & (lat > 0)
     if sel.any():
-        out["weight_stream_bytes_per_s"] = float(statistics.median((n[sel] * k[sel] * b[sel] / lat[sel]).tolist()))
+        out["gemm_weight_stream_bytes_per_s"] = float(statistics.median((n[sel] * k[sel] * b[sel] / lat[sel]).tolist()))
         used += int(sel.sum())
     return out, used
 
@@ -217,6 +232,33 @@ def mla_rates(t: dict) -> tuple[dict, int]:
     return {"mla_attention_kv_bytes_per_s": float(kv.max()), "mla_attention_flops_per_s": float(fl.max())}, int(sel.sum())
 
 
+def moe_half_width(t: dict) -> tuple[float | None, int]:
+    """(w½, pairs used): the per-rank width at which the grouped expert GEMM streams at half its
+    infinite-width rate, rate(w) = rate_∞ · w/(w + w½). Fitted on pairs of rows with the same experts
+    and tokens (balanced, ≤ 16 tokens, moe_ep 1) at moe_tp 1 and tp > 1: their rate ratio is
+    [w/(w + w½)] / [I/(I + w½)] with w = I/tp; w½ minimises the median |log| error over a 5-column grid."""
+    keys = ("moe_dtype", "hidden_size", "inter_size", "topk", "num_experts", "num_tokens")
+    ok = (_s(t["distribution"]) == "balanced") & (_f(t["num_tokens"]) <= 16) & (_f(t["moe_ep_size"]) == 1)
+    lat, tp = _f(t["latency"]), _f(t["moe_tp_size"])
+    base: dict[tuple, float] = {}
+    for i in np.flatnonzero(ok & (tp == 1) & (lat > 0)):
+        base[tuple(str(t[k][i]) for k in keys)] = float(lat[i])
+    w, full, ratio = [], [], []
+    for i in np.flatnonzero(ok & (tp > 1) & (lat > 0)):
+        key = tuple(str(t[k][i]) for k in keys)
+        if key in base:
+            inter = float(t["inter_size"][i])
+            w.append(inter / tp[i])
+            full.append(inter)
+            ratio.append(base[key] / (tp[i] * lat[i]))
+    if len(w) < 5:
+        return None, len(w)
+    w, full, ratio = np.array(w), np.array(full), np.array(ratio)
+    grid = np.arange(10.0, 1500.0, 5.0)
+    err = [np.median(np.abs(np.log((w / (w + a)) / (full / (full + a)) / ratio))) for a in grid]
+    return float(grid[int(np.argmin(err))]), int(w.size)
+
+
 def moe_rates(t: dict) -> tuple[dict, int]:
     n, hid, inter = _f(t["num_tokens"]), _f(t["hidden_size"]), _f(t["inter_size"])
     k, e, lat = _f(t["topk"]), _f(t["num_experts"]), _f(t["latency"]) / 1e3
@@ -226,8 +268,29 @@ def moe_rates(t: dict) -> tuple[dict, int]:
     if not sel.any():
         return {}, 0
     touched = e[sel] * (1.0 - (1.0 - k[sel] / e[sel]) ** n[sel])
-    rate = touched * 3.0 * hid[sel] * inter[sel] * b[sel] / lat[sel]
-    return {"moe_weight_stream_bytes_per_s": float(statistics.median(rate.tolist()))}, int(sel.sum())
+    half, pairs = moe_half_width(t)
+    # NOTE: each row streams at its own width's rate; rate_∞ = rate · (I + w½)/I takes it to the
+    # width-free rate the step model's `experts_weights` bytes are priced at (the narrow part is
+    # `experts_narrow_gemm`, planner/engines/kernels.py)
+    widen = 1.0 + (half or 0.0) / inter[sel]
+    rate = touched * 3.0 * hid[sel] * inter[sel] * b[sel] / lat[sel] * widen
+    out = {"moe_weight_stream_bytes_per_s": float(statistics.median(rate.tolist()))}
+    if half is not None:
+        out["moe_half_width_columns"] = half
+    return out, int(sel.sum()) + pairs
+
+
+def gqa_rates(t: dict) -> tuple[dict, int]:
+    b, ctx = _f(t["batch_size"]), _f(t["step"]) + _f(t["isl"])
+    h, kvh, d, lat = _f(t["num_heads"]), _f(t["num_key_value_heads"]), _f(t["head_dim"]), _f(t["latency"]) / 1e3
+    kvb = np.array([DTYPE_BYTES.get(x, 0.0) for x in _s(t["kv_cache_dtype"])])
+    win = _f(t["window_size"]) if "window_size" in t else np.zeros_like(b)
+    sel = (b * ctx >= 1 << 20) & (kvb > 0) & (lat > 0) & (win == 0)
+    if not sel.any():
+        return {}, 0
+    kv = b[sel] * ctx[sel] * 2.0 * kvh[sel] * d[sel] * kvb[sel] / lat[sel]
+    fl = b[sel] * ctx[sel] * h[sel] * d[sel] * 4.0 / lat[sel]
+    return {"gqa_attention_kv_bytes_per_s": float(kv.max()), "gqa_attention_flops_per_s": float(fl.max())}, int(sel.sum())
 
 
 def nccl_rates(t: dict) -> tuple[dict, int]:
@@ -263,6 +326,7 @@ def custom_allreduce_rates(t: dict) -> tuple[dict, int]:
 READERS = {  # (op, table) -> reducer
     ("gemm", "gemm"): gemm_rates,
     ("mla", "generation_mla"): mla_rates,
+    ("attention", "generation_attention"): gqa_rates,
     ("moe", "moe"): moe_rates,
     ("comm", "nccl/nccl"): nccl_rates,
     ("comm", "custom_allreduce"): custom_allreduce_rates,
@@ -278,10 +342,19 @@ def kernel_db_summary(tables: dict[tuple[str, str], dict]) -> tuple[dict, list[s
             continue
         rates, _ = fn(tables[key])
         summary.update(rates)
-    streams = [summary[k] for k in ("weight_stream_bytes_per_s", "mla_attention_kv_bytes_per_s",
-                                    "moe_weight_stream_bytes_per_s") if k in summary]
-    if streams:
-        summary["hbm_stream_bytes_per_s"] = max(streams)  # the best memory-bound kernel: the HBM efficiency
+    weights = [summary[k] for k in ("gemm_weight_stream_bytes_per_s", "moe_weight_stream_bytes_per_s") if k in summary]
+    if weights:
+        # NOTE: families composed, not the fastest kernel's rate (issue 26): a step streams projections
+        # and experts alike, so the weight rate is the mean of the two families' rates
+        summary["weight_stream_bytes_per_s"] = float(np.mean(weights))
+        summary["hbm_stream_bytes_per_s"] = summary["weight_stream_bytes_per_s"]
+    if "mla_attention_kv_bytes_per_s" not in summary and "gqa_attention_kv_bytes_per_s" in summary:
+        # NOTE: GQA decode streams KV like MLA decode does, but its FLOP rate is a memory-bound
+        # kernel's (a few % of the peak): it says nothing of MLA's 128-head compute, so the attention
+        # FLOP efficiency stays the hardware file's
+        notes.append("no MLA decode table: the KV rate is the GQA decode table's; the attention FLOP efficiency "
+                     "stays the hardware file's default")
+        summary["mla_attention_kv_bytes_per_s"] = summary["gqa_attention_kv_bytes_per_s"]
     return summary, notes
 
 
@@ -305,9 +378,11 @@ def read_kernel_db(system: str, backend: str, wheel: str | None = None, hardware
     for key in READERS:
         if key in found:
             member, version = found[key]
-            tables[key] = read_parquet(src.read(member), member)
+            data = src.read(member)
+            tables[key] = read_parquet(data, member)
             _, n = READERS[key](tables[key])
-            used.append({"path": member, "op": key[0], "table": key[1], "version": version, "rows_used": n})
+            used.append({"path": member, "op": key[0], "table": key[1], "version": version, "rows_used": n,
+                         "sha256": hashlib.sha256(data).hexdigest()})
     summary, notes = kernel_db_summary(tables)
     return {"kind": "floorfirst.kernel_db", "schema_version": 1, "system": system, "backend": backend,
             "hardware": hw.name, "wheel": src.label, "wheel_sha256": src.sha256,
@@ -330,7 +405,69 @@ def write_outputs(doc: dict, out: str | None, yaml_out: str | None) -> None:
             f"{t['op']}/{t['table']} {t['version']}" for t in doc["tables"])
         try:
             text = calibrated_hardware_yaml(doc["summary"], planner.load_hardware(doc["hardware"]), source,
-                                            measured_by="aiconfigurator-core kernel tables")
+                                            measured_by="aiconfigurator-core kernel tables", clamp=True)
         except ValueError as exc:
             raise SpecError(str(exc)) from None
         write_text_file(yaml_out, text, "hardware file")
+
+
+# NOTE: α of the prior (t = overhead + max + α·(sum − max)): no per-kernel table measures how a step's
+# kernels overlap; floorfirst's own H200 fits found almost none (α 0.90 on the step probe, 0.96 on the
+# executor, benchmarks/results/calibration_report.txt: decode kernels run one after another).
+PRIOR_ALPHA = 0.9
+PRIOR_ALPHA_SOURCE = "floorfirst's H200 fits: 0.90 (step probe), 0.96 (executor), benchmarks/results/calibration_report.txt"
+PRIOR_EFFICIENCY_KEYS = (  # parameter -> (summary key, the datasheet peak it is a fraction of)
+    ("hbm_weight_efficiency", "weight_stream_bytes_per_s", "hbm"),
+    ("hbm_kv_efficiency", "mla_attention_kv_bytes_per_s", "hbm"),
+    ("compute_linear_efficiency", "bf16_flops_per_s", "bf16"),
+    ("compute_attention_efficiency", "mla_attention_flops_per_s", "bf16"),
+    ("network_efficiency", "link_bytes_per_s", "link"),
+)
+
+
+def prior_calibration(doc: dict):
+    """The shipped prior of (the doc's GPU, its backend's engine): a calibration artifact with no
+    measured row (origin 'prior'): efficiencies from the kernel families (module docstring), each
+    clamped to (0, 1] with a note when a table beats the datasheet; the message latency from the
+    backend's CUDA-graph custom all-reduce (else NCCL's smallest, else the hardware file's); α and the
+    per-step overhead as stated defaults (PRIOR_ALPHA; planner.engines.kernels DEFAULT_STEP_OVERHEAD_S:
+    no table of the wheel measures one)."""
+    import planner
+    from calibration.artifact import (EFF_MIN, PARAM_NAMES, Calibration, DataSource, FitSummary, FittedParams)
+    from calibration.costs import rates_for
+    from planner.engines.kernels import DEFAULT_STEP_OVERHEAD_S, DEFAULT_STEP_OVERHEAD_SOURCE
+
+    hw = planner.load_hardware(doc["hardware"])
+    s, p = doc["summary"], hw.peak
+    peaks = {"hbm": p.hbm_bandwidth_bytes_per_s, "bf16": p.bf16_flops_per_s, "link": p.scaleup_bandwidth_bytes_per_s_per_direction}
+    vals: dict[str, float] = {}
+    src: dict[str, str] = {}
+    notes = list(doc.get("notes", []))
+    for name, key, peak in PRIOR_EFFICIENCY_KEYS:
+        if key in s and s[key] > 0:
+            eff = s[key] / peaks[peak]
+            if eff > 1.0:
+                notes.append(f"{name}: {key} {s[key]:.4g} is {eff:.3f} of the datasheet peak: clamped to 1.0 (a table "
+                             "above the peak means its byte count, or the peak, is off)")
+            vals[name] = float(min(max(eff, EFF_MIN), 1.0))
+            src[name] = f"{key} (aiconfigurator-core tables)"
+        else:
+            vals[name] = getattr(hw.efficiency, "hbm" if peak == "hbm" else "flops" if peak == "bf16" else "network")
+            src[name] = f"hardware spec {hw.name} defaults (no table for {key})"
+    lat = s.get("all_reduce_small_cuda_graph_latency_s") or s.get("all_reduce_small_latency_s")
+    vals["message_latency_s"] = float(lat) if lat else p.collective_latency_s
+    src["message_latency_s"] = ("custom all-reduce in CUDA graphs" if s.get("all_reduce_small_cuda_graph_latency_s")
+                                else "NCCL smallest all-reduce" if lat else f"hardware spec {hw.name}")
+    vals["overlap_alpha"], src["overlap_alpha"] = PRIOR_ALPHA, PRIOR_ALPHA_SOURCE
+    vals["overhead_s"], src["overhead_s"] = DEFAULT_STEP_OVERHEAD_S, DEFAULT_STEP_OVERHEAD_SOURCE
+    if "moe_half_width_columns" in s:
+        notes.append(f"moe_half_width_columns {s['moe_half_width_columns']:g}: the expert GEMM's narrow-width "
+                     "constant these tables give (the engine module declares its own per GPU generation)")
+    sources = tuple(DataSource(path=f"{doc['wheel']}!{t['path']}", sha256=t.get("sha256", ""), kind="aiconfigurator-core table",
+                               rows=int(t["rows_used"]), rows_rejected=0) for t in doc["tables"])
+    return Calibration(
+        created_utc=doc.get("created_utc", ""), rates=rates_for(hw), params=FittedParams(**vals), fitted=(),
+        fixed={n: f"prior: {src[n]}" for n in PARAM_NAMES}, param_std={}, priors=dict(vals), sources=sources,
+        microbench=None, fit=FitSummary(rows=0, loss="none (a prior: no measured row)", f_scale=0.0,
+                                        median_abs_pct_error=0.0, p90_abs_pct_error=0.0, rows_below_floor=0),
+        notes=tuple(notes), engine=doc["backend"], origin="prior")

@@ -50,6 +50,7 @@ class _Row(BaseModel):
     kv_dtype: str | None = None
     num_layers: int | None = Field(default=None, ge=1, description="Decoder layers the measured stack ran; must equal the model's (a reduced stack needs its own config.json).")
     attention_kernel: str | None = Field(default=None, description="Decode kernel that ran (its head tile); default the variant's engine default.")
+    engine: Literal["sglang", "vllm", "trtllm"] | None = Field(default=None, description="The engine that ran it (its kernels and how it schedules); a step row without one ran outside any engine, a serving row defaults to sglang.")
 
 
 class StepRow(_Row):
@@ -62,7 +63,7 @@ class StepRow(_Row):
 
     def deployment_key(self) -> tuple:
         return (self.model, self.hardware, self.gpus, self.attn, self.moe, self.replicas, self.weight_dtype,
-                self.kv_dtype, self.num_layers, self.attention_kernel, self.nodes)
+                self.kv_dtype, self.num_layers, self.attention_kernel, self.nodes, self.engine)
 
 
 class ServingRow(_Row):
@@ -73,7 +74,6 @@ class ServingRow(_Row):
     concurrency: int = Field(ge=1, description="Requests in flight, whole deployment.")
     tpot_ms: float = Field(gt=0, description="Time per output token after the first, ms: (e2e − ttft)/(osl − 1) per request.")
     ttft_ms: float | None = Field(default=None, gt=0)
-    engine: Literal["sglang", "vllm", "trtllm"] | None = Field(default=None, description="The engine that served (how it schedules prefill); default sglang.")
     chunk_tokens: int | None = Field(default=None, ge=1, description="Prefill tokens per step; default the engine's.")
     spec_tokens: int = Field(default=0, ge=0, description="Draft tokens verified per decode step (speculative decoding).")
     accept_len: float | None = Field(default=None, ge=1, description="Tokens accepted per decode step, mean (needs spec_tokens).")
@@ -91,7 +91,7 @@ class ServingRow(_Row):
         return StepRow(model=self.model, hardware=self.hardware, gpus=self.gpus, attn=self.attn, moe=self.moe,
                        replicas=self.replicas, nodes=self.nodes, weight_dtype=self.weight_dtype,
                        kv_dtype=self.kv_dtype, num_layers=self.num_layers, attention_kernel=self.attention_kernel,
-                       batch=self.concurrency, context=self.isl + self.osl / 2.0, prefill_tokens=0.0,
+                       engine=self.engine or "sglang", batch=self.concurrency, context=self.isl + self.osl / 2.0, prefill_tokens=0.0,
                        step_ms=self.tpot_ms)
 
 

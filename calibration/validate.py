@@ -21,7 +21,8 @@ import numpy as np
 
 from calibration.artifact import PARAM_NAMES, Calibration
 from calibration.costs import ProfileCosts
-from calibration.fit import DEFAULT_F_SCALE, DEFAULT_LOSS, abs_pct_errors, fit_params
+from calibration.artifact import engine_code
+from calibration.fit import DEFAULT_F_SCALE, DEFAULT_LOSS, abs_pct_errors, engines_of, fit_params
 from planner.errors import SpecError
 from planner.resources.vector import TIMED_RESOURCES
 
@@ -30,7 +31,17 @@ HOLDOUT_GROUPS = {  # what a hold-out group is, per row
     "model": lambda lr: str(lr.row.model),
     "gpus": lambda lr: str(lr.row.gpus),
     "layout": lambda lr: f"{lr.row.attn}/{lr.row.moe}",
+    # NOTE: a held-out engine is priced with its own kernels (planner.engines.kernels) at the shared
+    # parameters the other engines' rows fit: its efficiencies and overhead are what it never showed
+    "engine": lambda lr: row_engine(lr) or "bare",
 }
+
+
+def row_engine(lr) -> str | None:
+    """The engine a measured row ran on (None: outside any engine)."""
+    if lr.serving is not None:
+        return lr.serving.engine or "sglang"
+    return lr.row.engine
 
 
 @dataclass(frozen=True)
@@ -107,8 +118,7 @@ def kfold_predictions(costs: ProfileCosts, priors: dict[str, float], folds: int 
         if progress:
             progress(k)
         train = np.setdiff1d(order, test)
-        x, *_ = fit_params(costs.features.take(train), costs.measured_s[train], priors, loss, f_scale, fixed)
-        pred[test] = costs.features.take(test).predict(x)
+        pred[test] = _fit_predict(costs, train, test, priors, loss, f_scale, fixed)
     return pred
 
 
@@ -130,16 +140,24 @@ def holdout_predictions(costs: ProfileCosts, priors: dict[str, float], by: str, 
             g["skipped"] = f"the profile has one {by} group: nothing to hold it out from"
         else:
             try:
-                x, *_ = fit_params(costs.features.take(train), costs.measured_s[train], priors, loss, f_scale, fixed)
+                pred[test] = _fit_predict(costs, train, test, priors, loss, f_scale, fixed)
             except SpecError as exc:
                 g["skipped"] = str(exc)
             else:
-                pred[test] = costs.features.take(test).predict(x)
                 e = abs_pct_errors(pred[test], costs.measured_s[test])
                 g.update(median_abs_pct_error=float(np.median(e)), p90_abs_pct_error=float(np.percentile(e, 90)))
         groups.append(g)
     ok = np.isfinite(pred)
     return HoldoutResult(by, pred, abs_pct_errors(pred[ok], costs.measured_s[ok]), groups)
+
+
+def _fit_predict(costs: ProfileCosts, train, test, priors, loss, f_scale, fixed) -> np.ndarray:
+    """Fit on rows `train` (each engine among them beyond the first with its own parameters,
+    calibration.fit) and predict rows `test`; an engine the training rows lack gets the shared ones."""
+    sub = costs.take(train)
+    _, own = engines_of(sub)
+    x, *_ = fit_params(sub.features, sub.measured_s, priors, loss, f_scale, fixed, own_engines=own)
+    return costs.features.take(test).with_blocks(tuple(engine_code(e) for e in own)).predict(x)
 
 
 def validate(cal: Calibration, costs: ProfileCosts, folds: int = DEFAULT_FOLDS, seed: int = 0,
@@ -153,7 +171,9 @@ def validate(cal: Calibration, costs: ProfileCosts, folds: int = DEFAULT_FOLDS, 
     if hws != {cal.rates.hardware}:
         raise SpecError(f"calibration is for {cal.rates.hardware}; the profile has {', '.join(sorted(hws))}")
     x = cal.params.vector()
-    pred = costs.features.predict(x)
+    blocks = tuple(engine_code(e) for e in cal.engines)
+    full = np.concatenate([x] + [np.array([getattr(p, n) for n in p.model_fields]) for p in cal.engines.values()])
+    pred = costs.features.with_blocks(blocks).predict(full)
     # NOTE: folds restart from the fit's own priors, not from its answer, so no fold starts from a
     # solution that saw its held-out rows.
     priors = {**dict(zip(PARAM_NAMES, x)), **{k: v for k, v in cal.priors.items() if k not in cal.fixed}}

@@ -32,9 +32,10 @@ EXIT_INTERNAL = 70
 NULLABLE: dict[str, tuple[str, ...]] = {
     "calibrate": ("param_std.*",),
     "capacity": ("mem_fraction", "swa_full_tokens_ratio"),
-    "floor": ("decode_tokens_per_s_at_max", "decode_tokens_per_s_at_sum", "resources.kv_capacity.used_fraction"),
-    "compare": ("layouts[].decode_tokens_per_s_at_max", "layouts[].decode_tokens_per_s_at_sum",
-                "layouts[].resources.kv_capacity.used_fraction"),
+    "floor": ("decode_tokens_per_s", "decode_tokens_per_s_at_max", "decode_tokens_per_s_at_sum",
+              "resources.kv_capacity.used_fraction"),
+    "compare": ("layouts[].decode_tokens_per_s", "layouts[].decode_tokens_per_s_at_max",
+                "layouts[].decode_tokens_per_s_at_sum", "layouts[].resources.kv_capacity.used_fraction"),
     "microbench": ("gpus",),
     "explain_launch": ("max_context_tokens",),
     "follow": ("median_abs_pct_error", "refits[].median_abs_pct_error", "transport.silent_s"),

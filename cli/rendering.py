@@ -58,16 +58,17 @@ def compare_table(out: dict[str, Any], dep0: planner.Deployment, pricing_label: 
     tier adds its link time and the requests held without and with it."""
     t = Table(title=title(f"{deployment_title(dep0)}, B={out['batch']:.0f}, mean context "
                           f"{fmt_tokens(out['context_mean_tokens'])} ({pricing_label} floors, busiest rank, "
-                          f"{dep0.engine} memory)"), box=box.HEAVY_HEAD if wide else box.SIMPLE_HEAD)
+                          f"{dep0.engine} memory)"), box=box.HEAVY_HEAD if wide else box.SIMPLE_HEAD,
+              padding=(0, 1) if wide else (0, 1, 0, 0), pad_edge=wide)
     ms = (lambda s: fmt_ms(s)) if wide else (lambda s: f"{s * 1e3:.2f}" if s == s and abs(s) != float("inf") else "—")
-    cols = (["attn/moe", "floor max", "floor sum", "binding", "tokens/s @max", "KV used", "HBM", "compute", "net bytes",
+    cols = (["attn/moe", "floor max", "floor sum", "binding", "tokens/s", "KV used", "HBM", "compute", "net bytes",
              "net msgs"] if wide else
             ["attn/moe", "max ms", "sum ms", "binds", "tok/s", "KV used", "hbm ms", "flop ms", "net ms", "msg ms"])
     tiered = any("host_tier" in d for d in out["layouts"])
     if tiered:
         cols += ["host link", "held HBM-only → tiered"] if wide else ["pcie ms", "held → tiered"]
     if calibrated:
-        cols.insert(3, "predicted")
+        cols.insert(3, "model ms" if not wide else "model")
     if wide:
         cols.append("decode kernel")
     for c in cols:
@@ -77,7 +78,7 @@ def compare_table(out: dict[str, Any], dep0: planner.Deployment, pricing_label: 
         kv = r["kv_capacity"]
         star = (" ★" if best_max and d is best_max else "") + (" ◀" if launch_layout == f"{d['attn']}/{d['moe']}" else "")
         used = (f"{kv['used_fraction']:.0%}" if kv["used_fraction"] is not None else "no pool") + ("" if kv["fits"] else " ✗")
-        speed = f"{d['decode_tokens_per_s_at_max']:.0f}" if d["feasible"] else "—"
+        speed = f"{d['decode_tokens_per_s']:.0f}" if d["feasible"] and d.get("decode_tokens_per_s") else "—"
         row = [f"{d['attn']}/{d['moe']}{star}", ms(d["floor_max_s"]), ms(d["floor_sum_s"]),
                d["binding"] if wide else SHORT.get(d["binding"], d["binding"]), speed, used,
                ms(r["hbm"]["time_s"]), ms(r["compute"]["time_s"]), ms(r["network_bytes"]["time_s"]),

@@ -118,6 +118,14 @@ class Served:
 
 
 def prior_model(dep: planner.Deployment) -> Served:
+    """Before the first fit: the shipped prior of the deployment's (GPU, engine) (calibration/priors,
+    issue 26), else the hardware file's efficiency defaults."""
+    from calibration.priors import prior_for
+
+    cal = prior_for(dep.hardware.name, dep.engine) if dep.engine_kernels else None
+    if cal is not None:
+        return Served(cal.vector_for(dep.engine), f"prior: the shipped {dep.hardware.name} × {dep.engine} prior "
+                      "(per-kernel tables)", cal, "prior")
     vals, src = priors_from(dep.hardware.name, None)
     return Served(np.array([vals[n] for n in PARAM_NAMES]), f"prior: {src['hbm_weight_efficiency']}, α 0.5, no overhead")
 

@@ -21,8 +21,9 @@ latencypredictorclient/types.go), checked with the ranges its `ValidatePredictio
 - on a decode endpoint (`pod_type` "decode"), TTFT is its first decode step (the KV transfer from
   the prefill pod is not modelled), and a prefill endpoint's TPOT is 0 (it decodes nothing).
 
-Each prediction is the calibration's (calibration.artifact), or without one the midpoint of the
-datasheet floors, max + 0.5·(sum − max) (runtime_policy.tables' DATASHEET_MODEL); its bounds are
+Each prediction is the calibration's (calibration.artifact), or without one the shipped prior of the
+endpoint's (GPU, engine) (calibration/priors), or where none ships the midpoint of the datasheet
+floors, max + 0.5·(sum − max) (runtime_policy.tables' DATASHEET_MODEL); its bounds are
 [Σ floor_max, Σ floor_sum] of the same steps (a calibrated prediction can sit above the sum: the
 engine is slower than the pessimistic floor), and its uncertainty half their width.
 
@@ -38,7 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 
 import planner
-from calibration.artifact import Calibration, predict_from_features, step_features
+from calibration.artifact import Calibration
 from calibration.costs import rates_for
 from calibration.serving import MIXED_CHUNK_ENGINES
 from integrations.launch import LaunchedDeployment
@@ -115,6 +116,12 @@ class LatencyModel:
             raise planner.SpecError(f"calibration is for {calibration.rates.hardware}, the endpoint runs on {dep.hardware.name}")
         self.launched = launched
         self.dep = dep
+        if calibration is None and dep.engine_kernels:
+            # NOTE: the shipped prior of the endpoint's (GPU, engine) by default (issue 26); the
+            # datasheet midpoint only where none ships
+            from calibration.priors import prior_for
+
+            calibration = prior_for(dep.hardware.name, dep.engine)
         self.calibration = calibration
         self.chunk = int(launched.chunk_tokens)
         self.mixed = dep.engine in MIXED_CHUNK_ENGINES
@@ -129,7 +136,7 @@ class LatencyModel:
         hi = np.asarray(cost.floor_sum_s, dtype=np.float64)
         if self.calibration is None:
             return lo + 0.5 * (hi - lo), lo, hi
-        return predict_from_features(step_features(cost, self._rates), self.calibration.params.vector()), lo, hi
+        return self.calibration.predict_s(cost), lo, hi
 
     def predict(self, reqs: list[dict]) -> Prediction:
         """Checked request maps (check_request) → TTFT/TPOT [N] with bounds, in one planner call."""

@@ -105,12 +105,15 @@ class Served:
     def describe(self) -> dict:
         m = self.model
         cal = m.calibration
+        given = cal is not None and self.path is not None
+        prior = cal is not None and not given
         return {"deployment": self.launched.label(), "engine_args": self.launched.text, "chunk_tokens": m.chunk,
-                "kv_pool_tokens": m.pool_tokens, "calibration": self.path if cal is not None else None,
-                "calibration_created_utc": cal.created_utc if cal is not None else None,
-                "calibration_hardware": cal.rates.hardware if cal is not None else None,
-                "model": ("calibrated: overhead + max + α·(sum − max) of the calibrated terms" if cal is not None
-                          else "datasheet floors' midpoint: max + 0.5·(sum − max)"),
+                "kv_pool_tokens": m.pool_tokens, "calibration": self.path if given else None,
+                "calibration_created_utc": cal.created_utc if given else None,
+                "calibration_hardware": cal.rates.hardware if given else None,
+                "model": ("calibrated: overhead + max + α·(sum − max) of the calibrated terms" if given else
+                          f"prior: the shipped {cal.rates.hardware} × {cal.engine} prior (per-kernel tables): overhead + max + "
+                          "α·(sum − max)" if prior else "datasheet floors' midpoint: max + 0.5·(sum − max)"),
                 "bounds": "[Σ floor_max, Σ floor_sum] of the steps priced (datasheet)",
                 "reload_error": self.reload_error}
 

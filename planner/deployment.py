@@ -87,6 +87,12 @@ class Deployment:
     # owner groups of a layout that takes a count (group_rule "given": dptp, SGLang's --dp with DP
     # attention and --dp < --tp); None for every other layout (their count follows from T)
     attn_groups: int | None = None
+    # the engine's kernels price the step's engine terms (planner.engines.kernels); False: the
+    # layout's ideal kernels alone (a row measured outside any engine: floorfirst's own executor)
+    engine_kernels: bool = True
+    # the engine's MoE all-to-all backend (SGLang --moe-a2a-backend: none, deepep; vLLM --all2all-backend:
+    # allgather_reducescatter, deepep_low_latency, deepep_high_throughput); None: the engine's default
+    moe_a2a: str | None = None
 
     @property
     def ranks(self) -> int:
@@ -136,8 +142,24 @@ class Deployment:
 
     @property
     def decode_kernel(self) -> DecodeKernel:
-        """The decode attention kernel whose head tile the step pads to."""
-        return decode_kernel(self.attention_kernel or self.model.attention.decode_kernel(self.arch, self.kv_dtype))
+        """The decode attention kernel whose head tile the step pads to (the primary mixer's): the
+        deployment's override, else the engine's backend's, else the variant's default."""
+        if self.attention_kernel:
+            return decode_kernel(self.attention_kernel)
+        backend = self.kernels.backend_for(self.model.attention)
+        if backend is not None and backend.decode_kernel is not None:
+            return decode_kernel(backend.decode_kernel)
+        return decode_kernel(self.model.attention.decode_kernel(self.arch, self.kv_dtype))
+
+    @cached_property
+    def kernels(self):
+        """What the engine's steps run here (planner.engines.kernels.EngineKernels); the layout's
+        ideal kernels when `engine_kernels` is False."""
+        if not self.engine_kernels:
+            from planner.engines.kernels import BARE
+
+            return BARE
+        return self.engine_model.kernels(self)
 
     @property
     def engine_model(self) -> EngineMemoryModel:
@@ -184,7 +206,8 @@ def make_deployment(model: ModelSpec, hardware: HardwareSpec, *, attn: str = "tp
                     reserve_bytes: float | None = None, engine: str = DEFAULT_ENGINE,
                     nodes: int | None = None, attention_kernel: str | None = None,
                     host_tier: HostTierSpec | None = None,
-                    swa_full_tokens_ratio: float | None = None, attn_groups: int | None = None) -> Deployment:
+                    swa_full_tokens_ratio: float | None = None, attn_groups: int | None = None,
+                    engine_kernels: bool = True, moe_a2a: str | None = None) -> Deployment:
     if attn not in ATTN_LAYOUTS:
         raise SpecError(f"attn={attn!r} is not a layout; choose one of {', '.join(ATTN_LAYOUTS)}")
     if moe not in MOE_SPLITS:
@@ -212,6 +235,9 @@ def make_deployment(model: ModelSpec, hardware: HardwareSpec, *, attn: str = "tp
             raise SpecError(f"reserve={reserve_bytes / GiB:g} GiB per GPU is not below the {usable / GiB:.2f} GiB a "
                             f"{hardware.name} has for the engine (its usable memory less the CUDA context)")
     eng.check(mem_fraction, reserve_bytes)
+    if moe_a2a is not None and moe_a2a not in eng.moe_a2a_backends:
+        raise SpecError(f"moe_a2a={moe_a2a!r} is not one of engine {engine}'s MoE all-to-all backends"
+                        f"{': ' + ', '.join(eng.moe_a2a_backends) if eng.moe_a2a_backends else ' (it declares none)'}")
     if swa_full_tokens_ratio is not None:
         swa_full_tokens_ratio = _swa_ratio(eng, swa_full_tokens_ratio)
     wdt = weight_dtype or model.default_weight_dtype
@@ -234,7 +260,7 @@ def make_deployment(model: ModelSpec, hardware: HardwareSpec, *, attn: str = "tp
         check_tier(model, host_tier)
     return Deployment(model, hardware, attn, moe, gpus, replicas, wdt, kdt, page, engine, nodes, mem_fraction,
                       reserve_bytes, attention_kernel, host_tier, weight_dtype is not None, swa_full_tokens_ratio,
-                      attn_groups)
+                      attn_groups, bool(engine_kernels), moe_a2a)
 
 
 def _attn_groups(layout: AttentionLayout, groups, ranks: int, group_nodes: int) -> int | None:
@@ -281,7 +307,8 @@ def replace_deployment(dep: Deployment, **changes) -> Deployment:
               kv_dtype=dep.kv_dtype, mem_fraction=dep.mem_fraction, page_tokens=dep.page_tokens,
               reserve_bytes=dep.reserve_bytes, engine=dep.engine, nodes=dep.nodes,
               attention_kernel=dep.attention_kernel, host_tier=dep.host_tier,
-              swa_full_tokens_ratio=dep.swa_full_tokens_ratio, attn_groups=dep.attn_groups)
+              swa_full_tokens_ratio=dep.swa_full_tokens_ratio, attn_groups=dep.attn_groups,
+              engine_kernels=dep.engine_kernels, moe_a2a=dep.moe_a2a)
     kw.update(changes)
     # NOTE: a group count belongs to its layout: another layout takes its own (or its default)
     if "attn_groups" not in changes and (kw["attn"] != dep.attn or kw["gpus"] != dep.gpus

@@ -9,7 +9,7 @@ of a file a user names) asks this module about each path before touching it:
 - a read outside the root is a missing file: the reader raises the same line it raises for a
   name no file has ("model config not found: x"), and probes (`path_kind`, `is_file`) answer
   "missing", so an error never tells whether a path outside the root exists;
-- floorfirst's own data (the built-in model cards and GPU files) stay readable;
+- floorfirst's own data (the built-in model cards, GPU files and shipped priors) stay readable;
 - a write must land inside the root, and only on a name no file holds unless the call allows
   overwriting (`Root.overwrite`); a file is replaced by a rename (planner.inputs.write_bytes_file),
   which replaces a link at the name, never the file it points to;
@@ -38,8 +38,10 @@ from typing import Iterator
 from planner.errors import SpecError
 
 _HERE = Path(__file__).resolve().parent
-# floorfirst's own data files: readable under any root (planner.models.loader, planner.hardware.spec)
-BUILTIN_DATA = (_HERE / "models" / "cards", _HERE / "models" / "card_sources.json", _HERE / "hardware" / "data")
+# floorfirst's own data files: readable under any root (planner.models.loader, planner.hardware.spec,
+# and the shipped step-model priors every default tokens/s figure reads: calibration/priors)
+BUILTIN_DATA = (_HERE / "models" / "cards", _HERE / "models" / "card_sources.json", _HERE / "hardware" / "data",
+                _HERE.parent / "calibration" / "priors")
 
 
 def _real(path) -> str:

@@ -20,6 +20,12 @@ both enter the network-bytes resource with their own rates (time = Σ over tiers
 collective that spans nodes is one message at the scale-out latency. Components name the
 collective, with '@scaleout' on the share that crosses the NIC.
 
+The engine's own kernels (planner.engines.kernels, read through `Deployment.kernels`) are priced
+apart, as `StepCost.engine` (`engine_layer`): its MoE token movement in place of the layout's ideal
+collectives, its thin expert GEMMs' extra streaming (`experts_narrow_gemm`), CUDA-graph padding and
+its per-step overhead. The floors leave them out (they stay lower bounds); the calibrated step model
+prices them (calibration.artifact `step_features`).
+
 Ignores (NOTE, calibration absorbs them): activation reads/writes, norms, RoPE, softmax, the
 router GEMM, MTP draft layers, kernel launch gaps, routing skew across EP ranks.
 """
@@ -40,6 +46,34 @@ from planner.resources.vector import TIMED_RESOURCES, Pricing, ResourceTimes, pr
 from planner.step_weights import HEAD_BYTES_PER_PARAM, acc, weight_work, weights_resident_bytes  # noqa: F401 (re-exported)
 
 LOGIT_BYTES = 2.0
+
+
+@dataclass(frozen=True)
+class EngineStepCost:
+    """The engine's terms of a priced step (planner.engines.kernels), arrays [P]: what its kernels add
+    to the layout's ideal step, each a named component. The datasheet floors leave them out (they
+    stay lower bounds); the calibrated step model prices them (calibration.artifact `step_features`)."""
+
+    engine: str  # whose kernels ('bare': none)
+    hbm_bytes: dict[str, np.ndarray]  # extra HBM-time as bytes at the datasheet rate ('experts_narrow_gemm')
+    flops: dict[str, np.ndarray]  # extra FLOPs ('cuda_graph_padding')
+    flops_by_dtype: dict[str, np.ndarray]  # the same by compute dtype
+    network_bytes: dict[str, np.ndarray]  # the engine's collectives, by name (replacing the layout's ideal ones)
+    network_messages: dict[str, np.ndarray]
+    network_bytes_by_tier: dict[str, np.ndarray]
+    network_messages_by_tier: dict[str, np.ndarray]
+    overhead_s: float  # per-step overhead outside the kernels (the engine's stated default)
+    padded_batch: np.ndarray  # [P] the decode batch one scheduler's CUDA graph runs at
+
+    @property
+    def extra_hbm_bytes(self) -> np.ndarray:
+        return sum(self.hbm_bytes.values(), np.zeros_like(self.padded_batch))
+
+    def components(self) -> dict[str, dict[str, np.ndarray]]:
+        """The breakdown, keyed like StepCost.components (resource -> name -> [P])."""
+        return {"hbm_bytes": dict(self.hbm_bytes), "flops": dict(self.flops), "network_bytes": dict(self.network_bytes),
+                "network_messages": dict(self.network_messages),
+                "overhead_s": {"step_overhead": np.full_like(self.padded_batch, self.overhead_s)}}
 
 
 @dataclass(frozen=True)
@@ -76,6 +110,7 @@ class StepCost:
     # pools, planner.engines.sglang.swa_pools); None: windows share the KV pool
     window_resident_bytes: np.ndarray | None = None
     window_pool_bytes: float | None = None
+    engine: EngineStepCost | None = None  # the engine's terms (planner.engines.kernels); None: not priced
 
     @property
     def network_bytes_scaleup_equivalent(self) -> np.ndarray:
@@ -88,6 +123,15 @@ class StepCost:
         """Scale-up messages that take as long as this step's messages on both tiers (datasheet)."""
         return (self.network_messages_by_tier[SCALEUP]
                 + self.network_messages_by_tier[SCALEOUT] * self.scaleout_latency_ratio)
+
+    def engine_network_scaleup_equivalent(self) -> tuple[np.ndarray, np.ndarray]:
+        """(bytes, messages) of the engine's collectives as scale-up equivalents (the layout's ideal
+        ones where the step carries no engine terms)."""
+        e = self.engine
+        if e is None:
+            return self.network_bytes_scaleup_equivalent, self.network_messages_scaleup_equivalent
+        return (e.network_bytes_by_tier[SCALEUP] + e.network_bytes_by_tier[SCALEOUT] * self.scaleout_bytes_ratio,
+                e.network_messages_by_tier[SCALEUP] + e.network_messages_by_tier[SCALEOUT] * self.scaleout_latency_ratio)
 
     @property
     def floor_max_s(self) -> np.ndarray:
@@ -206,6 +250,9 @@ def kernel_for(dep: Deployment, variant):
 
     if dep.attention_kernel is not None and not variant.recurrent:
         return decode_kernel(dep.attention_kernel)
+    backend = None if variant.recurrent else dep.kernels.backend_for(variant)
+    if backend is not None and backend.decode_kernel is not None:
+        return decode_kernel(backend.decode_kernel)
     return decode_kernel(variant.decode_kernel(dep.arch, dep.kv_dtype))
 
 
@@ -259,16 +306,18 @@ def _rank_work(dep: Deployment, inp: ShareInputs, shares: list, points: int):
     return hbm, flops, by_dtype, lat, kv_res, state_res, window_res
 
 
-def _network(dep: Deployment, inps: list[tuple[ShareInputs, int]], points: int):
+def _network(dep: Deployment, inps: list[tuple[ShareInputs, int]], points: int, mlp_collectives=None):
     """Link bytes and collective launches (by collective, and by tier) of a step; the same on
     every rank. A collective's bytes split over the tiers it crosses; it is one message, on the
     scale-out tier when the group spans nodes (NOTE: the measured cross-node latency is of the
-    whole hierarchical collective, so its intra-node steps are not charged again)."""
+    whole hierarchical collective, so its intra-node steps are not charged again). `mlp_collectives`
+    (inp, mlp) -> list replaces the MoE split's own collectives (the engine's, `engine_layer`)."""
     m, t, lay, split = dep.model, dep.ranks, dep.attention_layout, dep.moe_split
     pl = dep.placement
     inp = inps[0][0]
     groups = [(lay.collectives(i), float(n)) for i, n in inps]
-    groups += [(split.collectives(inp, lay.activations_replicated, v), float(n)) for v, n in m.mlps]
+    mlp_of = mlp_collectives or (lambda i, v: split.collectives(i, lay.activations_replicated, v))
+    groups += [(mlp_of(inp, v), float(n)) for v, n in m.mlps]
     if pl.lm_head_split > 1:
         # NOTE: the vocab-parallel LM head gathers the logits of the tokens its ranks sample: every
         # token over T ranks (TP, DOP, DCP); a DP group's own tokens over its R ranks (dptp)
@@ -295,7 +344,7 @@ def _network(dep: Deployment, inps: list[tuple[ShareInputs, int]], points: int):
                 b = c.payload_bytes * factor * c.per_step * layers
                 net_b[name] = net_b.get(name, 0.0) + b
                 tier_b[tier] = tier_b[tier] + b
-            msgs = np.full(points, c.per_step * layers if r > 1 else 0.0)
+            msgs = np.broadcast_to(np.asarray(c.per_step * layers if r > 1 else 0.0, dtype=np.float64), (points,))
             msg_tier = SCALEOUT if c_nodes > 1 else SCALEUP
             name = c.name if msg_tier == SCALEUP else f"{c.name}@{SCALEOUT}"
             net_m[name] = net_m.get(name, 0.0) + msgs
@@ -304,6 +353,77 @@ def _network(dep: Deployment, inps: list[tuple[ShareInputs, int]], points: int):
         return np.broadcast_to(np.asarray(v, dtype=np.float64), (points,))
 
     return net_b, net_m, {k: as_points(v) for k, v in tier_b.items()}, {k: as_points(v) for k, v in tier_m.items()}
+
+
+def _linear_flop_names(dep: Deployment, flops: dict) -> list[str]:
+    """The step's projection, MLP and LM-head FLOP components (what a padded CUDA-graph row also runs)."""
+    mlp_keys = {k for v, _ in dep.model.mlps for k in v.rank_flops(np.zeros(1), dep.ranks, dep.moe)}
+    return [k for k in flops if k.endswith("_proj") or k == "lm_head" or k in mlp_keys]
+
+
+def engine_layer(dep: Deployment, inps: list[tuple[ShareInputs, int]], g: DecodeLoad, flops: dict,
+                 by_dtype: dict, points: int, net) -> EngineStepCost:
+    """The engine's terms of a step (planner.engines.kernels, module docstring there): the engine's
+    MoE token movement where activations are partitioned, the narrow expert GEMM's extra streaming
+    time, CUDA-graph padding FLOPs on decode-only steps, and its per-step overhead. `net` is the
+    layout's own (bytes, messages, by-tier bytes, by-tier messages), reused where the engine moves
+    tokens the layout's way."""
+    from planner.engines.kernels import AllGatherReduceScatter
+    from planner.units import WEIGHT_BYTES_PER_PARAM
+
+    k = dep.kernels
+    inp = inps[0][0]
+    m, t, lay, split = dep.model, dep.ranks, dep.attention_layout, dep.moe_split
+    zeros = np.zeros(points)
+    decode_only = inp.prefill_tokens <= 0
+    # NOTE: one scheduler per owner group; the busiest owner's requests are ⌈B/G⌉ (balanced ownership)
+    per_sched = np.ceil(g.batch / dep.placement.owner_groups)
+    padded = k.graphs.padded(per_sched) if k.graphs is not None else per_sched
+    padded = np.where(decode_only, padded, per_sched)
+    hbm: dict[str, np.ndarray] = {}
+    if k.moe_gemm is not None:
+        groups: dict[tuple, float] = {}
+        for grp in m.layers:
+            if grp.mlp is not None and grp.mlp.is_moe:
+                key = (grp.mlp, dep.part_dtype(grp, "routed_experts"))
+                groups[key] = groups.get(key, 0.0) + grp.count
+        extra = zeros
+        for (mlp, dt), n in groups.items():
+            # NOTE: a rank runs each touched expert at its per-rank width: the whole expert under EP, a
+            # 1/T slice under TP (MiniMax-M2.5's 1,536 columns are 192 per rank at TP 8)
+            width = mlp.expert_intermediate_size / (t if dep.moe == "tp" else 1)
+            frac = k.moe_gemm.penalty_fraction(width, dep.arch)
+            if frac > 0:
+                read = mlp.rank_read_params(inp.step_tokens, t, dep.moe)["experts"]
+                extra = extra + read * n * WEIGHT_BYTES_PER_PARAM[dt] * frac
+        hbm["experts_narrow_gemm"] = extra
+    lin = _linear_flop_names(dep, flops)
+    frac = np.where(decode_only & (per_sched > 0), (padded - per_sched) / np.maximum(per_sched, 1.0), 0.0)
+    lin_total = sum((flops[n] for n in lin), zeros)
+    att = sum(flops.values(), zeros) - lin_total
+    lin_by_dtype = {d: np.asarray(v, dtype=np.float64) - (att if d == "bf16" else 0.0) for d, v in by_dtype.items()}
+    pad_by_dtype = {d: np.maximum(v, 0.0) * frac for d, v in lin_by_dtype.items()}
+    pad_flops = {"cuda_graph_padding": lin_total * frac}
+    if k.moe_decode is not None and not lay.activations_replicated:
+        fallback = AllGatherReduceScatter("allgather_reducescatter", "no all-to-all for TP-sharded experts")
+        q = inp.query_tokens
+        group_tokens = padded * q
+        dec, pre = np.where(decode_only, 1.0, 0.0), np.where(decode_only, 0.0, 1.0)
+
+        def mlp_of(i, v):
+            own = split.collectives(i, False, v)
+            if not own:
+                return own
+            out = []
+            for scheme, steps in ((k.moe_decode, dec), (k.moe_prefill or k.moe_decode, pre)):
+                if scheme.expert_parallel_only and not (dep.moe == "ep" and v.is_moe):
+                    scheme = fallback
+                out += scheme.collectives(i, v, group_tokens, steps)
+            return out
+
+        net = _network(dep, inps, points, mlp_of)
+    net_b, net_m, tier_b, tier_m = net
+    return EngineStepCost(k.engine, hbm, pad_flops, pad_by_dtype, net_b, net_m, tier_b, tier_m, k.step_overhead_s, padded)
 
 
 def _select(keep_a: np.ndarray, a: dict, b: dict) -> dict:
@@ -378,6 +498,7 @@ def step_cost(dep: Deployment, load: DecodeLoad, prefill_tokens=0.0, pricing: Pr
                 None if host is None else best[7].where(keep, host),
                 None if window_res is None else np.where(keep, best[8], window_res))
     times, hbm, flops, by_dtype, latency, kv_res, state_res, host, window_res = best
+    engine = engine_layer(dep, inps, g, flops, by_dtype, pts, (net_b, net_m, tier_b, tier_m))
     hbm_total = sum(hbm.values())
     components = {"hbm_bytes": hbm, "flops": flops, "network_bytes": net_b, "network_messages": net_m, "latency_s": latency}
     if host is not None:
@@ -411,4 +532,5 @@ def step_cost(dep: Deployment, load: DecodeLoad, prefill_tokens=0.0, pricing: Pr
         memory_feasible=plan.feasible,
         infeasible_reason=plan.reason,
         host_tier=host,
+        engine=engine,
     )

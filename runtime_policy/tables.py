@@ -41,7 +41,8 @@ owners like decodes, so each candidate carries P/T tokens of projection work it 
 planner's candidates don't.)
 
 The step time from the per-resource times is `overhead_s + max + α·(sum − max)`: α and overhead
-come from a calibration artifact when one is given, else the datasheet floors with α = 0.5 (the
+come from a calibration artifact when one is given, else from the shipped prior of the deployment's
+(GPU, engine) (`default_step_model`, calibration/priors), else the datasheet floors with α = 0.5 (the
 midpoint of the optimistic and pessimistic floors, `DATASHEET_MODEL`).
 
 The KV facts the loop's ledger counts in (`kv_bytes_per_token`, `request_slack_tokens`, each
@@ -105,6 +106,23 @@ class StepTimeModel:
 
 def datasheet_model() -> StepTimeModel:
     return StepTimeModel(DATASHEET_MODEL, DATASHEET_ALPHA, 0.0)
+
+
+def default_step_model(dep: Deployment) -> StepTimeModel:
+    """The step model a deployment is priced by unless a calibration is given (issue 26): the shipped
+    prior of its (GPU, engine) (calibration/priors: per-kernel tables, no end-to-end row) when one
+    exists and the deployment runs its engine's kernels; else the datasheet midpoint (DATASHEET_MODEL).
+    Its label says which."""
+    from calibration.priors import SOURCE_WHEEL, prior_path  # lazy: optional package
+
+    path = prior_path(dep.hardware.name, dep.engine) if dep.engine_kernels else None
+    if path is None:
+        return datasheet_model()
+    m = calibrated_model(str(path))
+    p = m.calibration.params
+    label = (f"prior: {dep.hardware.name} × {dep.engine} (calibration/priors/{path.name}, {SOURCE_WHEEL} per-kernel "
+             f"tables; overhead {p.overhead_s:g} s + max + {p.overlap_alpha:g}*(sum - max))")
+    return StepTimeModel(label, m.alpha, m.overhead_s, m.calibration)
 
 
 def calibrated_model(path: str) -> StepTimeModel:
@@ -264,8 +282,10 @@ def compile_tables(dep: Deployment, model: StepTimeModel | None = None, max_batc
                    max_prefill_tokens: int = 8192, tier_choice: bool = False) -> StepTimeTable:
     """Probe the planner once per layout and freeze the tables (a few ms per layout). With
     `tier_choice` (a deployment with a host tier), 2L layouts: the L HBM-only ones and their
-    tiered "+host" twins, so the policy may switch the tier (runtime_policy/host_tier_tables.py)."""
-    model = model or datasheet_model()
+    tiered "+host" twins, so the policy may switch the tier (runtime_policy/host_tier_tables.py).
+    Without a `model`, the deployment's default (`default_step_model`: its (GPU, engine) prior, else
+    the datasheet midpoint)."""
+    model = model or default_step_model(dep)
     if tier_choice:
         from runtime_policy.host_tier_tables import twin_tables
 

@@ -96,13 +96,17 @@ def _yaml_scalar(v) -> str:
     return text[: -len("\n...\n")] if text.endswith("\n...\n") else text.rstrip("\n")
 
 
-def calibrated_hardware_yaml(summary: dict, base, source: str, measured_by: str = "floorfirst microbench") -> str:
-    """A hardware YAML: `base`'s datasheet peaks verbatim, efficiencies from `summary`.
+def calibrated_hardware_yaml(summary: dict, base, source: str, measured_by: str = "floorfirst microbench",
+                             clamp: bool = False) -> str:
+    """A hardware YAML: `base`'s datasheet peaks verbatim, its generation (vendor, arch, compute
+    capability: engine and kernel rules key on them), its runtime memory and scale-out tier, and
+    efficiencies from `summary`.
 
-    hbm = HBM copy (or, from kernel tables, the best memory-bound kernel's rate) / peak bandwidth;
+    hbm = HBM copy (or, from kernel tables, the composed weight-streaming rate) / peak bandwidth;
     flops = bf16 GEMM / bf16 peak; network = large-collective bus bandwidth / link peak (per
-    direction). A measurement above a datasheet peak means the peak is wrong: that is raised,
-    not absorbed."""
+    direction). A measurement above a datasheet peak means the peak is wrong: that is raised, not
+    absorbed — unless `clamp` (kernel tables, issue 26), where it is clamped to 1 with a note in the
+    sources (a kernel table's byte count, not the GPU, is the likely culprit)."""
     p = base.peak
     eff = dict(base.efficiency.model_dump())
     measured = {}
@@ -114,8 +118,12 @@ def calibrated_hardware_yaml(summary: dict, base, source: str, measured_by: str 
     if "link_bytes_per_s" in summary:
         measured["network"] = summary["link_bytes_per_s"] / p.scaleup_bandwidth_bytes_per_s_per_direction
     over = [k for k, v in measured.items() if v > 1.0]
-    if over:
+    clamped = {}
+    if over and not clamp:
         raise ValueError(f"measured {', '.join(over)} above the datasheet peak of {base.name}: check the spec")
+    for k in over:
+        clamped[k] = measured[k]
+        measured[k] = 1.0
     low = [f"{k} {v:.3g}" for k, v in measured.items() if not v >= MIN_EFFICIENCY]
     if low:
         raise ValueError(f"measured {', '.join(low)} of the datasheet peak of {base.name}: below {MIN_EFFICIENCY:g}, "
@@ -123,8 +131,14 @@ def calibrated_hardware_yaml(summary: dict, base, source: str, measured_by: str 
     eff.update({k: float(f"{v:.4g}") for k, v in measured.items()})
     lines = [f"name: {_yaml_scalar(base.name + '-calibrated')}",
              f"description: {_yaml_scalar(base.description + ' — efficiencies measured by ' + measured_by)}",
-             "peak:  # datasheet, copied unchanged from " + base.name.replace(chr(10), " ")]
+             f"vendor: {_yaml_scalar(base.vendor)}", f"arch: {_yaml_scalar(base.arch)}"]
+    if base.compute_capability is not None:
+        lines.append(f"compute_capability: [{base.compute_capability[0]}, {base.compute_capability[1]}]")
+    lines.append("peak:  # datasheet, copied unchanged from " + base.name.replace(chr(10), " "))
     lines += [f"  {k}: {_yaml_scalar(v)}" for k, v in p.model_dump().items() if v is not None]
+    for part in ("memory", "scaleout"):
+        lines.append(f"{part}:  # copied unchanged from {base.name}")
+        lines += [f"  {k}: {_yaml_scalar(v)}" for k, v in getattr(base, part).model_dump().items() if v is not None]
     lines.append("efficiency:  # measured / datasheet peak")
     lines += [f"  {k}: {_yaml_scalar(v)}" for k, v in eff.items()]
     lines.append("sources:")
@@ -133,6 +147,9 @@ def calibrated_hardware_yaml(summary: dict, base, source: str, measured_by: str 
         f"{k} {summary[n] / 1e12:.3f} TB/s" if "bytes" in n else f"{k} {summary[n] / 1e12:.1f} TFLOP/s"
         for k, n in (("hbm copy", "hbm_copy_bytes_per_s"), ("hbm stream", "hbm_stream_bytes_per_s"),
                      ("bf16 GEMM", "bf16_flops_per_s"), ("collective bus", "link_bytes_per_s")) if n in summary))
+    for k, v in clamped.items():
+        srcs[f"clamped_{k}"] = (f"measured {v:.3f} of the datasheet peak, clamped to 1.0: a kernel table above the peak "
+                                "means its byte count (or the peak) is off, not the GPU")
     for k in ("all_reduce_small_eager_latency_s", "all_reduce_small_cuda_graph_latency_s"):
         if k in summary:
             srcs[f"measured_{k}"] = f"{summary[k] * 1e6:.1f} us ({source}); peak.collective_latency_s left as the datasheet file's"

@@ -111,6 +111,7 @@ def calibrate(
     wheel: Annotated[Optional[str], typer.Option("--wheel", help="With --from-kernel-db: the aiconfigurator-core wheel (default: the installed package).")] = None,
     hardware: Annotated[Optional[str], typer.Option("--hardware", help="With --from-kernel-db: the datasheet spec the rates are relative to (default: from the system name).")] = None,
     yaml_out: Annotated[Optional[str], typer.Option("--yaml-out", help="With --from-kernel-db: also write a calibrated hardware YAML.")] = None,
+    prior_out: Annotated[Optional[str], typer.Option("--prior-out", help="With --from-kernel-db: also write the (GPU, engine) prior, a calibration with no measured row (what calibration/priors ships).")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Fit achieved efficiencies, message latency, overlap α and per-step overhead to measured steps
@@ -121,13 +122,16 @@ def calibrate(
     if loss not in ("soft_l1", "huber", "cauchy", "arctan", "linear"):
         raise SpecError(f"loss={loss!r} is not one of soft_l1, huber, cauchy, arctan, linear")
     check_calibration_out(out, force)  # before the fit: a bad --out must not cost the whole fit
-    if from_kernel_db is None and any(v is not None for v in (backend, wheel, hardware, yaml_out)):
-        raise SpecError("--backend, --wheel, --hardware and --yaml-out go with --from-kernel-db")
+    if from_kernel_db is None and any(v is not None for v in (backend, wheel, hardware, yaml_out, prior_out)):
+        raise SpecError("--backend, --wheel, --hardware, --yaml-out and --prior-out go with --from-kernel-db")
     kdb = None
     if yaml_out:
         check_output_path(yaml_out, "--yaml-out", suffixes=(".yaml", ".yml"))
+    if prior_out:
+        check_calibration_out(prior_out, force)
     if from_kernel_db is not None:
-        kdb = _kernel_db(from_kernel_db, backend, wheel, hardware, yaml_out, out if not profile else None, json_out)
+        kdb = _kernel_db(from_kernel_db, backend, wheel, hardware, yaml_out, out if not profile else None, json_out,
+                         prior_out)
         if not profile:
             return
     sets = spec_defaults(sets, spec_tokens, accept_len)
@@ -175,7 +179,7 @@ def validate(
     sets: SetOpt = None,
     folds: Annotated[int, typer.Option("--folds", help="k of k-fold cross-validation.")] = 5,
     seed: Annotated[int, typer.Option("--seed", help="Fold shuffle seed.")] = 0,
-    holdout: Annotated[Optional[list[str]], typer.Option("--holdout", help="Also hold out each group of: model, gpus or layout (fit on the others, predict it); repeatable.")] = None,
+    holdout: Annotated[Optional[list[str]], typer.Option("--holdout", help="Also hold out each group of: model, gpus, layout or engine (fit on the others, predict it); repeatable.")] = None,
     spec_tokens: SpecTokensOpt = None, accept_len: AcceptLenOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -219,16 +223,18 @@ def validate(
     _report_issues(con, issues, prof.notes)
 
 
-def _kernel_db(system, backend, wheel, hardware, yaml_out, out, json_out):
-    """Read the kernel tables; write the rates document (when `out`) and the YAML; return
+def _kernel_db(system, backend, wheel, hardware, yaml_out, out, json_out, prior_out=None):
+    """Read the kernel tables; write the rates document (when `out`), the YAML and the prior; return
     (doc, DataSource) for use as the fit's priors."""
-    from calibration.artifact import DataSource
-    from calibration.kernel_db import read_kernel_db, write_outputs
+    from calibration.artifact import DataSource, save_calibration
+    from calibration.kernel_db import prior_calibration, read_kernel_db, write_outputs
 
     if backend is None:
         raise SpecError("--from-kernel-db needs --backend sglang|vllm|trtllm")
     doc = read_kernel_db(system, backend, wheel, hardware)
     write_outputs(doc, out, yaml_out)
+    if prior_out:
+        save_calibration(prior_calibration(doc), prior_out)
     if out is not None:
         if json_out:
             emit_json("calibrate_kernel_db", {"out": out, "yaml_out": yaml_out, **{k: doc[k] for k in

@@ -34,8 +34,28 @@ from planner.units import GiB
 AutoAttnOpt = Annotated[Optional[str], typer.Option("--attn", help="Attention layout. Default: the fastest layout whose KV fits (all are priced)."), LAYOUTS]
 
 
+DATASHEET_MIDPOINT = "datasheet midpoint: floor_max + 0.5*(floor_sum - floor_max), no overhead"
+
+
+def step_model_for(dep: planner.Deployment, calibration=None, calibration_path: str | None = None):
+    """(the calibration that prices `dep`'s steps or None, its label): a given --calibration, else the
+    shipped prior of the deployment's (GPU, engine) (calibration/priors), else the datasheet midpoint
+    (issue 26: every tokens/s figure is priced by the default model and says which)."""
+    if calibration is not None:
+        return calibration, f"calibration: {calibration_path or 'given'}"
+    try:
+        from calibration.priors import SOURCE_WHEEL, prior_for
+    except ImportError:  # pragma: no cover - the calibration package is part of the install
+        return None, DATASHEET_MIDPOINT
+    prior = prior_for(dep.hardware.name, dep.engine) if dep.engine_kernels else None
+    if prior is None:
+        return None, DATASHEET_MIDPOINT
+    return prior, f"prior: {dep.hardware.name} × {dep.engine} ({SOURCE_WHEEL} per-kernel tables)"
+
+
 def cost_document(dep: planner.Deployment, cost: planner.StepCost, calibration=None,
-                  prefill_context: float = 0.0, pricing: planner.Pricing | None = None) -> dict[str, Any]:
+                  prefill_context: float = 0.0, pricing: planner.Pricing | None = None,
+                  calibration_path: str | None = None) -> dict[str, Any]:
     """The JSON view of one priced point (index 0)."""
     from planner.effects import effect_times_s
 
@@ -91,8 +111,16 @@ def cost_document(dep: planner.Deployment, cost: planner.StepCost, calibration=N
     }
     if cost.host_tier is not None:
         doc["host_tier"] = tier_document(cost)
-    if calibration is not None:
-        doc["predicted_s"] = scalar(calibration.predict_s(cost))
+    model, label = step_model_for(dep, calibration, calibration_path)
+    predicted = (scalar(model.predict_s(cost)) if model is not None
+                 else doc["floor_max_s"] + 0.5 * (doc["floor_sum_s"] - doc["floor_max_s"]))
+    doc["predicted_s"] = predicted
+    doc["step_model"] = label
+    doc["decode_tokens_per_s"] = doc["batch"] / predicted if feasible and predicted > 0 else None
+    if cost.engine is not None:
+        e = cost.engine
+        doc["engine_kernels"] = dep.kernels.describe()
+        doc["engine_terms"] = {res: {k: scalar(v) for k, v in comp.items()} for res, comp in e.components().items()}
     return doc
 
 
@@ -164,7 +192,8 @@ def floor(
                            prefill_context, engine, nodes, swa_full_tokens_ratio, attn_groups)
         why = "given by --attn"
     doc = {"model": dep.model.name, "hardware": dep.hardware.name, "layout_choice": why,
-           **cost_document(dep, cost, cal, prefill_args(prefill_tokens, prefill_context)[1], pricing_for(dep.hardware, pricing))}
+           **cost_document(dep, cost, cal, prefill_args(prefill_tokens, prefill_context)[1], pricing_for(dep.hardware, pricing),
+                           calibration)}
     if json_out:
         emit_json("floor", doc)
         return
@@ -194,12 +223,11 @@ def floor(
         con.print(f"layout: {dep.attn}/{dep.moe}, {why}")
     if doc["feasible"]:
         con.print(f"floor_max {fmt_ms(doc['floor_max_s'])}  floor_sum {fmt_ms(doc['floor_sum_s'])}  binding [bold]{doc['binding']}[/]  "
-                  f"decode {doc['decode_tokens_per_s_at_max']:.0f} … {doc['decode_tokens_per_s_at_sum']:.0f} tokens/s")
+                  f"decode {doc['decode_tokens_per_s_at_max']:.0f} … {doc['decode_tokens_per_s_at_sum']:.0f} tokens/s at the floors")
+        con.print(f"predicted {fmt_ms(doc['predicted_s'])}, {doc['decode_tokens_per_s']:.0f} decode tokens/s ({doc['step_model']})")
     else:
         con.print(f"[bold]not feasible[/]: {doc['infeasible_reason']} (no tokens/s for a step that can't run; "
                   f"floors {fmt_ms(doc['floor_max_s'])} … {fmt_ms(doc['floor_sum_s'])} shown for reference)")
-    if "predicted_s" in doc:
-        con.print(f"calibrated prediction {fmt_ms(doc['predicted_s'])}")
     eff = doc["engine_effects_s"]
     if any(eff.values()):
         con.print("engine effects (" + doc["decode_kernel"] + " decode kernel): " + ", ".join(
@@ -267,7 +295,8 @@ def compare(
     deps = select_layouts(deps, layouts)
     load = build_load(batch, context)
     pr = pricing_for(hw, pricing)
-    docs = [cost_document(d, planner.step_cost(d, load, pre, pr, prefill_context=pre_ctx), cal, pre_ctx, pr) for d in deps]
+    docs = [cost_document(d, planner.step_cost(d, load, pre, pr, prefill_context=pre_ctx), cal, pre_ctx, pr, calibration)
+            for d in deps]
     if tier is not None:
         for d, doc in zip(deps, docs):  # requests held at the load's mean context, with and without the tier
             walls = kv_capacity(d, [doc["context_mean_tokens"]]).host_tier
@@ -283,7 +312,7 @@ def compare(
         "model": m.name, "hardware": hw.name, "gpus": gpus, "nodes": deps[0].nodes, "engine": deps[0].engine,
         "batch": docs[0]["batch"],
         "context_mean_tokens": docs[0]["context_mean_tokens"], "prefill_tokens": pre, "prefill_context_tokens": pre_ctx,
-        "layouts": docs, "skipped": skipped,
+        "layouts": docs, "skipped": skipped, "step_model": docs[0]["step_model"],
         "out": [{"attn": d["attn"], "moe": d["moe"], "reason": d["infeasible_reason"]} for d in docs if not d["feasible"]],
         "best_by_max": {"attn": best_max["attn"], "moe": best_max["moe"]} if best_max else None,
         "best_by_sum": {"attn": best_sum["attn"], "moe": best_sum["moe"]} if best_sum else None,
@@ -292,7 +321,8 @@ def compare(
         emit_json("compare", out)
         return
     con = console(wide)
-    con.print(compare_table(out, deps[0], pr.label, cal is not None, best_max, wide, launch_layout))
+    con.print(compare_table(out, deps[0], pr.label, True, best_max, wide, launch_layout))
+    con.print(f"model ms and tok/s priced by the {out['step_model']}")
     if tier is not None:
         con.print(tier_line(deps[0]))
     if components:

@@ -92,10 +92,14 @@ def serve_cmd(
     w = make_workload(workload, requests, seed, rate)
     use_cuda = _use_cuda(device, gpus) if executor == ExecutorChoice.torch else False
     dtype = "bfloat16" if use_cuda else "float32"
-    from executor.torch_executor.serve import torch_tables  # torch imported here, only when serving
+    from executor.torch_executor.serve import stack_deployment, torch_tables  # torch imported here, only when serving
+    from runtime_policy.tables import default_step_model
 
     loop = LoopConfig(max_batch=max_batch, prefill_chunk_tokens=2048)
-    tables = torch_tables(stack, hw, gpus, kv_pages, dtype, max_batch=max_batch, max_prefill_tokens=2048)
+    # NOTE: the default model of the stack's deployment (issue 26): floorfirst's executor is no engine,
+    # so no shipped prior prices it and its label says the datasheet midpoint does
+    step_model = default_step_model(stack_deployment(stack, hw, gpus))
+    tables = torch_tables(stack, hw, gpus, kv_pages, dtype, model=step_model, max_batch=max_batch, max_prefill_tokens=2048)
     if executor == ExecutorChoice.sim:
         doc = _serve_sim(tables, w, policy, order.value, loop)
     else:

@@ -134,7 +134,7 @@ def simulate_cmd(
     """Serve a workload with the simulated executor: dynamic or fixed layout, and an ordering."""
     from executor.sim import simulate
     from runtime_policy.loop import LoopConfig
-    from runtime_policy.tables import calibrated_model, datasheet_model, layout_names
+    from runtime_policy.tables import calibrated_model, default_step_model, layout_names
     from runtime_policy.workloads import make_workload
 
     if rate is not None and (not math.isfinite(rate) or rate <= 0):
@@ -153,7 +153,7 @@ def simulate_cmd(
     if attn is None and not _any_kv_pool(m, hw, moe, gpus, replicas, kv_dtype, mem_fraction):
         raise SpecError(f"{m.name} on {gpus} × {hw.name}: the weights leave no KV pool under any layout, so nothing "
                         "can be served (more GPUs, lower-precision weights or a higher --mem-fraction)")
-    step_model = calibrated_model(calibration) if calibration else datasheet_model()
+    step_model = calibrated_model(calibration) if calibration else default_step_model(dep)
     w = make_workload(workload, requests, seed, rate)
     tier = host_tier_spec(host_tier, hbm_budget_tokens, locality, host_page_rows)
     if tier_choice and (tier is None or attn is not None):

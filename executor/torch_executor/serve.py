@@ -44,7 +44,10 @@ def stack_deployment(dims: MLADims, hardware: planner.HardwareSpec, ranks: int) 
            "qk_nope_head_dim": dims.qk_nope_head_dim, "qk_rope_head_dim": dims.qk_rope_head_dim,
            "v_head_dim": dims.v_head_dim, "vocab_size": 1024}
     model = model_from_hf_config(cfg, f"mla-stack-{dims.num_layers}l-{dims.num_heads}h")
-    return planner.make_deployment(model, hardware, attn="tp", moe="tp", gpus=ranks, page_tokens=dims.page_size)
+    # NOTE: floorfirst's own executor runs these steps, no serving engine: the layout's ideal kernels
+    # (no engine terms, planner/engines/kernels.py), so no engine's prior prices its tables
+    return planner.make_deployment(model, hardware, attn="tp", moe="tp", gpus=ranks, page_tokens=dims.page_size,
+                                   engine_kernels=False)
 
 
 def torch_tables(dims: MLADims, hardware: planner.HardwareSpec, ranks: int, kv_pages: int, dtype: str = "float32",

@@ -29,6 +29,7 @@ from planner.units import GiB
 
 if TYPE_CHECKING:  # pragma: no cover
     from planner.deployment import Deployment
+    from planner.engines.kernels import EngineKernels
     from planner.engines.scheduling import SchedulerSpec
     from planner.hardware.spec import HardwareSpec
     from planner.models.spec import ModelSpec
@@ -138,6 +139,8 @@ class EngineMemoryModel:
     # NOTE: SGLang's --swa-full-tokens-ratio is that engine's own flag (vLLM sizes one pool of
     # hybrid blocks, no such ratio): an engine that does not take it refuses it at make_deployment
     takes_swa_full_tokens_ratio: ClassVar[bool] = False
+    # the MoE all-to-all backends a deployment may name (`Deployment.moe_a2a`; planner.engines.kernels)
+    moe_a2a_backends: ClassVar[tuple[str, ...]] = ()
 
     def default_kv_dtype(self, model: "ModelSpec", hw: "HardwareSpec") -> str:
         """The canonical KV dtype ('bf16', 'fp8', 'fp8_dsa') the engine picks for `auto`."""
@@ -155,6 +158,15 @@ class EngineMemoryModel:
         group of the placement, its chunk budget and running cap, mixed or separate prefill, how
         requests are routed and preempted, each cited in the engine's module."""
         raise NotImplementedError
+
+    def kernels(self, dep: "Deployment") -> "EngineKernels":
+        """What the engine's steps run on `dep` (planner.engines.kernels): MoE token movement, its
+        expert GEMM's narrow-width rate, CUDA-graph capture sizes, attention backends and a per-step
+        overhead, each cited in the engine's module. The base answer is the layout's ideal kernels
+        (no engine term), for an engine module that declares none."""
+        from planner.engines.kernels import BARE
+
+        return BARE
 
     def chunked_prefill_tokens(self, dep: "Deployment") -> int:
         """Prefill tokens one engine step takes per owner group by default (SGLang

@@ -110,6 +110,16 @@ def default_mem_fraction_static(gpu_mem_mib: float, reserved_mib: float) -> floa
     return round((gpu_mem_mib - reserved_mib) / gpu_mem_mib, 3)
 
 
+DEFAULT_MOE_A2A_BACKEND = "none"  # server_args.py ServerArgs.moe_a2a_backend
+# NOTE: w½ of SGLang's fused_moe_triton by GPU generation (planner.engines.kernels NarrowGemm): fitted by
+# calibration/kernel_db.py `moe_half_width` on aiconfigurator-core 0.12.0's per-kernel MoE tables
+# (moe_perf, sglang 0.5.14, balanced routing, ≤ 16 tokens, the same experts at moe_tp 1 against 2–32):
+# h100_sxm 200, h200_sxm 240 (sm90: H200's); b200_sxm 420, b300_sxm 310, gb200 430 (sm100: B200's).
+SGLANG_MOE_HALF_WIDTH = {"sm90": 240.0, "sm100": 420.0}
+MOE_HALF_WIDTH_SOURCE = ("aiconfigurator-core 0.12.0 moe_perf tables (per-kernel), fitted by calibration/kernel_db.py "
+                         "moe_half_width: rate(w) = rate_inf * w / (w + w_half)")
+
+
 # NOTE: sgl-project/sglang model_runner_kv_cache_mixin.py `handle_max_mamba_cache` (radix cache on,
 # no max_mamba_cache_size given): mamba_state_memory = rest·r/(1 + r), max_mamba_cache_size =
 # mamba_state_memory // mamba_cache_per_req, the KV pool gets rest − slots·per_req; then
@@ -192,6 +202,7 @@ class SGLang(EngineMemoryModel):
     description = "SGLang: mem_fraction_static of the free memory before weights holds weights + KV"
     fraction_name = "mem_fraction_static"
     takes_swa_full_tokens_ratio = True
+    moe_a2a_backends = ("none", "deepep")
 
     def default_kv_dtype(self, model, hw):
         only = model.attention.supported_kv_dtypes()
@@ -250,6 +261,48 @@ class SGLang(EngineMemoryModel):
                              False, "sgl-project/sglang python/sglang/srt: managers/scheduler.py, schedule_policy.py, "
                                     "data_parallel_controller.py; mem_cache/kv_cache_configurator.py",
                              chunk_split_over_groups=True)
+
+    def kernels(self, dep, moe_a2a_backend: str | None = None):
+        """What SGLang's steps run (planner.engines.kernels), read in sgl-project/sglang python/sglang/srt:
+        - MoE token movement with DP attention, `--moe-a2a-backend none` (server_args.py ServerArgs:
+          moe_a2a_backend "none", deepep_mode "auto"): layers/dp_attention.py `_dp_gather` — a decode
+          batch in a CUDA graph runs DpPaddingMode.MAX_LEN (`get_default_mode_in_cuda_graph`): every
+          rank's batch padded to the largest, `all_gather_into_tensor`, and `dp_reduce_scatter_tensor`
+          after the experts; an extend batch with dp > 1 runs SUM_LEN (`get_dp_padding_mode`):
+          `_dp_gather_via_all_reduce` of a zeroed buffer and an all-reduce of the MoE output before
+          `dp_scatter` slices it. With `deepep`, `deepep_mode` auto runs DeepEP low-latency for decode
+          and normal for extend batches;
+        - the expert GEMM: fused_moe_triton (layers/moe/fused_moe_triton), narrow-width constant
+          `SGLANG_MOE_HALF_WIDTH`;
+        - CUDA graphs: server_args.py `_generate_cuda_graph_batch_sizes`: [1, 2, 4, 8, 12] +
+          range(16, 257, 8) + range(272, 512, 16) + range(512, cuda_graph_max_bs + 1, 32), padded
+          (disable_cuda_graph_padding False); cuda_graph_max_bs from `_handle_gpu_memory_settings`;
+        - attention: the variants' defaults are SGLang's (planner/models/attention: FA3 / FlashMLA on
+          Hopper, TRT-LLM's MLA kernels on Blackwell, DSA's flashmla_kv for the fp8 record);
+        - per-step overhead: the stated default (planner.engines.kernels DEFAULT_STEP_OVERHEAD_S)."""
+        from planner.engines.kernels import (DEFAULT_STEP_OVERHEAD_S, DEFAULT_STEP_OVERHEAD_SOURCE, AllGatherReduceScatter,
+                                             AllReduceGather, AttentionBackend, CudaGraphs, DeepEPLowLatency,
+                                             DeepEPNormal, EngineKernels, NarrowGemm, capture_sizes)
+
+        moe_a2a_backend = moe_a2a_backend or dep.moe_a2a or DEFAULT_MOE_A2A_BACKEND
+        if moe_a2a_backend == "deepep":
+            decode = DeepEPLowLatency("deepep_low_latency", "sglang layers/moe/token_dispatcher/deepep.py (deepep_mode auto: decode)")
+            prefill = DeepEPNormal("deepep_normal", "sglang layers/moe/token_dispatcher/deepep.py (deepep_mode auto: extend)")
+        else:
+            decode = AllGatherReduceScatter("dp_gather_max_len", "sglang layers/dp_attention.py _dp_gather_via_all_gather, "
+                                            "dp_reduce_scatter_tensor (DpPaddingMode.MAX_LEN in CUDA graphs)", pad_to_max=True)
+            prefill = AllReduceGather("dp_gather_sum_len", "sglang layers/dp_attention.py _dp_gather_via_all_reduce "
+                                      "(DpPaddingMode.SUM_LEN for extend batches), tensor_model_parallel_all_reduce")
+        _, max_bs = graph_and_chunk_defaults(dep.hardware.smi_total_mib, dep.ranks)
+        sizes = capture_sizes(([1, 2, 4, 8, 12], range(16, 257, 8), range(272, 512, 16), range(512, max_bs + 1, 32)))
+        sizes = tuple(x for x in sizes if x <= max_bs)
+        src = "sglang python/sglang/srt/server_args.py _generate_cuda_graph_batch_sizes, _handle_gpu_memory_settings"
+        return EngineKernels(
+            "sglang", decode, prefill, NarrowGemm("fused_moe_triton", SGLANG_MOE_HALF_WIDTH, MOE_HALF_WIDTH_SOURCE),
+            CudaGraphs(sizes, True, src),
+            {"*": AttentionBackend("fa3 (Hopper) / trtllm_mla (Blackwell)", None,
+                                   "planner/models/attention/*.py decode_kernel: SGLang's defaults")},
+            DEFAULT_STEP_OVERHEAD_S, DEFAULT_STEP_OVERHEAD_SOURCE)
 
     def check(self, mem_fraction, reserve_bytes):
         if mem_fraction is not None and reserve_bytes is not None:

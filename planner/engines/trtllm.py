@@ -48,6 +48,15 @@ MAX_BATCH_SIZE = 2048
 MAX_NUM_TOKENS = 8192
 
 
+# NOTE: w½ of TRT-LLM's CUTLASS fused MoE (planner.engines.kernels NarrowGemm), fitted by
+# calibration/kernel_db.py `moe_half_width` on aiconfigurator-core 0.12.0 moe_perf tables (trtllm
+# 1.3.0rc23): h100_sxm 170, h200_sxm 330 (sm90: H200's); b300_sxm 425 (sm100; b200_sxm and gb200 have no
+# bf16/fp8 TP rows in that table).
+TRTLLM_MOE_HALF_WIDTH = {"sm90": 330.0, "sm100": 425.0}
+TRTLLM_MOE_HALF_WIDTH_SOURCE = ("aiconfigurator-core 0.12.0 moe_perf tables (per-kernel), fitted by calibration/kernel_db.py "
+                                "moe_half_width: rate(w) = rate_inf * w / (w + w_half)")
+
+
 @register_engine
 class TensorRTLLM(EngineMemoryModel):
     name = "trtllm"
@@ -68,6 +77,31 @@ class TensorRTLLM(EngineMemoryModel):
                              "fewest_prompt_tokens", "never", True,
                              "NVIDIA/TensorRT-LLM: tensorrt_llm/_torch/pyexecutor/scheduler/scheduler.py "
                              "(GuaranteedNoEvictPolicy, PyMicroBatchScheduler), scheduler/adp_router.py DefaultADPRouter")
+
+    def kernels(self, dep):
+        """What TensorRT-LLM's steps run (planner.engines.kernels), read in NVIDIA/TensorRT-LLM:
+        - MoE token movement with attention DP: tensorrt_llm/_torch/modules/fused_moe/communication/
+          communication_factory.py CommunicationFactory.create_strategy — MNNVL all-to-all where the
+          platform has multi-node NVLink (GB200 NVL72; NOTE: priced here as all-gather + reduce-scatter),
+          DeepEP only with TRTLLM_CAN_USE_DEEP_EP=1, else (and always with MoE TP) AllGatherReduceScatter;
+        - the expert GEMM: the CUTLASS fused MoE (tensorrt_llm/_torch/modules/fused_moe/fused_moe_cutlass.py),
+          narrow-width constant `TRTLLM_MOE_HALF_WIDTH`;
+        - CUDA graphs: tensorrt_llm/llmapi/llm_args.py CudaGraphConfig: max_batch_size 128,
+          enable_padding False (`_generate_cuda_graph_batch_sizes`: 1–31, 32, 64, 128): a batch is never
+          padded; one not captured runs eagerly (NOTE: its launch gaps are not priced);
+        - attention: the TRTLLM backend (tensorrt_llm/_torch/attention_backend/trtllm.py); its decode
+          tile is not declared here, so the variants' defaults apply (NOTE: unverified);
+        - per-step overhead: the stated default (planner.engines.kernels DEFAULT_STEP_OVERHEAD_S)."""
+        from planner.engines.kernels import (DEFAULT_STEP_OVERHEAD_S, DEFAULT_STEP_OVERHEAD_SOURCE, AllGatherReduceScatter,
+                                             AttentionBackend, CudaGraphs, EngineKernels, NarrowGemm, capture_sizes)
+
+        comm = AllGatherReduceScatter("allgather_reducescatter", "tensorrt_llm/_torch/modules/fused_moe/communication/"
+                                      "communication_factory.py (fallback strategy)")
+        sizes = capture_sizes((range(1, 32), [32, 64, 128]))
+        return EngineKernels("trtllm", comm, comm, NarrowGemm("cutlass fused_moe", TRTLLM_MOE_HALF_WIDTH, TRTLLM_MOE_HALF_WIDTH_SOURCE),
+                             CudaGraphs(sizes, False, "tensorrt_llm/llmapi/llm_args.py CudaGraphConfig (enable_padding False)"),
+                             {"*": AttentionBackend("TRTLLM", None, "tensorrt_llm/_torch/attention_backend/trtllm.py")},
+                             DEFAULT_STEP_OVERHEAD_S, DEFAULT_STEP_OVERHEAD_SOURCE)
 
     def plan(self, dep):
         hw = dep.hardware

@@ -53,6 +53,16 @@ LOGIT_BYTES = 4.0  # fp32 logits in the sampler
 LIVE_HIDDEN_TENSORS = 4  # residual, normed input, attention output, MLP output
 
 
+# NOTE: vllm/config/vllm.py `_set_cudagraph_sizes`: max_cudagraph_capture_size = min(max_num_seqs * 2, 512)
+MAX_CUDAGRAPH_CAPTURE_SIZE = 512
+# NOTE: w½ of vLLM's fused MoE by GPU generation (planner.engines.kernels NarrowGemm), fitted by
+# calibration/kernel_db.py `moe_half_width` on aiconfigurator-core 0.12.0 moe_perf tables (vllm 0.24.0):
+# h100_sxm 145, h200_sxm 160 (sm90: H200's); b200_sxm 720, b300_sxm 535, gb200 550 (sm100: B200's).
+VLLM_MOE_HALF_WIDTH = {"sm90": 160.0, "sm100": 720.0}
+VLLM_MOE_HALF_WIDTH_SOURCE = ("aiconfigurator-core 0.12.0 moe_perf tables (per-kernel), fitted by calibration/kernel_db.py "
+                              "moe_half_width: rate(w) = rate_inf * w / (w + w_half)")
+
+
 def batch_defaults(hw) -> tuple[int, int]:
     """(max_num_batched_tokens, max_num_seqs) of `vllm serve`, `EngineArgs.get_batch_defaults`."""
     if hw.usable_hbm_bytes >= 70 * GiB and hw.arch != "ampere":
@@ -101,6 +111,7 @@ class VLLM(EngineMemoryModel):
     name = "vllm"
     description = "vLLM: gpu_memory_utilization of total memory minus weights, profiled peak and non-torch memory"
     fraction_name = "gpu_memory_utilization"
+    moe_a2a_backends = ("allgather_reducescatter", "deepep_low_latency", "deepep_high_throughput")
 
     def default_kv_dtype(self, model, hw):
         only = model.attention.supported_kv_dtypes()
@@ -136,6 +147,48 @@ class VLLM(EngineMemoryModel):
         return SchedulerSpec("vllm", dep.placement.owner_groups, "mixed", tokens, float(seqs), "least_loaded",
                              "newest_first", False, "vllm-project/vllm: vllm/v1/core/sched/scheduler.py Scheduler.schedule, "
                                                     "vllm/v1/engine/core.py, vllm/v1/engine/core_client.py")
+
+    def kernels(self, dep):
+        """What vLLM's steps run (planner.engines.kernels), read in vllm-project/vllm:
+        - MoE token movement with DP attention: vllm/config/parallel.py ParallelConfig.all2all_backend
+          "allgather_reducescatter" (the default), vllm/distributed/device_communicators/all2all.py
+          AgRsAll2AllManager: dispatch = all_gatherv of [hidden_states, topk_weights, topk_ids] over the
+          DP group, combine = reduce_scatterv — the same for decode and mixed steps;
+        - the expert GEMM: vllm/model_executor/layers/fused_moe (Triton fused_experts), narrow-width
+          constant `VLLM_MOE_HALF_WIDTH`;
+        - CUDA graphs: vllm/config/vllm.py `_set_cudagraph_sizes`: [1, 2, 4] + range(8, 256, 8) +
+          range(256, max + 1, 16), max = min(2·max_num_seqs, 512); a batch is padded to the next size
+          (cudagraph_mode FULL_AND_PIECEWISE, vllm/config/compilation.py);
+        - attention: vllm/platforms/cuda.py `_get_backend_priorities`: MLA on Hopper FLASH_ATTN_MLA
+          (FA3's 64-row tiles), on Blackwell FLASHINFER_MLA; sparse MLA FLASHMLA_SPARSE; other
+          attention FLASH_ATTN (Hopper) / FLASHINFER (Blackwell);
+        - per-step overhead: the stated default (planner.engines.kernels DEFAULT_STEP_OVERHEAD_S)."""
+        from planner.engines.kernels import (DEFAULT_STEP_OVERHEAD_S, DEFAULT_STEP_OVERHEAD_SOURCE, AllGatherReduceScatter,
+                                             AttentionBackend, CudaGraphs, DeepEPLowLatency, DeepEPNormal, EngineKernels,
+                                             NarrowGemm, capture_sizes)
+        from planner.models.attention.kernels import HOPPER
+
+        comm = AllGatherReduceScatter("allgather_reducescatter", "vllm/distributed/device_communicators/all2all.py "
+                                      "AgRsAll2AllManager (ParallelConfig.all2all_backend default)", routes_in_dispatch=True)
+        # NOTE: --all2all-backend deepep_low_latency / deepep_high_throughput run DeepEP's low-latency or
+        # normal kernels for every step (all2all.py DeepEPLLAll2AllManager / DeepEPHTAll2AllManager)
+        if dep.moe_a2a == "deepep_low_latency":
+            comm = DeepEPLowLatency("deepep_low_latency", "vllm all2all.py DeepEPLLAll2AllManager")
+        elif dep.moe_a2a == "deepep_high_throughput":
+            comm = DeepEPNormal("deepep_high_throughput", "vllm all2all.py DeepEPHTAll2AllManager")
+        _, seqs = batch_defaults(dep.hardware)
+        top = min(2 * seqs, MAX_CUDAGRAPH_CAPTURE_SIZE)
+        sizes = tuple(x for x in capture_sizes(([1, 2, 4], range(8, 256, 8), range(256, top + 1, 16))) if x <= top)
+        hopper = dep.arch == HOPPER
+        src = "vllm/platforms/cuda.py _get_backend_priorities"
+        attention = {
+            "mla": AttentionBackend("FLASH_ATTN_MLA" if hopper else "FLASHINFER_MLA", "fa3_mla" if hopper else None, src),
+            "dsa": AttentionBackend("FLASHMLA_SPARSE", None, src),
+            "*": AttentionBackend("FLASH_ATTN" if hopper else "FLASHINFER", None, src),
+        }
+        return EngineKernels("vllm", comm, comm, NarrowGemm("fused_moe (triton)", VLLM_MOE_HALF_WIDTH, VLLM_MOE_HALF_WIDTH_SOURCE),
+                             CudaGraphs(sizes, True, "vllm/config/vllm.py _set_cudagraph_sizes"), attention,
+                             DEFAULT_STEP_OVERHEAD_S, DEFAULT_STEP_OVERHEAD_SOURCE)
 
     def plan(self, dep):
         hw = dep.hardware

@@ -25,7 +25,10 @@ COUNTS = frozenset({"exit_code", "gpus", "replicas", "nodes", "nodes_per_group",
 # is each fitted parameter's standard deviation, in that parameter's unit).
 OPEN_MAPS = frozenset({"calibrate:param_std.*", "calibrate_kernel_db:summary.*", "capacity:layouts[].memory.reserve_terms.*",
                        "compare:layouts[].memory.reserve_terms.*", "floor:memory.reserve_terms.*", "microbench:summary.*",
-                       "follow:served.params.*"})
+                       "follow:served.params.*",
+                       # the engine's terms: resource (hbm_bytes, flops, network_bytes, network_messages,
+                       # overhead_s: each names its unit) -> component -> amount (issue 26)
+                       "floor:engine_terms.*.*", "compare:layouts[].engine_terms.*.*"})
 
 
 def _numbers(s: dict, path: str, defs: dict, out: list) -> None:

@@ -25,7 +25,10 @@ def synthetic_rows(params=None, layouts=LAYOUTS, batches=(1, 8, 32, 128, 512), c
     rng = np.random.default_rng(seed)
     rows = []
     for model, hw, gpus, attn, moe in layouts:
-        dep = planner.make_deployment(planner.load_model(model), planner.load_hardware(hw), attn=attn, moe=moe, gpus=gpus)
+        # NOTE: step rows without an engine are priced with the layout's ideal kernels (issue 26), so the
+        # synthetic truth is generated the same way
+        dep = planner.make_deployment(planner.load_model(model), planner.load_hardware(hw), attn=attn, moe=moe, gpus=gpus,
+                                      engine_kernels=False)
         b, c, p = (a.ravel() for a in np.meshgrid(batches, contexts, prefills, indexing="ij"))
         cost = planner.step_cost(dep, planner.DecodeLoad.equal(b.astype(float), c.astype(float)), prefill_tokens=p.astype(float))
         t = predict_from_features(step_features(cost, rates_for(dep.hardware)), x)

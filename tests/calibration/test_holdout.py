@@ -86,5 +86,5 @@ def test_validate_cli_holdout_and_bad_value(tmp_path, costs, capsys):
     doc = json.loads(capsys.readouterr().out)
     assert doc["holdout"][0]["by"] == "layout"
     with pytest.raises(SystemExit) as bad:
-        main(["validate", "--calibration", str(cal_path), "--profile", src, "--holdout", "engine"])
-    assert bad.value.code == 2 and "--holdout 'engine'" in capsys.readouterr().err
+        main(["validate", "--calibration", str(cal_path), "--profile", src, "--holdout", "tokenizer"])
+    assert bad.value.code == 2 and "--holdout 'tokenizer'" in capsys.readouterr().err

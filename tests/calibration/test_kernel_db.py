@@ -27,7 +27,7 @@ def test_gemm_rates():
     assert r["bf16_flops_per_s"] == pytest.approx(2 * 4096**3 / 0.2e-3)
     assert r["fp8_flops_per_s"] == pytest.approx(2 * 4096**3 / 0.1e-3)
     # m = 8: 8192·4096 bf16 weights streamed in 20 µs (the m = 1 row is below 2^24 weights: left out)
-    assert r["weight_stream_bytes_per_s"] == pytest.approx(8192 * 4096 * 2 / 0.02e-3) and used == 3
+    assert r["gemm_weight_stream_bytes_per_s"] == pytest.approx(8192 * 4096 * 2 / 0.02e-3) and used == 3
 
 
 def test_mla_rates():
@@ -63,7 +63,9 @@ def test_nccl_and_custom_allreduce_rates():
     assert c["all_reduce_small_cuda_graph_latency_s"] == pytest.approx(3e-6)
 
 
-def test_summary_takes_the_best_memory_bound_kernel_as_hbm_and_names_missing_tables():
+def test_summary_composes_weight_streaming_from_its_families_and_names_missing_tables():
+    # issue 26: the weight rate is the GEMM and MoE families' (here the GEMM's alone), never the
+    # fastest memory-bound kernel's
     s, notes = kernel_db_summary({("gemm", "gemm"): {"gemm_dtype": ["bfloat16"], "m": [8], "n": [8192], "k": [4096],
                                                       "latency": [0.02]}})
     assert s["hbm_stream_bytes_per_s"] == s["weight_stream_bytes_per_s"]
@@ -239,3 +241,62 @@ def test_a_bad_parquet_table_is_one_line(monkeypatch):
     assert str(exc.value) == f"{GEMM_MEMBER}: not a readable parquet table (OSError: Parquet magic bytes not found in footer. Either the file is corrupted)"
     with pytest.raises(SpecError, match=r"1,000,000,000 rows × 4 columns, over the 5,000,000 × 256"):
         kdb.read_parquet(b"PAR1....", GEMM_MEMBER)
+
+
+def _moe_table(half=240.0, inter=2048, tps=(1, 2, 4, 8), tokens=(1, 4, 16)):
+    """A synthetic moe_perf table whose rate follows rate(w) = r∞·w/(w + half) at per-rank width w."""
+    cols = {k: [] for k in ("moe_dtype", "num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size",
+                            "moe_ep_size", "distribution", "latency")}
+    for tp in tps:
+        for n in tokens:
+            w = inter / tp
+            touched = 256 * (1 - (1 - 8 / 256) ** n)
+            rate = 4e12 * w / (w + half)
+            for k, v in (("moe_dtype", "fp8"), ("num_tokens", n), ("hidden_size", 7168), ("inter_size", inter), ("topk", 8),
+                         ("num_experts", 256), ("moe_tp_size", tp), ("moe_ep_size", 1), ("distribution", "balanced"),
+                         ("latency", touched * 3 * 7168 * w * 1.0 / rate * 1e3)):
+                cols[k].append(v)
+    return cols
+
+
+def test_moe_half_width_is_fitted_and_the_moe_rate_taken_to_infinite_width():
+    from calibration.kernel_db import moe_half_width
+
+    half, pairs = moe_half_width(_moe_table(half=240.0))
+    assert half == pytest.approx(240.0, abs=5.0) and pairs == 9
+    r, _ = moe_rates(_moe_table(half=240.0))
+    assert r["moe_weight_stream_bytes_per_s"] == pytest.approx(4e12, rel=0.01) and r["moe_half_width_columns"] == half
+
+
+def test_a_prior_clamps_a_rate_above_the_datasheet_with_a_note_and_keeps_the_engine():
+    import planner
+    from calibration.kernel_db import PRIOR_ALPHA, prior_calibration
+    from planner.engines.kernels import DEFAULT_STEP_OVERHEAD_S
+
+    hw = planner.load_hardware("h100")
+    doc = {"hardware": "h100", "backend": "trtllm", "wheel": "w.whl", "created_utc": "", "notes": [],
+           "tables": [{"path": "aiconfigurator_core/systems/data/h100_sxm/moe/trtllm/1/moe_perf.parquet", "op": "moe",
+                       "table": "moe", "version": "1", "rows_used": 3, "sha256": "x"}],
+           "summary": {"weight_stream_bytes_per_s": 1.2 * hw.peak.hbm_bandwidth_bytes_per_s,
+                       "mla_attention_kv_bytes_per_s": 0.9 * hw.peak.hbm_bandwidth_bytes_per_s}}
+    cal = prior_calibration(doc)
+    assert cal.params.hbm_weight_efficiency == 1.0 and any("clamped to 1.0" in n for n in cal.notes)
+    assert cal.params.hbm_kv_efficiency == pytest.approx(0.9)
+    assert cal.engine == "trtllm" and cal.origin == "prior" and cal.fit.rows == 0
+    assert cal.params.overlap_alpha == PRIOR_ALPHA and cal.params.overhead_s == DEFAULT_STEP_OVERHEAD_S
+
+
+def test_the_kernel_db_yaml_keeps_the_gpu_s_generation_and_clamps_with_a_note():
+    import yaml
+
+    import planner
+    from calibration.microbench.results import calibrated_hardware_yaml
+
+    base = planner.load_hardware("b200")
+    text = calibrated_hardware_yaml({"hbm_stream_bytes_per_s": 1.1 * base.peak.hbm_bandwidth_bytes_per_s}, base, "t",
+                                    clamp=True)
+    d = yaml.safe_load(text)
+    assert d["arch"] == base.arch == "blackwell" and tuple(d["compute_capability"]) == base.compute_capability
+    assert d["efficiency"]["hbm"] == 1.0 and "clamped_hbm" in d["sources"]
+    with pytest.raises(ValueError):  # a microbenchmark above the peak is still refused
+        calibrated_hardware_yaml({"hbm_copy_bytes_per_s": 1.1 * base.peak.hbm_bandwidth_bytes_per_s}, base, "t")

@@ -113,8 +113,9 @@ def _write(tmp_path, rows, name="serving.jsonl"):
 def test_a_serving_row_is_priced_as_the_weighted_sum_of_its_steps(tmp_path):
     row = {**ROW, "isl": 1000, "osl": 500, "concurrency": 64, "tpot_ms": 40.0, "engine": "vllm"}
     costs = price_profile(load_profile(_write(tmp_path, [row])))
+    # the row ran on vLLM: its steps are priced with vLLM's kernels (issue 26)
     dep = planner.make_deployment(planner.load_model("deepseek-v3"), planner.load_hardware("h200"), attn="tp", gpus=8,
-                                 engine="vllm")
+                                  engine="vllm")
     dec = planner.step_cost(dep, planner.DecodeLoad.equal(64, 1250.0))
     mix = planner.step_cost(dep, planner.DecodeLoad.equal(64, 1250.0), prefill_tokens=S128)
     assert costs.measured_s[0] == pytest.approx(0.040)

@@ -6,14 +6,17 @@ import pytest
 import planner
 from executor.sim import SimExecutor
 from runtime_policy.executor import StepBatch
-from runtime_policy.tables import LAYOUTS, compile_tables
+from runtime_policy.tables import LAYOUTS, compile_tables, datasheet_model
 from runtime_policy.transitions import plan_transition
 
 
 @pytest.fixture(scope="module")
 def tables():
     m, hw = planner.load_model("deepseek-v3.2"), planner.load_hardware("h200")
-    return compile_tables(planner.make_deployment(m, hw, attn="tp", gpus=8), max_batch=256, max_prefill_tokens=1024)
+    # the datasheet midpoint, named: these tests check the simulator against the planner's floors
+    # (the tables' default is now the deployment's prior, issue 26)
+    return compile_tables(planner.make_deployment(m, hw, attn="tp", gpus=8), datasheet_model(), max_batch=256,
+                          max_prefill_tokens=1024)
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)

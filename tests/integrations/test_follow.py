@@ -17,7 +17,10 @@ from integrations.fpm_stream import read_recorded
 from tests.integrations.conftest import CAL, LINE, STREAM
 
 
-def test_refit_makes_the_next_records_better_predicted(launched):
+def test_refit_makes_the_next_records_better_predicted(launched, monkeypatch):
+    # NOTE: without the shipped H200 × SGLang prior (issue 26), which already predicts this synthetic
+    # engine to a 2.4 % median: from the hardware file's efficiency defaults the refit has work to do
+    monkeypatch.setattr("calibration.priors.prior_for", lambda *a: None)
     recs = synthetic_records(launched, 384, seed=7)
     f = Follower(launched, window=256, refit_every=128, tables=False)
     f.ingest(recs[:128])  # served: the hardware file's priors
@@ -81,7 +84,8 @@ def test_the_recorded_stream_and_its_malformed_lines(launched):
 def test_the_policy_tables_follow_each_taken_refit(launched):
     f = Follower(launched, window=128, refit_every=64, tables=True, table_max_batch=64)
     f.wait_tables()
-    assert f.tables is not None and f.tables.model_label.startswith("datasheet")  # before any refit: the floors
+    # before any refit: the shipped prior of the deployment's (GPU, engine) (issue 26)
+    assert f.tables is not None and f.tables.model_label.startswith("prior: the shipped h200 × sglang")
     f.ingest(synthetic_records(launched, 64, seed=5))
     f.wait_tables()
     assert f.tables_status["state"] == "current" and f.tables.model_label == f.served.label
