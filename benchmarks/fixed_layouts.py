@@ -131,7 +131,8 @@ def text(doc: dict) -> str:
     lines = [f"fixed_layouts: {REQUESTS} requests together, {OUTPUT} output tokens, every layout fixed; simulator "
              f"(commit {c['commit']}, {c['cpu']}); prefill = time in steps carrying a chunk, decode = decode-only steps"]
     for case in doc["cases"]:
-        lines.append(f"\n{case['model']} on 8 × {case['hardware'].upper()}, {case['kv_dtype']} KV, {case['engine']}")
+        lines.append(f"\n{case['model']} on 8 × {case['hardware'].upper()}, {case['kv_dtype']} KV, {case['engine']}; "
+                     f"step model: {case['step_model']}")
         lines.append(f"{'layout':8} {'input':>6} {'prefill s':>10} {'decode s':>9} {'TTFT med s':>10} "
                      f"{'makespan s':>10} {'tok/s':>8} {'rank':>4} {'group chunk':>11}")
         for r in sorted(case["rows"], key=lambda r: (r["input_tokens"], r["layout"])):
