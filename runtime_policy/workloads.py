@@ -10,6 +10,25 @@
 - `longprompt` (agentic / RAG): Poisson arrivals at 1 request/s; prompts log-uniform over
   16K–64K tokens (retrieved documents, tool transcripts); outputs log-normal (median 512, σ 0.8):
   prefill-heavy, the regime where published work finds context parallelism wins.
+- `rollout` (a synchronous RL rollout step, GRPO-style): n/8 prompts sampled 8 times each, all
+  arriving at t = 0; prompts log-normal (median 1024, σ 0.5; a group's 8 share one prompt length);
+  responses log-normal (median 2048, σ 1.2) capped at the rollout's max response length, 32768:
+  the top 5 % of responses carry 1 − Φ(1.645 − 1.2) ≈ 33 % of the decoded tokens before the cap
+  (28 % of a 512-request draw after it; reasoning-RL
+  response lengths are near log-normal, ~5 % of them carrying 30–50 % of the tokens: DARTS,
+  arXiv 2605.30859; RollPacker; APRIL). The batch starts as n short requests and ends as a few
+  long ones;
+- `reasoning`: Poisson arrivals at `rate_per_s` (default 2/s) of short questions (median 256, σ
+  0.8) answered with long chains of thought (median 3000, σ 1.0, capped at 32768);
+- `agentic` (agent rollouts, e.g. coding agents run as a batch): sessions of several turns, all
+  starting within the first 2 s; a session runs a geometric number of turns (mean 8, at most 32);
+  each turn's prompt is the session's context so far (task median 2048, σ 0.5; plus each earlier
+  turn's output and a tool result of median 1024, σ 1.0) and its output is short (median 256,
+  σ 0.8); turn i + 1 arrives after turn i's nominal decode (30 ms a token) and a tool call
+  (exponential, mean 2 s). Prompts grow from a few thousand tokens to tens of thousands while
+  sessions end: many short requests first, a few long ones last. NOTE: open-loop (a turn's
+  arrival does not wait for the simulated previous turn), and prefix caching is not modelled: each
+  turn prefills its whole context;
 - trace CSV: columns `arrival_s,input_tokens,output_tokens` (header required); a bad row is one
   SpecError naming its line. The Azure LLM inference traces (`TIMESTAMP,ContextTokens,
   GeneratedTokens`) and Mooncake-style JSONL are read as published (runtime_policy/traces.py). Read through planner.inputs (a regular file of at most
@@ -33,10 +52,17 @@ import numpy as np
 from planner.errors import SpecError
 from planner.inputs import path_kind, shown, shown_number
 
-BUILTIN_WORKLOADS: tuple[str, ...] = ("chat", "shrinking", "bursty", "longprompt")
+BUILTIN_WORKLOADS: tuple[str, ...] = ("chat", "shrinking", "bursty", "longprompt", "rollout", "reasoning", "agentic")
+RATED_WORKLOADS: tuple[str, ...] = ("chat", "bursty", "longprompt", "reasoning")  # the ones --rate sets
 MAX_TOKENS = 65536
 CHAT_RATE_PER_S = 20.0
 LONGPROMPT_RATE_PER_S = 1.0
+REASONING_RATE_PER_S = 2.0
+ROLLOUT_GROUP = 8  # samples per prompt (GRPO's group)
+MAX_RESPONSE_TOKENS = 32768  # a rollout's max response length
+AGENT_MEAN_TURNS, AGENT_MAX_TURNS = 8, 32
+AGENT_NOMINAL_TOKEN_S = 0.03  # a turn's nominal decode time per output token, before its tool call
+AGENT_TOOL_MEAN_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -112,6 +138,50 @@ def longprompt(n: int, seed: int = 0, rate_per_s: float = LONGPROMPT_RATE_PER_S)
                      "output_sigma": 0.8})
 
 
+def rollout(n: int, seed: int = 0) -> Workload:
+    _check_n(n)
+    rng = np.random.default_rng(seed)
+    groups = -(-n // ROLLOUT_GROUP)
+    prompts = np.repeat(_lognormal(rng, 1024, 0.5, groups), ROLLOUT_GROUP)[:n]
+    return Workload("rollout", np.zeros(n), prompts, _lognormal(rng, 2048, 1.2, n, hi=MAX_RESPONSE_TOKENS),
+                    {"group": ROLLOUT_GROUP, "input_median_tokens": 1024, "output_median_tokens": 2048,
+                     "output_sigma": 1.2, "max_response_tokens": MAX_RESPONSE_TOKENS})
+
+
+def reasoning(n: int, seed: int = 0, rate_per_s: float = REASONING_RATE_PER_S) -> Workload:
+    _check_n(n)
+    _check_rate(rate_per_s)
+    rng = np.random.default_rng(seed)
+    arrival = np.cumsum(rng.exponential(1.0 / rate_per_s, n))
+    return Workload("reasoning", arrival - arrival[0], _lognormal(rng, 256, 0.8, n),
+                    _lognormal(rng, 3000, 1.0, n, hi=MAX_RESPONSE_TOKENS),
+                    {"rate_per_s": rate_per_s, "input_median_tokens": 256, "output_median_tokens": 3000,
+                     "output_sigma": 1.0, "max_response_tokens": MAX_RESPONSE_TOKENS})
+
+
+def agentic(n: int, seed: int = 0) -> Workload:
+    _check_n(n)
+    rng = np.random.default_rng(seed)
+    arr, inp, out = [], [], []
+    while len(arr) < n:
+        turns = min(int(rng.geometric(1.0 / AGENT_MEAN_TURNS)), AGENT_MAX_TURNS, n - len(arr))
+        t = float(rng.uniform(0.0, 2.0))
+        context = int(_lognormal(rng, 2048, 0.5, 1)[0])
+        for _ in range(turns):
+            o = int(_lognormal(rng, 256, 0.8, 1)[0])
+            arr.append(t)
+            inp.append(min(context, MAX_TOKENS))
+            out.append(o)
+            context += o + int(_lognormal(rng, 1024, 1.0, 1)[0])
+            t += o * AGENT_NOMINAL_TOKEN_S + float(rng.exponential(AGENT_TOOL_MEAN_S))
+    a = np.asarray(arr)
+    order = np.argsort(a, kind="stable")
+    return Workload("agentic", a[order], np.asarray(inp, dtype=np.int64)[order], np.asarray(out, dtype=np.int64)[order],
+                    {"mean_turns": AGENT_MEAN_TURNS, "max_turns": AGENT_MAX_TURNS, "task_median_tokens": 2048,
+                     "tool_result_median_tokens": 1024, "output_median_tokens": 256,
+                     "nominal_decode_s_per_token": AGENT_NOMINAL_TOKEN_S, "tool_mean_s": AGENT_TOOL_MEAN_S})
+
+
 def from_csv(path: str | Path, limit: int | None = None) -> Workload:
     """A trace CSV (`arrival_s,input_tokens,output_tokens`, or an Azure trace), read line by line up
     to `limit` requests (None: all; runtime_policy.traces.csv_rows)."""
@@ -169,6 +239,13 @@ def make_workload(name: str, n: int, seed: int = 0, rate_per_s: float | None = N
         return shrinking(n, seed)
     if name == "longprompt":
         return longprompt(n, seed, rate_per_s or LONGPROMPT_RATE_PER_S)
+    if name == "reasoning":
+        return reasoning(n, seed, rate_per_s or REASONING_RATE_PER_S)
+    if name in ("rollout", "agentic"):
+        if rate_per_s is not None:
+            raise SpecError(f"workload={name} takes no rate: its requests arrive as a batch (rate applies to "
+                            f"{', '.join(RATED_WORKLOADS)})")
+        return rollout(n, seed) if name == "rollout" else agentic(n, seed)
     if name.endswith((".jsonl", ".json")):
         from runtime_policy.traces import from_bench_result, from_mooncake_jsonl, is_bench_result
 

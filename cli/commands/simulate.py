@@ -113,7 +113,7 @@ def _any_kv_pool(m, hw, moe, gpus, replicas, kv_dtype, mem_fraction) -> bool:
 
 def simulate_cmd(
     model: ModelOpt = DEFAULTS["model"], hardware: HardwareOpt = DEFAULTS["hardware"], gpus: GpusOpt = DEFAULTS["gpus"],
-    workload: Annotated[str, typer.Option("--workload", "-w", help="chat, shrinking, bursty, longprompt, or a trace: CSV (arrival_s,input_tokens,output_tokens), an Azure LLM inference trace CSV (TIMESTAMP,ContextTokens,GeneratedTokens) Mooncake JSONL (timestamp ms, input_length, output_length), or a benchmark result listing its requests (vllm bench serve --save-result JSON, SGLang bench_serving --output-details JSONL).")] = "chat",
+    workload: Annotated[str, typer.Option("--workload", "-w", help="chat, shrinking, bursty, longprompt, rollout, reasoning, agentic (runtime_policy/workloads.py says how each is drawn), or a trace: CSV (arrival_s,input_tokens,output_tokens), an Azure LLM inference trace CSV (TIMESTAMP,ContextTokens,GeneratedTokens) Mooncake JSONL (timestamp ms, input_length, output_length), or a benchmark result listing its requests (vllm bench serve --save-result JSON, SGLang bench_serving --output-details JSONL).")] = "chat",
     requests: Annotated[int, typer.Option("--requests", "-n", help="Requests to generate (or to take from a trace).")] = 1000,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the workload and of the step-time noise.")] = 0,
     policy: PolicyOpt = "dynamic",
@@ -122,7 +122,7 @@ def simulate_cmd(
     json_out: JsonOpt = False, plot: PlotOpt = None,
     moe: MoeOpt = None, replicas: ReplicasOpt = 1, kv_dtype: KvDtypeOpt = None,
     mem_fraction: MemFractionOpt = DEFAULTS["mem_fraction"],
-    rate: Annotated[Optional[float], typer.Option("--rate", help="Mean arrival rate of chat/bursty/longprompt, requests/s.")] = None,
+    rate: Annotated[Optional[float], typer.Option("--rate", help="Mean arrival rate of chat/bursty/longprompt/reasoning, requests/s (rollout and agentic arrive as a batch).")] = None,
     noise: Annotated[float, typer.Option("--noise", help="Relative σ of seeded step-time noise.")] = 0.0,
     boost: Annotated[Optional[float], typer.Option("--boost", help="The boost ordering's knob β: 0 = FCFS, large = shortest expected first.")] = None,
     max_batch: Annotated[int, typer.Option("--max-batch", help="Most requests holding KV at once.")] = 4096,

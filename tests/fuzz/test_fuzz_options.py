@@ -50,7 +50,7 @@ def invocations(draw, ws: Workspace):
         "triage": {**deployment, **point, "--threshold": num,
                    "--profile": st.one_of(corpus("profiles"), st.sampled_from([str(PROFILE)]))},
         "simulate": {"--model": deployment["--model"], "--hardware": deployment["--hardware"], "--gpus": num,
-                     "--workload": st.one_of(st.sampled_from(["chat", "shrinking", "bursty", "longprompt", "x"]), corpus("traces")),
+                     "--workload": st.one_of(st.sampled_from(["chat", "shrinking", "bursty", "longprompt", "rollout", "reasoning", "agentic", "x"]), corpus("traces")),
                      "--requests": st.sampled_from(["-5", "0", "1", "5", "x", "20"]), "--seed": num,
                      "--policy": st.sampled_from(["tp", "dp", "dynamic", "q"]), "--order": st.sampled_from(["fcfs", "boost", "srpt-oracle", "w"]),
                      "--rate": num, "--noise": num, "--boost": num, "--max-batch": num, **cal, "--plot": out},
