@@ -111,7 +111,11 @@ def resolve(spec: DeploymentSpec | None = None, launch: str | None = None,
         DeploymentSpec.of(**{bad[0]: given[bad[0]]})  # raises the unknown-knob line
     from planner.launch import parse_launch
 
-    reading = parse_launch(launch, given.get("model"))
+    try:
+        reading = parse_launch(launch, given.get("model"))
+    except SpecError as exc:  # the CLI's option name, said as the API's argument
+        msg = str(exc)
+        raise SpecError("launch" + msg[len("--engine-args"):] if msg.startswith("--engine-args") else msg) from None
     out = dict(given)
     for name, value in reading.options.items():
         if name not in KNOBS:

@@ -311,3 +311,18 @@ def _policy_knobs(knobs):
     if knobs.get("allowed") is not None:
         knobs = {**knobs, "allowed": tuple(knobs["allowed"])}
     return PolicyKnobs(**knobs)
+
+
+def from_policy_state(state, layouts: Sequence[str]) -> BatchState:
+    """The BatchState of a runtime_policy.PolicyState (its layout index read in `layouts`, the
+    tables' order): for servers that filled PolicyState before, and for the benchmarks and tests
+    that replay states the serving loop recorded."""
+    out = BatchState(layouts[state.layout])
+    for f in fields(BatchState):
+        if f.name == "layout":
+            continue
+        value = getattr(state, _RAW_NAMES.get(f.name, f.name))
+        if f.name == "layout_kv_growth_tokens" and value is not None:
+            value = dict(zip(layouts, value))
+        setattr(out, f.name, value)
+    return out
