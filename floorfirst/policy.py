@@ -138,6 +138,7 @@ class Policy:
         n = len(self.layouts)
         self._stays = [[Decision(self.layouts[i], False, self._reasons[r]) for r in range(len(self._reasons))]
                        for i in range(n)]
+        self._memo: dict[tuple, Decision] = {}
         self._ps = PolicyState(np.zeros(0), [0.0] * self.ranks, [0.0] * self.ranks, np.zeros(0))
         self._decide = layout_policy.decide
         self._internal = layout_policy.internal_errors
@@ -225,10 +226,21 @@ class Policy:
         r = d.reason
         if r is self._cant:
             return self._cant_decide()
-        if d.switch or d.capacity_stands_steps or d.plan is not None or d.gain_s or d.cost_s or d.shed_kv_tokens:
+        if d.switch or d.plan is not None or d.gain_s or d.cost_s or d.shed_kv_tokens:
             return Decision(self._names[d.layout], d.switch, self._reasons[r], d.gain_s, d.cost_s, d.shed_kv_tokens,
                             d.capacity_stands_steps, "", d.plan)
-        return self._stays[d.layout][r]
+        c = d.capacity_stands_steps
+        if not c:
+            return self._stays[d.layout][r]
+        # NOTE: a stay that stands for c steps (a capacity pricing found no move, or the cooldown has
+        # c steps left) is memoized too: building a frozen Decision costs more than the rest of the wrapper
+        key = (d.layout, r, c)
+        x = self._memo.get(key)
+        if x is None:
+            if len(self._memo) >= 4096:
+                self._memo.clear()
+            x = self._memo[key] = Decision(self._names[d.layout], False, self._reasons[r], capacity_stands_steps=c)
+        return x
 
     def _refuse(self, state) -> Decision:
         self.wrapper_refusals += 1
