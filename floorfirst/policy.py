@@ -39,7 +39,9 @@ class BatchState:
     context_tokens: np.ndarray = field(default_factory=lambda: np.zeros(0))
     """[B] each decoding request's context (prompt + tokens generated), tokens; a float or int array."""
     kv_tokens_per_rank: Sequence[float] = ()
-    """[T] KV tokens each rank holds for the requests it owns (a page of slack per request included)."""
+    """[T] KV tokens of the requests each rank owns, a list (or array) of floats: each running request
+    counted once, on its owner rank (the rank an owner layout such as DP-attention would keep it on),
+    as its context + `Policy.request_slack_tokens`. A one-group layout (TP, CP) reads only the sum."""
     free_kv_bytes_per_rank: Sequence[float] = ()
     """[T] free KV pool bytes per rank in the current layout (read only while a request waits)."""
     waiting_prompt_tokens: np.ndarray = field(default_factory=lambda: np.zeros(0))
@@ -131,6 +133,12 @@ class Policy:
         """T: the ranks of one group (GPUs of one replica)."""
         self.step_model: str = t.model_label
         """Which step model the tables were compiled from."""
+        self.request_slack_tokens: float = float(t.request_slack_tokens)
+        """Tokens a request holds beyond its context (its page rounding and fixed bytes)."""
+        self.kv_bytes_per_token: float = float(t.kv_bytes_per_token)
+        """KV bytes of one token, one copy, all layers."""
+        self.kv_pool_bytes_per_gpu: dict[str, float] = {n: float(x) for n, x in zip(t.layouts, t.info.kv_pool_bytes)}
+        """{layout: the KV pool of one GPU, bytes} (−1: the model can't run the layout)."""
         self._index = {n: i for i, n in enumerate(self.layouts)}
         self._names = self.layouts
         self._reasons = tuple(r.name.lower() for r in Reason)
