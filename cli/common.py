@@ -18,8 +18,8 @@ import typer
 from cli.registry_options import ENGINES, LAYOUTS, MOE_SPLITS
 from floorfirst.points import (DEFAULTS, build_load, deployment, load_calibration, load_specs, parse_tokens,  # noqa: F401
                                pricing_for, scalar, select_layouts)
-# the contracts' versions live with the typed documents (floorfirst/results.py says when one bumps)
-from floorfirst.results import SCHEMA_VERSION, SCHEMA_VERSIONS  # noqa: F401
+# the contracts' versions (floorfirst/contracts.py says when one bumps)
+from floorfirst.contracts import SCHEMA_VERSION, SCHEMA_VERSIONS  # noqa: F401
 from planner.engines import KV_DTYPE_MAPPING
 from planner.errors import SpecError  # noqa: F401
 from planner.units import GiB

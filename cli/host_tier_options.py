@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
+
 from floorfirst.planning import tier_document  # noqa: F401  (the JSON view, shared with the Python API)
 from floorfirst.points import host_tier_spec as _host_tier_spec
 from planner.host_tier import DEFAULT_BUDGET_TOKENS, DEFAULT_LOCALITY, HostTierSpec, tiered_groups

@@ -16,16 +16,18 @@ Does not: render, plot or print (cli), parse a launch line (floorfirst.knobs).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 import planner
-from floorfirst.knobs import DeploymentSpec
 from floorfirst.points import build_load, deployment, load_calibration, load_specs, parse_tokens, pricing_for, scalar, \
     select_layouts
 from planner.errors import SpecError
 from planner.units import GiB
+
+if TYPE_CHECKING:  # NOTE: not at run time: the CLI imports this module at start, and the model costs ~40 ms
+    from floorfirst.knobs import DeploymentSpec
 
 DATASHEET_MIDPOINT = "datasheet midpoint: floor_max + 0.5*(floor_sum - floor_max), no overhead"
 

@@ -21,14 +21,7 @@ from typing import Annotated, Any, ClassVar
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-# NOTE: a contract's major version bumps when a key changes type or meaning (docs/json-contracts.md):
-# capacity/2 — `mem_fraction` is the engine fraction given (null: each layout's engine default),
-# no longer a share of the datasheet HBM.
-# walls/2 — every load carries its unit in its key (`*_requests` growing batch, `*_tokens` growing
-# context: walls_*, at_*, kv_wall_*, range_*, loads_*), the fixed batch is an integer.
-# (batch became an integer in floor, compare, triage and regimes: a narrowing of number, no bump.)
-SCHEMA_VERSION = 1
-SCHEMA_VERSIONS = {"capacity": 2, "walls": 2}
+from floorfirst.contracts import schema_name
 
 
 def _finite_or_none(x):
@@ -66,8 +59,7 @@ class Document(_Part):
 
     def document(self) -> dict[str, Any]:
         """The JSON document `floorfirst <command> --json` prints for the same arguments."""
-        schema = f"floorfirst.{self.command}/{SCHEMA_VERSIONS.get(self.command, SCHEMA_VERSION)}"
-        return {"schema": schema, **self.model_dump(mode="json", by_alias=True, exclude_unset=True)}
+        return {"schema": schema_name(self.command), **self.model_dump(mode="json", by_alias=True, exclude_unset=True)}
 
 
 # ---- floor and compare: one priced operating point ---------------------------------------------

@@ -9,13 +9,15 @@ Does not: render, plot or write files (cli/commands/simulate.py).
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import planner
-from floorfirst.knobs import DeploymentSpec
 from floorfirst.planning import make
 from floorfirst.points import load_specs
 from planner.errors import SpecError
+
+if TYPE_CHECKING:  # the spec is only read here
+    from floorfirst.knobs import DeploymentSpec
 
 ORDERS = ("fcfs", "srpt-oracle", "boost")
 
