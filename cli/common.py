@@ -1,4 +1,6 @@
-"""Shared CLI plumbing: option types, context parsing, spec loading, JSON and table output.
+"""Shared CLI plumbing: option types, JSON and table output; context parsing, spec loading and the
+deployment from the options are floorfirst.points' (re-exported here), which the Python API reads
+the same way.
 
 Nothing here computes a cost; it turns strings into specs and loads, and results into text.
 """
@@ -7,28 +9,20 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import sys
 from enum import Enum
 from typing import Annotated, Any, Optional
 
-import numpy as np
 import typer
 
-import planner
 from cli.registry_options import ENGINES, LAYOUTS, MOE_SPLITS
-from planner.engines import DEFAULT_ENGINE, KV_DTYPE_MAPPING
-from planner.errors import SpecError
+from floorfirst.points import (DEFAULTS, build_load, deployment, load_calibration, load_specs, parse_tokens,  # noqa: F401
+                               pricing_for, scalar, select_layouts)
+# the contracts' versions (floorfirst/contracts.py says when one bumps)
+from floorfirst.contracts import SCHEMA_VERSION, SCHEMA_VERSIONS  # noqa: F401
+from planner.engines import KV_DTYPE_MAPPING
+from planner.errors import SpecError  # noqa: F401
 from planner.units import GiB
-
-SCHEMA_VERSION = 1
-# NOTE: a contract's major version bumps when a key changes type or meaning (docs/json-contracts.md):
-# capacity/2 — `mem_fraction` is the engine fraction given (null: each layout's engine default),
-# no longer a share of the datasheet HBM.
-# walls/2 — every load carries its unit in its key (`*_requests` growing batch, `*_tokens` growing
-# context: walls_*, at_*, kv_wall_*, range_*, loads_*), the fixed batch is an integer.
-# (batch became an integer in floor, compare, triage and regimes: a narrowing of number, no bump.)
-SCHEMA_VERSIONS = {"capacity": 2, "walls": 2}
 
 
 class PricingChoice(str, Enum):
@@ -67,17 +61,6 @@ WideOpt = Annotated[bool, typer.Option("--wide", help="Every column (tables othe
 LayoutsOpt = Annotated[Optional[str], typer.Option("--layouts", help="Comma list of attn/moe to include (default: all the model can run), e.g. tp/ep,dp/ep.")]
 
 
-def select_layouts(deps, layouts: str | None):
-    if not layouts:
-        return deps
-    want = [x.strip() for x in layouts.split(",") if x.strip()]
-    have = {f"{d.attn}/{d.moe}": d for d in deps}
-    missing = [w for w in want if w not in have]
-    if missing:
-        raise SpecError(f"layout {missing[0]!r} is not available; choose from {', '.join(have)}")
-    return [have[w] for w in want]
-
-
 PLOT_SUFFIXES = (".png", ".svg", ".pdf")
 
 
@@ -92,89 +75,6 @@ def _plot_path(value: str | None) -> str | None:
 
 PlotOpt = Annotated[Optional[str], typer.Option("--plot", help="Write a plot to this path (.png, .svg or .pdf).",
                                                 callback=_plot_path)]
-
-DEFAULTS = dict(model="deepseek-v3.2", hardware="h200", gpus=8, batch=32, context="32k", mem_fraction=None,
-                engine=DEFAULT_ENGINE)
-
-_NUM = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([kKmM]?)\s*$")
-
-
-def parse_tokens(text: str, what: str = "context") -> float:
-    """'32768', '32k' (×1024), '1M' (×1024²) → tokens."""
-    m = _NUM.match(text)
-    if not m:
-        raise SpecError(f"{what}={text!r} is not a token count (e.g. 32768 or 32k)")
-    v = float(m.group(1)) * {"": 1, "k": 1024, "m": 1024 * 1024}[m.group(2).lower()]
-    if not math.isfinite(v) or v <= 0:
-        raise SpecError(f"{what}={text!r} must be positive")
-    return v
-
-
-def build_load(batch: int | None, context: str) -> planner.DecodeLoad:
-    """One operating point from --batch and --context (equal lengths, a list, or a histogram)."""
-    parts = [p for p in context.split(",") if p.strip()]
-    if not parts:
-        raise SpecError("context is empty")
-    if len(parts) == 1 and "*" not in parts[0]:
-        if batch is None:
-            batch = DEFAULTS["batch"]
-        if batch < 1:
-            raise SpecError(f"batch={batch} must be ≥ 1")
-        return planner.DecodeLoad.equal(batch, parse_tokens(parts[0]))
-    if any("*" in p for p in parts):
-        lengths, counts = [], []
-        for p in parts:
-            if "*" not in p:
-                lengths.append(parse_tokens(p)); counts.append(1.0)
-                continue
-            l, _, n = p.partition("*")
-            lengths.append(parse_tokens(l))
-            try:
-                counts.append(float(int(n)))
-            except ValueError:
-                raise SpecError(f"histogram item {p!r}: count {n!r} is not a whole number") from None
-        load = planner.DecodeLoad.from_histogram(lengths, counts)
-    else:
-        load = planner.DecodeLoad.from_lengths([parse_tokens(p) for p in parts])
-    if batch is not None and batch != int(load.batch[0]):
-        raise SpecError(f"--batch {batch} disagrees with the {int(load.batch[0])} requests in --context")
-    if load.batch[0] < 1:
-        raise SpecError("the context histogram holds no requests")
-    return load
-
-
-def load_specs(model: str, hardware: str) -> tuple[planner.ModelSpec, planner.HardwareSpec]:
-    return planner.load_model(model), planner.load_hardware(hardware)
-
-
-def deployment(model, hw, attn: str, moe: str | None, gpus: int, replicas: int, weight_dtype, kv_dtype, mem_fraction,
-               page_tokens, reserve_gib, engine=DEFAULT_ENGINE, nodes: int | None = None,
-               host_tier=None, swa_ratio: float | None = None, attn_groups: int | None = None) -> planner.Deployment:
-    if moe is None:
-        moe = "ep" if model.has_moe else "tp"
-    if reserve_gib is not None and not math.isfinite(reserve_gib):
-        raise SpecError(f"reserve_gib={reserve_gib} must be a finite number")
-    return planner.make_deployment(model, hw, attn=attn, moe=moe, gpus=gpus, replicas=replicas,
-                                   weight_dtype=weight_dtype, kv_dtype=kv_dtype, mem_fraction=mem_fraction,
-                                   page_tokens=page_tokens, reserve_bytes=None if reserve_gib is None else reserve_gib * GiB,
-                                   engine=getattr(engine, "value", engine), nodes=nodes, host_tier=host_tier,
-                                   swa_full_tokens_ratio=swa_ratio, attn_groups=attn_groups)
-
-
-def pricing_for(hw: planner.HardwareSpec, choice: PricingChoice) -> planner.Pricing:
-    return planner.Pricing.achieved(hw) if choice == PricingChoice.achieved else planner.Pricing.datasheet(hw)
-
-
-def load_calibration(path: str | None):
-    """The calibration artifact, or None. Imported lazily: calibration is optional here."""
-    if path is None:
-        return None
-    try:
-        from calibration.artifact import load_calibration as _load
-    except ImportError:
-        raise SpecError("--calibration needs the calibration package, which is not installed") from None
-    return _load(path)
-
 
 def emit_json(command: str, doc: dict[str, Any]) -> None:
     """Print one document after the guard (cli.documents): a NaN, an infinity where no undefined
@@ -215,10 +115,6 @@ def title(text: str) -> str:
     from rich.markup import escape
 
     return escape(text)
-
-
-def scalar(a) -> float:
-    return float(np.asarray(a).ravel()[0])
 
 
 def fmt_bytes(b: float) -> str:

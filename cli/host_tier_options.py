@@ -7,11 +7,10 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from pydantic import ValidationError
 
-from planner.errors import SpecError
+from floorfirst.planning import tier_document  # noqa: F401  (the JSON view, shared with the Python API)
+from floorfirst.points import host_tier_spec as _host_tier_spec
 from planner.host_tier import DEFAULT_BUDGET_TOKENS, DEFAULT_LOCALITY, HostTierSpec, tiered_groups
-from planner.inputs import field_error
 
 HostTierOpt = Annotated[bool, typer.Option("--host-tier", help="Keep sparse attention's KV in host memory with a per-request HBM budget; misses cross the host link (priced as host_link).")]
 BudgetOpt = Annotated[int, typer.Option("--hbm-budget-tokens", help="With --host-tier: HBM slots per request and tiered layer, in entries (DeepSeek-V4 C4: compressed entries of 4 tokens; SGLang HiSparse device_buffer_size).")]
@@ -22,23 +21,7 @@ HostPageOpt = Annotated[int, typer.Option("--host-page-rows", help="With --host-
 def host_tier_spec(enabled: bool, budget: int = DEFAULT_BUDGET_TOKENS, locality: float = DEFAULT_LOCALITY,
                    page_rows: int = 1) -> HostTierSpec | None:
     """The tier the options describe, or None without --host-tier; one SpecError line if invalid."""
-    if not enabled:
-        return None
-    try:
-        return HostTierSpec(hbm_budget_tokens=budget, locality=locality, page_rows=page_rows)
-    except ValidationError as exc:
-        raise SpecError(f"--host-tier: {field_error(exc)}") from None
-
-
-def tier_document(cost) -> dict:
-    """The JSON view of a step's host tier (point 0); compare adds the requests held by wall."""
-    t = cost.host_tier
-    return {"host_link_bytes": float(t.host_link_bytes[0]), "host_link_equivalent_bytes": float(t.host_link_equivalent_bytes[0]),
-            "host_link_time_s": float(cost.times.host_link_s[0]), "miss_entries_count": float(t.miss_entries[0]),
-            "unit_bytes": t.unit_bytes, "page_amplification_factor": t.amplification,
-            "hbm_kv_resident_bytes": float(t.hbm_kv_resident_bytes[0]), "host_kv_resident_bytes": float(t.host_kv_resident_bytes[0]),
-            "host_pool_bytes": t.host_pool_bytes, "host_fits": bool(t.host_fits[0]),
-            "tiered_groups": list(t.tiered_groups), "tiered_layers_count": t.tiered_layers}
+    return _host_tier_spec(enabled, budget, locality, page_rows)
 
 
 def tier_line(dep) -> str:

@@ -1,12 +1,12 @@
 """`floorfirst simulate`: serve a workload on a deployment with the simulated executor under a
-fixed layout or the dynamic layout policy, and one request ordering; report throughput, TTFT /
+fixed layout or the dynamic layout policy, and one request ordering (floorfirst.serving computes
+the document, which `floorfirst.simulate()` returns typed); report throughput, TTFT /
 TPOT / time-to-last-token percentiles, offered against served load, the queue, whether the load is
 overloaded (runtime_policy.metrics states the rule) and the switches made (table, `--json`,
 `--plot`, and `--requests-csv` for one row per request)."""
 
 from __future__ import annotations
 
-import math
 import sys
 from enum import Enum
 from typing import Annotated, Optional
@@ -15,9 +15,8 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-import planner
 from cli.common import (DEFAULTS, GpusOpt, HardwareOpt, JsonOpt, KvDtypeOpt, MemFractionOpt, ModelOpt,
-                        MoeOpt, PlotOpt, ReplicasOpt, console, deployment, emit_json, load_specs)
+                        MoeOpt, PlotOpt, ReplicasOpt, console, emit_json)
 from cli.host_tier_options import BudgetOpt, HostPageOpt, HostTierOpt, LocalityOpt, host_tier_spec
 from cli.launch import planning
 from cli.registry_options import POLICIES, live
@@ -96,21 +95,6 @@ def _plot(doc: dict, path: str) -> None:
         plt.close(fig)
 
 
-def _any_kv_pool(m, hw, moe, gpus, replicas, kv_dtype, mem_fraction) -> bool:
-    """Whether some layout the policy may pick leaves a KV pool (else every request would abort)."""
-    from planner.step import kv_pool_bytes
-    from runtime_policy.tables import LAYOUTS
-
-    for a in LAYOUTS:
-        try:
-            d = deployment(m, hw, a, moe, gpus, replicas, None, kv_dtype, mem_fraction, 64, 0.0)
-        except SpecError:
-            continue
-        if kv_pool_bytes(d) > 0:
-            return True
-    return False
-
-
 def simulate_cmd(
     model: ModelOpt = DEFAULTS["model"], hardware: HardwareOpt = DEFAULTS["hardware"], gpus: GpusOpt = DEFAULTS["gpus"],
     workload: Annotated[str, typer.Option("--workload", "-w", help="chat, shrinking, bursty, longprompt, rollout, reasoning, agentic (runtime_policy/workloads.py says how each is drawn), or a trace: CSV (arrival_s,input_tokens,output_tokens), an Azure LLM inference trace CSV (TIMESTAMP,ContextTokens,GeneratedTokens) Mooncake JSONL (timestamp ms, input_length, output_length), or a benchmark result listing its requests (vllm bench serve --save-result JSON, SGLang bench_serving --output-details JSONL).")] = "chat",
@@ -132,70 +116,37 @@ def simulate_cmd(
     requests_csv: RequestsCsvOpt = None,
 ) -> None:
     """Serve a workload with the simulated executor: dynamic or fixed layout, and an ordering."""
-    from executor.sim import simulate
-    from runtime_policy.loop import LoopConfig
-    from runtime_policy.tables import calibrated_model, default_step_model, layout_names
-    from runtime_policy.workloads import make_workload
+    from floorfirst.knobs import DeploymentSpec
+    from floorfirst.serving import simulate_document
 
-    if rate is not None and (not math.isfinite(rate) or rate <= 0):
-        raise SpecError(f"rate={rate} must be a positive number of requests per second")
-    m, hw = load_specs(model, hardware)
-    attn = policy if policy != "dynamic" else None
-    dep, first_err = None, None
-    for a in ([attn] if attn else list(layout_names())):
-        try:
-            dep = deployment(m, hw, a, moe, gpus, replicas, None, kv_dtype, mem_fraction, None, None)
-            break
-        except SpecError as exc:
-            first_err = first_err or exc
-    if dep is None:
-        raise first_err
-    if attn is None and not _any_kv_pool(m, hw, moe, gpus, replicas, kv_dtype, mem_fraction):
-        raise SpecError(f"{m.name} on {gpus} × {hw.name}: the weights leave no KV pool under any layout, so nothing "
-                        "can be served (more GPUs, lower-precision weights or a higher --mem-fraction)")
-    step_model = calibrated_model(calibration) if calibration else default_step_model(dep)
-    w = make_workload(workload, requests, seed, rate)
+    spec = DeploymentSpec.of(model=model, hardware=hardware, gpus=gpus, moe=moe, replicas=replicas, kv_dtype=kv_dtype,
+                             mem_fraction=mem_fraction)
     tier = host_tier_spec(host_tier, hbm_budget_tokens, locality, host_page_rows)
-    if tier_choice and (tier is None or attn is not None):
-        raise SpecError(f"--tier-choice needs --host-tier and --policy dynamic (got --policy {policy}"
-                        f"{'' if tier else ', no --host-tier'})")
-    if tier is not None:
-        # NOTE: the tier's walls as tokens are exact at one context: the workload's mean over a request's life
-        ref = max(1, int(w.input_tokens.mean() + w.output_tokens.mean() / 2))
-        dep = planner.replace_deployment(dep, host_tier=tier.model_copy(update={"reference_context_tokens": ref}))
-    if max_batch < 1 or max_batch > 65536:
-        raise SpecError(f"max_batch={max_batch} must be in [1, 65536]")
-    bar = None
+    bar, task = None, None
     if not json_out and sys.stderr.isatty():
         from rich.console import Console
         from rich.progress import Progress
 
         # NOTE: on stderr: `simulate > file` must hold only the report (console=None drew it on stdout)
         bar = Progress(transient=True, console=Console(stderr=True))
-        task = bar.add_task("simulating", total=w.requests)
-        bar.start()
     last = [0]
 
     def progress(group, groups, done, total):
-        if bar is not None and done != last[0]:
+        nonlocal task
+        if task is None:
+            task = bar.add_task("simulating", total=total * groups)
+            bar.start()
+        if done != last[0]:
             bar.update(task, completed=done * groups if groups == 1 else None, advance=None)
             last[0] = done
 
     try:
-        doc = simulate(dep, w, policy, order.value, step_model, noise, seed, config=LoopConfig(max_batch=max_batch),
-                       boost=boost, progress=progress if bar else None, tier_choice=tier_choice)
+        doc = simulate_document(spec, workload, requests, seed, getattr(policy, "value", policy), order.value,
+                                calibration, rate, noise, boost, max_batch, tier, tier_choice,
+                                progress=progress if bar else None)
     finally:
-        if bar is not None:
+        if bar is not None and task is not None:
             bar.stop()
-    if doc["completed"] == 0 and doc["requests"] > 0:
-        # NOTE: a run that served nothing has no throughput or latency to report: it is the deployment's
-        # answer to this workload, said in one line (exit 2), not a table of zeros with exit 0
-        raise SpecError(f"{m.name} on {gpus} × {hw.name} served nothing: all {doc['aborted']} of {doc['requests']} "
-                        f"requests were aborted, none fitting the KV pool of a layout the policy "
-                        f"{policy} may use (more GPUs, --kv-dtype fp8, shorter requests or a higher --mem-fraction)")
-    doc = {"model": m.name, "hardware": hw.name, "gpus": gpus, "replicas": replicas, "moe": dep.moe,
-           "kv_dtype": dep.kv_dtype, "workload": w.name, "workload_params": w.params, "seed": seed,
-           "policy": policy, "order": order.value, **doc}
     rows = doc.pop("per_request")
     if requests_csv:
         write_requests_csv(rows, requests_csv)
@@ -205,8 +156,8 @@ def simulate_cmd(
         doc.pop("timeline")
         emit_json("simulate", doc)
         return
-    render(doc, f"{m.name} on {gpus} × {hw.name}: {w.name} ({w.requests} requests), policy {policy}, "
-                f"order {order.value}")
+    render(doc, f"{doc['model']} on {gpus} × {doc['hardware']}: {doc['workload']} ({doc['requests']} requests), "
+                f"policy {doc['policy']}, order {order.value}")
 
 
 def render(doc: dict, title: str) -> None:

@@ -53,6 +53,15 @@ def _hook_for(log_path: str):
     return hook
 
 
+def _installed_packages(repo: str) -> tuple[str, ...]:
+    """The top-level packages pyproject.toml's `[tool.setuptools.packages.find] include` names."""
+    import tomllib
+
+    with open(os.path.join(repo, "pyproject.toml"), "rb") as f:
+        include = tomllib.load(f)["tool"]["setuptools"]["packages"]["find"]["include"]
+    return tuple(p.rstrip("*") for p in include)
+
+
 def outside(log_path: str, root: str) -> list[dict]:
     """The logged events outside `root` and outside what any Python process reads to run."""
     import site
@@ -63,8 +72,9 @@ def outside(log_path: str, root: str) -> list[dict]:
     repo = os.path.realpath(os.path.join(here, "..", ".."))
     runtime = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, *site.getsitepackages(),
                                              sysconfig.get_paths()["stdlib"])}
-    code = {os.path.join(repo, d) for d in ("planner", "calibration", "runtime_policy", "executor", "cli",
-                                            "floorfirst.egg-info")}  # the package's own metadata (entry points)
+    # the packages pyproject installs (read there, not listed again: a new package is code too), and
+    # the package's own metadata (entry points)
+    code = {os.path.join(repo, d) for d in (*_installed_packages(repo), "floorfirst.egg-info")}
     system = ("/proc/", "/sys/", "/dev/null", "/dev/urandom", "/dev/random", "/usr/", "/lib", "/etc/localtime",
               "/etc/ld.so", "/etc/nsswitch.conf", "/etc/host.conf", "/etc/resolv.conf", "/etc/hosts",
               "/etc/gai.conf", "/etc/mime.types")

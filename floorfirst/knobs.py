@@ -1,0 +1,133 @@
+"""A deployment's knobs as one frozen object: what `--model`, `--gpus`, `--engine`, `--kv-dtype` …
+say on the command line, what an SGLang or vLLM launch line says (planner.launch), and what a
+Python caller passes. Every floorfirst function reads its deployment from a `DeploymentSpec`.
+
+The names are the CLI's options (python spelling), with their defaults; a knob the deployment
+leaves to the engine is None (the engine's default: its memory fraction, page size, KV dtype …).
+
+Does not: check that the knobs make a deployment (planner.make_deployment does, when a command
+builds one: a layout the model can't run is that command's answer, not the spec's error).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from floorfirst.points import DEFAULTS
+from planner.errors import SpecError
+
+
+class DeploymentSpec(BaseModel):
+    """One deployment: the model on `gpus` GPUs of `hardware`, run by `engine`, and how."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+    model: str = DEFAULTS["model"]
+    """Built-in card name, a Hugging Face config.json (or its folder), or a repo id (its checkpoint's dtype)."""
+    hardware: str = DEFAULTS["hardware"]
+    """Built-in GPU name or a hardware YAML file."""
+    gpus: int = Field(DEFAULTS["gpus"])
+    """GPUs in the deployment, all replicas."""
+    replicas: int = 1
+    """Replicas of the whole group; a group is gpus / replicas GPUs."""
+    engine: str = DEFAULTS["engine"]
+    """Whose memory model, kernels, scheduler and shipped prior price the deployment (sglang, vllm)."""
+    attn: str | None = None
+    """The attention layout it runs (None: the command picks or prices every layout)."""
+    moe: str | None = None
+    """MoE split (None: ep for MoE models, tp for dense)."""
+    nodes: int | None = None
+    """Scale-up domains (nodes) the deployment spans (None: as few as hold the GPUs)."""
+    kv_dtype: str | None = None
+    """KV cache dtype as engines spell it (None: the engine's auto)."""
+    weight_dtype: str | None = None
+    """bf16, fp8 or fp4 (None: the checkpoint's)."""
+    mem_fraction: float | None = None
+    """The engine's memory fraction (SGLang mem_fraction_static, vLLM gpu_memory_utilization)."""
+    page_tokens: int | None = None
+    """KV page size, tokens (None: the engine's)."""
+    reserve_gib: float | None = None
+    """GiB per GPU the engine keeps out of weights + KV (None: the engine's estimate)."""
+    swa_full_tokens_ratio: float | None = None
+    """SGLang's --swa-full-tokens-ratio for hybrid sliding-window models."""
+    attn_groups: int | None = None
+    """Owner groups of a layout that takes a count (dptp)."""
+
+    @classmethod
+    def of(cls, **knobs: Any) -> "DeploymentSpec":
+        """The spec of these knobs; a knob that isn't one, or a value of the wrong type, is one SpecError line."""
+        try:
+            return cls(**{k: getattr(v, "value", v) for k, v in knobs.items()})
+        except ValidationError as exc:
+            raise SpecError(_knob_error(exc)) from None
+
+    @classmethod
+    def from_launch(cls, launch: str, **knobs: Any) -> "DeploymentSpec":
+        """The deployment an SGLang (`python -m sglang.launch_server …`) or vLLM (`vllm serve …`)
+        launch line runs (planner.launch.parse_launch: its model, GPUs, layout, MoE split, memory
+        fraction, KV dtype, page size), with `knobs` for what a launch line doesn't say
+        (`hardware`, or `model` when the line names none). A knob that disagrees with the line is
+        one SpecError line naming both."""
+        return resolve(launch=launch, **knobs)[0]
+
+    def changed(self, **knobs: Any) -> "DeploymentSpec":
+        """A copy with these knobs changed (validated)."""
+        return DeploymentSpec.of(**{**self.model_dump(), **knobs})
+
+
+KNOBS = tuple(DeploymentSpec.model_fields)
+
+
+def _knob_error(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    name = ".".join(str(x) for x in err["loc"]) or "knobs"
+    if err["type"] == "extra_forbidden":
+        return f"{name!r} is not a deployment knob; the knobs are {', '.join(KNOBS)}"
+    return f"{name}={err.get('input')!r}: {err['msg']}"
+
+
+def resolve(spec: DeploymentSpec | None = None, launch: str | None = None,
+            **knobs: Any) -> tuple[DeploymentSpec, Any]:
+    """(the spec, the launch line's reading or None) from a spec, a launch line, or knobs.
+
+    With `launch`, its options fill every knob not given; a knob given that the line sets to
+    another value is a SpecError naming both (as `--engine-args` does on the CLI). With `spec`,
+    the knobs given change it. `spec` and `launch` together are refused (one says the other)."""
+    given = {k: getattr(v, "value", v) for k, v in knobs.items() if v is not None}
+    if spec is not None and launch is not None:
+        raise SpecError("give spec= or launch=, not both (DeploymentSpec.from_launch(launch, ...) makes a spec of a launch line)")
+    if spec is not None:
+        if not isinstance(spec, DeploymentSpec):
+            raise SpecError(f"spec={type(spec).__name__} is not a floorfirst.DeploymentSpec")
+        return (spec.changed(**given) if given else spec), None
+    if launch is None:
+        return DeploymentSpec.of(**given), None
+    if not isinstance(launch, str):
+        raise SpecError(f"launch={type(launch).__name__} is not a launch command line (a str)")
+    bad = [k for k in given if k not in KNOBS]
+    if bad:
+        DeploymentSpec.of(**{bad[0]: given[bad[0]]})  # raises the unknown-knob line
+    from planner.launch import parse_launch
+
+    try:
+        reading = parse_launch(launch, given.get("model"))
+    except SpecError as exc:  # the CLI's option name, said as the API's argument
+        msg = str(exc)
+        raise SpecError("launch" + msg[len("--engine-args"):] if msg.startswith("--engine-args") else msg) from None
+    out = dict(given)
+    for name, value in reading.options.items():
+        if name not in KNOBS:
+            continue
+        if name in given and given[name] != value and not (name == "model" and value == _card(given[name])):
+            raise SpecError(f"{name}={given[name]!r} disagrees with the launch line, which reads as {name}={value!r}; "
+                            "give one of them")
+        out[name] = value
+    return DeploymentSpec.of(**out), reading
+
+
+def _card(model: str) -> str | None:
+    from planner.launch import builtin_card
+
+    return builtin_card(model)
