@@ -156,6 +156,19 @@ class ShareInputs:
         object.__setattr__(self, "step_tokens", self.decode_tokens + pre_all)
 
 
+def product(x, *factors):
+    """x · f1 · f2 · …, left to right (the rounding of the written product), in one new array:
+    the first product makes it, scalar factors after it multiply in place."""
+    out, fresh = x, False
+    for f in factors:
+        if fresh and np.ndim(f) == 0:
+            np.multiply(out, f, out=out)
+        else:
+            out = out * f
+            fresh = isinstance(out, np.ndarray) and out.dtype == np.float64
+    return out
+
+
 def pages_rounded(tokens: np.ndarray, page_tokens: int) -> np.ndarray:
     return np.ceil(tokens / page_tokens) * page_tokens
 

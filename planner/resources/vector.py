@@ -101,8 +101,17 @@ class ResourceTimes:
 
     @property
     def binding_index(self) -> np.ndarray:
-        """[P] index into TIMED_RESOURCES of the largest time."""
-        return np.argmax(self.stacked(), axis=0)
+        """[P] index into TIMED_RESOURCES of the largest time (the first of equal ones, as argmax)."""
+        top = self.floor_max_s
+        if np.isnan(top).any():  # argmax's rule for NaN (the first NaN wins) is not a max's
+            return np.argmax(self.stacked(), axis=0)
+        # NOTE: the max is one of the times exactly, so the first time equal to it is argmax's pick;
+        # writing the index from the last resource to the first keeps the first, without the [R, P] stack
+        times = (self.hbm_s, self.compute_s, self.network_bytes_s, self.network_messages_s, self.host_link_s)
+        idx = np.zeros(np.shape(top), dtype=np.intp)
+        for i in range(len(times) - 1, 0, -1):
+            np.copyto(idx, i, where=times[i] == top)
+        return idx
 
 
 def price(hbm_bytes: np.ndarray, flops_by_dtype: dict[str, np.ndarray], network_bytes: np.ndarray,

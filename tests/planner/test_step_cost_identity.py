@@ -161,7 +161,10 @@ def flatten(cost) -> dict[str, tuple]:
             out[name] = _entry(value)
 
     for f in fields(cost):
-        put(f.name, getattr(cost, f.name))
+        if not callable(getattr(cost, f.name)):  # a term priced on first read is read below
+            put(f.name, getattr(cost, f.name))
+    if "engine" not in {f.name for f in fields(cost)}:
+        put("engine", cost.engine)
     for p in ("floor_max_s", "floor_sum_s", "binding", "kv_fits", "feasible", "fixed_latency_s",
               "network_bytes_scaleup_equivalent", "network_messages_scaleup_equivalent"):
         put(p, getattr(cost, p))
