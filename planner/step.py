@@ -315,7 +315,8 @@ def _rank_work(dep: Deployment, inp: ShareInputs, shares: list, points: int, mlp
             waste = np.divide(rows, hq, out=np.ones_like(q), where=hq > 0)
             waste -= 1.0
             waste *= share.decode_core_flops
-            acc(flops, "head_padding", waste, L, o_flops)
+            waste *= L  # this array is ours: acc(..., waste, L) without a new one
+            acc(flops, "head_padding", waste, 1.0, o_flops)
         if variant.topk_tokens() is not None:
             for x in share.topk_row_tokens:
                 acc(lat, "topk", variant.topk_latency_s(x), L, o_lat)
@@ -517,16 +518,19 @@ def step_cost(dep: Deployment, load: DecodeLoad, prefill_tokens=0.0, pricing: Pr
     m = dep.model
     g = group_load(load, dep.replicas)
     pts = load.points
-    pre, pre_ctx, q = (_per_point(x, pts) for x in (prefill_tokens, prefill_context, query_tokens))
+    # NOTE: checked as given (a scalar once, not over the points), then spread over the points
+    pre, pre_ctx, q, groups = (np.asarray(x, dtype=np.float64)
+                               for x in (prefill_tokens, prefill_context, query_tokens, prefill_groups))
     if not (np.all(np.isfinite(pre)) and np.all(pre >= 0) and np.all(np.isfinite(pre_ctx)) and np.all(pre_ctx >= 0)):
         raise SpecError("prefill tokens and prefill context must be finite and ≥ 0")
     if not (np.all(np.isfinite(q)) and np.all(q >= 1)):
         raise SpecError("query tokens per decode request must be finite and ≥ 1")
-    groups = np.broadcast_to(np.asarray(prefill_groups, dtype=np.float64), (pts,))
     g_max = float(dep.placement.owner_groups)
     if not (np.all(np.isfinite(groups)) and np.all(groups >= 1) and np.all(groups <= g_max)):
         raise SpecError(f"prefill groups must be in [1, {g_max:g}] (the layout's owner groups)")
-    inps = share_inputs(dep, g, pre, pre_ctx, q, None if np.all(groups == 1.0) else groups.copy())
+    pre, pre_ctx, q = (_per_point(x, pts) for x in (pre, pre_ctx, q))
+    groups = None if np.all(groups == 1.0) else _per_point(groups, pts)
+    inps = share_inputs(dep, g, pre, pre_ctx, q, groups)
     inp = inps[0][0]
     colls = _collective_groups(dep, inps)
     net_b, net_m, tier_b, tier_m = _network(dep, colls, pts)
@@ -585,7 +589,7 @@ def step_cost(dep: Deployment, load: DecodeLoad, prefill_tokens=0.0, pricing: Pr
         components["host_link_bytes"] = {"kv_misses": host.host_link_bytes}
     plan, sheet = dep.memory, Pricing.datasheet(dep.hardware)
     return StepCost(
-        batch=load.batch,
+        batch=inp.batch if g is load else load.batch,
         mean_context=load.mean_context,
         prefill_tokens=pre,
         hbm_bytes=hbm_total,

@@ -112,6 +112,11 @@ def acc(out: dict, key: str, v, scale: float, owned: set | None = None) -> None:
             owned.add(key)
 
 
+def _one_value(x) -> bool:
+    """x is one value broadcast over the points (a weight read whole every step)."""
+    return isinstance(x, np.ndarray) and x.ndim >= 1 and x.size > 0 and not any(x.strides)
+
+
 def _writable(x) -> bool:
     return isinstance(x, np.ndarray) and x.dtype == np.float64 and x.flags.writeable
 
@@ -127,6 +132,8 @@ def total(values, start=0):
     for v in it:
         if fresh and np.shape(out) == np.broadcast_shapes(np.shape(out), np.shape(v)):
             np.add(out, v, out=out)
+        elif _one_value(out) and _one_value(v) and out.shape == v.shape:  # two broadcasts: add the values
+            out = np.broadcast_to(out.flat[0] + v.flat[0], out.shape)
         else:
             out = out + v
             fresh = _writable(out)

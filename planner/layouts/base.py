@@ -155,8 +155,11 @@ class ShareInputs:
             object.__setattr__(self, "attention", self.model.attention)
         object.__setattr__(self, "batch", self.load.batch)
         object.__setattr__(self, "decode_tokens", self.batch * self.query_tokens)
-        pre_all = self.prefill_tokens if self.prefill_groups is None else self.prefill_tokens * self.prefill_groups
-        object.__setattr__(self, "step_tokens", self.decode_tokens + pre_all)
+        if self.prefill_groups is None and not self.has_prefill:
+            object.__setattr__(self, "step_tokens", self.decode_tokens)  # + 0 is exact
+        else:
+            pre_all = self.prefill_tokens if self.prefill_groups is None else self.prefill_tokens * self.prefill_groups
+            object.__setattr__(self, "step_tokens", self.decode_tokens + pre_all)
 
     @cached_property
     def has_prefill(self) -> bool:
