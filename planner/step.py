@@ -46,8 +46,8 @@ from planner.layouts.base import (SCALEOUT, SCALEUP, AttentionShare, Collective,
 from planner.load import DecodeLoad, busiest_owner_counts
 from planner.models.attention.base import WINDOW
 from planner.resources.vector import TIMED_RESOURCES, Pricing, ResourceTimes, price
-from planner.step_weights import (HEAD_BYTES_PER_PARAM, _writable, acc, total, weight_work,  # noqa: F401 (re-exported)
-                                  weights_resident_bytes)
+from planner.step_weights import (HEAD_BYTES_PER_PARAM, acc, total, weight_work,  # noqa: F401 (re-exported)
+                                  weights_resident_bytes, writable)
 
 LOGIT_BYTES = 2.0
 BINDING_NAMES = np.asarray((*TIMED_RESOURCES, "kv_capacity"), dtype=object)  # StepCost.binding's names by index
@@ -478,7 +478,9 @@ def engine_layer(dep: Deployment, inps: list[tuple[ShareInputs, int]], g: Decode
         fallback = AllGatherReduceScatter("allgather_reducescatter", "no all-to-all for TP-sharded experts")
         q = inp.query_tokens
         group_tokens = padded * q
-        dec, pre = np.where(decode_only, 1.0, 0.0), np.where(decode_only, 0.0, 1.0)
+        # NOTE: where every point is decode-only, the schemes' step counts are the numbers 1 and 0 (the
+        # same products as over the points: launch counts stay one number, × 1 is skipped)
+        dec, pre = (1.0, 0.0) if all_decode else (np.where(decode_only, 1.0, 0.0), np.where(decode_only, 0.0, 1.0))
 
         def mlp_of(i, v):
             own = split.collectives(i, False, v)
@@ -563,7 +565,7 @@ def step_cost(dep: Deployment, load: DecodeLoad, prefill_tokens=0.0, pricing: Pr
         # time the SMs spend: it adds to the compute resource's time, so floor_sum counts it whole
         # and floor_max hides it only behind a larger resource, as perfect overlap would.
         lat_total = total(latency.values())
-        if _writable(t.compute_s) and t.compute_s.shape == np.broadcast_shapes(t.compute_s.shape, np.shape(lat_total)):
+        if writable(t.compute_s) and t.compute_s.shape == np.broadcast_shapes(t.compute_s.shape, np.shape(lat_total)):
             np.add(t.compute_s, lat_total, out=t.compute_s)  # price() made it: no one else holds it
             times = t
         else:

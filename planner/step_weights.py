@@ -102,13 +102,13 @@ def acc(out: dict, key: str, v, scale: float, owned: set | None = None) -> None:
     x = v if scale == 1.0 else v * scale
     if key not in out:
         out[key] = x
-        if owned is not None and x is not v and _writable(x):
+        if owned is not None and x is not v and writable(x):
             owned.add(key)
     elif owned is not None and key in owned and np.shape(out[key]) == np.broadcast_shapes(np.shape(out[key]), np.shape(x)):
         np.add(out[key], x, out=out[key])
     else:
         out[key] = out[key] + x
-        if owned is not None and _writable(out[key]):
+        if owned is not None and writable(out[key]):
             owned.add(key)
 
 
@@ -117,7 +117,8 @@ def _one_value(x) -> bool:
     return isinstance(x, np.ndarray) and x.ndim >= 1 and x.size > 0 and not any(x.strides)
 
 
-def _writable(x) -> bool:
+def writable(x) -> bool:
+    """x is a float64 array that can be added to in place (a sum's own array, not a broadcast)."""
     return isinstance(x, np.ndarray) and x.dtype == np.float64 and x.flags.writeable
 
 
@@ -136,7 +137,7 @@ def total(values, start=0):
             out = np.broadcast_to(out.flat[0] + v.flat[0], out.shape)
         else:
             out = out + v
-            fresh = _writable(out)
+            fresh = writable(out)
     if fresh or not isinstance(start, np.ndarray):
         return out
     return start + out  # NOTE: a lone value under an array start: its shape and a copy, as sum() gives

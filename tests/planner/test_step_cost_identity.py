@@ -161,7 +161,7 @@ def flatten(cost) -> dict[str, tuple]:
             out[name] = _entry(value)
 
     for f in fields(cost):
-        if not callable(getattr(cost, f.name)):  # a term priced on first read is read below
+        if f.name != "engine_terms":  # what prices `engine` on first read: its value is read below
             put(f.name, getattr(cost, f.name))
     if "engine" not in {f.name for f in fields(cost)}:
         put("engine", cost.engine)
@@ -233,6 +233,21 @@ def test_step_cost_matches_golden(golden, name):
     bad += [f"{n}: {a!r} -> {b!r}" for n, a, b, x in zip(names, w, g, (want["x"].get(str(i)) for i in range(len(names))))
             if not (np.isnan(a) and np.isnan(b)) and not _close(a, b, x[1] if isinstance(x, list) else abs(a))]
     assert not bad, f"{len(bad)} value(s) changed, first: {bad[:3]}"
+
+
+def test_engine_terms_are_priced_when_read_and_travel_priced():
+    """The engine's terms are priced on first read (a floor sweep never pays for them), once, and a
+    pickled step carries them priced (a closure doesn't pickle)."""
+    import pickle
+
+    cost = run_case(cases()["dsv32/h200x8/dp/sglang/mixed"])
+    assert "engine" not in vars(cost)
+    first = cost.engine
+    assert cost.engine is first
+    back = pickle.loads(pickle.dumps(cost))
+    assert back.engine_terms is None and back.engine.engine == first.engine
+    assert flatten(back).keys() == flatten(cost).keys()
+    assert pack(flatten(back)) == pack(flatten(cost))
 
 
 if __name__ == "__main__":
