@@ -32,20 +32,25 @@ router GEMM, MTP draft layers, kernel launch gaps, routing skew across EP ranks.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import cached_property, partial
 
 import numpy as np
 
 from planner.deployment import Deployment
 from planner.errors import SpecError
 from planner.host_tier import HostTierCost, rank_tier, tiered_inputs
-from planner.layouts.base import SCALEOUT, SCALEUP, AttentionShare, Collective, ShareInputs, link_bytes_by_tier
+from planner.layouts.base import (SCALEOUT, SCALEUP, AttentionShare, Collective, ShareInputs, link_bytes_by_tier,
+                                  product)
 from planner.load import DecodeLoad, busiest_owner_counts
 from planner.models.attention.base import WINDOW
 from planner.resources.vector import TIMED_RESOURCES, Pricing, ResourceTimes, price
-from planner.step_weights import HEAD_BYTES_PER_PARAM, acc, weight_work, weights_resident_bytes  # noqa: F401 (re-exported)
+from planner.step_weights import (HEAD_BYTES_PER_PARAM, acc, total, weight_work,  # noqa: F401 (re-exported)
+                                  weights_resident_bytes, writable)
 
 LOGIT_BYTES = 2.0
+BINDING_NAMES = np.asarray((*TIMED_RESOURCES, "kv_capacity"), dtype=object)  # StepCost.binding's names by index
 
 
 @dataclass(frozen=True)
@@ -110,7 +115,21 @@ class StepCost:
     # pools, planner.engines.sglang.swa_pools); None: windows share the KV pool
     window_resident_bytes: np.ndarray | None = None
     window_pool_bytes: float | None = None
-    engine: EngineStepCost | None = None  # the engine's terms (planner.engines.kernels); None: not priced
+    # the engine's terms, priced when first read (`engine`); None: not priced
+    engine_terms: Callable[[], EngineStepCost] | None = field(default=None, repr=False, compare=False)
+
+    @cached_property
+    def engine(self) -> EngineStepCost | None:
+        """The engine's terms (planner.engines.kernels); None where not priced. NOTE: priced on first
+        read, from the arrays this step holds (a sweep that reads only the floors never pays for them):
+        the step's arrays are its answer, not scratch space, and are never written to in place."""
+        return None if self.engine_terms is None else self.engine_terms()
+
+    def __getstate__(self) -> dict:
+        """Pickled with its engine terms priced (a closure doesn't pickle)."""
+        state = dict(self.__dict__)
+        state["engine"], state["engine_terms"] = self.engine, None
+        return state
 
     @property
     def network_bytes_scaleup_equivalent(self) -> np.ndarray:
@@ -163,8 +182,11 @@ class StepCost:
     @property
     def binding(self) -> np.ndarray:
         """[P] name of the binding resource: the largest time, or 'kv_capacity' where KV doesn't fit."""
-        names = np.asarray(TIMED_RESOURCES, dtype=object)[self.times.binding_index]
-        return np.where(self.kv_fits, names, "kv_capacity")
+        idx = self.times.binding_index
+        fits = self.kv_fits
+        if not fits.all():
+            idx = np.where(fits, idx, len(TIMED_RESOURCES))
+        return BINDING_NAMES[idx]
 
     @property
     def decode_tokens_per_s_at_max(self) -> np.ndarray:
@@ -256,62 +278,69 @@ def kernel_for(dep: Deployment, variant):
     return decode_kernel(variant.decode_kernel(dep.arch, dep.kv_dtype))
 
 
-def _rank_work(dep: Deployment, inp: ShareInputs, shares: list, points: int):
+def _rank_work(dep: Deployment, inp: ShareInputs, shares: list, points: int, mlp_reads: dict | None = None):
     """HBM bytes, FLOPs (by component), fixed latencies and resident (KV, state) bytes of one
-    candidate rank; `shares` holds (share, variant, layers) per distinct mixer."""
+    candidate rank; `shares` holds (share, variant, layers) per distinct mixer. `mlp_reads` keeps the
+    MLPs' weight reads for the next candidate and the engine (`weight_work`)."""
     m = dep.model
     first = shares[0][0]
-    hbm, flops, by_dtype = weight_work(dep, inp, first.projected_tokens, points)
+    owned: tuple[set, set, set] = (set(), set(), set())  # keys whose arrays these sums made (`acc`)
+    o_hbm, o_flops, _ = owned
+    hbm, flops, by_dtype = weight_work(dep, inp, first.projected_tokens, points, owned, mlp_reads)
     head_frac = 1.0 / dep.placement.lm_head_split
-    hbm["lm_head_weights"] = np.full(points, m.head_params * head_frac * HEAD_BYTES_PER_PARAM)
+    hbm["lm_head_weights"] = np.broadcast_to(np.float64(m.head_params * head_frac * HEAD_BYTES_PER_PARAM), (points,))
     sampled = inp.decode_tokens if first.sampled_tokens is None else first.sampled_tokens
-    flops["lm_head"] = 2.0 * sampled * m.head_params * head_frac
+    flops["lm_head"] = product(2.0 * sampled, m.head_params, head_frac)
     lat: dict[str, np.ndarray] = {}
     res: dict[str, np.ndarray] = {}
+    o_lat, o_res = set(), set()
     split = dep.memory.window_pool_bytes is not None  # SGLang's hybrid SWA pools
-    att_names: set[str] = set()
+    att_names: dict[str, None] = {}
     q = inp.query_tokens
     for share, variant, n in shares:
         L = float(n)
         for k, v in share.kv_read_bytes.items():
-            acc(hbm, f"{k}_read", v, L)
-        acc(hbm, "kv_write", share.kv_write_bytes, L)
+            acc(hbm, f"{k}_read", v, L, o_hbm)
+        acc(hbm, "kv_write", share.kv_write_bytes, L, o_hbm)
         for k, v in share.attention_flops.items():
-            acc(flops, k, v, L)
-        att_names.update(share.attention_flops)
+            acc(flops, k, v, L, o_flops)
+        att_names.update(dict.fromkeys(share.attention_flops))
         # NOTE: the decode kernel computes whole head tiles (planner.models.attention.kernels): the
         # padded rows do the real rows' per-(head, token) work on zeros.
         kern = kernel_for(dep, variant)
         if kern.pads(dep.arch):
             heads = share.query_heads
             rows = kern.padded_rows(heads, q, dep.arch)
-            waste = np.divide(rows, heads * q, out=np.ones_like(q), where=heads * q > 0) - 1.0
-            acc(flops, "head_padding", share.decode_core_flops * waste, L)
+            hq = heads * q
+            waste = np.divide(rows, hq, out=np.ones_like(q), where=hq > 0)
+            waste -= 1.0
+            waste *= share.decode_core_flops
+            waste *= L  # this array is ours: acc(..., waste, L) without a new one
+            acc(flops, "head_padding", waste, 1.0, o_flops)
         if variant.topk_tokens() is not None:
             for x in share.topk_row_tokens:
-                acc(lat, "topk", variant.topk_latency_s(x), L)
-        acc(res, "kv", share.kv_stored_bytes, L)
+                acc(lat, "topk", variant.topk_latency_s(x), L, o_lat)
+        acc(res, "kv", share.kv_stored_bytes, L, o_res)
         if split and variant.memory_kinds() == {WINDOW}:
-            acc(res, "window", share.kv_stored_bytes, L)
+            acc(res, "window", share.kv_stored_bytes, L, o_res)
         if not (np.isscalar(share.state_stored_bytes) and share.state_stored_bytes == 0.0):
-            acc(res, "state", share.state_stored_bytes, L)
+            acc(res, "state", share.state_stored_bytes, L, o_res)
     zeros = np.zeros(points)
     for d, key in ((flops, "head_padding"), (hbm, "kv_write"), (lat, "topk")):
         d.setdefault(key, zeros)
     kv_res = res["kv"]
     state_res = np.broadcast_to(np.asarray(res.get("state", 0.0), dtype=np.float64), (points,))
     window_res = np.broadcast_to(np.asarray(res.get("window", 0.0), dtype=np.float64), (points,)) if split else None
-    bf16_names = {"lm_head", "head_padding", *att_names}
-    by_dtype["bf16"] = by_dtype.get("bf16", 0.0) + sum(flops[k] for k in bf16_names)
+    # NOTE: the attention work (and the LM head, padded rows) is bf16; added in one fixed order (a
+    # set's order, which hashing changes from run to run, moved the sum by an ulp)
+    bf16 = total(flops[k] for k in dict.fromkeys(("lm_head", "head_padding", *att_names)))
+    acc(by_dtype, "bf16", bf16, 1.0, owned[2])
     return hbm, flops, by_dtype, lat, kv_res, state_res, window_res
 
 
-def _network(dep: Deployment, inps: list[tuple[ShareInputs, int]], points: int, mlp_collectives=None):
-    """Link bytes and collective launches (by collective, and by tier) of a step; the same on
-    every rank. A collective's bytes split over the tiers it crosses; it is one message, on the
-    scale-out tier when the group spans nodes (NOTE: the measured cross-node latency is of the
-    whole hierarchical collective, so its intra-node steps are not charged again). `mlp_collectives`
-    (inp, mlp) -> list replaces the MoE split's own collectives (the engine's, `engine_layer`)."""
+def _collective_groups(dep: Deployment, inps: list[tuple[ShareInputs, int]], mlp_collectives=None) -> list:
+    """(collectives, layers) of a step: each mixer group's attention block, each MLP variant's
+    (the MoE split's own, or `mlp_collectives(inp, mlp)`: the engine's) and the LM head's gather."""
     m, t, lay, split = dep.model, dep.ranks, dep.attention_layout, dep.moe_split
     pl = dep.placement
     inp = inps[0][0]
@@ -322,8 +351,19 @@ def _network(dep: Deployment, inps: list[tuple[ShareInputs, int]], points: int, 
         # NOTE: the vocab-parallel LM head gathers the logits of the tokens its ranks sample: every
         # token over T ranks (TP, DOP, DCP); a DP group's own tokens over its R ranks (dptp)
         sampled = inp.decode_tokens if pl.lm_head_split == t else np.ceil(inp.load.batch / pl.owner_groups) * inp.query_tokens
-        groups.append(([Collective("lm_head_gather", "all_gather", sampled * m.vocab_size * LOGIT_BYTES, 1.0,
+        groups.append(([Collective("lm_head_gather", "all_gather", product(sampled, m.vocab_size, LOGIT_BYTES), 1.0,
                                    ranks=pl.lm_head_split)], 1.0))
+    return groups
+
+
+def _network(dep: Deployment, groups: list, points: int):
+    """Link bytes and collective launches (by collective, and by tier) of a step's collective
+    `groups` (`_collective_groups`); the same on every rank. A collective's bytes split over the
+    tiers it crosses; it is one message, on the scale-out tier when the group spans nodes (NOTE: the
+    measured cross-node latency is of the whole hierarchical collective, so its intra-node steps are
+    not charged again). Launch counts the same at every point stay one number over the points (a
+    read-only broadcast), as the tiers' sums do."""
+    t = dep.ranks
     nodes = dep.group_nodes
     per_node = dep.ranks_per_node
     net_b: dict[str, np.ndarray] = {}
@@ -331,6 +371,7 @@ def _network(dep: Deployment, inps: list[tuple[ShareInputs, int]], points: int, 
     # NOTE: scalar zeros until a tier carries traffic: a single-node sweep pays no extra array ops
     tier_b = {SCALEUP: 0.0, SCALEOUT: 0.0}
     tier_m = {SCALEUP: 0.0, SCALEOUT: 0.0}
+    o_net, o_tier = set(), set()  # sums made here, added to in place (`acc`)
     for colls, layers in groups:
         for c in colls:
             # NOTE: a collective over a subgroup of r consecutive ranks (an owner group's own) spans
@@ -341,18 +382,35 @@ def _network(dep: Deployment, inps: list[tuple[ShareInputs, int]], points: int, 
                 if factor == 0.0 and (tier == SCALEOUT or c_nodes > 1):
                     continue
                 name = c.name if tier == SCALEUP else f"{c.name}@{SCALEOUT}"
-                b = c.payload_bytes * factor * c.per_step * layers
-                net_b[name] = net_b.get(name, 0.0) + b
-                tier_b[tier] = tier_b[tier] + b
-            msgs = np.broadcast_to(np.asarray(c.per_step * layers if r > 1 else 0.0, dtype=np.float64), (points,))
+                # (payload · factor) · per_step · layers, left to right; × 1.0 changes nothing
+                b = product(c.payload_bytes, factor, *(() if _is_one(c.per_step) else (c.per_step,)), layers)
+                _add(net_b, name, b, o_net)
+                _add(tier_b, tier, b, o_tier)
+            msgs = c.per_step * layers if r > 1 else 0.0
             msg_tier = SCALEOUT if c_nodes > 1 else SCALEUP
             name = c.name if msg_tier == SCALEUP else f"{c.name}@{SCALEOUT}"
+            # NOTE: 0.0 + msgs as the first add, as a broadcast over the points gave (an exact add)
             net_m[name] = net_m.get(name, 0.0) + msgs
             tier_m[msg_tier] = tier_m[msg_tier] + msgs
+
     def as_points(v):
         return np.broadcast_to(np.asarray(v, dtype=np.float64), (points,))
 
-    return net_b, net_m, {k: as_points(v) for k, v in tier_b.items()}, {k: as_points(v) for k, v in tier_m.items()}
+    return (net_b, {k: as_points(v) for k, v in net_m.items()}, {k: as_points(v) for k, v in tier_b.items()},
+            {k: as_points(v) for k, v in tier_m.items()})
+
+
+def _is_one(x) -> bool:
+    return np.ndim(x) == 0 and x == 1.0
+
+
+def _add(out: dict, key: str, b, owned: set) -> None:
+    """out[key] += b (out[key] starts at 0.0: the first b is kept as it is, 0.0 + b being b)."""
+    cur = out.get(key, 0.0)
+    if np.ndim(cur) == 0 and cur == 0.0 and key not in owned:
+        out[key] = b if np.ndim(b) else cur + b
+    else:
+        acc(out, key, b, 1.0, owned)
 
 
 def _linear_flop_names(dep: Deployment, flops: dict) -> list[str]:
@@ -362,12 +420,13 @@ def _linear_flop_names(dep: Deployment, flops: dict) -> list[str]:
 
 
 def engine_layer(dep: Deployment, inps: list[tuple[ShareInputs, int]], g: DecodeLoad, flops: dict,
-                 by_dtype: dict, points: int, net) -> EngineStepCost:
+                 by_dtype: dict, points: int, net, mlp_reads: dict | None = None, flops_total=None) -> EngineStepCost:
     """The engine's terms of a step (planner.engines.kernels, module docstring there): the engine's
     MoE token movement where activations are partitioned, the narrow expert GEMM's extra streaming
     time, CUDA-graph padding FLOPs on decode-only steps, and its per-step overhead. `net` is the
-    layout's own (bytes, messages, by-tier bytes, by-tier messages), reused where the engine moves
-    tokens the layout's way."""
+    layout's own (bytes, messages, by-tier bytes, by-tier messages, collective groups), reused where
+    the engine moves tokens the layout's way; `mlp_reads` the MLPs' weight reads the step priced
+    (`weight_work`) and `flops_total` its FLOPs summed, where the caller has them."""
     from planner.engines.kernels import AllGatherReduceScatter
     from planner.units import WEIGHT_BYTES_PER_PARAM
 
@@ -376,10 +435,12 @@ def engine_layer(dep: Deployment, inps: list[tuple[ShareInputs, int]], g: Decode
     m, t, lay, split = dep.model, dep.ranks, dep.attention_layout, dep.moe_split
     zeros = np.zeros(points)
     decode_only = inp.prefill_tokens <= 0
+    all_decode = bool(decode_only.all())
     # NOTE: one scheduler per owner group; the busiest owner's requests are ⌈B/G⌉ (balanced ownership)
     per_sched = np.ceil(g.batch / dep.placement.owner_groups)
     padded = k.graphs.padded(per_sched) if k.graphs is not None else per_sched
-    padded = np.where(decode_only, padded, per_sched)
+    if not all_decode:
+        padded = np.where(decode_only, padded, per_sched)
     hbm: dict[str, np.ndarray] = {}
     if k.moe_gemm is not None:
         groups: dict[tuple, float] = {}
@@ -388,27 +449,38 @@ def engine_layer(dep: Deployment, inps: list[tuple[ShareInputs, int]], g: Decode
                 key = (grp.mlp, dep.part_dtype(grp, "routed_experts"))
                 groups[key] = groups.get(key, 0.0) + grp.count
         extra = zeros
+        reads = {} if mlp_reads is None else mlp_reads
         for (mlp, dt), n in groups.items():
             # NOTE: a rank runs each touched expert at its per-rank width: the whole expert under EP, a
             # 1/T slice under TP (MiniMax-M2.5's 1,536 columns are 192 per rank at TP 8)
             width = mlp.expert_intermediate_size / (t if dep.moe == "tp" else 1)
             frac = k.moe_gemm.penalty_fraction(width, dep.arch)
             if frac > 0:
-                read = mlp.rank_read_params(inp.step_tokens, t, dep.moe)["experts"]
-                extra = extra + read * n * WEIGHT_BYTES_PER_PARAM[dt] * frac
+                if mlp not in reads:
+                    reads[mlp] = mlp.rank_read_params(inp.step_tokens, t, dep.moe)
+                extra = extra + product(reads[mlp]["experts"], n, WEIGHT_BYTES_PER_PARAM[dt], frac)
         hbm["experts_narrow_gemm"] = extra
     lin = _linear_flop_names(dep, flops)
-    frac = np.where(decode_only & (per_sched > 0), (padded - per_sched) / np.maximum(per_sched, 1.0), 0.0)
-    lin_total = sum((flops[n] for n in lin), zeros)
-    att = sum(flops.values(), zeros) - lin_total
-    lin_by_dtype = {d: np.asarray(v, dtype=np.float64) - (att if d == "bf16" else 0.0) for d, v in by_dtype.items()}
+    if padded is per_sched:  # no graph pads here: nothing to add
+        frac = zeros
+    else:
+        frac = (padded - per_sched) / np.maximum(per_sched, 1.0)
+        frac = np.where((decode_only & (per_sched > 0)) if not all_decode else per_sched > 0, frac, 0.0)
+    lin_total = total((flops[n] for n in lin), zeros)
+    att = (total(flops.values(), zeros) if flops_total is None else flops_total) - lin_total
+    # NOTE: v − 0.0 is v: only the bf16 sum loses the attention work
+    lin_by_dtype = {d: np.asarray(v, dtype=np.float64) - att if d == "bf16" else np.asarray(v, dtype=np.float64)
+                    for d, v in by_dtype.items()}
     pad_by_dtype = {d: np.maximum(v, 0.0) * frac for d, v in lin_by_dtype.items()}
     pad_flops = {"cuda_graph_padding": lin_total * frac}
+    net_b, net_m, tier_b, tier_m, colls = net
     if k.moe_decode is not None and not lay.activations_replicated:
         fallback = AllGatherReduceScatter("allgather_reducescatter", "no all-to-all for TP-sharded experts")
         q = inp.query_tokens
         group_tokens = padded * q
-        dec, pre = np.where(decode_only, 1.0, 0.0), np.where(decode_only, 0.0, 1.0)
+        # NOTE: where every point is decode-only, the schemes' step counts are the numbers 1 and 0 (the
+        # same products as over the points: launch counts stay one number, × 1 is skipped)
+        dec, pre = (1.0, 0.0) if all_decode else (np.where(decode_only, 1.0, 0.0), np.where(decode_only, 0.0, 1.0))
 
         def mlp_of(i, v):
             own = split.collectives(i, False, v)
@@ -421,8 +493,10 @@ def engine_layer(dep: Deployment, inps: list[tuple[ShareInputs, int]], g: Decode
                 out += scheme.collectives(i, v, group_tokens, steps)
             return out
 
-        net = _network(dep, inps, points, mlp_of)
-    net_b, net_m, tier_b, tier_m = net
+        # NOTE: the attention blocks' and the LM head's collectives are the layout's own: only the MLPs' change
+        n_att, n_mlp = len(inps), len(m.mlps)
+        mlps = [(mlp_of(inp, v), float(n)) for v, n in m.mlps]
+        net_b, net_m, tier_b, tier_m = _network(dep, colls[:n_att] + mlps + colls[n_att + n_mlp:], points)
     return EngineStepCost(k.engine, hbm, pad_flops, pad_by_dtype, net_b, net_m, tier_b, tier_m, k.step_overhead_s, padded)
 
 
@@ -446,22 +520,25 @@ def step_cost(dep: Deployment, load: DecodeLoad, prefill_tokens=0.0, pricing: Pr
     m = dep.model
     g = group_load(load, dep.replicas)
     pts = load.points
-    pre = np.broadcast_to(np.asarray(prefill_tokens, dtype=np.float64), (pts,)).copy()
-    pre_ctx = np.broadcast_to(np.asarray(prefill_context, dtype=np.float64), (pts,)).copy()
-    q = np.broadcast_to(np.asarray(query_tokens, dtype=np.float64), (pts,)).copy()
+    # NOTE: checked as given (a scalar once, not over the points), then spread over the points
+    pre, pre_ctx, q, groups = (np.asarray(x, dtype=np.float64)
+                               for x in (prefill_tokens, prefill_context, query_tokens, prefill_groups))
     if not (np.all(np.isfinite(pre)) and np.all(pre >= 0) and np.all(np.isfinite(pre_ctx)) and np.all(pre_ctx >= 0)):
         raise SpecError("prefill tokens and prefill context must be finite and ≥ 0")
     if not (np.all(np.isfinite(q)) and np.all(q >= 1)):
         raise SpecError("query tokens per decode request must be finite and ≥ 1")
-    groups = np.broadcast_to(np.asarray(prefill_groups, dtype=np.float64), (pts,))
     g_max = float(dep.placement.owner_groups)
     if not (np.all(np.isfinite(groups)) and np.all(groups >= 1) and np.all(groups <= g_max)):
         raise SpecError(f"prefill groups must be in [1, {g_max:g}] (the layout's owner groups)")
-    inps = share_inputs(dep, g, pre, pre_ctx, q, None if np.all(groups == 1.0) else groups.copy())
+    pre, pre_ctx, q = (_per_point(x, pts) for x in (pre, pre_ctx, q))
+    groups = None if np.all(groups == 1.0) else _per_point(groups, pts)
+    inps = share_inputs(dep, g, pre, pre_ctx, q, groups)
     inp = inps[0][0]
-    net_b, net_m, tier_b, tier_m = _network(dep, inps, pts)
+    colls = _collective_groups(dep, inps)
+    net_b, net_m, tier_b, tier_m = _network(dep, colls, pts)
     net_total = tier_b[SCALEUP] + tier_b[SCALEOUT] if dep.group_nodes > 1 else tier_b[SCALEUP]
     msg_total = tier_m[SCALEUP] + tier_m[SCALEOUT] if dep.group_nodes > 1 else tier_m[SCALEUP]
+    mlp_reads: dict = {}  # the MLPs' weight reads: the same on every candidate rank, and the engine's
 
     best = None
     per_variant = [(dep.attention_layout.candidate_shares(i), i.attention, n) for i, n in inps]
@@ -472,13 +549,14 @@ def step_cost(dep: Deployment, load: DecodeLoad, prefill_tokens=0.0, pricing: Pr
         # NOTE: candidate c is the same rank in every group (the decode-busiest owner, or the one
         # running the prefill chunk), so its work is the sum over the groups' c-th shares.
         shares = [(cands[c], v, n) for cands, v, n in per_variant]
-        hbm, flops, by_dtype, latency, kv_res, state_res, window_res = _rank_work(dep, inp, shares, pts)
+        hbm, flops, by_dtype, latency, kv_res, state_res, window_res = _rank_work(dep, inp, shares, pts, mlp_reads)
         # NOTE: issue 17's hook: the host tier's misses and walls, per layer group on this same
         # candidate rank, summed (untiered groups keep their KV in HBM and fetch nothing)
         host = (rank_tier(dep, [(i, cands[c], n, None if vc is None else vc[c])
                                 for (i, n), (cands, _, _), vc in zip(inps, per_variant, per_view)])
                 if dep.host_tier is not None else None)
-        t = price(sum(hbm.values()), by_dtype, tier_b[SCALEUP], tier_m[SCALEUP], pricing,
+        hbm_total = total(hbm.values())
+        t = price(hbm_total, by_dtype, tier_b[SCALEUP], tier_m[SCALEUP], pricing,
                   *((tier_b[SCALEOUT], tier_m[SCALEOUT]) if dep.group_nodes > 1 else ()),
                   host_link_bytes=None if host is None else host.host_link_equivalent_bytes)
         if host is not None:
@@ -486,7 +564,12 @@ def step_cost(dep: Deployment, load: DecodeLoad, prefill_tokens=0.0, pricing: Pr
         # NOTE: a fixed latency (top-k: one CTA per row, so neither bytes nor FLOPs set its time) is
         # time the SMs spend: it adds to the compute resource's time, so floor_sum counts it whole
         # and floor_max hides it only behind a larger resource, as perfect overlap would.
-        times = replace(t, compute_s=t.compute_s + sum(latency.values()))
+        lat_total = total(latency.values())
+        if writable(t.compute_s) and t.compute_s.shape == np.broadcast_shapes(t.compute_s.shape, np.shape(lat_total)):
+            np.add(t.compute_s, lat_total, out=t.compute_s)  # price() made it: no one else holds it
+            times = t
+        else:
+            times = replace(t, compute_s=t.compute_s + lat_total)
         cand = (times, hbm, flops, by_dtype, latency, kv_res, state_res, host, window_res)
         if best is None:
             best = cand
@@ -497,19 +580,22 @@ def step_cost(dep: Deployment, load: DecodeLoad, prefill_tokens=0.0, pricing: Pr
                 *(np.where(keep, best[i], cand[i]) for i in (5, 6)),
                 None if host is None else best[7].where(keep, host),
                 None if window_res is None else np.where(keep, best[8], window_res))
+    merged = best is not cand
     times, hbm, flops, by_dtype, latency, kv_res, state_res, host, window_res = best
-    engine = engine_layer(dep, inps, g, flops, by_dtype, pts, (net_b, net_m, tier_b, tier_m))
-    hbm_total = sum(hbm.values())
+    if merged:  # candidates merged: the chosen components' sum
+        hbm_total = total(hbm.values())
+    flops_total = total(flops.values())
+    net = (net_b, net_m, tier_b, tier_m, colls)
     components = {"hbm_bytes": hbm, "flops": flops, "network_bytes": net_b, "network_messages": net_m, "latency_s": latency}
     if host is not None:
         components["host_link_bytes"] = {"kv_misses": host.host_link_bytes}
     plan, sheet = dep.memory, Pricing.datasheet(dep.hardware)
     return StepCost(
-        batch=load.batch,
+        batch=inp.batch if g is load else load.batch,
         mean_context=load.mean_context,
         prefill_tokens=pre,
         hbm_bytes=hbm_total,
-        flops=sum(flops.values()),
+        flops=flops_total,
         flops_by_dtype=by_dtype,
         network_bytes=net_total,
         network_messages=msg_total,
@@ -532,5 +618,13 @@ def step_cost(dep: Deployment, load: DecodeLoad, prefill_tokens=0.0, pricing: Pr
         memory_feasible=plan.feasible,
         infeasible_reason=plan.reason,
         host_tier=host,
-        engine=engine,
+        engine_terms=partial(engine_layer, dep, inps, g, flops, by_dtype, pts, net, mlp_reads, flops_total),
     )
+
+
+def _per_point(x, points: int) -> np.ndarray:
+    """[P] float64 copy of a scalar or [P] input (a scalar 0 as fresh zeros, which cost no writes)."""
+    a = np.asarray(x, dtype=np.float64)
+    if a.ndim == 0:
+        return np.zeros(points) if a == 0.0 and not np.signbit(a) else np.full(points, a)
+    return np.broadcast_to(a, (points,)).copy()

@@ -49,11 +49,15 @@ def weights_resident_bytes(dep: Deployment) -> dict[str, float]:
     return out
 
 
-def weight_work(dep: Deployment, inp: ShareInputs, projected: np.ndarray, points: int):
+def weight_work(dep: Deployment, inp: ShareInputs, projected: np.ndarray, points: int, owned=None, mlp_reads=None):
     """Weight bytes read, projection / MLP FLOPs (by component) and those FLOPs by dtype, of one
     rank's step: every layer group at its parts' dtypes. NOTE: groups that share a variant and its
-    dtypes are priced once (Qwen3.5's GDN and attention layers share one MoE): the sweep's speed."""
+    dtypes are priced once (Qwen3.5's GDN and attention layers share one MoE): the sweep's speed.
+    `owned` (hbm, flops, by_dtype key sets) collects the sums made here (`acc`); `mlp_reads` keeps
+    each MLP variant's `rank_read_params`, for the engine's narrow expert GEMMs (`engine_layer`).
+    Weights read whole every step are one value over the points (a read-only broadcast)."""
     m, t = dep.model, dep.ranks
+    o_hbm, o_flops, o_dtype = owned or (None, None, None)
     mixer_params: dict[tuple[str, str], float] = {}  # (component, dtype) -> params on the rank, all layers
     mlp_groups: dict[tuple, float] = {}
     for g in m.layers:
@@ -72,21 +76,68 @@ def weight_work(dep: Deployment, inp: ShareInputs, projected: np.ndarray, points
         hbm[f"{k}_weights"] = hbm.get(f"{k}_weights", 0.0) + v * WEIGHT_BYTES_PER_PARAM[dt]
         coef[k] = coef.get(k, 0.0) + 2.0 * v
         by_coef[dt] = by_coef.get(dt, 0.0) + 2.0 * v
-    hbm = {k: np.full(points, v) for k, v in hbm.items()}
+    hbm = {k: np.broadcast_to(np.float64(v), (points,)) for k, v in hbm.items()}
     flops = {f"{k}_proj": projected * c for k, c in coef.items()}
     by_dtype: dict[str, np.ndarray] = {dt: projected * c for dt, c in by_coef.items()}
+    if o_dtype is not None:
+        o_dtype.update(by_dtype)
+    reads = {} if mlp_reads is None else mlp_reads
     for (mlp, dts), n in mlp_groups.items():
         part = dict(zip(("routed_experts", "shared_experts", "dense_mlp"), dts))
-        for k, v in mlp.rank_read_params(inp.step_tokens, t, dep.moe).items():
-            acc(hbm, f"{k}_weights", v, n * WEIGHT_BYTES_PER_PARAM[part[component_part(k)]])
+        if mlp not in reads:
+            reads[mlp] = mlp.rank_read_params(inp.step_tokens, t, dep.moe)
+        for k, v in reads[mlp].items():
+            acc(hbm, f"{k}_weights", v, n * WEIGHT_BYTES_PER_PARAM[part[component_part(k)]], o_hbm)
         for k, v in mlp.rank_flops(inp.step_tokens, t, dep.moe).items():
             f = v * n
-            acc(flops, k, f, 1.0)
-            acc(by_dtype, part[component_part(k)], f, 1.0)
+            acc(flops, k, f, 1.0, o_flops)
+            acc(by_dtype, part[component_part(k)], f, 1.0, o_dtype)
     return hbm, flops, by_dtype
 
 
-def acc(out: dict, key: str, v, scale: float) -> None:
-    """out[key] += v · scale, without a multiply when scale is 1 and without an add for a new key."""
+def acc(out: dict, key: str, v, scale: float, owned: set | None = None) -> None:
+    """out[key] += v · scale, without a multiply when scale is 1 and without an add for a new key.
+    With `owned` (the keys whose arrays this sum made itself), a sum already made is added to in
+    place (the same values: one array fewer); an array it was handed is never written to."""
     x = v if scale == 1.0 else v * scale
-    out[key] = out[key] + x if key in out else x
+    if key not in out:
+        out[key] = x
+        if owned is not None and x is not v and writable(x):
+            owned.add(key)
+    elif owned is not None and key in owned and np.shape(out[key]) == np.broadcast_shapes(np.shape(out[key]), np.shape(x)):
+        np.add(out[key], x, out=out[key])
+    else:
+        out[key] = out[key] + x
+        if owned is not None and writable(out[key]):
+            owned.add(key)
+
+
+def _one_value(x) -> bool:
+    """x is one value broadcast over the points (a weight read whole every step)."""
+    return isinstance(x, np.ndarray) and x.ndim >= 1 and x.size > 0 and not any(x.strides)
+
+
+def writable(x) -> bool:
+    """x is a float64 array that can be added to in place (a sum's own array, not a broadcast)."""
+    return isinstance(x, np.ndarray) and x.dtype == np.float64 and x.flags.writeable
+
+
+def total(values, start=0):
+    """sum(values, start) with the same rounding (each value added in order; start + x is x when
+    start is 0), one new array and the rest added in place; `start` for no values."""
+    it = iter(values)
+    out = next(it, None)
+    if out is None:
+        return start
+    fresh = False
+    for v in it:
+        if fresh and np.shape(out) == np.broadcast_shapes(np.shape(out), np.shape(v)):
+            np.add(out, v, out=out)
+        elif _one_value(out) and _one_value(v) and out.shape == v.shape:  # two broadcasts: add the values
+            out = np.broadcast_to(out.flat[0] + v.flat[0], out.shape)
+        else:
+            out = out + v
+            fresh = writable(out)
+    if fresh or not isinstance(start, np.ndarray):
+        return out
+    return start + out  # NOTE: a lone value under an array start: its shape and a copy, as sum() gives

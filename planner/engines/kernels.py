@@ -35,6 +35,7 @@ overlap, eager launch gaps above the largest graph, routing skew.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -175,9 +176,18 @@ class CudaGraphs:
         b = np.asarray(batch, dtype=np.float64)
         if not self.pads or not self.sizes:
             return b
+        top = self.sizes[-1]
+        inside = (b > 0) & (b <= top)
+        # NOTE: the smallest size ≥ ⌈b⌉ read from a table by ⌈b⌉ (1 … the largest size): a sweep's
+        # points each pay one lookup, not a binary search
+        idx = np.where(inside, np.ceil(b), 0.0).astype(np.intp)
+        return np.where(inside, self._smallest_size_at_least[idx], b)
+
+    @cached_property
+    def _smallest_size_at_least(self) -> np.ndarray:
+        """[largest size + 1] the smallest captured size ≥ k, for k = 0 … the largest size."""
         sizes = np.asarray(self.sizes, dtype=np.float64)
-        idx = np.minimum(np.searchsorted(sizes, np.ceil(b), side="left"), sizes.size - 1)
-        return np.where((b > 0) & (b <= sizes[-1]), sizes[idx], b)
+        return sizes[np.searchsorted(sizes, np.arange(self.sizes[-1] + 1, dtype=np.float64), side="left")]
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ With n = 1 every formula is the single-tier one above.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import ClassVar, Literal
 
 import numpy as np
@@ -143,6 +144,7 @@ class ShareInputs:
     prefill_groups: np.ndarray | None = None
     decode_tokens: np.ndarray = field(init=False)  # [P] decode query tokens of the group
     step_tokens: np.ndarray = field(init=False)  # [P] decode + every group's prefill tokens the group runs this step
+    batch: np.ndarray = field(init=False)  # [P] decode requests of the group (`load.batch`, summed once)
 
     def __post_init__(self) -> None:
         if self.prefill_context is None:
@@ -151,13 +153,56 @@ class ShareInputs:
             object.__setattr__(self, "query_tokens", np.ones_like(self.prefill_tokens))
         if self.attention is None:
             object.__setattr__(self, "attention", self.model.attention)
-        object.__setattr__(self, "decode_tokens", self.load.batch * self.query_tokens)
-        pre_all = self.prefill_tokens if self.prefill_groups is None else self.prefill_tokens * self.prefill_groups
-        object.__setattr__(self, "step_tokens", self.decode_tokens + pre_all)
+        object.__setattr__(self, "batch", self.load.batch)
+        object.__setattr__(self, "decode_tokens", self.batch * self.query_tokens)
+        if self.prefill_groups is None and not self.has_prefill:
+            object.__setattr__(self, "step_tokens", self.decode_tokens)  # + 0 is exact
+        else:
+            pre_all = self.prefill_tokens if self.prefill_groups is None else self.prefill_tokens * self.prefill_groups
+            object.__setattr__(self, "step_tokens", self.decode_tokens + pre_all)
+
+    @cached_property
+    def has_prefill(self) -> bool:
+        """Some point runs a prefill chunk (a decode-only sweep skips the chunk's terms: all zero)."""
+        return bool(np.any(self.prefill_tokens > 0))
+
+    @cached_property
+    def step_hidden_bytes(self) -> np.ndarray:
+        """[P] the step's tokens' hidden states in bytes (what the attention and MLP all-reduces move)."""
+        return tokens_hidden_bytes(self, self.step_tokens)
+
+
+def product(x, *factors):
+    """x · f1 · f2 · …, left to right (the rounding of the written product), in one new array:
+    the first product makes it, scalar factors after it multiply in place."""
+    out, fresh = x, False
+    for f in factors:
+        if fresh and np.ndim(f) == 0:
+            if f != 1.0:  # × 1 is exact
+                np.multiply(out, f, out=out)
+        else:
+            out = out * f
+            fresh = isinstance(out, np.ndarray) and out.dtype == np.float64
+    return out
+
+
+def over(x, d):
+    """x / d; x itself where d is 1 (a division by 1 is exact)."""
+    return x if np.ndim(d) == 0 and d == 1 else x / d
+
+
+def request_sum(x: np.ndarray) -> np.ndarray:
+    """[P] x.sum(-1) of a fresh [P, R] array: its one column when R = 1 (a sum of one term is it)."""
+    return x[..., 0] if x.shape[-1] == 1 else x.sum(-1)
 
 
 def pages_rounded(tokens: np.ndarray, page_tokens: int) -> np.ndarray:
-    return np.ceil(tokens / page_tokens) * page_tokens
+    out = tokens / page_tokens
+    if not isinstance(out, np.ndarray):
+        return np.ceil(out) * page_tokens
+    np.ceil(out, out=out)
+    out *= page_tokens
+    return out
 
 
 def stored_bytes(inp: ShareInputs, tokens: np.ndarray) -> np.ndarray:
@@ -166,7 +211,12 @@ def stored_bytes(inp: ShareInputs, tokens: np.ndarray) -> np.ndarray:
     parts = [v for k, v in att.kv_stored_bytes(tokens, inp.kv_dtype).items() if att.memory_kind(k) != STATE]
     if not parts:
         return np.zeros_like(np.asarray(tokens, dtype=np.float64))
-    return sum(parts[1:], parts[0])
+    if len(parts) == 1:
+        return parts[0]
+    out = parts[0] + parts[1]  # the rest added in place: sum(parts[1:], parts[0])'s rounding
+    for v in parts[2:]:
+        out += v
+    return out
 
 
 def resident_state(requests, per_request: float):
@@ -195,24 +245,35 @@ def decode_flops(inp: ShareInputs, counts: np.ndarray, core_split: float = 1.0,
     the per-head core divided `core_split` ways and the token-scoring parts `indexer_split` ways."""
     parts = inp.attention.decode_flops_by_component(inp.load.lengths)
     q = inp.query_tokens
-    return {k: (v * counts).sum(-1) * q / (core_split if k == "attention_core" else indexer_split)
-            for k, v in parts.items()}
+    out = {}
+    for k, v in parts.items():
+        x = request_sum(v * counts)  # (Σ v·counts) · q / split, in place
+        x *= q
+        out[k] = over(x, core_split if k == "attention_core" else indexer_split)
+    return out
 
 
 def add_parts(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {k: a.get(k, 0.0) + b.get(k, 0.0) for k in dict.fromkeys([*a, *b])}
 
 
+def with_parts(a: dict[str, np.ndarray], zeros: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """add_parts(a, zeros) where `zeros` are all zero (a step without a chunk): a's own arrays, and
+    zeros' for the parts only they name."""
+    return {k: a[k] if k in a else zeros[k] for k in dict.fromkeys([*a, *zeros])}
+
+
 def longest_row(inp: ShareInputs, counts: np.ndarray) -> np.ndarray:
     """[P] context of the longest decode request among `counts` (0 where there is none)."""
-    return np.where(counts > 0, inp.load.lengths, 0.0).max(-1)
+    rows = np.where(counts > 0, inp.load.lengths, 0.0)
+    return rows[..., 0] if rows.shape[-1] == 1 else rows.max(-1)
 
 
 def prefill_work(inp: ShareInputs) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """(attention FLOPs by component, prefix KV bytes read) of the step's prefill chunk, one layer,
     whole. The chunk's queries read the request's cached prefix once (tiled, flash-style)."""
     att = inp.attention
-    if not np.any(inp.prefill_tokens > 0):  # NOTE: decode-only sweeps skip the causal-pair sums
+    if not inp.has_prefill:  # NOTE: decode-only sweeps skip the causal-pair sums
         zeros = np.zeros_like(inp.prefill_tokens)
         return {k: zeros for k in att.prefill_flops_by_component(np.zeros(1), np.zeros(1))}, zeros
     flops = att.prefill_flops_by_component(inp.prefill_tokens, inp.prefill_context)
@@ -222,12 +283,16 @@ def prefill_work(inp: ShareInputs) -> tuple[dict[str, np.ndarray], np.ndarray]:
 
 def prefill_resident(inp: ShareInputs) -> np.ndarray:
     """KV bytes (page-rounded) of the prefilling request once the chunk is written, one layer."""
+    if not inp.has_prefill:
+        return np.zeros_like(inp.prefill_tokens)
     total = pages_rounded(inp.prefill_context + inp.prefill_tokens, inp.page_tokens)
     return np.where(inp.prefill_tokens > 0, stored_bytes(inp, total), 0.0)
 
 
 def prefill_requests(inp: ShareInputs) -> np.ndarray:
     """[P] 1 where the step runs a prefill chunk (one request), else 0."""
+    if not inp.has_prefill:
+        return np.zeros_like(inp.prefill_tokens)
     return np.where(inp.prefill_tokens > 0, 1.0, 0.0)
 
 
@@ -312,7 +377,7 @@ class MoESplit:
         on every rank, each rank applies its share of the layer and an all-reduce sums them,
         whatever the split; otherwise the split decides."""
         if activations_replicated:
-            return [Collective("mlp_allreduce", "all_reduce", tokens_hidden_bytes(inp, inp.step_tokens), 1.0)]
+            return [Collective("mlp_allreduce", "all_reduce", inp.step_hidden_bytes, 1.0)]
         return self.partitioned_collectives(inp, mlp)
 
     def partitioned_collectives(self, inp: ShareInputs, mlp: MLPVariant) -> list[Collective]:
@@ -343,4 +408,4 @@ def moe_splits() -> dict[str, MoESplit]:
 
 
 def tokens_hidden_bytes(inp: ShareInputs, tokens: np.ndarray) -> np.ndarray:
-    return tokens * inp.model.hidden_size * ACTIVATION_BYTES
+    return product(tokens, inp.model.hidden_size, ACTIVATION_BYTES)

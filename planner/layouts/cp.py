@@ -22,9 +22,10 @@ from __future__ import annotations
 import numpy as np
 
 from planner.layouts.base import (ACTIVATION_BYTES, LSE_BYTES, TOPK_CANDIDATE_BYTES, AttentionLayout, AttentionShare,
-                                  Collective, ShareInputs, add_parts, decode_flops, longest_row, prefill_requests,
-                                  prefill_resident, prefill_work, read_bytes, refuse_unsplittable,
-                                  register_attention_layout, resident_state, state_bytes, stored_bytes, tokens_hidden_bytes, write_bytes)
+                                  Collective, ShareInputs, add_parts, decode_flops, longest_row, over, prefill_requests,
+                                  prefill_resident, prefill_work, product, read_bytes, refuse_unsplittable,
+                                  register_attention_layout, request_sum, resident_state, state_bytes, stored_bytes,
+                                  tokens_hidden_bytes, with_parts, write_bytes)
 
 
 def token_split_work(inp: ShareInputs, stored_tokens: np.ndarray):
@@ -34,12 +35,15 @@ def token_split_work(inp: ShareInputs, stored_tokens: np.ndarray):
     compressor ring) is not split by tokens: every rank keeps and rewrites it whole.
     NOTE: a layout split by tokens refuses recurrent mixers outright (`check_token_split`)."""
     load, t = inp.load, inp.ranks
-    stored = (stored_bytes(inp, stored_tokens) * load.counts).sum(-1) + prefill_resident(inp) / t
+    stored = request_sum(stored_bytes(inp, stored_tokens) * load.counts)
+    requests = inp.batch
+    if inp.has_prefill:  # NOTE: without a chunk its terms are zeros, and x + 0 is x
+        stored = stored + prefill_resident(inp) / t
+        requests = requests + prefill_requests(inp)
     # NOTE: each rank reads its ~1/T of every request's KV (for DSA: its slice of the indexer keys
     # and ~1/T of the top-k latents the global selection picks); exact up to one page or token.
-    read = {k: (v * load.counts).sum(-1) / t for k, v in read_bytes(inp, load.lengths).items()}
+    read = {k: over(request_sum(v * load.counts), t) for k, v in read_bytes(inp, load.lengths).items()}
     dec = decode_flops(inp, load.counts, core_split=t, indexer_split=t)
-    requests = load.batch + prefill_requests(inp)
     s = state_bytes(inp)
     write = write_bytes(inp, inp.step_tokens, 0.0) / t + requests * s
     return stored, read, write, dec, topk_passes(inp), resident_state(requests, s)
@@ -59,7 +63,9 @@ def topk_passes(inp: ShareInputs) -> tuple[np.ndarray, ...]:
     if k is None:
         return ()
     rows, t = inp.attention.topk_row_scores(longest_row(inp, inp.load.counts)), inp.ranks
-    return np.ceil(rows / t), np.minimum(rows, t * k)
+    local = rows / t
+    np.ceil(local, out=local)
+    return local, np.minimum(rows, t * k)
 
 
 def topk_merge_collectives(inp: ShareInputs, name: str) -> list[Collective]:
@@ -68,13 +74,13 @@ def topk_merge_collectives(inp: ShareInputs, name: str) -> list[Collective]:
     k = inp.attention.topk_tokens()
     if k is None:
         return []
-    return [Collective(name, "all_gather", inp.ranks * inp.decode_tokens * k * TOPK_CANDIDATE_BYTES, 1.0)]
+    return [Collective(name, "all_gather", product(inp.ranks * inp.decode_tokens, k, TOPK_CANDIDATE_BYTES), 1.0)]
 
 
 def partial_output_bytes(inp: ShareInputs) -> np.ndarray:
     """[P] one rank's partial outputs + log-sum-exps of every decode query, all heads."""
     att = inp.attention
-    return inp.decode_tokens * att.num_heads * (att.decode_output_width() * ACTIVATION_BYTES + LSE_BYTES)
+    return product(inp.decode_tokens, att.num_heads, att.decode_output_width() * ACTIVATION_BYTES + LSE_BYTES)
 
 
 @register_attention_layout
@@ -90,19 +96,28 @@ class ContextParallel(AttentionLayout):
 
     def share(self, inp: ShareInputs) -> AttentionShare:
         load, t, pg = inp.load, inp.ranks, inp.page_tokens
-        pages_on_busiest = np.ceil(np.ceil(load.lengths / pg) / t)
-        stored, read, write, dec, topk, state = token_split_work(inp, pages_on_busiest * pg)
+        pages_on_busiest = load.lengths / pg  # ⌈⌈L / pg⌉ / T⌉ · pg, in place
+        np.ceil(pages_on_busiest, out=pages_on_busiest)
+        pages_on_busiest /= t
+        np.ceil(pages_on_busiest, out=pages_on_busiest)
+        pages_on_busiest *= pg
+        stored, read, write, dec, topk, state = token_split_work(inp, pages_on_busiest)
         pre, prefix = prefill_work(inp)
         read["prefill_prefix"] = prefix / t
-        flops = add_parts(dec, {k: v / t for k, v in pre.items()})
-        projected = inp.decode_tokens + inp.prefill_tokens / t
+        if inp.has_prefill:
+            flops = add_parts(dec, {k: v / t for k, v in pre.items()})
+            projected = inp.decode_tokens + inp.prefill_tokens / t
+        else:  # NOTE: without a chunk its terms are zeros, and x + 0 is x
+            flops, projected = with_parts(dec, pre), inp.decode_tokens
         return AttentionShare(stored, read, write, flops, dec["attention_core"], inp.attention.num_heads,
                               projected, topk, state_stored_bytes=state)
 
     def collectives(self, inp: ShareInputs) -> list[Collective]:
-        colls = [Collective("cp_partials_allgather", "all_gather", inp.ranks * partial_output_bytes(inp), 1.0)]
+        gathered = partial_output_bytes(inp)
+        gathered *= inp.ranks  # T · partials (one array)
+        colls = [Collective("cp_partials_allgather", "all_gather", gathered, 1.0)]
         colls += topk_merge_collectives(inp, "cp_topk_allgather")
-        if np.any(inp.prefill_tokens > 0):
+        if inp.has_prefill:
             # NOTE: a chunk has many queries and one prefix, so it runs ring-style: gathering each
             # rank's KV slice (prefix + chunk) moves far fewer bytes than merging every query's
             # partial output (P·heads·(v·2 + 4) B·T) once P exceeds a handful of tokens.

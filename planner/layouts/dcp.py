@@ -25,8 +25,8 @@ from __future__ import annotations
 import numpy as np
 
 from planner.layouts.base import (ACTIVATION_BYTES, LSE_BYTES, AttentionLayout, AttentionShare, Collective,
-                                  ShareInputs, add_parts, pages_rounded, prefill_resident, prefill_work,
-                                  refuse_unsplittable, register_attention_layout, tokens_hidden_bytes)
+                                  ShareInputs, add_parts, pages_rounded, prefill_resident, prefill_work, product,
+                                  refuse_unsplittable, register_attention_layout, with_parts)
 from planner.layouts.cp import check_token_split, token_split_work, topk_merge_collectives
 from planner.layouts.tp import split_core
 
@@ -44,25 +44,27 @@ class DecodeContextParallel(AttentionLayout):
 
     def share(self, inp: ShareInputs) -> AttentionShare:
         t = inp.ranks
-        local_tokens = pages_rounded(np.ceil(inp.load.lengths / t), inp.page_tokens)
+        local_tokens = inp.load.lengths / t
+        np.ceil(local_tokens, out=local_tokens)
+        local_tokens = pages_rounded(local_tokens, inp.page_tokens)
         stored, read, write, dec, topk, state = token_split_work(inp, local_tokens)
         pre, prefix = prefill_work(inp)
         read["prefill_prefix"] = prefix  # the gathered prefix, whole
-        flops = add_parts(dec, split_core(pre, t))
+        flops = add_parts(dec, split_core(pre, t)) if inp.has_prefill else with_parts(dec, pre)
         return AttentionShare(stored, read, write, flops, dec["attention_core"], inp.attention.num_heads,
                               inp.step_tokens, topk, state_stored_bytes=state)
 
     def collectives(self, inp: ShareInputs) -> list[Collective]:
         att, t, q = inp.attention, inp.ranks, inp.decode_tokens
         colls = [
-            Collective("dcp_query_allgather", "all_gather", q * att.num_heads * att.decode_query_width() * ACTIVATION_BYTES, 1.0),
-            Collective("dcp_lse_allgather", "all_gather", t * q * att.num_heads * LSE_BYTES, 1.0),
+            Collective("dcp_query_allgather", "all_gather", product(q, att.num_heads, att.decode_query_width(), ACTIVATION_BYTES), 1.0),
+            Collective("dcp_lse_allgather", "all_gather", product(t * q, att.num_heads, LSE_BYTES), 1.0),
             Collective("dcp_output_reduce_scatter", "reduce_scatter",
-                       q * att.num_heads * att.decode_output_width() * ACTIVATION_BYTES, 1.0),
+                       product(q, att.num_heads, att.decode_output_width(), ACTIVATION_BYTES), 1.0),
             *topk_merge_collectives(inp, "dcp_topk_allgather"),
-            Collective("attn_allreduce", "all_reduce", tokens_hidden_bytes(inp, inp.step_tokens), 1.0),
+            Collective("attn_allreduce", "all_reduce", inp.step_hidden_bytes, 1.0),
         ]
-        if np.any(inp.prefill_tokens > 0):
+        if inp.has_prefill:
             colls.append(Collective("dcp_prefill_kv_allgather", "all_gather", prefill_resident(inp), 1.0))
         return colls
 

@@ -9,8 +9,8 @@ runs on its request's owner, as in DP-attention (see planner.layouts.dp)."""
 
 from __future__ import annotations
 
-from planner.layouts.base import (ACTIVATION_BYTES, AttentionLayout, AttentionShare, Collective, ShareInputs,
-                                  register_attention_layout, tokens_hidden_bytes)
+from planner.layouts.base import (ACTIVATION_BYTES, AttentionLayout, AttentionShare, Collective, ShareInputs, product,
+                                  register_attention_layout)
 from planner.layouts.dp import owner_attention, owner_candidates
 
 
@@ -41,11 +41,11 @@ class DecoupledOwnership(AttentionLayout):
         att = inp.attention
         tokens = inp.step_tokens
         heads_per_rank = att.num_heads / inp.ranks
-        q = tokens * heads_per_rank * att.decode_query_width() * ACTIVATION_BYTES
-        o = tokens * heads_per_rank * att.decode_output_width() * ACTIVATION_BYTES
+        q = product(tokens, heads_per_rank, att.decode_query_width(), ACTIVATION_BYTES)
+        o = product(tokens, heads_per_rank, att.decode_output_width(), ACTIVATION_BYTES)
         return [
             Collective("dop_query_a2a", "all_to_all", q, 1.0),
             Collective("dop_output_a2a", "all_to_all", o, 1.0),
-            Collective("attn_allreduce", "all_reduce", tokens_hidden_bytes(inp, tokens), 1.0),
+            Collective("attn_allreduce", "all_reduce", inp.step_hidden_bytes, 1.0),
         ]
 

@@ -17,7 +17,8 @@ import numpy as np
 
 from planner.layouts.base import (AttentionLayout, AttentionShare, Collective, ShareInputs, add_parts, decode_flops,
                                   longest_row, pages_rounded, prefill_resident, prefill_work, read_bytes,
-                                  register_attention_layout, resident_state, state_bytes, stored_bytes, write_bytes)
+                                  register_attention_layout, request_sum, resident_state, state_bytes, stored_bytes,
+                                  write_bytes)
 from planner.load import busiest_owner_counts, lightest_owner_counts
 
 
@@ -43,11 +44,11 @@ def owner_attention(inp: ShareInputs, with_prefill: bool) -> OwnerWork:
     # NOTE: owners are balanced by a request's bytes over the whole stack, so every layer group
     # names the same busiest owner (a recurrent group alone has no per-token bytes to balance by)
     counts = pick(load, per_req if inp.owner_bytes is None else inp.owner_bytes, inp.ranks)
-    stored = (per_req * counts).sum(-1)
-    read = {k: (v * counts).sum(-1) for k, v in read_bytes(inp, load.lengths).items()}
+    stored = request_sum(per_req * counts)
+    read = {k: request_sum(v * counts) for k, v in read_bytes(inp, load.lengths).items()}
     dec = decode_flops(inp, counts)
     flops = dec
-    owned = counts.sum(-1)
+    owned = counts[..., 0] if counts.shape[-1] == 1 else counts.sum(-1)  # a sum of one term is it
     new_tokens = owned * inp.query_tokens
     requests = owned
     if with_prefill:
@@ -65,7 +66,7 @@ def owner_attention(inp: ShareInputs, with_prefill: bool) -> OwnerWork:
 
 def owner_candidates(layout: AttentionLayout, inp: ShareInputs) -> list[AttentionShare]:
     shares = [layout.owner_share(inp, with_prefill=False)]
-    if np.any(inp.prefill_tokens > 0):
+    if inp.has_prefill:
         shares.append(layout.owner_share(inp, with_prefill=True))
     return shares
 

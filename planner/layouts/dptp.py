@@ -34,7 +34,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from planner.layouts.base import (AttentionLayout, AttentionShare, Collective, ShareInputs,
+from planner.layouts.base import (AttentionLayout, AttentionShare, Collective, ShareInputs, over,
                                   register_attention_layout, tokens_hidden_bytes)
 from planner.layouts.dp import owner_attention
 from planner.layouts.placement import kv_split_ways
@@ -66,7 +66,7 @@ class DataParallelTensorParallelAttention(AttentionLayout):
         s = kv_split_ways(inp.attention, r)
         own_queries = w.owned * inp.query_tokens
         projected = own_queries + (inp.prefill_tokens if with_prefill else 0.0)
-        return AttentionShare(w.stored / s, {k: v / s for k, v in w.read.items()}, w.write / s,
+        return AttentionShare(over(w.stored, s), {k: over(v, s) for k, v in w.read.items()}, over(w.write, s),
                               split_core(w.flops, r), w.decode_core / r, inp.attention.num_heads / r,
                               projected, (w.longest,), own_queries, state_stored_bytes=w.state / s)
 
@@ -75,7 +75,7 @@ class DataParallelTensorParallelAttention(AttentionLayout):
 
     def candidate_shares(self, inp: ShareInputs) -> list[AttentionShare]:
         shares = [self.group_share(inp, with_prefill=False)]
-        if np.any(inp.prefill_tokens > 0):
+        if inp.has_prefill:
             shares.append(self.group_share(inp, with_prefill=True))
         return shares
 
@@ -85,5 +85,5 @@ class DataParallelTensorParallelAttention(AttentionLayout):
         if r <= 1:
             return []
         # the busiest group's tokens: its share of the decodes and the step's chunk
-        tokens = np.ceil(inp.load.batch / g) * inp.query_tokens + inp.prefill_tokens
+        tokens = np.ceil(inp.batch / g) * inp.query_tokens + inp.prefill_tokens
         return [Collective("attn_group_allreduce", "all_reduce", tokens_hidden_bytes(inp, tokens), 1.0, ranks=r)]

@@ -13,8 +13,7 @@ copy per selected expert, which is what the all-to-all prices."""
 
 from __future__ import annotations
 
-from planner.layouts.base import (ACTIVATION_BYTES, Collective, MoESplit, ShareInputs, register_moe_split,
-                                  tokens_hidden_bytes)
+from planner.layouts.base import ACTIVATION_BYTES, Collective, MoESplit, ShareInputs, product, register_moe_split
 
 DISPATCH_BYTES_PER_ELEMENT = 1.0 + 4.0 / 128.0  # fp8 value + an fp32 scale per 128 channels
 
@@ -29,7 +28,7 @@ class ExpertParallel(MoESplit):
         if not mlp.is_moe:
             return []
         # NOTE: a latent MoE dispatches the latent (planner.models.mlp.moe `dispatch_width`)
-        copies = (inp.step_tokens / inp.ranks) * mlp.top_k * mlp.dispatch_width()
+        copies = product(inp.step_tokens / inp.ranks, mlp.top_k, mlp.dispatch_width())
         return [Collective("ep_dispatch_a2a", "all_to_all", copies * DISPATCH_BYTES_PER_ELEMENT, 1.0),
                 Collective("ep_combine_a2a", "all_to_all", copies * ACTIVATION_BYTES, 1.0)]
 
@@ -41,6 +40,6 @@ class TensorParallelMoE(MoESplit):
     description = "every expert sharded over ranks"
 
     def partitioned_collectives(self, inp, mlp):
-        full = tokens_hidden_bytes(inp, inp.step_tokens)
+        full = inp.step_hidden_bytes
         return [Collective("dp_gather", "all_gather", full, 1.0),
                 Collective("dp_reduce_scatter", "reduce_scatter", full, 1.0)]

@@ -13,9 +13,9 @@ T-th of the heads to the decode kernel's head tile.
 from __future__ import annotations
 
 from planner.layouts.base import (AttentionLayout, AttentionShare, Collective, ShareInputs, add_parts, decode_flops,
-                                  longest_row, pages_rounded, prefill_requests, prefill_resident, prefill_work,
-                                  read_bytes, register_attention_layout, resident_state, state_bytes, stored_bytes, tokens_hidden_bytes,
-                                  write_bytes)
+                                  longest_row, over, pages_rounded, prefill_requests, prefill_resident, prefill_work,
+                                  read_bytes, register_attention_layout, request_sum, resident_state, state_bytes,
+                                  stored_bytes, with_parts, write_bytes)
 from planner.layouts.placement import kv_split_ways  # noqa: F401 (re-exported: engines and capacity import it here)
 
 
@@ -44,20 +44,21 @@ class TensorParallel(AttentionLayout):
 
     def share(self, inp: ShareInputs) -> AttentionShare:
         load, s, t = inp.load, kv_split(inp), inp.ranks
-        stored = (stored_bytes(inp, pages_rounded(load.lengths, inp.page_tokens)) * load.counts).sum(-1) / s
-        read = {k: (v * load.counts).sum(-1) / s for k, v in read_bytes(inp, load.lengths).items()}
+        stored = over(request_sum(stored_bytes(inp, pages_rounded(load.lengths, inp.page_tokens)) * load.counts), s)
+        read = {k: over(request_sum(v * load.counts), s) for k, v in read_bytes(inp, load.lengths).items()}
         pre, prefix = prefill_work(inp)
-        read["prefill_prefix"] = prefix / s
-        stored = stored + prefill_resident(inp) / s
+        read["prefill_prefix"] = over(prefix, s)
         dec = decode_flops(inp, load.counts, core_split=t)
-        flops = add_parts(dec, split_core(pre, t))
-        requests = load.batch + prefill_requests(inp)
-        write = write_bytes(inp, inp.step_tokens, requests) / s
+        requests = inp.batch
+        if inp.has_prefill:  # NOTE: without a chunk its terms are zeros, and x + 0 is x
+            stored = stored + prefill_resident(inp) / s
+            requests = requests + prefill_requests(inp)
+        flops = add_parts(dec, split_core(pre, t)) if inp.has_prefill else with_parts(dec, pre)
+        write = over(write_bytes(inp, inp.step_tokens, requests), s)
         return AttentionShare(stored, read, write, flops, dec["attention_core"], inp.attention.num_heads / t,
                               inp.step_tokens, (inp.attention.topk_row_scores(longest_row(inp, load.counts)),),
                               state_stored_bytes=resident_state(requests, state_bytes(inp)) / s)
 
     def collectives(self, inp: ShareInputs) -> list[Collective]:
-        tokens = inp.step_tokens
-        return [Collective("attn_allreduce", "all_reduce", tokens_hidden_bytes(inp, tokens), 1.0)]
+        return [Collective("attn_allreduce", "all_reduce", inp.step_hidden_bytes, 1.0)]
 

@@ -101,8 +101,17 @@ class ResourceTimes:
 
     @property
     def binding_index(self) -> np.ndarray:
-        """[P] index into TIMED_RESOURCES of the largest time."""
-        return np.argmax(self.stacked(), axis=0)
+        """[P] index into TIMED_RESOURCES of the largest time (the first of equal ones, as argmax)."""
+        top = self.floor_max_s
+        if np.isnan(top).any():  # argmax's rule for NaN (the first NaN wins) is not a max's
+            return np.argmax(self.stacked(), axis=0)
+        # NOTE: the max is one of the times exactly, so the first time equal to it is argmax's pick;
+        # writing the index from the last resource to the first keeps the first, without the [R, P] stack
+        times = (self.hbm_s, self.compute_s, self.network_bytes_s, self.network_messages_s, self.host_link_s)
+        idx = np.zeros(np.shape(top), dtype=np.intp)
+        for i in range(len(times) - 1, 0, -1):
+            np.copyto(idx, i, where=times[i] == top)
+        return idx
 
 
 def price(hbm_bytes: np.ndarray, flops_by_dtype: dict[str, np.ndarray], network_bytes: np.ndarray,
@@ -111,9 +120,20 @@ def price(hbm_bytes: np.ndarray, flops_by_dtype: dict[str, np.ndarray], network_
     """Times of the timed resources. `network_bytes`/`network_messages` are the scale-up tier's;
     the scale-out tier's bytes and messages add at their own rates; `host_link_bytes` [P] are a
     host tier's contiguous-equivalent fetch bytes (None: no tier, zero time)."""
-    compute = sum(f / pricing.flops_per_s[d] for d, f in flops_by_dtype.items())
-    net_s = network_bytes / pricing.link_bytes_per_s + scaleout_bytes / pricing.scaleout_link_bytes_per_s
-    msg_s = network_messages * pricing.message_latency_s + scaleout_messages * pricing.scaleout_message_latency_s
+    compute = None
+    for d, f in flops_by_dtype.items():  # sum() over the dtypes, added in place into the first quotient
+        x = f / pricing.flops_per_s[d]
+        compute = x if compute is None else _plus(compute, x)
+    compute = 0 if compute is None else compute
+    net_s = network_bytes / pricing.link_bytes_per_s
+    if not _is_zero(scaleout_bytes):  # NOTE: + 0 is exact: a one-node group adds nothing
+        net_s = _plus(net_s, scaleout_bytes / pricing.scaleout_link_bytes_per_s)
+    lat, so_lat = pricing.message_latency_s, pricing.scaleout_message_latency_s
+    m, so_m = constant(network_messages), constant(scaleout_messages)
+    if m is not None and so_m is not None:  # launch counts the same at every point: one product, broadcast
+        msg_s = np.broadcast_to(m * lat + so_m * so_lat, np.shape(network_messages))
+    else:
+        msg_s = network_messages * lat + scaleout_messages * so_lat
     return ResourceTimes(
         hbm_s=np.asarray(hbm_bytes / pricing.hbm_bytes_per_s, dtype=np.float64),
         compute_s=np.asarray(compute, dtype=np.float64),
@@ -122,3 +142,25 @@ def price(hbm_bytes: np.ndarray, flops_by_dtype: dict[str, np.ndarray], network_
         host_link_s=(0.0 if host_link_bytes is None
                      else np.asarray(host_link_bytes / pricing.host_link_bytes_per_s, dtype=np.float64)),
     )
+
+
+def constant(x) -> np.float64 | None:
+    """The one value of a scalar or of a broadcast of one value over the points (all strides 0), else None."""
+    if np.ndim(x) == 0:
+        return np.float64(x)
+    if isinstance(x, np.ndarray) and x.size > 0 and not any(x.strides):
+        return np.float64(x.flat[0])
+    return None
+
+
+def _is_zero(x) -> bool:
+    return np.ndim(x) == 0 and x == 0.0 and not np.signbit(x)
+
+
+def _plus(a, b):
+    """a + b, in place where `a` is a float64 array of the result's shape this module made."""
+    if isinstance(a, np.ndarray) and a.dtype == np.float64 and a.flags.writeable \
+            and a.shape == np.broadcast_shapes(a.shape, np.shape(b)):
+        a += b
+        return a
+    return a + b

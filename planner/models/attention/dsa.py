@@ -49,6 +49,18 @@ TOPK_PER_TOKEN_S = (TOPK_AT_64K_S - TOPK_AT_16K_S) / (65536 - 16384)
 TOPK_BASE_S = TOPK_AT_16K_S - 16384 * TOPK_PER_TOKEN_S
 
 
+def topk_select_s(row_scores: np.ndarray, topk: float) -> np.ndarray:
+    """[P] seconds of one top-k selection over rows of `row_scores` scores: TOPK_BASE_S +
+    TOPK_PER_TOKEN_S · L where L > k, else 0 (no selection needed)."""
+    l = as_tokens(row_scores)
+    if l.ndim == 0:
+        return np.where(l > topk, TOPK_BASE_S + TOPK_PER_TOKEN_S * l, 0.0)
+    out = TOPK_PER_TOKEN_S * l
+    out += TOPK_BASE_S
+    np.copyto(out, 0.0, where=~(l > topk))
+    return out
+
+
 @register_attention
 @dataclass(frozen=True)
 class DSA(MLA):
@@ -155,7 +167,7 @@ class DSA(MLA):
         l = as_tokens(row_tokens)
         if not self.own_indexer:
             return np.zeros_like(l)
-        return np.where(l > self.index_topk, TOPK_BASE_S + TOPK_PER_TOKEN_S * l, 0.0)
+        return topk_select_s(l, self.index_topk)
 
     def knees(self):
         return (float(self.index_topk),)

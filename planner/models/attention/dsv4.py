@@ -44,7 +44,7 @@ import numpy as np
 from planner.errors import SpecError
 from planner.models.attention.base import (STATE, TOKEN, WINDOW, AccessPattern, AttentionVariant, WeightPart, as_tokens,
                                            causal_pairs, need, register_attention)
-from planner.models.attention.dsa import TOPK_BASE_S, TOPK_PER_TOKEN_S
+from planner.models.attention.dsa import topk_select_s
 from planner.models.config import HFConfig, LayerType
 
 COFF = {4: 2, 128: 1}  # compressor overlap per ratio (overlapping 8-token windows on C4)
@@ -232,7 +232,7 @@ class DeepSeekV4Attention(AttentionVariant):
         s = as_tokens(row_tokens)
         if not self.csa:
             return np.zeros_like(s)
-        return np.where(s > self.index_topk, TOPK_BASE_S + TOPK_PER_TOKEN_S * s, 0.0)
+        return topk_select_s(s, self.index_topk)
 
     def knees(self):
         return (float(self.window), 4.0 * self.index_topk) if self.csa else (float(self.window),)

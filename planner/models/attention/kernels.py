@@ -86,7 +86,11 @@ class DecodeKernel:
             return np.zeros_like(q)
         if self.packs_query_tokens:
             t = self.tile(arch)
-            return np.ceil(q * heads / t) * t
+            rows = q * heads  # ⌈q·heads / t⌉ · t, in place
+            rows /= t
+            rows = np.ceil(rows, out=rows) if isinstance(rows, np.ndarray) else np.ceil(rows)
+            rows *= t
+            return rows
         return q * self.padded_heads(heads, arch)
 
 

@@ -70,7 +70,10 @@ class DenseMLP(MLPVariant):
 
     def rank_flops(self, group_tokens, tp, moe_split):
         g = np.asarray(group_tokens, dtype=np.float64)
-        return {"dense_mlp": 2.0 * g * self.params / tp}
+        out = 2.0 * g  # 2·g·params / tp as written, in place
+        out *= self.params
+        out /= tp
+        return {"dense_mlp": out}
 
     def check_tp(self, tp, moe_split):
         if moe_split == "tp" and self.width % tp:

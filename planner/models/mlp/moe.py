@@ -46,7 +46,13 @@ TOPK_KEYS = ("num_experts_per_tok", "experts_per_token", "moe_topk", "top_k_expe
 def expected_distinct_experts(tokens: np.ndarray, num_experts: int, top_k: int) -> np.ndarray:
     """E·(1 − (1 − k/E)^N): expected distinct experts touched by N tokens routing top-k of E."""
     n = np.asarray(tokens, dtype=np.float64)
-    return num_experts * -np.expm1(n * np.log1p(-top_k / num_experts))
+    if n.ndim == 0:
+        return num_experts * -np.expm1(n * np.log1p(-top_k / num_experts))
+    out = n * np.log1p(-top_k / num_experts)  # the same operations, in one array
+    np.expm1(out, out=out)
+    np.negative(out, out=out)
+    out *= num_experts
+    return out
 
 
 def _first(cfg: HFConfig, keys: tuple[str, ...]):
@@ -172,17 +178,33 @@ class MoE(MLPVariant):
         distinct = expected_distinct_experts(g, self.num_experts, self.top_k)
         on = np.where(g > 0, 1.0, 0.0)
         rep = 1.0 if moe_split == "ep" else 1.0 / tp
-        out = {"shared_experts": on * self.shared_params * rep, "experts": distinct / tp * self.expert_params}
+        # NOTE: each product as written (left to right), in place in the new array its first term made
+        shared = on * self.shared_params
+        shared *= rep
+        distinct /= tp
+        distinct *= self.expert_params
+        out = {"shared_experts": shared, "experts": distinct}
         if self.latent_size:
-            out["latent_proj"] = on * self.latent_params * rep
+            latent = on * self.latent_params
+            latent *= rep
+            out["latent_proj"] = latent
         return out
 
     def rank_flops(self, group_tokens, tp, moe_split):
         g = np.asarray(group_tokens, dtype=np.float64)
-        out = {"shared_experts": 2.0 * g * self.shared_params / tp,
-               "experts": 2.0 * g * self.top_k * self.expert_params / tp}
+        # NOTE: 2·g·params / tp as written (left to right), in place in the new array 2·g made
+        shared, experts = 2.0 * g, 2.0 * g
+        shared *= self.shared_params
+        shared /= tp
+        experts *= self.top_k
+        experts *= self.expert_params
+        experts /= tp
+        out = {"shared_experts": shared, "experts": experts}
         if self.latent_size:
-            out["latent_proj"] = 2.0 * g * self.latent_params / tp
+            latent = 2.0 * g
+            latent *= self.latent_params
+            latent /= tp
+            out["latent_proj"] = latent
         return out
 
     def check_tp(self, tp, moe_split):
