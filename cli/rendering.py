@@ -117,10 +117,30 @@ def launch_words(d: dict[str, Any], engine: str) -> str:
     operator, or why no flag of `engine` runs it; escaped for rich."""
     if not d["launchable"]:
         return escape(f"{engine} can't launch {d['attn']}/{d['moe']}: {d['launch_reason']}")
-    text = f"launch ({engine}):\n{d['launch_line']}"
+    *files, command = d["launch_line"].split("\n")
+    text = "\n".join([f"launch ({engine}):", *files, shell_wrap(command)])
     for n in d["launch_notes"]:
         text += f"\n# {n}"
     return escape(text)
+
+
+def shell_wrap(command: str, width: int = 100) -> str:
+    """`command` broken into lines of at most `width` columns with shell continuations (` \\`), a flag
+    kept with its value, so that it pastes as it is (planner.launch reads the continuations too)."""
+    words, groups = command.split(" "), []
+    for w in words:
+        if groups and not w.startswith("-") and groups[-1].startswith("-") and " " not in groups[-1]:
+            groups[-1] += " " + w
+        else:
+            groups.append(w)
+    lines, cur = [], ""
+    for g in groups:
+        if cur and len(cur) + 1 + len(g) + 2 > width:
+            lines.append(cur + " \\")
+            cur = "  " + g
+        else:
+            cur = f"{cur} {g}" if cur else g
+    return "\n".join([*lines, cur])
 
 
 def unlaunchable_lines(docs: list[dict[str, Any]], engine: str) -> list[str]:

@@ -62,7 +62,9 @@ def test_floor_picks_the_star_and_prints_its_line(capsys, engine):
     assert d["launch_line"] == c["recommended"]["launch_line"]
     code, out, _ = run(capsys, "floor", "--engine", engine)
     assert code == 0 and f"launch ({engine}):" in out
-    assert d["launch_line"].splitlines()[-1] in out  # printed whole (not wrapped)
+    # printed so that it pastes: whole, or broken with shell continuations at 100 columns
+    assert d["launch_line"].splitlines()[-1] in out.replace(" \\\n  ", " ")
+    assert all(len(line) <= 100 for line in out.splitlines() if line.startswith(("python", "vllm", "trtllm", "  --")))
 
 
 def test_compare_marks_what_it_cannot_launch(capsys, monkeypatch):
