@@ -1,4 +1,4 @@
-"""`--engine-args "…"` on the planning commands: an SGLang or vLLM launch line (planner.launch)
+"""`--engine-args "…"` on the planning commands: an SGLang, vLLM or TensorRT-LLM launch line (planner.launch)
 turned into the command's own options, and how each flag was read printed on stderr. Also the
 warning when a context exceeds the model's window.
 
@@ -18,7 +18,8 @@ from cli.logs import logger
 from planner.errors import SpecError
 
 EngineArgsOpt = Annotated[Optional[str], typer.Option(
-    "--engine-args", help="An SGLang (python -m sglang.launch_server …) or vLLM (vllm serve …) launch command, quoted: "
+    "--engine-args", help="An SGLang (python -m sglang.launch_server …), vLLM (vllm serve …) or TensorRT-LLM (trtllm-serve …) "
+                          "launch command, quoted: "
                           "its model, GPUs, layout, MoE split, memory fraction, KV dtype and page size are read from it "
                           "(floorfirst explain-launch shows how).")]
 

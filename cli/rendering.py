@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich import box
+from rich.markup import escape
 from rich.table import Table
 
 import planner
@@ -76,7 +77,8 @@ def compare_table(out: dict[str, Any], dep0: planner.Deployment, pricing_label: 
     for d in out["layouts"]:
         r = d["resources"]
         kv = r["kv_capacity"]
-        star = (" ★" if best_max and d is best_max else "") + (" ◀" if launch_layout == f"{d['attn']}/{d['moe']}" else "")
+        star = ((" ★" if best_max and d is best_max else "") + ("" if d.get("launchable", True) else " †")
+                + (" ◀" if launch_layout == f"{d['attn']}/{d['moe']}" else ""))
         used = (f"{kv['used_fraction']:.0%}" if kv["used_fraction"] is not None else "no pool") + ("" if kv["fits"] else " ✗")
         speed = f"{d['decode_tokens_per_s']:.0f}" if d["feasible"] and d.get("decode_tokens_per_s") else "—"
         row = [f"{d['attn']}/{d['moe']}{star}", ms(d["floor_max_s"]), ms(d["floor_sum_s"]),
@@ -95,18 +97,59 @@ def compare_table(out: dict[str, Any], dep0: planner.Deployment, pricing_label: 
     return t
 
 
-def launch_sentence(out: dict[str, Any], launch_layout: str, best_max: dict | None) -> str:
-    """What the launch line runs, against the fastest layout that fits."""
+def launch_sentence(out: dict[str, Any], launch_layout: str, star: dict | None) -> str:
+    """What the launch line runs, against the ★ (compare's recommendation, ranked by `out['ranked_by']`)."""
     d = next((x for x in out["layouts"] if f"{x['attn']}/{x['moe']}" == launch_layout), None)
     if d is None:
         return f"◀ the launch runs {launch_layout}, which this model can't run here"
     head = f"◀ the launch runs {launch_layout}: floor max {fmt_ms(d['floor_max_s'])}, floor sum {fmt_ms(d['floor_sum_s'])}"
     if not d["feasible"]:
         return f"{head}; it can't hold this load ({d['infeasible_reason']})"
-    if best_max is None or best_max is d:
-        return f"{head}; the fastest layout that fits"
-    return (f"{head}; {best_max['attn']}/{best_max['moe']} is {d['floor_max_s'] / best_max['floor_max_s']:.2f}× "
-            "faster by floor_max")
+    if star is None or star is d:
+        return f"{head}; the recommended layout"
+    key = out["ranked_by"]["key"]
+    by = "the step model" if key == "predicted_s" else "floor_max"
+    return f"{head}; the recommended {star['attn']}/{star['moe']} is {d[key] / star[key]:.2f}× faster by {by}"
+
+
+def launch_words(d: dict[str, Any], engine: str) -> str:
+    """The launch line that runs one priced layout (a document row), with what it leaves to the
+    operator, or why no flag of `engine` runs it; escaped for rich."""
+    if not d["launchable"]:
+        return escape(f"{engine} can't launch {d['attn']}/{d['moe']}: {d['launch_reason']}")
+    *files, command = d["launch_line"].split("\n")
+    text = "\n".join([f"launch ({engine}):", *files, shell_wrap(command)])
+    for n in d["launch_notes"]:
+        text += f"\n# {n}"
+    return escape(text)
+
+
+def shell_wrap(command: str, width: int = 100) -> str:
+    """`command` broken into lines of at most `width` columns with shell continuations (` \\`), a flag
+    kept with its value, so that it pastes as it is (planner.launch reads the continuations too)."""
+    words, groups = command.split(" "), []
+    for w in words:
+        if groups and not w.startswith("-") and groups[-1].startswith("-") and " " not in groups[-1]:
+            groups[-1] += " " + w
+        else:
+            groups.append(w)
+    lines, cur = [], ""
+    for g in groups:
+        if cur and len(cur) + 1 + len(g) + 2 > width:
+            lines.append(cur + " \\")
+            cur = "  " + g
+        else:
+            cur = f"{cur} {g}" if cur else g
+    return "\n".join([*lines, cur])
+
+
+def unlaunchable_lines(docs: list[dict[str, Any]], engine: str) -> list[str]:
+    """'† a, b: why' lines, one per reason, for the rows no flag of `engine` runs."""
+    by_reason: dict[str, list[str]] = {}
+    for d in docs:
+        if not d["launchable"]:
+            by_reason.setdefault(d["launch_reason"], []).append(f"{d['attn']}/{d['moe']}")
+    return [escape(f"† {', '.join(names)}: {engine} can't launch it: {why}") for why, names in by_reason.items()]
 
 
 def capacity_table(out: dict[str, Any], dep0: planner.Deployment) -> Table:

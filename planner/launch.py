@@ -1,5 +1,6 @@
-"""An SGLang or vLLM launch command read into a floorfirst deployment: `--engine-args "…"` on the
-planning commands and `floorfirst explain-launch "…"`.
+"""An SGLang, vLLM or TensorRT-LLM launch command read into a floorfirst deployment: `--engine-args "…"`
+on the planning commands and `floorfirst explain-launch "…"`; also the lines the engines write
+(planner.engines' `launch`: tests read every one back into the deployment it was written for).
 
 Pure: text in, a `LaunchReading` out (the floorfirst options, how each flag was read, what the
 engine would do that floorfirst does not model, the flags that don't change the deployment); a
@@ -29,6 +30,17 @@ The flags, their aliases and what they mean, from the engines' argument definiti
   the world is tp·dp·pp GPUs; with dp > 1 on a MoE model the expert layers form one DP×TP group
   (TP-sharded, or EP with `--enable-expert-parallel`) while attention runs per DP rank; a dense
   model's DP ranks are independent replicas. DCP splits each request's KV over dcp of the tp ranks.
+
+- TensorRT-LLM, tensorrt_llm/commands/serve.py `serve` (NVIDIA/TensorRT-LLM, click options, spelled with
+  underscores): the positional model, `--tp_size`, `--pp_size`, `--ep_size` (moe_expert_parallel_size;
+  moe_tp_size = tp_size // ep_size, tensorrt_llm/mapping.py Mapping), `--cluster_size`,
+  `--kv_cache_free_gpu_memory_fraction`, `--max_seq_len`, and `--extra_llm_api_options FILE`, a YAML
+  "that overwrites the parameters specified by trtllm-serve" (tensorrt_llm/llmapi/llm_args.py keys:
+  `enable_attention_dp`, `kv_cache_config.dtype`, `.free_gpu_memory_fraction`, `.tokens_per_block`,
+  the parallel sizes; planner.launch_rules.TRTLLM_YAML_KEYS). The file is read from disk, or from a
+  `cat > FILE <<'EOF' … EOF` heredoc earlier in the text (as floorfirst prints it). Semantics: with
+  enable_attention_dp every one of the tp ranks is its own DP attention rank
+  (tensorrt_llm/_torch/modules/attention.py: dp_size = tp_size, tp_size = 1).
 
 floorfirst's layouts run attention over the whole group (tp, cp, dcp with dcp = group, dop) or one
 rank per DP rank (dp); a launch line outside those (DP attention with attention TP > 1, dcp < tp,
@@ -106,6 +118,23 @@ _VLLM: dict[str, tuple[str, tuple[str, ...]]] = {
     "--enable-prefix-caching": ("bool", ()),
     "--async-scheduling": ("bool", ()),
 }
+# trtllm-serve's click options (exact names: click does not turn `_` into `-`).
+_TRTLLM: dict[str, tuple[str, tuple[str, ...]]] = {
+    "--tp_size": ("int", ()),
+    "--pp_size": ("int", ()),
+    "--ep_size": ("int", ()),
+    "--cluster_size": ("int", ()),
+    "--kv_cache_free_gpu_memory_fraction": ("float", ()),
+    "--extra_llm_api_options": ("str", ()),
+    "--max_batch_size": ("int", ()),
+    "--max_num_tokens": ("int", ()),
+    "--max_seq_len": ("int", ()),
+    "--max_beam_width": ("int", ()),
+    "--backend": ("str", ()),
+    "--gpus_per_node": ("int", ()),
+    "--enable_chunked_prefill": ("bool", ()),
+}
+_TABLES = {"sglang": _SGLANG, "vllm": _VLLM, "trtllm": _TRTLLM}
 # Flags that don't change the deployment: read and listed as ignored.
 _HARMLESS_VALUE = frozenset({
     "--host", "--port", "--served-model-name", "--tokenizer", "--tokenizer-path", "--revision", "--download-dir",
@@ -125,12 +154,15 @@ _HARMLESS_VALUE = frozenset({
     # vLLM's KV connector (docs/features/nixl_connector_usage.md) — where the KV goes, not the deployment
     "--disaggregation-transfer-backend", "--disaggregation-ib-device", "--disaggregation-bootstrap-port",
     "--kv-transfer-config",
+    # trtllm-serve's (tensorrt_llm/commands/serve.py): logging, post-processing, parsers, disaggregation roles
+    "--log_level", "--num_postprocess_workers", "--reasoning_parser", "--metadata_server_config_file",
+    "--server_role", "--disagg_cluster_uri", "--media_io_kwargs",
 })
 _HARMLESS_BOOL = frozenset({
     "--trust-remote-code", "--enable-metrics", "--log-requests", "--skip-server-warmup", "--disable-log-requests",
     "--disable-log-stats", "--enable-auto-tool-choice", "--headless", "--enable-cache-report", "--disable-fastapi-docs",
     "--enable-torch-compile", "--no-enable-prefix-caching", "--enable-mixed-chunk", "--data-parallel-hybrid-lb",
-    "--enable-forward-pass-metrics",
+    "--enable-forward-pass-metrics", "--trust_remote_code", "--fail_fast_on_attention_window_too_large",
 })
 
 
@@ -160,7 +192,7 @@ class LaunchReading:
 
 def _all_flags() -> set[str]:
     out = set(_HARMLESS_VALUE) | set(_HARMLESS_BOOL)
-    for table in (_SGLANG, _VLLM):
+    for table in _TABLES.values():
         for flag, (_, aliases) in table.items():
             out |= {flag, *aliases}
     return out
@@ -216,6 +248,22 @@ def _model_option(value: str) -> tuple[str, str]:
                     "with a config.json (pass --model PATH/config.json)")
 
 
+# `cat > NAME <<'TAG'` … `TAG`: a file written before the command (TensorRT-LLM's extra options YAML)
+_HEREDOC = re.compile(r"cat[ \t]*>[ \t]*(?P<name>[^\s<>;&|]+)[ \t]*<<-?[ \t]*(?P<q>['\"]?)(?P<tag>\w+)(?P=q)[^\n]*\n"
+                      r"(?P<body>.*?)^(?P=tag)[ \t]*$\n?", re.S | re.M)
+
+
+def split_files(text: str) -> tuple[str, dict[str, str]]:
+    """(the text without its heredocs, {file name: contents}) of a launch text that writes files first."""
+    files: dict[str, str] = {}
+
+    def take(m: re.Match) -> str:
+        files[m.group("name")] = m.group("body")
+        return ""
+
+    return _HEREDOC.sub(take, text), files
+
+
 def _tokens(text: str) -> list[str]:
     text = text.replace("\\\r\n", " ").replace("\\\n", " ")
     try:
@@ -228,7 +276,7 @@ def _tokens(text: str) -> list[str]:
 
 
 def _engine_and_args(toks: list[str]) -> tuple[str, list[str], str | None]:
-    """('sglang'|'vllm', the flags, vLLM's positional model)."""
+    """('sglang'|'vllm'|'trtllm', the flags, the positional model of vllm serve or trtllm-serve)."""
     for i, t in enumerate(toks):
         if t in ("sglang.launch_server", "sglang.launch_server.py") or t.endswith("sglang/launch_server.py"):
             return "sglang", toks[i + 1:], None
@@ -241,16 +289,25 @@ def _engine_and_args(toks: list[str]) -> tuple[str, list[str], str | None]:
             return "vllm", rest, None
         if t == "vllm.entrypoints.openai.api_server":
             return "vllm", toks[i + 1:], None
+        if t.split("/")[-1] == "trtllm-serve":
+            rest = toks[i + 1:]
+            if rest and rest[0] == "serve":  # the click group's default command, named
+                rest = rest[1:]
+            if rest and not rest[0].startswith("-"):
+                return "trtllm", rest[1:], rest[0]
+            return "trtllm", rest, None
     if toks and toks[0].startswith("-"):
-        raise SpecError("--engine-args: say which engine: start with `python -m sglang.launch_server` or `vllm serve MODEL`")
-    raise SpecError(f"--engine-args: {' '.join(toks[:3])!r} is not an SGLang (python -m sglang.launch_server) or "
-                    "vLLM (vllm serve) launch command")
+        raise SpecError("--engine-args: say which engine: start with `python -m sglang.launch_server`, `vllm serve MODEL` "
+                        "or `trtllm-serve MODEL`")
+    raise SpecError(f"--engine-args: {' '.join(toks[:3])!r} is not an SGLang (python -m sglang.launch_server), "
+                    "vLLM (vllm serve) or TensorRT-LLM (trtllm-serve) launch command")
 
 
 def _canonical(engine: str, flag: str) -> tuple[str | None, str]:
     """(canonical flag or None, how the spelling was read)."""
-    table = _SGLANG if engine == "sglang" else _VLLM
-    f = flag if engine == "sglang" else (flag[:2] + flag[2:].replace("_", "-") if flag.startswith("--") else flag)
+    table = _TABLES[engine]
+    # NOTE: vLLM's FlexibleArgumentParser reads `_` as `-`; SGLang's argparse and trtllm-serve's click don't
+    f = flag if engine != "vllm" else (flag[:2] + flag[2:].replace("_", "-") if flag.startswith("--") else flag)
     if f in table or f in _HARMLESS_VALUE or f in _HARMLESS_BOOL:
         return f, ""
     for canon, (_, aliases) in table.items():
@@ -267,7 +324,7 @@ def _canonical(engine: str, flag: str) -> tuple[str | None, str]:
 
 
 def _kind(engine: str, canon: str) -> str:
-    table = _SGLANG if engine == "sglang" else _VLLM
+    table = _TABLES[engine]
     if canon in table:
         return table[canon][0]
     if canon.startswith("--no-") and "--" + canon[5:] in table:
@@ -281,7 +338,7 @@ def _scan(engine: str, args: list[str]) -> tuple[dict[str, Any], list[Reading], 
     spelled: list[Reading] = []
     ignored: list[str] = []
     spec: list[str] = []
-    known = [*(_SGLANG if engine == "sglang" else _VLLM), *_HARMLESS_VALUE, *_HARMLESS_BOOL]
+    known = [*_TABLES[engine], *_HARMLESS_VALUE, *_HARMLESS_BOOL]
     i = 0
     while i < len(args):
         tok = args[i]
@@ -340,8 +397,9 @@ def parse_launch(text: str, model: str | None = None) -> LaunchReading:
     """Read a launch command line; SpecError (one line) for what floorfirst can't represent.
     `model` is floorfirst's --model, used when the line names none (its MLP kind decides what DP
     means to vLLM)."""
-    from planner.launch_rules import sglang_deployment, vllm_deployment
+    from planner.launch_rules import sglang_deployment, trtllm_deployment, trtllm_extra_options, vllm_deployment
 
+    text, files = split_files(text)
     toks = _tokens(text)
     if not toks:
         raise SpecError("--engine-args is empty")
@@ -349,6 +407,8 @@ def parse_launch(text: str, model: str | None = None) -> LaunchReading:
     values, spelled, ignored, spec = _scan(engine, args)
     if positional is not None:
         values.setdefault("--model", positional)
+    if engine == "trtllm" and "--extra_llm_api_options" in values:
+        values.update(trtllm_extra_options(values.pop("--extra_llm_api_options"), files))
     given = values.get("--model-path" if engine == "sglang" else "--model")
     card, how = _model_option(str(given)) if given is not None else (model, "")
     moe_model = True
@@ -356,7 +416,7 @@ def parse_launch(text: str, model: str | None = None) -> LaunchReading:
         from planner import load_model
 
         moe_model = load_model(card).mlp.kind == "moe"
-    rule = sglang_deployment if engine == "sglang" else vllm_deployment
+    rule = {"sglang": sglang_deployment, "vllm": vllm_deployment, "trtllm": trtllm_deployment}[engine]
     options, readings, notes, ctx = rule(values, moe_model)
     if given is not None:
         options["model"] = card

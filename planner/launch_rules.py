@@ -225,3 +225,119 @@ def vllm_deployment(v: dict[str, Any], moe_model: bool = True):
         if v.get(flag):
             notes.append(f"{flag}: {what} is not modelled")
     return options, readings, notes, v.get("--max-model-len")
+
+
+# TensorRT-LLM's extra LLM API options YAML (trtllm-serve --extra_llm_api_options), keys of
+# tensorrt_llm/llmapi/llm_args.py: what each reads as. "flag:X": the trtllm-serve option X it overwrites
+# (tensorrt_llm/commands/serve.py: the YAML "overwrites the parameters specified by trtllm-serve");
+# "keep": read by trtllm_deployment; "note": taken but not modelled; "none": no effect on the deployment.
+TRTLLM_YAML_KEYS: dict[str, str] = {
+    "tensor_parallel_size": "flag:--tp_size", "pipeline_parallel_size": "flag:--pp_size",
+    "moe_expert_parallel_size": "flag:--ep_size", "moe_cluster_parallel_size": "flag:--cluster_size",
+    "max_seq_len": "flag:--max_seq_len", "max_batch_size": "flag:--max_batch_size",
+    "max_num_tokens": "flag:--max_num_tokens", "enable_chunked_prefill": "flag:--enable_chunked_prefill",
+    "kv_cache_config.free_gpu_memory_fraction": "flag:--kv_cache_free_gpu_memory_fraction",
+    "enable_attention_dp": "keep", "kv_cache_config.dtype": "keep", "kv_cache_config.tokens_per_block": "keep",
+    "cp_config": "keep", "speculative_config": "note", "moe_config": "note", "attn_backend": "note",
+    "cuda_graph_config": "note", "enable_lm_head_tp_in_adp": "note",
+    "kv_cache_config.enable_block_reuse": "none", "kv_cache_config.enable_partial_reuse": "none",
+    "print_iter_log": "none", "enable_iter_perf_stats": "none", "disable_overlap_scheduler": "none",
+    "stream_interval": "none", "trust_remote_code": "none", "backend": "none", "scheduler_config": "none",
+    "enable_autotuner": "none", "return_perf_metrics": "none",
+}
+
+
+def _flatten(doc: dict, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in doc.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and key == "kv_cache_config":
+            out.update(_flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def trtllm_extra_options(path: str, files: dict[str, str]) -> dict[str, Any]:
+    """The YAML `--extra_llm_api_options` names as {canonical key: value}: the options it overwrites
+    under their trtllm-serve names, the rest under their YAML keys (TRTLLM_YAML_KEYS). Its text is a
+    heredoc of the launch text where there is one, else the file (read through planner.inputs)."""
+    from planner.inputs import HARDWARE_MAX_BYTES, load_yaml_file, parse_yaml_text
+
+    what = f"--engine-args: --extra_llm_api_options {path}"
+    doc = parse_yaml_text(files[path], what, path) if path in files else load_yaml_file(path, what, HARDWARE_MAX_BYTES)
+    if doc is None:
+        return {}
+    if not isinstance(doc, dict):
+        raise SpecError(f"{what}: not a YAML mapping of LLM API options")
+    out: dict[str, Any] = {}
+    for key, value in _flatten(doc).items():
+        use = TRTLLM_YAML_KEYS.get(key)
+        if use is None:
+            raise SpecError(f"{what}: key {key} is not one floorfirst knows; it may change the deployment, so it is "
+                            "refused: remove it or pass the matching floorfirst option")
+        if use.startswith("flag:"):
+            out[use[5:]] = value
+        elif use != "none":
+            out[key] = value
+    return out
+
+
+def _yaml_int(v: dict, key: str, default):
+    x = v.get(key, default)
+    if x is None or (isinstance(x, int) and not isinstance(x, bool)):
+        return x
+    raise SpecError(f"--engine-args: {key} {x!r} is not a whole number")
+
+
+def trtllm_deployment(v: dict[str, Any], moe_model: bool = True):
+    readings: list = []
+    notes: list[str] = []
+    tp, pp = _yaml_int(v, "--tp_size", 1), _yaml_int(v, "--pp_size", 1)
+    ep, cluster = _yaml_int(v, "--ep_size", None), _yaml_int(v, "--cluster_size", None)
+    for name, x in (("--tp_size", tp), ("--pp_size", pp), ("--ep_size", ep or 1), ("--cluster_size", cluster or 1)):
+        if x < 1:
+            raise SpecError(f"--engine-args: {name} {x} must be ≥ 1")
+    if pp > 1:
+        raise SpecError(f"--engine-args: --pp_size {pp}: pipeline parallelism is not a floorfirst layout")
+    if (cluster or 1) > 1:
+        raise SpecError(f"--engine-args: --cluster_size {cluster}: MoE cluster parallelism is not a floorfirst MoE split")
+    if v.get("cp_config"):
+        raise SpecError("--engine-args: cp_config: TensorRT-LLM's context parallelism (Helix) is not a floorfirst layout")
+    adp = v.get("enable_attention_dp", False)
+    if not isinstance(adp, bool):
+        raise SpecError(f"--engine-args: enable_attention_dp {adp!r} must be true or false")
+    if ep not in (None, 1, tp):
+        raise SpecError(f"--engine-args: --ep_size {ep} with --tp_size {tp}: experts over part of the group (EP inside "
+                        "TP) is not a floorfirst MoE split (ep = tp, or 1 for TP-sharded experts)")
+    moe = "ep" if (ep or 1) > 1 else "tp"
+    if moe == "ep" and not moe_model:
+        raise SpecError("--engine-args: expert parallelism on a dense model (no experts to place)")
+    if adp and tp > 1:
+        # NOTE: every rank its own DP attention rank (tensorrt_llm/_torch/modules/attention.py Attention.__init__)
+        attn = "dp"
+        readings.append(_reading("enable_attention_dp", "true", f"--attn dp: each of the {tp} ranks a DP attention rank"))
+    else:
+        attn = "tp"
+        readings.append(_reading("--tp_size", tp, f"--attn tp over {tp} GPUs"))
+    readings.append(_reading("--ep_size", ep if ep is not None else "(none)", f"--moe {moe}"))
+    options: dict[str, Any] = {"gpus": tp, "replicas": 1, "attn": attn, "moe": moe}
+    if "--kv_cache_free_gpu_memory_fraction" in v:
+        options["mem_fraction"] = float(v["--kv_cache_free_gpu_memory_fraction"])
+        readings.append(_reading("--kv_cache_free_gpu_memory_fraction", v["--kv_cache_free_gpu_memory_fraction"],
+                                 f"--mem-fraction {options['mem_fraction']:g}"))
+    if "kv_cache_config.dtype" in v:
+        options["kv_dtype"] = str(v["kv_cache_config.dtype"])
+        readings.append(_reading("kv_cache_config.dtype", v["kv_cache_config.dtype"], f"--kv-dtype {options['kv_dtype']}"))
+    if "kv_cache_config.tokens_per_block" in v:
+        options["page_tokens"] = _yaml_int(v, "kv_cache_config.tokens_per_block", None)
+        readings.append(_reading("kv_cache_config.tokens_per_block", options["page_tokens"],
+                                 f"--page-tokens {options['page_tokens']}"))
+    for key in ("speculative_config", "moe_config", "attn_backend", "cuda_graph_config", "enable_lm_head_tp_in_adp"):
+        if v.get(key):
+            notes.append(f"{key}: not modelled")
+    for flag, meaning in (("--max_num_tokens", "the most tokens per step (price a mixed step with --prefill-tokens)"),
+                          ("--max_batch_size", "a cap on the batch (floorfirst prices the --batch given)")):
+        if flag in v:
+            readings.append(_reading(flag, v[flag], meaning))
+    return options, readings, notes, v.get("--max_seq_len")

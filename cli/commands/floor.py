@@ -3,8 +3,12 @@ every layout side by side, and the KV capacity of every layout.
 
 Infeasible is an answer: a deployment whose weights or reserve don't fit, or a step whose KV
 exceeds the pool, is reported in words (`feasible: false` and the reason in JSON), never with a
-tokens/s figure. `compare` ranks the feasible layouts first; `floor` without `--attn` picks the
-fastest feasible layout, or says none is."""
+tokens/s figure. Every layout says whether the deployment's engine launches it, with the launch line
+that does (planner.engines' `launch`) or why none does. The ★ of `compare`, and the layout `floor`
+picks without `--attn`, is the fastest feasible layout the engine launches (any feasible layout with
+`--all-layouts`), ranked by the step model's predicted time where one prices the deployment (a shipped
+prior or `--calibration`: the tokens/s column) and by floor_max where none does; the documents say
+which ranked (`ranked_by`)."""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ from typing import Annotated, Any, Optional
 
 import numpy as np
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 import planner
@@ -24,14 +29,16 @@ from cli.host_tier_options import (BudgetOpt, HostPageOpt, HostTierOpt, Locality
                                    tier_line)
 from cli.launch import planning
 from cli.registry_options import LAYOUTS, layout_names, live, moe_names
-from cli.rendering import capacity_table, compare_table, launch_sentence, deployment_title, infeasible_reason, memory_line
+from cli.rendering import (capacity_table, compare_table, launch_sentence, launch_words, deployment_title, infeasible_reason,
+                           memory_line, unlaunchable_lines)
 from planner.capacity import capacity as kv_capacity
 from planner.errors import SpecError
 from planner.host_tier import tiered_groups
 from planner.layouts.base import SCALEOUT, SCALEUP
 from planner.units import GiB
 
-AutoAttnOpt = Annotated[Optional[str], typer.Option("--attn", help="Attention layout. Default: the fastest layout whose KV fits (all are priced)."), LAYOUTS]
+AutoAttnOpt = Annotated[Optional[str], typer.Option("--attn", help="Attention layout. Default: the fastest layout whose KV fits and the engine launches (all are priced)."), LAYOUTS]
+AllLayoutsOpt = Annotated[bool, typer.Option("--all-layouts", help="Let a layout no engine flag launches (it needs a switching runtime) take the recommendation.")]
 
 
 DATASHEET_MIDPOINT = "datasheet midpoint: floor_max + 0.5*(floor_sum - floor_max), no overhead"
@@ -117,11 +124,42 @@ def cost_document(dep: planner.Deployment, cost: planner.StepCost, calibration=N
     doc["predicted_s"] = predicted
     doc["step_model"] = label
     doc["decode_tokens_per_s"] = doc["batch"] / predicted if feasible and predicted > 0 else None
+    doc.update(dep.engine_model.launch(dep).describe())
     if cost.engine is not None:
         e = cost.engine
         doc["engine_kernels"] = dep.kernels.describe()
         doc["engine_terms"] = {res: {k: scalar(v) for k, v in comp.items()} for res, comp in e.components().items()}
     return doc
+
+
+def ranked_by(step_model: str, all_layouts: bool) -> dict[str, Any]:
+    """How layouts are ranked: by the step model's predicted_s where a model prices them (a prior or
+    a calibration), else by floor_max_s; over the launchable layouts unless `all_layouts`."""
+    key = "floor_max_s" if step_model == DATASHEET_MIDPOINT else "predicted_s"
+    return {"key": key, "step_model": step_model if key == "predicted_s" else None, "launchable_only": not all_layouts}
+
+
+def rank_order(doc: dict[str, Any], ranking: dict[str, Any]) -> tuple:
+    """Sort key: feasible first, then the ones that may take the ★ (launchable unless --all-layouts),
+    then the ranking key, the floors breaking ties (DCP and DOP move the same HBM bytes)."""
+    eligible = doc["launchable"] or not ranking["launchable_only"]
+    return (not doc["feasible"], not eligible, doc[ranking["key"]], doc["floor_max_s"], doc["floor_sum_s"])
+
+
+def recommended(docs: list[dict[str, Any]], ranking: dict[str, Any]) -> dict[str, Any] | None:
+    """The ★: the first feasible, eligible layout of `docs` in rank order; None when there is none."""
+    pick = min((d for d in docs if d["feasible"] and (d["launchable"] or not ranking["launchable_only"])),
+               key=lambda d: rank_order(d, ranking), default=None)
+    if pick is None:
+        return None
+    return {k: pick[k] for k in ("attn", "moe", "launchable", "launch_line", "launch_replicas", "launch_notes")}
+
+
+def ranking_words(ranking: dict[str, Any], engine: str) -> str:
+    """'fastest by <what> among the layouts <engine> launches' for the CLI's lines."""
+    by = f"the {ranking['step_model']}" if ranking["key"] == "predicted_s" else "floor_max (no step model prices it)"
+    among = f"the layouts {engine} launches" if ranking["launchable_only"] else "all layouts (--all-layouts)"
+    return f"fastest by {by}, among {among} whose KV fits"
 
 
 def prefill_args(prefill_tokens: float, prefill_context: str) -> tuple[float, float]:
@@ -146,8 +184,10 @@ def _point(model, hardware, attn, moe, gpus, replicas, batch, context, prefill_t
 
 def _auto_point(model, hardware, moe, gpus, replicas, batch, context, prefill_tokens, kv_dtype, weight_dtype,
                 mem_fraction, page_tokens, reserve_gib, pricing, prefill_context, engine, nodes, swa_ratio=None,
-                attn_groups=None):
-    """Every layout priced; the fastest feasible one by floor_max (the first valid one if none is)."""
+                attn_groups=None, cal=None, calibration_path=None, all_layouts=False):
+    """Every layout priced; the ★ of compare (`recommended`: the fastest feasible launchable one, by
+    the step model or the floors), else the fastest feasible one the engine does not launch, else
+    the closest to fitting. Returns (deployment, cost, why, ranking)."""
     m, hw = load_specs(model, hardware)
     pre, pre_ctx = prefill_args(prefill_tokens, prefill_context)
     deps, _ = valid_deployments(m, hw, gpus, replicas, weight_dtype, kv_dtype, mem_fraction, page_tokens, reserve_gib,
@@ -155,10 +195,18 @@ def _auto_point(model, hardware, moe, gpus, replicas, batch, context, prefill_to
     load = build_load(batch, context)
     pr = pricing_for(hw, pricing)
     priced = [(d, planner.step_cost(d, load, pre, pr, prefill_context=pre_ctx)) for d in deps]
-    ok = [x for x in priced if bool(scalar(x[1].feasible))]
+    docs = [cost_document(d, c, cal, pre_ctx, pr, calibration_path) for d, c in priced]
+    ranking = ranked_by(docs[0]["step_model"], all_layouts)
+    ok = [i for i, d in enumerate(docs) if d["feasible"]]
     if ok:
-        dep, cost = min(ok, key=lambda x: (scalar(x[1].floor_max_s), scalar(x[1].floor_sum_s)))
-        return dep, cost, f"fastest by floor_max of the {len(ok)} of {len(priced)} layouts that fit"
+        i = min(ok, key=lambda j: rank_order(docs[j], ranking))
+        dep, cost = priced[i]
+        n_launch = sum(docs[j]["launchable"] for j in ok)
+        why = f"{ranking_words(ranking, dep.engine)} ({len(ok)} of {len(priced)} fit, {n_launch} launchable)"
+        if not docs[i]["launchable"] and ranking["launchable_only"]:
+            why = (f"none of the {len(ok)} layouts that fit is one {dep.engine} launches; the fastest that fits "
+                   f"({ranking['key']}) is shown: {docs[i]['launch_reason']}")
+        return dep, cost, why, ranking
     # NOTE: with nothing feasible, show the layout that comes closest: among those with a pool the
     # smallest KV overrun, else the smallest weight deficit.
     def closeness(x):
@@ -168,7 +216,7 @@ def _auto_point(model, hardware, moe, gpus, replicas, batch, context, prefill_to
         return (0, d.memory.kv_budget_bytes)
 
     dep, cost = max(priced, key=closeness)
-    return dep, cost, f"none of the {len(priced)} layouts fits; the closest, {dep.attn}/{dep.moe}, is shown"
+    return dep, cost, f"none of the {len(priced)} layouts fits; the closest, {dep.attn}/{dep.moe}, is shown", ranking
 
 
 def floor(
@@ -178,20 +226,23 @@ def floor(
     kv_dtype: KvDtypeOpt = None, weight_dtype: WeightDtypeOpt = None, mem_fraction: MemFractionOpt = DEFAULTS["mem_fraction"],
     page_tokens: PageOpt = None, reserve_gib: ReserveOpt = None, pricing: PricingOpt = PricingChoice.datasheet,
     engine: EngineOpt = DEFAULTS["engine"], nodes: NodesOpt = None, swa_full_tokens_ratio: SwaRatioOpt = None,
-    attn_groups: AttnGroupsOpt = None, calibration: CalibrationOpt = None, json_out: JsonOpt = False,
+    attn_groups: AttnGroupsOpt = None, calibration: CalibrationOpt = None, all_layouts: AllLayoutsOpt = False,
+    json_out: JsonOpt = False,
 ) -> None:
     """The five-resource vector of one step on the busiest rank, its floors and what binds."""
     cal = load_calibration(calibration)
+    ranking = None
     if attn is None:
-        dep, cost, why = _auto_point(model, hardware, moe, gpus, replicas, batch, context,
-                                     prefill_tokens, kv_dtype, weight_dtype, mem_fraction, page_tokens, reserve_gib,
-                                     pricing, prefill_context, engine, nodes, swa_full_tokens_ratio, attn_groups)
+        dep, cost, why, ranking = _auto_point(model, hardware, moe, gpus, replicas, batch, context,
+                                              prefill_tokens, kv_dtype, weight_dtype, mem_fraction, page_tokens,
+                                              reserve_gib, pricing, prefill_context, engine, nodes,
+                                              swa_full_tokens_ratio, attn_groups, cal, calibration, all_layouts)
     else:
         dep, cost = _point(model, hardware, attn, moe, gpus, replicas, batch, context,
                            prefill_tokens, kv_dtype, weight_dtype, mem_fraction, page_tokens, reserve_gib, pricing,
                            prefill_context, engine, nodes, swa_full_tokens_ratio, attn_groups)
         why = "given by --attn"
-    doc = {"model": dep.model.name, "hardware": dep.hardware.name, "layout_choice": why,
+    doc = {"model": dep.model.name, "hardware": dep.hardware.name, "layout_choice": why, "ranked_by": ranking,
            **cost_document(dep, cost, cal, prefill_args(prefill_tokens, prefill_context)[1], pricing_for(dep.hardware, pricing),
                            calibration)}
     if json_out:
@@ -220,7 +271,8 @@ def floor(
     con.print(t)
     con.print(memory_line(dep))
     if attn is None:
-        con.print(f"layout: {dep.attn}/{dep.moe}, {why}")
+        con.print(escape(f"layout: {dep.attn}/{dep.moe}, {why}"))
+    con.print(launch_words(doc, dep.engine), soft_wrap=True)
     if doc["feasible"]:
         con.print(f"floor_max {fmt_ms(doc['floor_max_s'])}  floor_sum {fmt_ms(doc['floor_sum_s'])}  binding [bold]{doc['binding']}[/]  "
                   f"decode {doc['decode_tokens_per_s_at_max']:.0f} … {doc['decode_tokens_per_s_at_sum']:.0f} tokens/s at the floors")
@@ -279,12 +331,13 @@ def compare(
     components: Annotated[bool, typer.Option("--components", help="Also show each layout's engine effects: DSA's indexer, top-k, padded head rows, unsharded attention weights (ms).")] = False,
     host_tier: HostTierOpt = False, hbm_budget_tokens: BudgetOpt = 4096, locality: LocalityOpt = 0.8,
     host_page_rows: HostPageOpt = 1,
-    moe: MoeOpt = None, layouts: LayoutsOpt = None, wide: WideOpt = False,
+    moe: MoeOpt = None, layouts: LayoutsOpt = None, wide: WideOpt = False, all_layouts: AllLayoutsOpt = False,
     launch_layout: Annotated[Optional[str], typer.Option("--launch-layout", hidden=True,
                                                          help="Set by --engine-args: the layout the launch runs.")] = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Every layout side by side at one operating point: those that fit first, fastest first."""
+    """Every layout side by side at one operating point: those that fit first, the engine's launchable ones
+    first among them, fastest first (by the step model where one prices the deployment, else floor_max)."""
     cal = load_calibration(calibration)
     m, hw = load_specs(model, hardware)
     pre, pre_ctx = prefill_args(prefill_tokens, prefill_context)
@@ -302,8 +355,10 @@ def compare(
             walls = kv_capacity(d, [doc["context_mean_tokens"]]).host_tier
             doc["host_tier"].update(requests_held_hbm_only=float(walls.hbm_only[0]), requests_held_tiered=float(walls.held[0]),
                                     tier_wall=str(walls.binding[0]))
-    # NOTE: ranked, not listed: a layout that can't hold the load is no candidate, however fast.
-    docs.sort(key=lambda d: (not d["feasible"], d["floor_max_s"], d["floor_sum_s"]))
+    # NOTE: ranked, not listed: a layout that can't hold the load is no candidate, however fast, and one
+    # no flag of the engine launches is no recommendation unless --all-layouts.
+    ranking = ranked_by(docs[0]["step_model"], all_layouts)
+    docs.sort(key=lambda d: rank_order(d, ranking))
     feasible = [d for d in docs if d["feasible"]]
     # NOTE: layouts that tie on one floor (DCP and DOP move the same HBM bytes) are ordered by the other
     best_max = min(feasible, key=lambda d: (d["floor_max_s"], d["floor_sum_s"])) if feasible else None
@@ -316,12 +371,15 @@ def compare(
         "out": [{"attn": d["attn"], "moe": d["moe"], "reason": d["infeasible_reason"]} for d in docs if not d["feasible"]],
         "best_by_max": {"attn": best_max["attn"], "moe": best_max["moe"]} if best_max else None,
         "best_by_sum": {"attn": best_sum["attn"], "moe": best_sum["moe"]} if best_sum else None,
+        "ranked_by": ranking, "recommended": recommended(docs, ranking),
     }
     if json_out:
         emit_json("compare", out)
         return
     con = console(wide)
-    con.print(compare_table(out, deps[0], pr.label, True, best_max, wide, launch_layout))
+    rec = out["recommended"]
+    star = next((d for d in docs if rec and (d["attn"], d["moe"]) == (rec["attn"], rec["moe"])), None)
+    con.print(compare_table(out, deps[0], pr.label, True, star, wide, launch_layout))
     con.print(f"model ms and tok/s priced by the {out['step_model']}")
     if tier is not None:
         con.print(tier_line(deps[0]))
@@ -342,9 +400,16 @@ def compare(
         con.print(f"out: {d['attn']}/{d['moe']}: {d['reason']}")
     for s in skipped:
         con.print(f"[dim]skipped {s['attn']}/{s['moe']}: {s['reason']}[/]")
-    con.print("★ fastest by floor_max among layouts whose KV fits" if best_max else "no layout fits this load")
+    for line in unlaunchable_lines(docs, out["engine"]):
+        con.print(line)
+    if star is not None:
+        con.print(escape(f"★ {star['attn']}/{star['moe']}: {ranking_words(ranking, out['engine'])}"))
+        con.print(launch_words(star, out["engine"]), soft_wrap=True)
+    else:
+        con.print("no layout fits this load" if not feasible else
+                  f"no layout that fits is one {out['engine']} launches (--all-layouts lets the others take the ★)")
     if launch_layout:
-        con.print(launch_sentence(out, launch_layout, best_max))
+        con.print(launch_sentence(out, launch_layout, star))
 
 
 def capacity(

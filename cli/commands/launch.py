@@ -1,4 +1,4 @@
-"""`floorfirst explain-launch "…"`: how an SGLang or vLLM launch command reads as a floorfirst
+"""`floorfirst explain-launch "…"`: how an SGLang, vLLM or TensorRT-LLM launch command reads as a floorfirst
 deployment (planner.launch): each flag and what it became, what the engine would do that floorfirst
 does not model, the flags with no effect on the deployment, and the equivalent floorfirst options."""
 
@@ -28,10 +28,11 @@ def equivalent_options(options: dict) -> list[str]:
 
 
 def explain_launch(
-    command: Annotated[str, typer.Argument(help="The launch command, quoted (python -m sglang.launch_server … or vllm serve …).")],
+    command: Annotated[str, typer.Argument(help="The launch command, quoted (python -m sglang.launch_server …, vllm serve … or trtllm-serve …, "
+                                                         "its extra options YAML as a heredoc before it or a file).")],
     json_out: JsonOpt = False,
 ) -> None:
-    """Read an SGLang or vLLM launch command as a deployment and say how each flag was read."""
+    """Read an SGLang, vLLM or TensorRT-LLM launch command as a deployment and say how each flag was read."""
     from planner.launch import parse_launch
 
     r = parse_launch(command)

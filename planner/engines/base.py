@@ -184,6 +184,11 @@ class EngineMemoryModel:
     def plan(self, dep: "Deployment") -> MemoryPlan:
         raise NotImplementedError
 
+    def launch(self, dep: "Deployment") -> "LaunchLine":
+        """The engine's launch command that runs `dep` (its parallel flags from the placement, never
+        the layout's name: `parallel_form`), or why none does. The base answer: no line written."""
+        return LaunchLine(self.name, None, f"floorfirst writes no launch line for engine {self.name}")
+
 
 def _tp_split(dep: "Deployment", variant) -> float:
     """Ways the deployment's placement splits one variant's cache by heads inside an owner group
@@ -236,3 +241,108 @@ def infeasible_reason(plan_kwargs: dict[str, Any], fraction_name: str) -> str:
                 f"({fraction_name} {frac:.3f} of {total / GiB:.1f} GiB)")
     return (f"after weights ({w / GiB:.1f} GiB/GPU) the KV budget is {b / GiB:.2f} GiB, "
             f"less than one {plan_kwargs['page_tokens']}-token page")
+
+
+# --- launch lines (each engine module's `launch`; planner.launch reads them back) -------------------
+
+TENSOR, DECODE_CONTEXT, ATTENTION_DP = "tensor", "decode_context", "attention_dp"
+SWITCHING_RUNTIME = "needs a switching runtime"
+
+
+@dataclass(frozen=True)
+class LaunchLine:
+    """How an engine starts one deployment, or why it can't (`command` None, `reason` in words)."""
+
+    engine: str
+    command: str | None  # one shell command; None: no flag of this engine runs the deployment
+    reason: str = ""  # why not ('' when launchable)
+    files: tuple[tuple[str, str], ...] = ()  # (file name, text) the command reads, written before it
+    copies: int = 1  # identical servers to start behind a router (replicas no flag of the line expresses)
+    notes: tuple[str, ...] = ()  # what the line leaves to the operator (per-node ranks, a router)
+    source: str = ""  # the engine's argument parser the flags are read from
+
+    @property
+    def launchable(self) -> bool:
+        return self.command is not None
+
+    def text(self) -> str:
+        """Runnable shell text: each file as a heredoc, then the command ('' when not launchable).
+        planner.launch.parse_launch reads it back whole."""
+        if self.command is None:
+            return ""
+        docs = [f"cat > {name} <<'EOF'\n{body.rstrip(chr(10))}\nEOF" for name, body in self.files]
+        return "\n".join([*docs, self.command])
+
+    def describe(self) -> dict[str, Any]:
+        """The JSON view (compare and floor rows)."""
+        return {"launchable": self.launchable, "launch_line": self.text() or None,
+                "launch_reason": self.reason or None, "launch_replicas": self.copies, "launch_notes": list(self.notes)}
+
+
+def parallel_form(dep: "Deployment") -> tuple[str | None, str]:
+    """(form, '') for a placement some engine flag runs, else (None, why), read from the placement
+    alone (planner/layouts/placement.py), never from the layout's name:
+    - TENSOR: one owner group whose ranks split heads and head-sharded weights (TP);
+    - DECODE_CONTEXT: one group, weights split over it like TP, each request's tokens interleaved
+      over all its ranks (vLLM's DCP with dcp = tp);
+    - ATTENTION_DP: G > 1 groups, weights split inside each group and replicated across groups
+      (`attention_dp_size` = G: SGLang --dp with DP attention, vLLM -dp on a MoE model);
+    anything else (weights over all T ranks while KV sits in one group, as DOP; weights replicated
+    with KV split by tokens, as SPLASH's CP) is started by no engine flag."""
+    pl, t = dep.placement, dep.ranks
+    g, r = pl.owner_groups, pl.group_ranks
+    if pl.token_split == 1 and pl.weight_split == r and pl.head_split_ranks == r:
+        return (TENSOR if g == 1 else ATTENTION_DP), ""
+    if g == 1 and pl.token_split == t and pl.weight_split == t:
+        return DECODE_CONTEXT, ""
+    if pl.token_split > 1:
+        held = "replicated on every rank" if pl.weight_split == 1 else f"split {pl.weight_split} ways"
+        return None, (f"attention weights {held} with each request's KV split by tokens over {pl.token_split} ranks: "
+                      f"no engine flag runs it ({SWITCHING_RUNTIME})")
+    if pl.weight_split > r:
+        return None, (f"attention weights split over all {t} ranks while each request's KV sits in one of {g} owner "
+                      f"groups: no engine flag runs it ({SWITCHING_RUNTIME})")
+    return None, f"no engine flag runs this placement ({SWITCHING_RUNTIME})"
+
+
+def single_kv_head(dep: "Deployment") -> str:
+    """'' when every mixer keeps one KV head (MLA's latent, DSA, DeepSeek-V4), else the first
+    variant with more, in words: decode context parallelism over the whole group needs one head."""
+    for v, _ in dep.model.mixers:
+        if v.kv_splittable_heads() > 1:
+            return f"{dep.model.name}'s {v.describe()} layers have {v.kv_splittable_heads()} KV heads"
+    return ""
+
+
+def model_path(dep: "Deployment") -> str:
+    """What a launch line names as the model: the Hugging Face repository the card was taken from
+    (planner/models/card_sources.json), else the model's own name (a repo id or a config path)."""
+    from planner.models.loader import card_sources
+
+    return card_sources().get(dep.model.name, {}).get("repo", dep.model.name)
+
+
+def flag_words(*pairs) -> list[str]:
+    """['--flag', 'value', '--switch', …] from (flag, value) pairs; a value of True is a bare switch."""
+    out: list[str] = []
+    for flag, value in pairs:
+        out += [flag] if value is True else [flag, str(value)]
+    return out
+
+
+def line_shape(dep: "Deployment", form: str, replicas_flag: bool) -> tuple[int, int]:
+    """(identical servers to start, nodes one server spans). Replicas go into the line where the
+    engine has a flag for them (`replicas_flag`: SGLang's --dp-size without DP attention, vLLM's -dp
+    on a dense model) on one node and outside DP attention (which takes that flag); otherwise each
+    replica is its own server behind a router."""
+    copies = dep.replicas if dep.replicas > 1 and (not replicas_flag or form == ATTENTION_DP or dep.nodes > 1) else 1
+    return copies, max(1, dep.nodes // copies)
+
+
+def weight_flag_note(dep: "Deployment") -> str:
+    """A note when the deployment prices weights the line's checkpoint does not hold ('' otherwise):
+    only fp8 has an online-quantization flag (written by the engines); bf16 and fp4 need a checkpoint."""
+    if not dep.weight_dtype_given or dep.weight_dtype == "fp8":
+        return ""
+    return (f"the line names {model_path(dep)}; {dep.weight_dtype} weights (--weight-dtype) need a checkpoint stored "
+            f"in {dep.weight_dtype} (e.g. its -NVFP4 or -BF16 repository)")

@@ -48,9 +48,10 @@ from typing import TYPE_CHECKING
 
 import math
 
-from planner.engines.base import (EngineMemoryModel, MemoryPlan, infeasible_reason, kind_bytes_on_rank,
-                                  kv_bytes_on_rank, register_engine, state_bytes_on_rank, weights_resident,
-                                  whole_page_tokens)
+from planner.engines.base import (ATTENTION_DP, DECODE_CONTEXT, EngineMemoryModel, LaunchLine, MemoryPlan, flag_words,
+                                  infeasible_reason, kind_bytes_on_rank, kv_bytes_on_rank, line_shape, model_path,
+                                  parallel_form, register_engine, single_kv_head, state_bytes_on_rank,
+                                  weight_flag_note, weights_resident, whole_page_tokens)
 from planner.errors import SpecError
 from planner.models.attention.base import TOKEN, WINDOW
 from planner.units import MiB
@@ -186,6 +187,18 @@ def swa_pools(dep: "Deployment", token_capacity: float) -> tuple[float, float, f
     return float(full_tokens), full_tokens * full, swa_tokens * swa
 
 
+# The launch line (SGLang.launch): `python -m sglang.launch_server`, its flags read in sgl-project/sglang
+# python/sglang/srt/server_args.py ServerArgs and its fields (arg_groups/fields/parallel.py Parallel:
+# `--tp-size` alias --tensor-parallel-size, `--dp-size`, `--enable-dp-attention`, `--dcp-size` alias
+# --decode-context-parallel-size, `--ep-size`, `--nnodes`, `--node-rank`, `--dist-init-addr`; and
+# `--model-path`, `--kv-cache-dtype` with choices auto/fp8_e5m2/fp8_e4m3/bf16/bfloat16, `--quantization`,
+# `--mem-fraction-static`, `--page-size`, `--swa-full-tokens-ratio`, `--moe-a2a-backend`). Full flag
+# names are written: `--tp` works only through argparse's prefix matching.
+LAUNCH_SOURCE = "sgl-project/sglang python/sglang/srt/server_args.py ServerArgs (arg_groups/fields/parallel.py Parallel)"
+KV_CACHE_DTYPE = {"bf16": "bfloat16", "fp8": "fp8_e4m3", "fp8_dsa": "fp8_e4m3"}
+DIST_INIT_PORT = 5000
+
+
 def dp_size(dep: "Deployment") -> int:
     """SGLang's `--dp-size` with `--enable-dp-attention` for the deployment's layout: its placement's
     data-parallel attention size (dp: T; dptp: the groups); 1 where SGLang runs no DP attention."""
@@ -318,6 +331,79 @@ class SGLang(EngineMemoryModel):
         # NOTE: GLM-5.2's 'shared' layers (no indexer of their own) are counted without the indexer cell
         return sum((mla_kv_cache_dim_bytes(v, dep.kv_dtype) + (INDEXER_CELL_BYTES if v.own_indexer else 0.0)) * n
                    for v, n in dsa)
+
+    def parallel_flags(self, dep: "Deployment") -> tuple[list[str], str]:
+        """(SGLang's parallel flags for `dep`, '') or ([], why no flag runs it), from the placement
+        (planner.engines.base.parallel_form):
+        - one group, heads split → `--tp-size T`;
+        - G groups with attention TP inside → `--tp-size T --dp-size G --enable-dp-attention`
+          (attn_tp_size = tp_size // dp_size, layers/dp_attention.py compute_dp_attention_world_info);
+          NOTE: on MoE models only: the flag's help names MoE model code ("Currently DeepSeek-V2 and
+          Qwen 2/3 MoE models are supported"), and floorfirst prices a dense MLP under DP attention
+          that no dense model file of SGLang was checked to run;
+        - tokens interleaved over the group → `--tp-size T --dcp-size T`, for models with one KV head
+          and no top-k indexer: NOTE: SGLang's DCP attention backends are MLA's (one latent head;
+          the cap of dcp at tp / KV heads is vLLM's, taken as SGLang's), and SGLang's DCP keeps
+          DSA's indexer whole on every rank (PR #31821) where floorfirst's dcp layout prices vLLM's
+          split indexer (planner/layouts/dcp.py);
+        - experts over the group → `--ep-size T`."""
+        form, why = parallel_form(dep)
+        if form is None:
+            return [], why
+        t, pl = dep.ranks, dep.placement
+        if form == ATTENTION_DP and not dep.model.has_moe:
+            return [], ("SGLang runs --enable-dp-attention on MoE model code (server_args.py enable_dp_attention: "
+                        "'DeepSeek-V2 and Qwen 2/3 MoE models'); a dense model's DP attention is not launched")
+        if form == DECODE_CONTEXT:
+            heads = single_kv_head(dep)
+            if heads:
+                return [], f"SGLang's DCP (--dcp-size {t}) runs MLA's single KV head split by tokens: {heads}"
+            if any(v.topk_tokens() is not None for v, _ in dep.model.mixers):
+                return [], ("SGLang's DCP keeps the top-k indexer whole on every rank (PR #31821); floorfirst's dcp "
+                            "layout prices vLLM's indexer split by tokens")
+        flags: list[tuple] = [("--tp-size", t)]
+        if form == ATTENTION_DP:
+            flags += [("--dp-size", pl.owner_groups), ("--enable-dp-attention", True)]
+        elif form == DECODE_CONTEXT:
+            flags.append(("--dcp-size", t))
+        if dep.moe == "ep":
+            flags.append(("--ep-size", t))
+        return flag_words(*flags), ""
+
+    def launch(self, dep):
+        """`python -m sglang.launch_server` for `dep` (module note above LAUNCH_SOURCE): the parallel
+        flags, replicas as `--dp-size` where DP attention does not take it, the nodes one server spans,
+        and the memory settings the deployment gives (the KV dtype always, the fraction, page size and
+        SWA ratio when not the engine's default)."""
+        flags, why = self.parallel_flags(dep)
+        if why:
+            return LaunchLine(self.name, None, why, source=LAUNCH_SOURCE)
+        form, _ = parallel_form(dep)
+        copies, nodes = line_shape(dep, form, replicas_flag=True)
+        words = ["python", "-m", "sglang.launch_server", "--model-path", model_path(dep), *flags]
+        notes: list[str] = []
+        if dep.replicas > 1 and copies == 1:
+            words += flag_words(("--dp-size", dep.replicas))  # without DP attention: replicas of the tp group
+        if copies > 1:
+            notes.append(f"start {copies} of these servers (one per replica) behind a router (sglang_router)")
+        if dep.moe == "ep" and dep.moe_a2a not in (None, DEFAULT_MOE_A2A_BACKEND):
+            words += flag_words(("--moe-a2a-backend", dep.moe_a2a))
+        if nodes > 1:
+            words += flag_words(("--nnodes", nodes), ("--node-rank", "${NODE_RANK}"),
+                                ("--dist-init-addr", f"${{HEAD_ADDR}}:{DIST_INIT_PORT}"))
+            notes.append(f"run it on each of the {nodes} nodes with NODE_RANK 0..{nodes - 1} and HEAD_ADDR the first node's")
+        words += flag_words(("--kv-cache-dtype", KV_CACHE_DTYPE[dep.kv_dtype]))
+        if dep.mem_fraction is not None:
+            words += flag_words(("--mem-fraction-static", f"{dep.mem_fraction:g}"))
+        if dep.page_tokens != self.default_page_tokens(dep.model, dep.hardware, dep.placement.head_split_ranks,
+                                                       dep.kv_dtype):
+            words += flag_words(("--page-size", dep.page_tokens))
+        if dep.swa_full_tokens_ratio is not None:
+            words += flag_words(("--swa-full-tokens-ratio", f"{dep.swa_full_tokens_ratio:g}"))
+        if dep.weight_dtype_given and dep.weight_dtype == "fp8":
+            words += flag_words(("--quantization", "fp8"))  # QUANTIZATION_CHOICES: "fp8", online quantization
+        notes += [n for n in (weight_flag_note(dep),) if n]
+        return LaunchLine(self.name, " ".join(words), copies=copies, notes=tuple(notes), source=LAUNCH_SOURCE)
 
     def plan(self, dep):
         hw = dep.hardware

@@ -32,7 +32,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from planner.engines.base import (EngineMemoryModel, MemoryPlan, infeasible_reason, kv_bytes_on_rank,
+from planner.engines.base import (ATTENTION_DP, DECODE_CONTEXT, EngineMemoryModel, LaunchLine, MemoryPlan, flag_words,
+                                  infeasible_reason, kv_bytes_on_rank, line_shape, model_path, parallel_form,
                                   register_engine, state_bytes_on_rank, weights_resident, whole_page_tokens)
 from planner.engines.vllm import NON_TORCH_MULTI_GPU_BYTES, NON_TORCH_ONE_GPU_BYTES, peak_activation_terms
 
@@ -55,6 +56,18 @@ MAX_NUM_TOKENS = 8192
 TRTLLM_MOE_HALF_WIDTH = {"sm90": 330.0, "sm100": 425.0}
 TRTLLM_MOE_HALF_WIDTH_SOURCE = ("aiconfigurator-core 0.12.0 moe_perf tables (per-kernel), fitted by calibration/kernel_db.py "
                                 "moe_half_width: rate(w) = rate_inf * w / (w + w_half)")
+
+
+# The launch line (TensorRTLLM.launch): `trtllm-serve MODEL`, its click options read in NVIDIA/TensorRT-LLM
+# tensorrt_llm/commands/serve.py `serve` (`--tp_size`, `--pp_size`, `--ep_size` → moe_expert_parallel_size,
+# `--kv_cache_free_gpu_memory_fraction`, `--extra_llm_api_options` "Path to a YAML file that overwrites the
+# parameters specified by trtllm-serve"); what has no option goes into that YAML, keys of
+# tensorrt_llm/llmapi/llm_args.py: `enable_attention_dp` (BaseLlmArgs, "Enable attention data parallel"),
+# `kv_cache_config.dtype` (KvCacheConfig, "auto" by default) and `kv_cache_config.tokens_per_block`.
+LAUNCH_SOURCE = ("NVIDIA/TensorRT-LLM tensorrt_llm/commands/serve.py serve (click options), "
+                 "tensorrt_llm/llmapi/llm_args.py BaseLlmArgs, KvCacheConfig")
+EXTRA_OPTIONS_FILE = "extra_llm_api_options.yaml"
+KV_CACHE_DTYPE = {"fp8": "fp8", "fp8_dsa": "fp8"}  # bf16: "auto" (the checkpoint's), the default
 
 
 @register_engine
@@ -102,6 +115,73 @@ class TensorRTLLM(EngineMemoryModel):
                              CudaGraphs(sizes, False, "tensorrt_llm/llmapi/llm_args.py CudaGraphConfig (enable_padding False)"),
                              {"*": AttentionBackend("TRTLLM", None, "tensorrt_llm/_torch/attention_backend/trtllm.py")},
                              DEFAULT_STEP_OVERHEAD_S, DEFAULT_STEP_OVERHEAD_SOURCE)
+
+    def parallel_flags(self, dep: "Deployment") -> tuple[list[str], str]:
+        """(trtllm-serve's parallel options for `dep`, '') or ([], why), from the placement
+        (planner.engines.base.parallel_form): one group with heads split → `--tp_size T`; attention DP
+        → `--tp_size T` with `enable_attention_dp: true` in the YAML (`launch`), where every rank is its
+        own DP rank: TensorRT-LLM's attention takes dp_size = tp_size and tp_size = 1 under it
+        (tensorrt_llm/_torch/modules/attention.py Attention.__init__ and MLA.__init__), so G < T groups of
+        attention TP have no setting; MoE models only (NOTE: as SGLang and vLLM; TensorRT-LLM's support
+        matrix lists attention DP per architecture, not checked for dense ones); experts over the group
+        → `--ep_size T` (moe_tp_size = tp_size // ep_size, tensorrt_llm/mapping.py Mapping). No option runs
+        decode context parallelism: TensorRT-LLM's context parallelism is Helix (`cp_config`), whose CP
+        ranks come on top of TP (Mapping: world_size = tp·pp·cp), not the dcp layout priced here."""
+        form, why = parallel_form(dep)
+        if form is None:
+            return [], why
+        t, pl = dep.ranks, dep.placement
+        if form == DECODE_CONTEXT:
+            return [], ("trtllm-serve has no decode-context-parallel option (TensorRT-LLM's Helix context parallelism, "
+                        "cp_config, adds its ranks to TP: another layout, not modelled)")
+        if form == ATTENTION_DP and not dep.model.has_moe:
+            return [], "TensorRT-LLM's attention DP is launched here for MoE models only (a dense model's is not checked)"
+        if form == ATTENTION_DP and pl.owner_groups != t:
+            return [], (f"TensorRT-LLM's enable_attention_dp makes every one of the {t} ranks a DP rank "
+                        f"(_torch/modules/attention.py: tp_size 1 under attention DP); {pl.owner_groups} groups of "
+                        f"{pl.group_ranks} ranks have no setting")
+        flags: list[tuple] = [("--tp_size", t)]
+        if dep.moe == "ep":
+            flags.append(("--ep_size", t))
+        return flag_words(*flags), ""
+
+    def launch(self, dep):
+        """`trtllm-serve MODEL` for `dep` (note above LAUNCH_SOURCE), with the extra LLM API options
+        YAML written first where the deployment needs a key no option sets (attention DP, fp8 KV, a
+        page size other than 32)."""
+        flags, why = self.parallel_flags(dep)
+        if why:
+            return LaunchLine(self.name, None, why, source=LAUNCH_SOURCE)
+        form, _ = parallel_form(dep)
+        copies, nodes = line_shape(dep, form, replicas_flag=False)
+        words = ["trtllm-serve", model_path(dep), *flags]
+        notes: list[str] = []
+        if copies > 1:
+            notes.append(f"start {copies} of these servers (one per replica) behind a router")
+        if nodes > 1:
+            notes.append(f"one server spans {nodes} nodes: start it under MPI on all of them (mpirun with "
+                         "trtllm-llmapi-launch; not written here)")
+        if dep.mem_fraction is not None:
+            words += flag_words(("--kv_cache_free_gpu_memory_fraction", f"{dep.mem_fraction:g}"))
+        extra: list[str] = []
+        if form == ATTENTION_DP:
+            extra.append("enable_attention_dp: true")
+        cache = []
+        if dep.kv_dtype in KV_CACHE_DTYPE:
+            cache.append(f"  dtype: {KV_CACHE_DTYPE[dep.kv_dtype]}")
+        if dep.page_tokens != self.default_page_tokens(dep.model, dep.hardware):
+            cache.append(f"  tokens_per_block: {dep.page_tokens}")
+        if cache:
+            extra += ["kv_cache_config:", *cache]
+        files = ()
+        if extra:
+            words += flag_words(("--extra_llm_api_options", EXTRA_OPTIONS_FILE))
+            files = ((EXTRA_OPTIONS_FILE, "\n".join(extra) + "\n"),)
+        if dep.weight_dtype_given:  # NOTE: trtllm-serve has no quantization option; the checkpoint decides
+            notes.append(f"the line names {model_path(dep)}; {dep.weight_dtype} weights (--weight-dtype) need a checkpoint "
+                         f"stored in {dep.weight_dtype}")
+        return LaunchLine(self.name, " ".join(words), files=files, copies=copies, notes=tuple(notes),
+                          source=LAUNCH_SOURCE)
 
     def plan(self, dep):
         hw = dep.hardware

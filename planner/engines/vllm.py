@@ -36,8 +36,10 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from planner.engines.base import (EngineMemoryModel, MemoryPlan, infeasible_reason, kv_bytes_on_rank,
-                                  register_engine, state_bytes_on_rank, weights_resident, whole_page_tokens)
+from planner.engines.base import (ATTENTION_DP, DECODE_CONTEXT, EngineMemoryModel, LaunchLine, MemoryPlan, flag_words,
+                                  infeasible_reason, kv_bytes_on_rank, line_shape, model_path, parallel_form,
+                                  register_engine, single_kv_head, state_bytes_on_rank, weight_flag_note,
+                                  weights_resident, whole_page_tokens)
 from planner.units import GiB
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -104,6 +106,18 @@ def peak_activation_terms(dep: "Deployment") -> dict[str, float]:
         "forward_peak_bytes": tokens * ACTIVATION_BYTES * (LIVE_HIDDEN_TENSORS * h + _mlp_transient_elems_per_token(dep)),
         "sampler_peak_bytes": rows * dep.model.vocab_size * LOGIT_BYTES * 2.0,
     }
+
+
+# The launch line (VLLM.launch): `vllm serve MODEL`, its flags read in vllm-project/vllm
+# vllm/engine/arg_utils.py EngineArgs.add_cli_args (ParallelConfig group: `--tensor-parallel-size`/-tp,
+# `--decode-context-parallel-size`/-dcp, `--data-parallel-size`/-dp, `--data-parallel-size-local`/-dpl,
+# `--data-parallel-address`, `--data-parallel-start-rank`, `--enable-expert-parallel`, `--all2all-backend`;
+# CacheConfig group: `--block-size`, `--gpu-memory-utilization`, `--kv-cache-dtype` with
+# vllm/config/cache.py CacheDType auto/bfloat16/fp8/fp8_e4m3/fp8_e5m2/fp8_inc/fp8_ds_mla; `--quantization`/-q;
+# multi-node TP `--nnodes`, `--node-rank`, `--master-addr`, vllm/config/parallel.py ParallelConfig).
+LAUNCH_SOURCE = "vllm-project/vllm vllm/engine/arg_utils.py EngineArgs.add_cli_args, vllm/config/parallel.py ParallelConfig"
+KV_CACHE_DTYPE = {"bf16": "bfloat16", "fp8": "fp8", "fp8_dsa": "fp8"}  # fp8 on a DSA model: vLLM's fp8_ds_mla
+DEFAULT_ALL2ALL_BACKEND = "allgather_reducescatter"  # ParallelConfig.all2all_backend
 
 
 @register_engine
@@ -189,6 +203,83 @@ class VLLM(EngineMemoryModel):
         return EngineKernels("vllm", comm, comm, NarrowGemm("fused_moe (triton)", VLLM_MOE_HALF_WIDTH, VLLM_MOE_HALF_WIDTH_SOURCE),
                              CudaGraphs(sizes, True, "vllm/config/vllm.py _set_cudagraph_sizes"), attention,
                              DEFAULT_STEP_OVERHEAD_S, DEFAULT_STEP_OVERHEAD_SOURCE)
+
+    def parallel_flags(self, dep: "Deployment") -> tuple[list[str], str]:
+        """(vLLM's parallel flags for `dep`, '') or ([], why), from the placement
+        (planner.engines.base.parallel_form):
+        - one group, heads split → `--tensor-parallel-size T`;
+        - G groups of attention TP R on a MoE model → `--data-parallel-size G --tensor-parallel-size R`
+          (one engine core per DP rank, the experts over DP×TP: vllm/config/parallel.py
+          ParallelConfig.data_parallel_size "MoE layers will be sharded according to the product of
+          the tensor, prefill-context, and data parallel sizes"); a dense model's DP ranks are
+          independent replicas ("non-MoE models should use independent vLLM instances"), so a dense
+          DP-attention layout has no flag;
+        - tokens interleaved over the group → `--tensor-parallel-size T --decode-context-parallel-size T`
+          where the model has one KV head: vLLM caps dcp at tp / KV heads (vllm/config/model.py
+          ModelConfig.verify_with_parallel_config; docs/serving/context_parallel_deployment.md: "dcp size
+          should lie in the range of [1, tp_size/H]"), tp % dcp == 0 (ParallelConfig._validate_parallel_config).
+          NOTE: vLLM also needs an attention backend that returns the decode LSE
+          (vllm/v1/worker/cp_utils.py check_attention_cp_compatibility); not checked per GPU here;
+        - experts over the group → `--enable-expert-parallel`."""
+        form, why = parallel_form(dep)
+        if form is None:
+            return [], why
+        t, pl = dep.ranks, dep.placement
+        if form == ATTENTION_DP and not dep.model.has_moe:
+            return [], ("vLLM's --data-parallel-size on a dense model starts independent replicas (vllm/config/parallel.py "
+                        "ParallelConfig), not DP attention over one shared MLP")
+        if form == DECODE_CONTEXT:
+            heads = single_kv_head(dep)
+            if heads:
+                return [], (f"vLLM caps --decode-context-parallel-size at tp / KV heads (vllm/config/model.py "
+                            f"ModelConfig.verify_with_parallel_config): {heads}, so -dcp {t} is refused")
+        if form == ATTENTION_DP:
+            flags: list[tuple] = [("--data-parallel-size", pl.owner_groups), ("--tensor-parallel-size", pl.group_ranks)]
+        else:
+            flags = [("--tensor-parallel-size", t)]
+            if form == DECODE_CONTEXT:
+                flags.append(("--decode-context-parallel-size", t))
+        if dep.moe == "ep":
+            flags.append(("--enable-expert-parallel", True))
+        return flag_words(*flags), ""
+
+    def launch(self, dep):
+        """`vllm serve MODEL` for `dep` (note above LAUNCH_SOURCE): the parallel flags, a dense
+        model's replicas as `--data-parallel-size` (independent engines), the nodes one server spans
+        (DP ranks per node for DP attention, else multi-node TP), and the memory settings (the KV
+        dtype always, the utilization and block size when not the engine's default)."""
+        flags, why = self.parallel_flags(dep)
+        if why:
+            return LaunchLine(self.name, None, why, source=LAUNCH_SOURCE)
+        form, _ = parallel_form(dep)
+        copies, nodes = line_shape(dep, form, replicas_flag=not dep.model.has_moe)
+        words = ["vllm", "serve", model_path(dep), *flags]
+        notes: list[str] = []
+        if dep.replicas > 1 and copies == 1:
+            words += flag_words(("--data-parallel-size", dep.replicas))  # a dense model: independent replicas
+        if copies > 1:
+            notes.append(f"start {copies} of these servers (one per replica) behind a router")
+        if dep.moe == "ep" and dep.moe_a2a not in (None, DEFAULT_ALL2ALL_BACKEND):
+            words += flag_words(("--all2all-backend", dep.moe_a2a))
+        groups = dep.placement.owner_groups
+        if nodes > 1 and form == ATTENTION_DP and groups % nodes == 0:
+            # docs/serving/data_parallel_deployment.md: DP ranks per node, the head node's address, each node's first rank
+            words += flag_words(("--data-parallel-size-local", groups // nodes),
+                                ("--data-parallel-address", "${HEAD_ADDR}"), ("--data-parallel-start-rank", "${START_RANK}"))
+            notes.append(f"run it on each of the {nodes} nodes with START_RANK 0, {groups // nodes}, … and HEAD_ADDR the first node's")
+        elif nodes > 1:
+            words += flag_words(("--nnodes", nodes), ("--node-rank", "${NODE_RANK}"), ("--master-addr", "${HEAD_ADDR}"))
+            notes.append(f"run it on each of the {nodes} nodes with NODE_RANK 0..{nodes - 1} and HEAD_ADDR the first node's")
+        words += flag_words(("--kv-cache-dtype", KV_CACHE_DTYPE[dep.kv_dtype]))
+        if dep.mem_fraction is not None:
+            words += flag_words(("--gpu-memory-utilization", f"{dep.mem_fraction:g}"))
+        if dep.page_tokens != self.default_page_tokens(dep.model, dep.hardware, dep.placement.head_split_ranks,
+                                                       dep.kv_dtype):
+            words += flag_words(("--block-size", dep.page_tokens))
+        if dep.weight_dtype_given and dep.weight_dtype == "fp8":
+            words += flag_words(("--quantization", "fp8"))  # online fp8 quantization
+        notes += [n for n in (weight_flag_note(dep),) if n]
+        return LaunchLine(self.name, " ".join(words), copies=copies, notes=tuple(notes), source=LAUNCH_SOURCE)
 
     def plan(self, dep):
         hw = dep.hardware

@@ -140,7 +140,7 @@ def test_schema_is_valid_2020_12_and_describes_every_key(path):
 def test_floor_and_compare_share_one_point_contract():
     floor, compare = load_schema("floor"), load_schema("compare")
     point = compare["$defs"]["point"]
-    top = ("schema", "model", "hardware", "layout_choice")  # layout_choice: how floor picked its one layout
+    top = ("schema", "model", "hardware", "layout_choice", "ranked_by")  # how floor picked its one layout
     own = {k: v for k, v in floor["properties"].items() if k not in top}
     assert own == point["properties"]
     assert set(floor["required"]) - set(top) == set(point["required"])

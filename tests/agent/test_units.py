@@ -20,7 +20,7 @@ COUNTS = frozenset({"exit_code", "gpus", "replicas", "nodes", "nodes_per_group",
                     "rows_predicted", "trained_on_rows", "folds", "seed", "steps", "decode_steps", "completed",
                     "aborted", "preemptions", "cant_decide", "requests", "max_concurrency", "compute_capability",
                     "kv_pages_per_rank", "inside", "above_sum", "below_floor", "rejected", "profile", "as_predicted",
-                    "above_prediction", "below_prediction", "dp_rank", "counter_id"})
+                    "above_prediction", "below_prediction", "dp_rank", "counter_id", "launch_replicas"})
 # Maps whose keys are named elsewhere with their units (reserve_terms' keys end in _mib; param_std
 # is each fitted parameter's standard deviation, in that parameter's unit).
 OPEN_MAPS = frozenset({"calibrate:param_std.*", "calibrate_kernel_db:summary.*", "capacity:layouts[].memory.reserve_terms.*",
