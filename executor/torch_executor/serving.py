@@ -125,9 +125,9 @@ class TorchExecutor:
         from executor.sim import SimExecutor
 
         self.runner, self.tables, self.options = runner, tables, options
-        check_runnable(runner.layout, runner.g.world_size, runner.state.layout.placement)
         if tables.info.has_twins:
             raise SpecError("the torch executor does not run host-tier twin layouts (tables compiled with tier_choice)")
+        check_runnable(runner.layout, runner.g.world_size, runner.state.layout.placement)
         self.sim = SimExecutor(tables) if options.clock == "table" else None
         self.switches_started = 0
         self.abort_reason = ""
