@@ -1,9 +1,11 @@
-"""Torch executor: MLA decode at real dimensions in four layouts on T ranks, with live switches.
+"""Torch executor: MLA decode at real dimensions on T ranks in every layout whose placement one of its
+attention primitives runs (`placement_kind`: TP, CP, DP-attention, DOP, DPTP), with live switches.
 
 Modules, one concern each: `config` (dimensions), `layers` (weights and the MLA/FFN math),
 `kernels` (paged split-KV decode attention: the backend choice, Triton on CUDA, torch elsewhere),
 `mla_flashinfer` (FlashInfer's FA3 MLA decode, planned per step and replayed in-graph; optional),
-`kv_pages` (slots, placement, page tables), `layouts` (TP, CP, DP-attention, DOP), `prefill` (chunked
+`placement_kind` (a layout's placement -> its attention primitive, or a one-line refusal), `kv_pages`
+(slots, placement, page tables), `layouts` (TP, CP, DP-attention, DOP, DPTP), `prefill` (chunked
 prefill on the real layers), `buckets` (batch buckets and the step executables per bucket),
 `step_inputs` and `step_graph` (a step's fixed-shape inputs and its CUDA graph), `move_plan` (page-move
 plans), `transfer` (one chunk over the side group, checksummed), `transitions` (a switch's states:

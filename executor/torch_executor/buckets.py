@@ -78,10 +78,12 @@ class ExecCache:
         buckets = self.runner.buckets
         rows, graphed = bucket_for(len(order), buckets)
         own = 0
-        if self.state.kind in ("dp", "dop"):
+        lay = self.state.resolve(getattr(self.runner.g, "world_size", None))
+        if lay.owned:  # rows per owner group: the busiest group's count
             counts: dict[int, int] = {}
+            r = lay.group_ranks
             for q in order:
-                k = self.state.table.owners[q]
+                k = self.state.table.owners[q] // r
                 counts[k] = counts.get(k, 0) + 1
             most = max(counts.values(), default=1)
             own = min(bucket_for(most, buckets)[0], rows)
@@ -97,14 +99,13 @@ class ExecCache:
 
     def _build(self, key: tuple[int, int, int], graphed: bool) -> StepExec:
         from .kernels import decode_kernel
-        from .layouts import kernel_heads
         from .step_inputs import StepInputs
 
         r = self.runner
         rows, own, cap = key
         inputs = StepInputs(self.state, rows, own, cap, r.g.rank, r.g.world_size, r.dims.page_size, r.trash_token,
                             r.g.device)
-        heads = kernel_heads(self.state.kind, r.dims.num_heads, r.g.world_size)
+        heads = self.state.resolve(r.g.world_size).kernel_heads(r.dims.num_heads)
         kernel = decode_kernel(r.kernel_config, heads, inputs.n_att, cap, r.dims, r.dtype, r.g.device,
                                workspace=self.workspace)
         if kernel is not None and self.workspace is None:

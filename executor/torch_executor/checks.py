@@ -91,6 +91,6 @@ def check_global_placement(runner) -> None:
     for req, n in runner.seq_lens.items():
         for lp in range(pages_for(n, runner.dims.page_size)):
             have = tuple(k for k in range(t) if (req, lp) in gathered[k])
-            want = holders(table.kind, t, req, lp, table.owners)
+            want = holders(table.resolve(t), t, req, lp, table.owners)
             if tuple(sorted(want)) != have:
                 raise AssertionError(f"request {req} page {lp} held by {have}, layout {table.kind} wants {want}")

@@ -1,8 +1,10 @@
 """Paged latent KV cache: slot allocation, per-layout placement and per-rank page tables.
 
 What it does: one rank's page slots (`SlotAllocator`: free list plus slots reserved for
-replicated weights), where each layout puts a logical page (`holders`: TP every rank, CP
-page-interleaved, DP and DOP the owner), owner assignment balanced by KV bytes, a rank's
+replicated weights), where each layout puts a logical page (`holders`, read off the layout's
+placement: every rank of the request's owner group — TP's one group of T, DP's and DOP's owner,
+DPTP's group of R — or, where tokens split, one of them page-interleaved: CP), owner
+assignment balanced by KV bytes, a rank's
 page table (request, logical page) -> slot with the block table the kernel reads, and
 deterministic synthetic history so long contexts need no prefill.
 What it does not do: allocate the pool tensor's memory twice (weights replicated by a layout
@@ -21,36 +23,43 @@ from typing import Iterable, Mapping
 import numpy as np
 import torch
 
-LAYOUT_KINDS = ("tp", "cp", "dp", "dop")
+from .placement_kind import PRIMITIVES, ExecLayout, exec_layout
+
+# NOTE: the four layouts named like their primitive, for callers that list them (tests); what the
+# executor runs is decided from a layout's placement (placement_kind.py), not from this list
+LAYOUT_KINDS = PRIMITIVES[:4]
 
 
 class OutOfPages(RuntimeError):
     """A rank has fewer free page slots than an allocation needs."""
 
 
-def check_layout_kind(kind: str) -> str:
-    if kind not in LAYOUT_KINDS:
-        raise ValueError(f"layout={kind!r} is not one of {LAYOUT_KINDS}")
-    return kind
-
-
-def holders(kind: str, world_size: int, request_id: int, logical_page: int,
+def holders(kind: "str | ExecLayout", world_size: int, request_id: int, logical_page: int,
             owners: Mapping[int, int]) -> tuple[int, ...]:
-    """Ranks that store a logical page under a layout."""
-    if kind == "tp":
-        return tuple(range(world_size))
-    if kind == "cp":
-        # NOTE: offset by request id so one-page requests don't all land on rank 0.
-        return ((request_id + logical_page) % world_size,)
-    return (owners[request_id],)
+    """Ranks that store a logical page under a layout (an ExecLayout, or a registered name on
+    `world_size` ranks): placement_kind.ExecLayout.holders."""
+    return exec_layout(kind, world_size).holders(request_id, logical_page, owners)
 
 
-def balance_owners(seq_lens: Mapping[int, int], world_size: int) -> dict[int, int]:
-    """Owner per request, balancing KV bytes: longest first onto the least-loaded rank."""
+def least_loaded(load: list, groups: int = 0) -> int:
+    """The least-loaded rank (the first on ties); with 1 < `groups` < T owner groups of consecutive
+    ranks, the least-loaded rank of the least-loaded group (runtime_policy/kv_ledger.py
+    KvLedger.place, the loop's rule)."""
+    t = len(load)
+    if groups <= 1 or groups >= t:
+        return min(range(t), key=lambda k: (load[k], k))
+    r = t // groups
+    g = min(range(groups), key=lambda j: (sum(load[j * r:(j + 1) * r]), j))
+    return min(range(g * r, (g + 1) * r), key=lambda k: (load[k], k))
+
+
+def balance_owners(seq_lens: Mapping[int, int], world_size: int, groups: int = 0) -> dict[int, int]:
+    """Owner rank per request, balancing KV bytes: longest first onto the least-loaded rank (of the
+    least-loaded of `groups` owner groups, where a layout has 1 < G < T)."""
     load = [0] * world_size
     owners: dict[int, int] = {}
     for req in sorted(seq_lens, key=lambda r: (-seq_lens[r], r)):
-        rank = min(range(world_size), key=lambda k: (load[k], k))
+        rank = least_loaded(load, groups)
         owners[req] = rank
         load[rank] += max(1, seq_lens[req])
     return owners
@@ -110,20 +119,34 @@ class SlotAllocator:
 class PageTable:
     """One rank's pages under one layout: request -> {logical page: slot}.
 
+    `kind` is the layout's name (given an ExecLayout, its name; `layout` keeps the ExecLayout, or
+    resolves a name against the group's T at first use). `owners` maps each request to its owner
+    rank where the layout has owner groups (a group's requests: those whose owner is in it).
     `rows` keeps each request's held slots in logical order (the kernel's block-table row) and
     `version` counts mutations so a runner rebuilds device block tables only when they change.
     """
 
-    kind: str
+    kind: "str | ExecLayout"
     owners: dict[int, int]
     pages: dict[int, dict[int, int]] = field(default_factory=dict)
     rows: dict[int, np.ndarray] = field(default_factory=dict)
     row_len: dict[int, int] = field(default_factory=dict)
     last_lp: dict[int, int] = field(default_factory=dict)
     version: int = 0
+    layout: ExecLayout | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.kind, ExecLayout):
+            self.layout, self.kind = self.kind, self.kind.name
+
+    def resolve(self, world_size: int | None = None) -> ExecLayout:
+        """The table's ExecLayout (a name resolved on `world_size` ranks, once)."""
+        if self.layout is None:
+            self.layout = exec_layout(self.kind, world_size)
+        return self.layout
 
     def holds(self, rank: int, world_size: int, req: int, lp: int) -> bool:
-        return rank in holders(self.kind, world_size, req, lp, self.owners)
+        return rank in self.resolve(world_size).holders(req, lp, self.owners)
 
     def add(self, req: int, lp: int, slot: int) -> None:
         per = self.pages.setdefault(req, {})

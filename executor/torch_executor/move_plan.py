@@ -1,9 +1,12 @@
 """Switch plans: what a live layout switch moves, per rank, and when it commits (pure, host-only).
 
-What it does: `plan_page_moves` lists, identically on every rank, what moves for any of the 12
-ordered layout pairs — each KV page to each rank that must newly hold it, with the valid token
-prefix at plan time, and head weights gathered (sharded -> replicated) or sliced (replicated ->
-sharded) — chunked so no rank receives more than `bytes_per_step` a step, with bytes and memory
+What it does: `plan_page_moves` lists, identically on every rank, what moves for any ordered pair of
+layouts the executor runs, read off their placements (placement_kind.ExecLayout), never their names
+— each KV page to each rank that must newly hold it (a destination holder the source lacks: the
+source's and destination's groups of holders compared, e.g. DP's owner -> the R ranks of its DPTP
+group), with the valid token prefix at plan time, and head weights kept (the same slice per rank),
+sliced (replicated -> split) or gathered (split -> replicated, or re-split: TP's T ways <-> DPTP's R
+ways, all-gathered then sliced) — chunked so no rank receives more than `bytes_per_step` a step, with bytes and memory
 per rank and the commit step fixed in the plan; `switch_growth_pages` counts the pages a rank
 needs for both layouts' new tokens over the next steps (what a switch reserves before it begins).
 What it does not do: move anything (transfer.py) or track a switch's state (transitions.py).
@@ -17,8 +20,9 @@ from typing import Any, Mapping
 import numpy as np
 
 from .config import MLADims
-from .kv_pages import balance_owners, holders, pages_for
-from .layouts import heads_sharded, weight_slots_needed
+from .kv_pages import balance_owners, pages_for
+from .layouts import weight_slots_needed
+from .placement_kind import ExecLayout, exec_layout
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,8 @@ class PageMovePlan:
     freed_pages: tuple[int, ...]  # pages each rank frees at commit
     weight_slots_before: int  # per rank, slots taken by replicated weights
     weight_slots_after: int
+    src_layout: ExecLayout | None = None  # the layouts as the executor runs them (src_kind, dst_kind: their names)
+    dst_layout: ExecLayout | None = None
 
     def memory_needed_pages(self, rank: int) -> int:
         """Free page slots rank needs before copying starts (destination pages + weight slots)."""
@@ -65,22 +71,34 @@ class PageMovePlan:
         }
 
 
-def plan_page_moves(src: str, dst: str, world_size: int, seq_lens: dict[int, int], src_owners: dict[int, int],
+def weight_move(src: ExecLayout, dst: ExecLayout) -> str:
+    """How a switch moves the head weights: "keep" (each rank keeps the same slice: the same ways),
+    "slice" (replicated -> split: each rank cuts its slice), "gather" (split -> replicated or split
+    another way: every rank's slice all-gathered, then cut to the destination's)."""
+    if src.weight_split == dst.weight_split:
+        return "keep"
+    return "slice" if src.weight_split == 1 else "gather"
+
+
+def plan_page_moves(src, dst, world_size: int, seq_lens: dict[int, int], src_owners: dict[int, int],
                     dims: MLADims, element_bytes: int, head_bytes_full: int, start_step: int,
                     bytes_per_step: int, dst_owners: dict[int, int] | None = None) -> PageMovePlan:
     """Plan a switch src -> dst at the boundary before `start_step` (pure; same on every rank).
-    `dst_owners`: each request's owner under an owner destination (None: kept from an owner source,
-    else balanced by KV bytes; a serving loop passes the owners it keeps for every layout)."""
+    src, dst: ExecLayouts, or registered names on `world_size` ranks (placement_kind.exec_layout).
+    `dst_owners`: each request's owner rank under a destination with owner groups (None: kept from a
+    source with owner groups, else balanced by KV bytes; a serving loop passes the owners it keeps
+    for every layout)."""
+    src, dst = exec_layout(src, world_size), exec_layout(dst, world_size)
     if src == dst:
-        raise ValueError(f"switch from {src} to itself")
+        raise ValueError(f"switch from {src.name} to itself")
     if bytes_per_step <= 0:
         raise ValueError(f"bytes_per_step={bytes_per_step} must be positive")
     t, page, layers = world_size, dims.page_size, dims.num_layers
-    if dst in ("dp", "dop"):
-        if src in ("dp", "dop"):
+    if dst.owned:
+        if src.owned:
             dst_owners = dict(src_owners)
         elif dst_owners is None:
-            dst_owners = balance_owners(seq_lens, t)
+            dst_owners = balance_owners(seq_lens, t, dst.groups)
         else:
             dst_owners = {q: dst_owners[q] for q in seq_lens}
     else:
@@ -90,8 +108,8 @@ def plan_page_moves(src: str, dst: str, world_size: int, seq_lens: dict[int, int
     for req in sorted(seq_lens):
         n = seq_lens[req]
         for lp in range(pages_for(n, page)):
-            old = holders(src, t, req, lp, src_owners)
-            new = holders(dst, t, req, lp, dst_owners)
+            old = src.holders(req, lp, src_owners)
+            new = dst.holders(req, lp, dst_owners)
             for k in old:
                 if k not in new:
                     freed[k] += 1
@@ -100,11 +118,11 @@ def plan_page_moves(src: str, dst: str, world_size: int, seq_lens: dict[int, int
                     rows.append((req, lp, old[(d + lp) % len(old)], d, min(page, n - lp * page)))
                     dest[d] += 1
     moves = np.array(rows, dtype=np.int64).reshape(-1, 5)
-    if heads_sharded(src) == heads_sharded(dst):
-        weights = "keep"
-    else:
-        weights = "gather" if heads_sharded(src) else "slice"
-    layer_gather = (head_bytes_full - head_bytes_full // t) // layers if weights == "gather" else 0
+    weights = weight_move(src, dst)
+    # a gather receives every other rank's slice (1/weight_split of the heads each): T-1 of them
+    ws = src.weight_split
+    got = head_bytes_full - head_bytes_full // t if ws == t else (t - 1) * (head_bytes_full // ws)
+    layer_gather = got // layers if weights == "gather" else 0
     # Chunking: items in order (weights first), a new chunk when a receiving rank would pass the limit.
     chunk, recv = 0, [0] * t
     send_tot, recv_tot = [0] * t, [0] * t
@@ -139,10 +157,11 @@ def plan_page_moves(src: str, dst: str, world_size: int, seq_lens: dict[int, int
     num_chunks = chunk + 1 if any_item else 0
     page_bytes = dims.kv_bytes_per_page(element_bytes)
     return PageMovePlan(
-        src, dst, t, start_step, start_step + num_chunks + 1, bytes_per_step, num_chunks, dst_owners,
+        src.name, dst.name, t, start_step, start_step + num_chunks + 1, bytes_per_step, num_chunks, dst_owners,
         moves[:, 0].copy(), moves[:, 1].copy(), moves[:, 2].copy(), moves[:, 3].copy(), moves[:, 4].copy(),
         move_chunk, tuple(weight_chunk), weights, tuple(send_tot), tuple(recv_tot), tuple(dest), tuple(freed),
         weight_slots_needed(src, head_bytes_full, t, page_bytes), weight_slots_needed(dst, head_bytes_full, t, page_bytes),
+        src, dst,
     )
 
 
@@ -154,11 +173,13 @@ def switch_growth_pages(plan: "PageMovePlan", rank: int, seq_lens: Mapping[int, 
     step (positions n .. n+steps-1 of a request of n tokens); a new page both layouts hold on the
     rank shares one slot (RankRunner writes it once), so it counts as the source's."""
     t, src_n, dst_n = plan.world_size, 0, 0
+    src = exec_layout(plan.src_layout or plan.src_kind, t)
+    dst = exec_layout(plan.dst_layout or plan.dst_kind, t)
     for req, n in seq_lens.items():
         for lp in range(pages_for(n, page_size), (n + steps - 1) // page_size + 1):
-            in_src = rank in holders(plan.src_kind, t, req, lp, src_owners)
+            in_src = rank in src.holders(req, lp, src_owners)
             if in_src:
                 src_n += 1
-            elif rank in holders(plan.dst_kind, t, req, lp, plan.dst_owners):
+            elif rank in dst.holders(req, lp, plan.dst_owners):
                 dst_n += 1
     return src_n, dst_n

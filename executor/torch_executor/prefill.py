@@ -18,12 +18,13 @@ MLA otherwise) and the form the planner prices (planner/models/attention/mla.py 
 (q·(W_uk c) = (q W_uk)·c, Σ p (c W_uv) = (Σ p c) W_uv), so the KV a chunk writes is the KV a decode
 of the same tokens writes. torch's SDPA stands in for FlashInfer's ragged prefill (SGLang's kernel
 for this form): the trimmed FlashInfer bundle carries only the MLA decode sources.
-Per layout: TP reads its full copy of the prefix and attends its head shard (partial outputs
-all-reduced, as decode); DP's owner attends with every head (the others contribute zero rows to
-the same all-reduce); CP and DOP gather the prefix's latent rows from their holders (an all-reduce
-of a buffer each holder fills with its rows: exact, the rest are zeros), then CP attends every head
-on every rank (replicated weights: identical rows, no reduction) and DOP its head shard (partials
-all-reduced).
+Per layout (read off its placement, placement_kind.ExecLayout): TP reads its full copy of the
+prefix and attends its head shard (partial outputs all-reduced, as decode); DP's owner attends with
+every head and DPTP's owner group with its R-th of the heads on each of its ranks, each holding the
+whole prefix (the other groups contribute zero rows to the same all-reduce); CP and DOP gather the
+prefix's latent rows from their holders (an all-reduce of a buffer each holder fills with its rows:
+exact, the rest are zeros), then CP attends every head on every rank (replicated weights: identical
+rows, no reduction) and DOP its head shard (partials all-reduced).
 What it does not do: ring attention for CP (every rank attends the whole chunk), prefix chunking
 for very long prefixes (the keys of the whole prefix are materialized per head), or run inside a
 CUDA graph (a step with a chunk runs eagerly, as SGLang's extend batches do by default).
@@ -43,8 +44,6 @@ from .config import MLADims
 from .kv_pages import PageTable
 from .layers import HeadWeights, ReplicatedAttnWeights, q_latent, rope_rotate
 
-GATHERED = ("cp", "dop")  # layouts whose ranks gather a piece's prefix from its holders
-
 
 @dataclass
 class ChunkPiece:
@@ -54,7 +53,7 @@ class ChunkPiece:
     start: int
     n: int
     row0: int
-    owner: int  # DP, DOP: the request's owner rank (else -1)
+    owner: int  # layouts with owner groups: the request's owner group (DP, DOP: its owner rank), else -1
     prefix_idx: torch.Tensor  # [m] flat token slots (slot*page + offset) of the prefix tokens held here
     prefix_pos: torch.Tensor  # [m] their positions (the rows of the gathered prefix they fill)
 
@@ -67,6 +66,7 @@ class ChunkInputs:
         """pieces: (request, first position, tokens) in chunk order; writes: (chunk row, flat token
         slot) of every latent this rank stores."""
         self.kind = table.kind
+        self.layout = lay = table.resolve()
         parts, spans, row0 = [], [], 0
         req, pos = [], []
         for q, start, n in pieces:
@@ -80,7 +80,7 @@ class ChunkInputs:
                 at.append(np.arange(lo, lo + cnt, dtype=np.int64))
             for xs in (idx, at):
                 parts.append(np.concatenate(xs) if xs else np.zeros(0, dtype=np.int64))
-            owner = table.owners.get(q, -1) if self.kind in ("dp", "dop") else -1
+            owner = table.owners[q] // lay.group_ranks if lay.owned and q in table.owners else -1
             spans.append((q, start, n, row0, owner))
             req.append(np.full(n, q, dtype=np.int64))
             pos.append(np.arange(start, start + n, dtype=np.int64))
@@ -104,9 +104,10 @@ class ChunkInputs:
                        for i, (q, start, n, r0, owner) in enumerate(spans)]
 
 
-def _prefix(piece: ChunkPiece, flat: torch.Tensor, kind: str, g) -> torch.Tensor:
-    """The piece's cached prefix, latent rows in position order. flat [P*page, C+R] -> [start, C+R]."""
-    if kind not in GATHERED:  # TP and DP's owner hold every page of the request
+def _prefix(piece: ChunkPiece, flat: torch.Tensor, gathered: bool, g) -> torch.Tensor:
+    """The piece's cached prefix, latent rows in position order. flat [P*page, C+R] -> [start, C+R].
+    `gathered`: this rank doesn't hold all of it (CP, DOP: ExecLayout.gathers_prefix)."""
+    if not gathered:  # TP, DP's owner and DPTP's owner group hold every page of the request
         return flat.index_select(0, piece.prefix_idx)
     buf = torch.zeros((piece.start, flat.shape[1]), dtype=flat.dtype, device=flat.device)
     buf.index_copy_(0, piece.prefix_pos, flat.index_select(0, piece.prefix_idx))
@@ -144,15 +145,16 @@ def chunk_attention(h: torch.Tensor, latent: torch.Tensor, attn: ReplicatedAttnW
                     pool_l: torch.Tensor, ch: ChunkInputs, dims: MLADims, g) -> torch.Tensor:
     """A layer's attention for the chunk rows, identical on every rank afterwards.
     h [n, D] normed chunk rows, latent [n, C+R] their cached rows (already written) -> [n, D]."""
-    kind = ch.kind
+    lay = ch.layout
     out = torch.zeros_like(h)  # [n, D]
     flat = pool_l.view(-1, pool_l.shape[-1])  # [P*page, C+R]
+    mine = lay.group_of_rank(g.rank)
     for pc in ch.pieces:
         rows = slice(pc.row0, pc.row0 + pc.n)
-        if kind == "dp" and pc.owner != g.rank:
-            continue  # the owner attends; this rank adds zero rows to the all-reduce below
-        kv = torch.cat((_prefix(pc, flat, kind, g), latent[rows]), dim=0) if pc.start else latent[rows]
+        if lay.attends_own_rows and pc.owner != mine:
+            continue  # the owner group attends; this rank adds zero rows to the all-reduce below
+        kv = torch.cat((_prefix(pc, flat, lay.gathers_prefix, g), latent[rows]), dim=0) if pc.start else latent[rows]
         out[rows] = mha_prefill(q_latent(h[rows], attn, dims), kv, ch.pos[rows], heads, dims).to(out.dtype)
-    if kind != "cp":  # TP, DOP: partial over heads; DP: zero rows off the owner
+    if lay.chunk_reduced:  # TP, DOP, DPTP: partial over heads; DP, DPTP: zero rows off the owner group
         dist.all_reduce(out, group=g.main)
     return out

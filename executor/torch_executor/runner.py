@@ -35,10 +35,11 @@ from .config import MLADims
 from .buckets import BUCKETS, ExecCache, cap_bucket
 from .dist import GroupLost, RankGroups, agree_any, bounded_waits, rebuild_side
 from .kernels import KernelConfig, decode_kernel
-from .kv_pages import (OutOfPages, PageTable, SlotAllocator, check_layout_kind, gather_logical_kv, holders,
-                       pages_for, write_history, write_kv)
+from .kv_pages import (OutOfPages, PageTable, SlotAllocator, gather_logical_kv, least_loaded, pages_for,
+                       write_history, write_kv)
 from .layers import ffn_partial, kv_latent, make_layer_weights, rms_norm, token_embeddings
-from .layouts import ATTENTION, LayoutState, heads_sharded, kernel_heads, weight_slots_needed
+from .layouts import ATTENTION, LayoutState, weight_slots_needed
+from .placement_kind import ExecLayout, exec_layout
 from .prefill import ChunkInputs, chunk_attention
 from .recovery import AgreedFailure, recover
 from .step_graph import StepExec
@@ -48,34 +49,38 @@ from .step_inputs import StepInputs
 class RankRunner:
     """One rank of a T-rank MLA decode stack."""
 
-    def __init__(self, dims: MLADims, groups: RankGroups, layout: str, num_slots: int,
+    def __init__(self, dims: MLADims, groups: RankGroups, layout, num_slots: int,
                  dtype: torch.dtype = torch.float32, seed: int = 0, kernel_config: KernelConfig | None = None,
-                 use_graphs: bool | None = None, buckets: str | list[int] = "sglang", max_batch: int = 256):
-        """use_graphs: capture steps in CUDA graphs (default: on CUDA). buckets: the batch sizes a
+                 use_graphs: bool | None = None, buckets: str | list[int] = "sglang", max_batch: int = 256,
+                 placements: dict | None = None):
+        """layout: a registered layout's name, a planner Placement or an ExecLayout (placement_kind.py:
+        the primitive it runs is read off its placement; NotRunnable, one line, if none runs it).
+        placements: {name: planner Placement} the names given here and to `switch_to` resolve to (a
+        serving loop passes its tables' `LayoutInfo.placements`, so a layout with a group count runs
+        the tables' G); a name not in it takes the registry's placement on T ranks (its default G).
+        use_graphs: capture steps in CUDA graphs (default: on CUDA). buckets: the batch sizes a
         decode batch pads to ("sglang", "vllm" or a sorted list; buckets.BUCKETS), up to max_batch
         (a larger batch runs eagerly at its own size)."""
-        check_layout_kind(layout)
+        self.placements = {k: v for k, v in (placements or {}).items() if v is not None}
         dims.check_world_size(groups.world_size)
         self.dims, self.g, self.dtype, self.seed = dims, groups, dtype, seed
+        lay = self.resolve_layout(layout)
         self.kernel_config = kernel_config
         t, r, dev = groups.world_size, groups.rank, groups.device
         self.pool = (torch.empty if groups.is_cuda else torch.zeros)(
             (dims.num_layers, num_slots, dims.page_size, dims.latent_dim), dtype=dtype, device=dev)  # [L, P, page, C+R]
         self.alloc = SlotAllocator(num_slots)
         self.page_bytes = dims.kv_bytes_per_page(self.pool.element_size())
-        hs = dims.num_heads // t
+        h0, hs = lay.head_range(r, dims.num_heads)  # this rank's heads: its slice of weight_split ways
         self.replicated, self.ffn, heads = [], [], []
         for layer in range(dims.num_layers):
-            if heads_sharded(layout):
-                lw = make_layer_weights(dims, layer, seed, r * hs, hs, r, t, dev, dtype)
-            else:
-                lw = make_layer_weights(dims, layer, seed, 0, dims.num_heads, r, t, dev, dtype)
+            lw = make_layer_weights(dims, layer, seed, h0, hs, r, t, dev, dtype)
             self.replicated.append(lw.attn)
             self.ffn.append(lw.ffn)
             heads.append(lw.heads)
-        self.head_bytes_full = sum(h.nbytes() for h in heads) * (t if heads_sharded(layout) else 1)
-        self.state = LayoutState(layout, PageTable(layout, {}), heads, [])
-        self.state.weight_slots = self.alloc.reserve(self.weight_slots_for(layout))
+        self.head_bytes_full = sum(h.nbytes() for h in heads) * lay.weight_split
+        self.state = LayoutState(lay, PageTable(lay, {}), heads, [])
+        self.state.weight_slots = self.alloc.reserve(self.weight_slots_for(lay))
         # NOTE: one reserved slot takes the padded writes of fixed-shape steps (and dry runs); zeroed,
         # so a dry run that attends it reads finite values
         trash = self.alloc.reserve(1)[0]
@@ -99,8 +104,20 @@ class RankRunner:
         self.side_stream = torch.cuda.Stream(device=dev) if groups.is_cuda else None
 
     # ---- bookkeeping -------------------------------------------------------------------------
-    def weight_slots_for(self, kind: str) -> int:
-        return weight_slots_needed(kind, self.head_bytes_full, self.g.world_size, self.page_bytes)
+    def resolve_layout(self, layout) -> ExecLayout:
+        """`layout` as this group runs it: a name through `placements` (else the registry's placement
+        on T ranks), a Placement or an ExecLayout; NotRunnable (one line) if no primitive runs it."""
+        t = self.g.world_size
+        if isinstance(layout, str) and layout in self.placements:
+            layout = self.placements[layout]
+        lay = exec_layout(layout, t)
+        if lay.ranks != t:
+            raise ValueError(f"layout {lay.name} is placed on {lay.ranks} ranks, the group has {t}")
+        return lay
+
+    def weight_slots_for(self, kind) -> int:
+        return weight_slots_needed(self.resolve_layout(kind), self.head_bytes_full, self.g.world_size,
+                                   self.page_bytes)
 
     @property
     def layout(self) -> str:
@@ -142,17 +159,19 @@ class RankRunner:
                     write_kv(self.pool, table, req, kept)
 
     def _assign_owners(self, lengths: dict[int, int], owners: dict[int, int] | None, tables: list[PageTable]) -> None:
-        """Each new request's owner rank (given, or the least-loaded by tokens), in every table written."""
+        """Each new request's owner rank (given, or the least-loaded by tokens: of the least-loaded
+        owner group where the serving layout has 1 < G < T), in every table with owner groups."""
         load = [0] * self.g.world_size
         for req, rank in self.state.table.owners.items():
             load[rank] += self.seq_lens.get(req, 0)
+        groups = self.state.layout.groups
         for req in sorted(lengths, key=lambda q: (-lengths[q], q)):
-            rank = owners[req] if owners else min(range(self.g.world_size), key=lambda k: (load[k], k))
+            rank = owners[req] if owners else least_loaded(load, groups)
             if owners:
                 self.owner_of[req] = rank
             load[rank] += lengths[req]
             for table in tables:
-                if table.kind in ("dp", "dop"):
+                if table.layout.owned:
                     table.owners[req] = rank
 
     def begin_prefill(self, req: int, owner: int | None = None, expected_tokens: int = 1) -> None:
@@ -232,7 +251,7 @@ class RankRunner:
                 break  # the switch gave its pages back for the serving layout's (transitions.surrender)
             for i, (req, pos) in enumerate(tokens):
                 lp = pos // page
-                if r not in holders(table.kind, t, req, lp, table.owners):
+                if r not in table.layout.holders(req, lp, table.owners):
                     continue
                 slot = table.pages.get(req, {}).get(lp)
                 shared = tables[0].pages.get(req, {}).get(lp) if table_i else None
@@ -306,7 +325,7 @@ class RankRunner:
             cache.min_cap = max(cache.min_cap, cap_bucket(pages_for(max_context_tokens + 1, self.dims.page_size)))
         top = max_batch or self.buckets[-1]
         before = cache.captures
-        owner = self.state.kind in ("dp", "dop")
+        owner = self.state.layout.owned
         cache.prepare_keys([(b, b if owner else 0, cache.min_cap) for b in self.buckets if b <= top])
         return cache.captures - before
 
@@ -325,7 +344,7 @@ class RankRunner:
         x = (xs[0] if len(xs) == 1 else torch.cat(xs)).to(self.dtype)  # [rows + n, D]
         pos = ps[0] if len(ps) == 1 else torch.cat(ps)
         nd = inp.rows if inp is not None else 0
-        attention = ATTENTION[st.kind]
+        attention = ATTENTION[st.layout.primitive]
         flat = self.pool.view(dims.num_layers, -1, dims.latent_dim)  # [L, P*page, C+R]
         fault = self._device_fault_layer()
         for layer in range(dims.num_layers):
@@ -458,13 +477,13 @@ class RankRunner:
         a failure in the step after the commit does (transitions.py: "rollback" or "forward")."""
         from .transitions import Transition, plan_page_moves
 
-        check_layout_kind(kind)
+        dst = self.resolve_layout(kind)
         if self.switch is not None and self.switch.in_flight:
             raise RuntimeError(f"a switch to {self.switch.plan.dst_kind} is already in flight")
         if self.switch is not None and self.switch.probation:
             self.switch._end_probation(self)  # committed at this boundary, no step since
         owners = self.owner_of if all(q in self.owner_of for q in self.seq_lens) else None
-        plan = plan_page_moves(self.state.kind, kind, self.g.world_size, dict(self.seq_lens),
+        plan = plan_page_moves(self.state.layout, dst, self.g.world_size, dict(self.seq_lens),
                                dict(self.state.table.owners), self.dims, self.pool.element_size(),
                                self.head_bytes_full, self.step_index, bytes_per_step, owners)
         self.switch = Transition(plan, faults, auto_commit, after_commit)

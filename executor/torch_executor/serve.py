@@ -28,8 +28,7 @@ from runtime_policy.policy import FixedPolicy, LayoutPolicy, PolicyKnobs
 from runtime_policy.tables import StepTimeModel, StepTimeTable, compile_tables
 
 from .config import MLADims
-from .kv_pages import LAYOUT_KINDS
-from .serving import TorchServeOptions, executor_tables
+from .serving import TorchServeOptions, executor_tables, table_refusals
 
 DTYPES = {"float32": 4, "bfloat16": 2}
 
@@ -86,26 +85,30 @@ class TorchServeSpec:
 
 def build_rank(groups, spec: TorchServeSpec):
     """One rank's (policy, executor) for `spec`: the policy compiled tables allow only layouts the
-    executor runs; the runner starts in the layout the loop will start in."""
+    executor runs (read off the tables' placements); the runner starts in the layout the loop will
+    start in and resolves every layout name to the tables' placement of it."""
     import torch
 
     from .runner import RankRunner
     from .serving import TorchExecutor
 
     tables = spec.tables
-    runnable = tuple(n for n in tables.layouts if n in LAYOUT_KINDS)
+    refused = table_refusals(tables)
+    runnable = tuple(n for n in tables.layouts if n not in refused)
     knobs = replace(spec.knobs, max_batch=spec.loop.max_batch,
                     allowed=tuple(n for n in (spec.knobs.allowed or tables.layouts) if n in runnable))
     if spec.policy == "dynamic":
         policy = LayoutPolicy(tables, knobs)
     else:
         if spec.policy not in runnable:
-            raise SpecError(f"the torch executor cannot run layout {spec.policy!r}: it runs {', '.join(LAYOUT_KINDS)}")
+            why = refused.get(spec.policy, f"layout {spec.policy!r} is not in the tables ({', '.join(tables.layouts)})")
+            raise SpecError(f"the torch executor cannot run layout {spec.policy!r}: {why}; it runs {', '.join(runnable)}")
         policy = FixedPolicy(tables.layouts.index(spec.policy))
     arr, inp = np.asarray(spec.arrival_s, dtype=np.float64), np.asarray(spec.input_tokens)
     layout = tables.layouts[int(policy.initial_layout(inp[arr <= arr[0]].astype(np.float64)))]  # as serve() does
     runner = RankRunner(spec.dims, groups, layout, spec.kv_pages + spec.slack_pages, getattr(torch, spec.dtype),
-                        spec.seed, buckets=spec.options.buckets, max_batch=spec.loop.max_batch)
+                        spec.seed, buckets=spec.options.buckets, max_batch=spec.loop.max_batch,
+                        placements=dict(zip(tables.layouts, tables.info.placements)))
     return policy, TorchExecutor(runner, tables, spec.options)
 
 

@@ -31,8 +31,9 @@ are timed), which is how a test runs the same loop on the simulator and on real 
 the same decisions. `executor_tables` gives the policy the executor's own capacity facts (pages,
 replicated-weight slots, page size), and `with_step_times` puts measured step times into a table.
 
-What it does not do: sampling, or layouts it has no attention for: it runs tp, cp, dp and dop and
-refuses any other by name (`check_runnable`).
+What it does not do: sampling, or layouts it has no attention for: which it runs is read off each
+layout's placement (placement_kind.py: tp, cp, dp, dop and dptp today); any other is refused in one
+line saying what the executor lacks (`check_runnable`), and gets no pool in its tables.
 """
 
 from __future__ import annotations
@@ -51,8 +52,8 @@ from runtime_policy.transitions import TransitionPlan
 
 from .checks import collect_logical_kv, kv_checksum
 from .config import MLADims
-from .kv_pages import LAYOUT_KINDS
 from .layouts import weight_slots_needed
+from .placement_kind import exec_layout, primitive_or_reason, refusal, registry_placement
 from .runner import RankRunner
 from .transitions import Faults, SwitchState
 
@@ -61,10 +62,33 @@ PREFILLS = ("real", "synthetic")
 PREFILL_STEPS = ("mixed", "separate")
 
 
-def check_runnable(layout: str) -> str:
-    """`layout` if the torch executor has attention for it; else a one-line SpecError."""
-    if layout not in LAYOUT_KINDS:
-        raise SpecError(f"the torch executor cannot run layout {layout!r}: it runs {', '.join(LAYOUT_KINDS)}")
+def runnable_names(ranks: int, placements: dict | None = None) -> tuple[str, ...]:
+    """The registered layouts the executor runs on `ranks` ranks (`placements`: {name: Placement},
+    e.g. a table's; default the registry's placements), in the registry's order."""
+    from runtime_policy.tables import layout_names
+
+    out = []
+    for name in layout_names():
+        try:
+            p = placements[name] if placements and name in placements else registry_placement(name, ranks)
+        except SpecError:
+            continue
+        if p is not None and primitive_or_reason(p)[0] is not None:
+            out.append(name)
+    return tuple(out)
+
+
+def check_runnable(layout: str, ranks: int = 2, placement=None) -> str:
+    """`layout` if the torch executor has attention for its placement (`placement`, else the
+    registry's on `ranks` ranks; a name alone is judged on 2); else a one-line SpecError saying why."""
+    try:
+        p = placement if placement is not None else registry_placement(layout, ranks)
+    except SpecError as e:
+        raise SpecError(f"the torch executor cannot run layout {layout!r}: {e}") from None
+    why = refusal(p, layout)
+    if why:
+        raise SpecError(f"the torch executor cannot run layout {layout!r}: {why}; it runs "
+                        f"{', '.join(runnable_names(ranks))} (placement_kind.py)")
     return layout
 
 
@@ -101,9 +125,9 @@ class TorchExecutor:
         from executor.sim import SimExecutor
 
         self.runner, self.tables, self.options = runner, tables, options
-        check_runnable(runner.layout)
         if tables.info.has_twins:
             raise SpecError("the torch executor does not run host-tier twin layouts (tables compiled with tier_choice)")
+        check_runnable(runner.layout, runner.g.world_size, runner.state.layout.placement)
         self.sim = SimExecutor(tables) if options.clock == "table" else None
         self.switches_started = 0
         self.abort_reason = ""
@@ -265,7 +289,8 @@ class TorchExecutor:
 
     # ---- switches --------------------------------------------------------------------------------
     def start_switch(self, plan: TransitionPlan) -> float:
-        kind = check_runnable(plan.dst)
+        t = self.runner.g.world_size
+        kind = check_runnable(plan.dst, t, self.runner.placements.get(plan.dst))
         faults = self.options.faults.get(self.switches_started)
         self.switches_started += 1
         # NOTE: "forward": once the loop has committed it serves the new layout (its capacity, its
@@ -322,10 +347,13 @@ class TorchExecutor:
 # ---- the policy's view of the executor -------------------------------------------------------------
 def executor_tables(tables: StepTimeTable, dims: MLADims, num_slots: int, element_bytes: int) -> StepTimeTable:
     """`tables` with the executor's capacity in place of the planner's: per rank, `num_slots` page
-    slots less the one that takes padded writes, less the slots a layout's replicated head
-    weights claim (layouts.weight_slots_needed); the memory budget is every slot; layouts the
-    executor can't run get no pool (the policy never picks them). Units stay the table's (its KV
-    bytes per token), so the loop's token accounting is the runner's page accounting."""
+    slots less the one that takes padded writes, less the slots a layout's head weights claim
+    beyond the T-way shard (layouts.weight_slots_needed, from the tables' placement of each
+    layout); the memory budget is every slot; layouts the executor can't run (`table_refusals`
+    says why) get no pool (the policy never picks them). Units stay the table's (its KV bytes per
+    token), so the loop's token accounting is the runner's page accounting: a rank of an owner
+    group stores the latent of every request of its group (MLA's one latent head: the tables'
+    `group_share` is 1 for TP, DP, DOP and DPTP, 1/T for CP)."""
     if dims.page_size != tables.page_tokens:
         raise SpecError(f"page_tokens={tables.page_tokens} of the tables must be the executor's page_size="
                         f"{dims.page_size}")
@@ -334,12 +362,12 @@ def executor_tables(tables: StepTimeTable, dims: MLADims, num_slots: int, elemen
     head_bytes = dims.head_params() * dims.num_layers * element_bytes
     runner_page_bytes = dims.kv_bytes_per_page(element_bytes)
     pools, weights = [], []
-    for name in tables.layouts:
-        if name not in LAYOUT_KINDS:
+    for name, p in zip(tables.layouts, tables.info.placements):
+        if refusal(p, name):
             pools.append(-1.0)
             weights.append(0.0)
             continue
-        ws = weight_slots_needed(name, head_bytes, t, runner_page_bytes)
+        ws = weight_slots_needed(exec_layout(p), head_bytes, t, runner_page_bytes)
         pools.append((num_slots - 1 - ws) * page_bytes)
         weights.append(ws * page_bytes)
     pools_a, weights_a = np.array(pools), np.array(weights)
@@ -347,6 +375,12 @@ def executor_tables(tables: StepTimeTable, dims: MLADims, num_slots: int, elemen
         a.setflags(write=False)
     info = replace(tables.info, kv_pool_bytes=pools_a, weights_bytes=weights_a, attn_weights_bytes=weights_a)
     return replace(tables, info=info, memory_budget_bytes=(num_slots - 1) * page_bytes)
+
+
+def table_refusals(tables: StepTimeTable) -> dict[str, str]:
+    """{layout: the one-line reason the executor can't run it} over the tables' layouts (their
+    placements); a layout not listed runs."""
+    return {n: refusal(p, n) for n, p in zip(tables.layouts, tables.info.placements) if refusal(p, n)}
 
 
 def with_step_times(tables: StepTimeTable, fits: dict[str, tuple[float, float, float]]) -> StepTimeTable:

@@ -2,17 +2,17 @@
 that fits the shape.
 
 What it does: `StepInputs` holds, for one layout state and one shape — `rows` decode rows (a
-batch-size bucket: the batch is padded up to it), `own_cap` rows per owner (DP, DOP: the busiest
-owner's requests, padded) and a block-table capacity of `cap` pages per request — the device
+batch-size bucket: the batch is padded up to it), `own_cap` rows per owner group (DP, DPTP, DOP:
+the busiest group's requests, padded) and a block-table capacity of `cap` pages per request — the device
 tensors a decode step reads: request ids, positions, the new tokens' write rows and flat cache
 slots (2·rows entries, padding aimed at a reserved trash slot), the block table [n_att, cap] and
-local lengths of the rows this rank attends, DP's owned rows with their mask and DOP's send and
-return indices, as views of one int64 vector. `fill` writes any batch of at most `rows` requests
+local lengths of the rows this rank attends, the rows its group owns with their mask (DP, DPTP)
+and DOP's send and return indices, as views of one int64 vector. `fill` writes any batch of at most `rows` requests
 (padded rows attend nothing: length 0) into a pinned staging copy (double-buffered, so it never
 overwrites bytes a copy still reads) and issues one host->device copy on the main stream. The
 shapes never change, which is what lets a step be captured once per bucket as a CUDA graph and
 replayed for every batch of that bucket (step_graph.py).
-NOTE: DP and DOP pad every owner's share to the same `own_cap` (the bucket of the busiest owner's
+NOTE: DP, DPTP and DOP pad every owner group's share to the same `own_cap` (the bucket of the busiest owner's
 count, a replicated fact), as SGLang's DP attention pads every rank's batch to the largest one
 (sglang python/sglang/srt/model_executor/cuda_graph_runner.py `CudaGraphRunner.replay_prepare`:
 `bisect_left(self.capture_bs, max(global_num_tokens))`); DOP's all-to-alls then have equal splits,
@@ -34,12 +34,12 @@ class StepInputs:
 
     def __init__(self, state: LayoutState, rows: int, own_cap: int, cap_pages: int, rank: int, world_size: int,
                  page_size: int, trash_token: int, device: torch.device):
-        kind = state.kind
+        lay = self.layout = state.resolve(world_size)
         self.state, self.rows, self.own_cap, self.cap = state, rows, own_cap, max(1, cap_pages)
         self.rank, self.world_size, self.page_size, self.device = rank, world_size, page_size, device
         self.trash_token = trash_token
-        self.n_att = rows if kind in ("tp", "cp") else own_cap
-        dp, dop = kind == "dp", kind == "dop"
+        self.n_att = own_cap if lay.owned else rows
+        dp, dop = lay.attends_own_rows, lay.moves_queries  # own rows and a mask (DP, DPTP); DOP's all-to-all indices
         sizes = {"req": rows, "pos": rows, "wrows": 2 * rows, "wtoks": 2 * rows, "bt": self.n_att * self.cap,
                  "lens": self.n_att, "own": own_cap if dp else 0, "valid": own_cap if dp else 0,
                  "send": world_size * own_cap if dop else 0, "back": rows if dop else 0}
@@ -70,13 +70,15 @@ class StepInputs:
         return self.dev[lo:hi]
 
     def _att_rows(self, order: list[int], hv: np.ndarray) -> list[int]:
-        """Batch rows this rank attends, in its attention order; fills DP's and DOP's index vectors."""
-        kind, b, oc = self.state.kind, len(order), self.own_cap
-        if kind in ("tp", "cp"):
+        """Batch rows this rank attends, in its attention order; fills the own-rows (DP, DPTP) and
+        DOP's index vectors."""
+        lay, b, oc = self.layout, len(order), self.own_cap
+        if not lay.owned:
             return list(range(b))
-        owners = self.state.table.owners
-        if kind == "dp":
-            att = [i for i, q in enumerate(order) if owners[q] == self.rank]
+        owners, r = self.state.table.owners, lay.group_ranks
+        if lay.attends_own_rows:
+            mine = lay.group_of_rank(self.rank)
+            att = [i for i, q in enumerate(order) if owners[q] // r == mine]
             lo = self._off["own"][0]
             hv[lo:lo + oc] = 0
             hv[lo:lo + len(att)] = att
@@ -87,7 +89,7 @@ class StepInputs:
         slots: list[list[int]] = [[] for _ in range(self.world_size)]
         back = np.zeros(self.rows, dtype=np.int64)
         for i, q in enumerate(order):
-            k = owners[q]
+            k = owners[q] // r
             back[i] = k * oc + len(slots[k])
             slots[k].append(i)
         send = np.zeros(self.world_size * oc, dtype=np.int64)
@@ -161,7 +163,7 @@ class StepInputs:
         hv[slice(*self._off["bt"])] = self._bt_host.reshape(-1)
         lens = np.ones(self.n_att, dtype=np.int64)
         hv[slice(*self._off["lens"])] = lens
-        if self.state.kind == "dp":
+        if self.layout.attends_own_rows:
             hv[slice(*self._off["valid"])] = 0
         self.batch_size = 0
         self._plan_and_copy(h, self._bt_host, lens)

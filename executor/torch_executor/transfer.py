@@ -61,20 +61,39 @@ def _index(slots: list[int], counts: list[int], page: int, device) -> torch.Tens
 
 def _gather_weights(tr, runner, k: int) -> None:
     """All-gather the heads of the layers chunk k moves, and count the gathered tensors whose
-    checksum differs from the sum of every rank's share (one all-reduce of the shares' sums)."""
+    checksum differs from the sum of every rank's share (one all-reduce of the shares' sums).
+    Rank j's share is its slice j mod weight_split of the source's heads, so the first weight_split
+    shares are every head in order: a destination that keeps every head gathered from a T-way split
+    (TP, DOP -> CP, DP) receives straight into its tensors; any other (a DPTP source, whose slices
+    repeat in every group, or a split destination: TP <-> DPTP) gathers into a buffer of T shares
+    and copies its own slice out of the first weight_split of them."""
     g, r = runner.g, runner.g.rank
-    pairs = [(out, src) for layer, c in enumerate(tr.plan.weight_chunk) if c == k
-             for out, src in zip(tr.new.heads[layer].tensors(), runner.state.heads[layer].tensors())]
+    pairs = []  # (gathered [T * share], src share, destination tensor or None, its heads [lo, hi) in gathered)
+    for layer, c in enumerate(tr.plan.weight_chunk):
+        if c != k:
+            continue
+        dst_h = tr.new.heads[layer]
+        lo = dst_h.head_start  # the gathered tensor's first rows are heads 0, 1, ... in order
+        for out, src in zip(dst_h.tensors(), runner.state.heads[layer].tensors()):
+            if out.shape[0] == g.world_size * src.shape[0]:
+                pairs.append((out, src, None, (0, 0)))
+            else:
+                buf = torch.empty((g.world_size * src.shape[0],) + tuple(src.shape[1:]), dtype=src.dtype,
+                                  device=src.device)
+                pairs.append((buf, src, out, (lo, lo + out.shape[0])))
     if not pairs:
         return
-    for out, src in pairs:
-        all_gather_cat(out, src, g.side)
-    widths = [4 if src.numel() * src.element_size() % 4 == 0 else src.element_size() for _, src in pairs]
+    for gathered, src, _, _ in pairs:
+        all_gather_cat(gathered, src, g.side)
+    widths = [4 if src.numel() * src.element_size() % 4 == 0 else src.element_size() for _, src, _, _ in pairs]
     shares = torch.stack([payload_checksum(src, r * src.numel() * src.element_size() // w, w)
-                          for (_, src), w in zip(pairs, widths)])  # [n] int64
+                          for (_, src, _, _), w in zip(pairs, widths)])  # [n] int64
     dist.all_reduce(shares, group=g.side)  # Σ over ranks = the checksum of the gathered tensor
-    got = torch.stack([payload_checksum(out, 0, w) for (out, _), w in zip(pairs, widths)])
+    got = torch.stack([payload_checksum(gathered, 0, w) for (gathered, _, _, _), w in zip(pairs, widths)])
     tr.mismatch += (got != shares).sum()
+    for gathered, _, out, (lo, hi) in pairs:
+        if out is not None:
+            out.copy_(gathered[lo:hi])
 
 
 def run_chunk(tr, runner, k: int) -> None:

@@ -61,7 +61,7 @@ from typing import Any, Callable
 import torch
 
 from .dist import agree_any, agree_flags, bounded_waits, first_reason, rebuild_side
-from .kv_pages import OutOfPages, PageTable, holders, pages_for
+from .kv_pages import OutOfPages, PageTable, pages_for
 from .layers import HeadWeights
 from .layouts import LayoutState
 from .move_plan import PageMovePlan, plan_page_moves, switch_growth_pages
@@ -71,6 +71,15 @@ from .transfer import run_chunk
 __all__ = ["AFTER_COMMIT", "Faults", "PageMovePlan", "SwitchState", "Transition", "plan_page_moves"]
 
 AFTER_COMMIT = ("rollback", "forward")
+
+
+def _only_in(a: list[int], b: list[int]) -> list[int]:
+    """Weight slots of `a` that `b` doesn't share (a layout's own, to free when it goes: a slice
+    hands some of the source's slots to the destination, "keep" all of them)."""
+    if a is b:
+        return []
+    shared = set(b)
+    return [s for s in a if s not in shared]
 
 
 class SwitchState(str, Enum):
@@ -196,7 +205,7 @@ class Transition:
             for q in list(new.table.pages):
                 runner.alloc.release([s for s in new.table.remove_request(q) if s not in keep])
             if new.weight_slots is not old.weight_slots:
-                runner.alloc.unreserve(new.weight_slots)
+                runner.alloc.unreserve(_only_in(new.weight_slots, old.weight_slots))
                 new.weight_slots = []
             self.fail(reason)
         elif self.probation and self._old is not None:
@@ -210,12 +219,13 @@ class Transition:
 
     # ---- begin ---------------------------------------------------------------------------------
     def begin(self, runner) -> None:
-        plan, r, t = self.plan, runner.g.rank, runner.g.world_size
+        plan, r = self.plan, runner.g.rank
         old, page = runner.state, runner.dims.page_size
         bounded_waits(runner.g, True)  # NOTE: until the switch ends, no collective waits long on a peer
         self.mismatch = torch.zeros((), dtype=torch.int64, device=runner.g.device)
-        new_table = PageTable(plan.dst_kind, dict(plan.dst_owners))
-        self.new = LayoutState(plan.dst_kind, new_table, old.heads, old.weight_slots)
+        dst = plan.dst_layout or runner.resolve_layout(plan.dst_kind)
+        new_table = PageTable(dst, dict(plan.dst_owners))
+        self.new = LayoutState(dst, new_table, old.heads, old.weight_slots)
         try:
             if self.faults is not None and self.faults.deny_pages_rank == r:
                 raise OutOfPages(f"injected: no memory for {plan.dest_pages[r]} destination pages on rank {r}")
@@ -230,20 +240,23 @@ class Transition:
                     f"steps), has {runner.alloc.num_free}")
             for req in sorted(runner.seq_lens):
                 for lp in range(pages_for(runner.seq_lens[req], page)):
-                    if r in holders(plan.dst_kind, t, req, lp, plan.dst_owners):
+                    if r in dst.holders(req, lp, plan.dst_owners):
                         slot = old.table.pages.get(req, {}).get(lp)
                         new_table.add(req, lp, slot if slot is not None else runner.alloc.alloc(1)[0])
-            if plan.weights == "gather":
+            h0, hs = dst.head_range(r, runner.dims.num_heads)  # the destination's slice on this rank
+            if plan.weights == "gather":  # every rank's slice all-gathered (transfer.py), then cut to [h0, h0 + hs)
                 self.new.weight_slots = runner.alloc.reserve(plan.weight_slots_after)
                 with self._side(runner):
-                    self.new.heads = [HeadWeights(0, *(torch.empty((h.num_heads * t,) + tuple(x.shape[1:]),
-                                                                   dtype=x.dtype, device=x.device)
-                                                       for x in h.tensors())) for h in old.heads]
+                    self.new.heads = [HeadWeights(h0, *(torch.empty((hs,) + tuple(x.shape[1:]), dtype=x.dtype,
+                                                                    device=x.device)
+                                                        for x in h.tensors())) for h in old.heads]
             elif plan.weights == "slice":
-                self.new.weight_slots = []
-                hs = runner.dims.num_heads // t
+                # NOTE: the destination keeps the first of the source's weight slots its slice still
+                # takes beyond the T-way shard (DPTP's 1/R − 1/T; none for TP and DOP); the rest are
+                # freed with the source's at the commit
+                self.new.weight_slots = old.weight_slots[:plan.weight_slots_after]
                 with self._side(runner):
-                    self.new.heads = [h.slice_heads(r * hs, hs) for h in old.heads]
+                    self.new.heads = [h.slice_heads(h0, hs) for h in old.heads]
             self.spare = runner.alloc.alloc(dst_growth)
             # Tokens grow by one per step until the commit: room for them (and headroom) in the inputs.
             self.new_exec = runner.build_exec(self.new, extra_pages=pages_for(plan.num_chunks + 2, page),
@@ -380,8 +393,7 @@ class Transition:
         old, new = self._old, runner.state
         keep = set(new.table.slots())
         runner.alloc.release([s for s in old.table.slots() if s not in keep])
-        if new.weight_slots is not old.weight_slots:
-            runner.alloc.unreserve(old.weight_slots)
+        runner.alloc.unreserve(_only_in(old.weight_slots, new.weight_slots))
         runner.retire(old)  # its tensors may still be read by the last source replay
         self._old = self._old_exec = None
 
@@ -390,8 +402,7 @@ class Transition:
         old, new = self._old, runner.state
         keep = set(old.table.slots())
         runner.alloc.release([s for s in new.table.slots() if s not in keep])
-        if new.weight_slots is not old.weight_slots:
-            runner.alloc.unreserve(new.weight_slots)
+        runner.alloc.unreserve(_only_in(new.weight_slots, old.weight_slots))
         if runner.exec is not None:
             runner.retire(runner.exec)
         runner.retire(new)
@@ -420,8 +431,7 @@ class Transition:
         if new is not None:
             keep = set(old.table.slots())
             runner.alloc.release([s for s in new.table.slots() if s not in keep])
-            if new.weight_slots is not old.weight_slots:
-                runner.alloc.unreserve(new.weight_slots)
+            runner.alloc.unreserve(_only_in(new.weight_slots, old.weight_slots))
         self.new = None
         if self.new_exec is not None:
             runner.retire(self.new_exec)

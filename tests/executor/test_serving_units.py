@@ -34,16 +34,18 @@ def test_the_policy_sees_the_executors_pages_and_weight_slots():
     heads, 2 layers × 22,528 params × 4 B = 180,224 B, of which each rank lacks half (90,112 B) =
     ⌈90,112 / 1,280⌉ = 71 slots of 2 layers × 4 tokens × 40 × 4 B. Pools, in the tables' units:
     TP and DOP 99 pages, CP and DP 99 − 71 = 28 pages (× 4 tokens × the table's bytes per token);
-    DCP and the other layouts the executor has no attention for, no pool (−1 B: the policy never picks them)."""
+    DPTP at T = 2 is 2 groups of one rank, DP's placement: 28 pages too (T = 4, G = 2:
+    tests/executor/test_placement_kind.py); DCP, whose placement the executor has no attention for,
+    no pool (−1 B: the policy never picks it)."""
     dims = tiny_dims(num_heads=8)
     t = torch_tables(dims, load_hardware("h200"), 2, 100)
     page = 4 * t.kv_bytes_per_token
     pools = dict(zip(t.layouts, t.info.kv_pool_bytes / page))
     assert t.info.kv_pool_bytes[t.layouts.index("dcp")] == -1.0
-    runs = {"tp": 99.0, "cp": 28.0, "dp": 28.0, "dop": 99.0}  # every other registered layout: no attention here
+    runs = {"tp": 99.0, "cp": 28.0, "dp": 28.0, "dop": 99.0, "dptp": 28.0}  # any other: no attention here
     assert pools == {n: runs.get(n, -1.0 / page) for n in t.layouts}
     assert {n: w for n, w in zip(t.layouts, t.info.weights_bytes / page) if n in runs} == \
-        {"tp": 0.0, "cp": 71.0, "dp": 71.0, "dop": 0.0}
+        {"tp": 0.0, "cp": 71.0, "dp": 71.0, "dop": 0.0, "dptp": 71.0}
     assert t.memory_budget_bytes == 99 * page and t.page_tokens == 4
 
 
