@@ -406,7 +406,7 @@ class ServingLoop:
             self.decode_steps += k
             left = dec.fin_min - dec.dsteps
             fk = float(k)
-            self.okv = self.kv.tokens = [x + c * fk for x, c in zip(self.okv, dec.per_owner)]
+            self.okv = self.kv.grow(dec.per_owner, fk, b)
             dec.s2 += b * fk
             dec.dsteps += k  # = dec.advance(k) with no group sitting out
             if left <= k:
@@ -420,8 +420,8 @@ class ServingLoop:
                 self.decode_steps += k
                 fk = float(k)
                 r = self.T // dec.groups
-                self.okv = self.kv.tokens = [x + (0.0 if (j // r) in sat_out else c * fk)
-                                             for j, (x, c) in enumerate(zip(self.okv, dec.per_owner))]
+                self.okv = self.kv.grow([0 if (j // r) in sat_out else c for j, c in enumerate(dec.per_owner)], fk,
+                                        moved)
                 dec.s2 += moved * fk
             if dec.first_to_finish() <= dec.dsteps and dec.b:
                 for i in dec.done_by(dec.dsteps):
