@@ -35,6 +35,9 @@ _add = np.add.reduce
 class SimExecutor:
     tracks_kv = False  # the loop need not call admit/retire: each run's batch says what decodes
     separate_prefill = True  # a run's batch may leave out the owner groups that prefill instead (SGLang)
+    # a run is priced from the batch's sums (the loop keeps them all): its per-request arrays are not
+    # read, so the loop need not build them (`active_decoders` gives the batch's size)
+    reads_batch_arrays = False
 
     def __init__(self, tables: StepTimeTable, noise: float = 0.0, seed: int = 0):
         if not np.isfinite(noise) or noise < 0:

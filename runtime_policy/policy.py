@@ -183,9 +183,12 @@ class LayoutPolicy:
                               for g in self._gcounts)
         first_extra = 1 + 2 * len(self._gcounts)
         at = [0 if p < 0 else 1 + 2 * p for p in self._gpos]  # each layout's busiest value (its lightest: + 1)
-        # per extra-slack layout: its slack, groups, where its token loads are, and where it writes its own
-        self._extra_at = tuple((self._extra[i], self._groups[i], at[i], at[i] + (self._gpos[i] >= 0),
-                                first_extra + 2 * e) for e, i in enumerate(self._extra_layouts))
+        # per extra-slack layout: its slack, where it writes its own loads, and for one of several
+        # groups, its groups and where its token loads are
+        self._extra_one = tuple((self._extra[i], first_extra + 2 * e) for e, i in enumerate(self._extra_layouts)
+                                if self._groups[i] == 1)
+        self._extra_at = tuple((self._extra[i], self._groups[i], at[i], at[i] + 1, first_extra + 2 * e)
+                               for e, i in enumerate(self._extra_layouts) if self._groups[i] > 1)
         busy_at = [first_extra + 2 * self._extra_layouts.index(i) if self._extra[i] else at[i] for i in range(n)]
         lite_at = [b + 1 if self._extra[i] else b + (self._gpos[i] >= 0) for i, b in enumerate(busy_at)]
         self._loads = [0.0] * (first_extra + 2 * len(self._extra_layouts))
@@ -219,11 +222,12 @@ class LayoutPolicy:
         """The layouts whose ledger slack per request differs from the tables' (`extra_slack_tokens`)
         charge it per request of their busiest / lightest group (the state's per-rank requests, else
         the running requests spread evenly over the groups): written to their own `_loads` slots."""
+        total, running = vals[0], self._state_running
+        for x, out in self._extra_one:  # one group holds every running request
+            vals[out] = vals[out + 1] = total + x * running
         reqs, t = self._state_reqs, self._ranks
         for x, g, hi_at, lo_at, out in self._extra_at:
-            if g == 1:  # one group holds every running request
-                n_hi = n_lo = self._state_running
-            elif reqs is not None and len(reqs) == t:
+            if reqs is not None and len(reqs) == t:
                 if g == t:
                     n_hi, n_lo = max(reqs), min(reqs)
                 else:

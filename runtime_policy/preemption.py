@@ -107,7 +107,8 @@ def write_back_contexts(loop: "ServingLoop") -> None:
     once per wall or shed: a Python pass over B each time was most of a preemption-heavy
     simulation's time; a victim's own `ctx` entry is written by `preempt`)."""
     dec = loop.dec
-    loop.ctxf[dec.ids[:dec.b]] = dec.c0[:dec.b] + dec.dsteps
+    ids, c0, _ = dec.arrays()
+    loop.ctxf[ids] = c0 + dec.dsteps
 
 
 def victim(loop: "ServingLoop", cand: list[int]) -> int:

@@ -100,7 +100,6 @@ def end_switch(loop: "ServingLoop", aborted: str = "") -> None:
         loop.layout = d.layout
         if loop.dec.groups != loop.groups[d.layout]:
             loop.dec.regroup(loop.groups[d.layout])  # each group's clock: the new layout's owner groups
-            loop.view_b = -1
         state.capacity_reprice_at_step = -1  # the memo was the old layout's
         loop.ordering.prefill_s_per_token = loop.prefill_price[loop.layout]
     loop.inflight = None
