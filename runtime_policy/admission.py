@@ -260,14 +260,12 @@ def route_at_arrival(loop: "ServingLoop", i: int) -> None:
     loop.bound_wait[g * r_per] += 1
 
 
-def prefill_progress(loop: "ServingLoop", done_by: dict[int, int]) -> None:
-    """Credit a run's prompt tokens to each owner group's prefilling requests in order
-    (runtime_policy/group_prefill.py); a request whose prefill is done gets its first token and
-    decodes (or is done, if that was all it asked for)."""
-    from runtime_policy.group_prefill import credit
-
+def prefill_progress(loop: "ServingLoop", finished: list[int]) -> None:
+    """The requests whose prefill a run finished (in admission order: group_prefill.py `credit`
+    credits a run's prompt tokens to each owner group's prefilling requests in order): each gets its
+    first token and decodes (or is done, if that was all it asked for)."""
     prefill_q, ctx, inp_l = loop.prefill_q, loop.ctx, loop.inp_l
-    for i in credit(loop, done_by):
+    for i in finished:
         prefill_q.remove(i)
         c = ctx[i]
         loop.pq_s2 -= c

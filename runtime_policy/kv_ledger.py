@@ -46,6 +46,8 @@ tokens, is the states at the token share (a full copy / the rate: 6,252).
 from __future__ import annotations
 
 import math
+from itertools import repeat
+from operator import add, mul
 
 import numpy as np
 
@@ -302,11 +304,12 @@ class KvLedger:
     def grow(self, per_rank: list[int], tokens_each: float, moved: int) -> list[float]:
         """`moved` decoders, `per_rank` [T] of them on each rank, gained `tokens_each` tokens (a run's
         decode steps); returns the new `tokens` (a new list: the serving loop keeps an alias)."""
-        tok = self.tokens = [x + c * tokens_each for x, c in zip(self.tokens, per_rank)]
+        # NOTE: x + c · tokens_each for every rank, in C (map over operator.add and mul: the same
+        # operations as a comprehension, without its per-rank bytecode)
+        tok = self.tokens = list(map(add, self.tokens, map(mul, per_rank, repeat(tokens_each, self.ranks))))
         self.total += moved * tokens_each
         for gt, _, _, parts in self._mid:
-            for k, part in enumerate(parts):
-                gt[k] = sum(tok[part])
+            gt[:] = map(sum, map(tok.__getitem__, parts))
         return tok
 
     def fits_reserved(self, layout: int, rank: int, end_tokens: float, pool_fraction: float = 1.0) -> bool:
@@ -324,9 +327,21 @@ class KvLedger:
         return tok * self.share[layout] * self.rate <= self.pool[layout] * pool_fraction
 
     def used_fraction(self, layout: int) -> float:
-        """The fullest group's share of its pool (1 where there is no pool)."""
+        """The fullest group's share of its pool (1 where there is no pool): held_bytes(layout) / pool,
+        inline (the serving loop's timeline reads it once a run)."""
         pool = self.pool[layout]
-        return self.held_bytes(layout) / pool if pool > 0 else 1.0
+        if not pool > 0:
+            return 1.0
+        g, x = self.groups[layout], self.extra[layout]
+        if g == 1:
+            tok = self.total + 0.0
+            if x:
+                tok += x * self.count
+        elif x:
+            tok = max(self.by_group(layout)) + 0.0
+        else:
+            tok = max(self.tokens if g == self.ranks else self.group_tok[layout]) + 0.0
+        return tok * self.share[layout] * self.rate / pool
 
     def free_bytes_per_rank(self, layout: int) -> list[float]:
         """[T] bytes each rank's owner group can still take under `layout` (the policy's state)."""

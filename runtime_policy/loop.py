@@ -49,7 +49,7 @@ import numpy as np
 
 from planner.errors import SpecError
 from runtime_policy.admission import admit, prefill_progress, route_at_arrival
-from runtime_policy.group_prefill import group_queues, plan_run, steps_to_first_completion
+from runtime_policy.group_prefill import credit, group_queues, plan_run, steps_to_first_completion
 from runtime_policy.group_prefill import pieces as prefill_pieces
 from runtime_policy.decision import Decision, PolicyState
 from runtime_policy.decode_set import DecodeSet
@@ -168,7 +168,7 @@ class ServingLoop:
         self.proj_at = 0  # the decode step at which the projection is next refreshed
         # running prefill statistics for the policy (exponentially weighted over steps)
         self.ema_steps = self.ema_tok = self.ema_tok_pfx = self.ema_own = 0.0
-        max_run = config.max_run_steps
+        max_run = self.max_run = config.max_run_steps
         self.ema_w = [1.0 - 0.5 ** (k / PREFILL_STATS_HALF_LIFE_STEPS) for k in range(max_run + 1)]  # weight of a k-step run
         self.zeros = [[0.0] * k for k in range(max(max_run, self.T) + 1)]
         self.arrival_keys = bool(getattr(ordering, "keys_are_arrival", False))
@@ -231,27 +231,39 @@ class ServingLoop:
                 if k_kv < 1:
                     k_kv = kv_wall(self, total)
             else:  # every owner group has room for a whole run (the decode set's groups are the layout's)
-                k_kv = self.config.max_run_steps
+                k_kv = self.max_run
                 if self.cap[layout] - max(self.okv if dec.groups == self.T else self.kv.group_tok[layout]) < \
                         k_kv * max(dec.gcount):
                     k_kv = kv_wall(self, total)
         if k_kv < 0:
             return  # preempted, with victims to re-sort: decide again
-        # the run's length: the least of the cuts (module docstring), at least 1
-        k = self.config.max_run_steps
+        # the run's length: the least of the cuts (module docstring), at least 1 (NOTE: whole numbers,
+        # compared, not min()/max() calls: the run's cuts are per-run work)
+        k = self.max_run
         if dec.b:
-            k = min(k, dec.fin_min - dec.dsteps, k_kv)  # the first decoder done; the KV wall
+            x = dec.fin_min - dec.dsteps  # the first decoder done
+            if x < k:
+                k = x
+            if k_kv < k:  # the KV wall
+                k = k_kv
         queues = None
         if self.prefill_q:
             queues = group_queues(self)  # each owner group's prefill (group_prefill.py)
-            k = min(k, steps_to_first_completion(self, queues))
+            x = steps_to_first_completion(self, queues)
+            if x < k:
+                k = x
         est = self.est_step_s
         if est > 0:
             if self.nxt < self.n:
-                k = min(k, max(math.ceil((self.arr_l[self.nxt] - self.t) / est), 1))  # the next arrival
+                x = math.ceil((self.arr_l[self.nxt] - self.t) / est)  # the next arrival
+                if x < k:
+                    k = x if x > 1 else 1
             if self.inflight is not None:
-                k = min(k, max(math.ceil((self.ready_s - self.t) / est), 1))  # the switch's hand-off
-        k = max(k, 1)
+                x = math.ceil((self.ready_s - self.t) / est)  # the switch's hand-off
+                if x < k:
+                    k = x if x > 1 else 1
+        if k < 1:
+            k = 1
         dur, chunk_stats, sat_out, done_by = self._run(k, queues)
         self._advance(k, dur, chunk_stats, sat_out, done_by)
 
@@ -436,7 +448,7 @@ class ServingLoop:
                     self._end(i, DONE)
                 dec.first_to_finish()
         if done_tokens:
-            prefill_progress(self, done_by)
+            prefill_progress(self, credit(self, done_by))
         # the timeline: time, layout, decode batch, KV used
         tl_t, tl_layout, tl_batch, tl_kv = self.timeline
         tl_t.append(t)
