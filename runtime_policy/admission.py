@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from runtime_policy.kv_ledger import group_counts
 from runtime_policy.preemption import displace_for
 from runtime_policy.tables import StepTimeTable
@@ -208,11 +206,11 @@ def admit_groups(loop: "ServingLoop", total: float) -> float:
     if taken:
         if taken[-1] - start == len(taken) - 1:  # a prefix of the queue: the common case
             waiting.pos = start + len(taken)
-        else:  # NOTE: the queue less the taken requests, their needs as they were (their contexts)
-            keep, gone = ids[start:], [j - start for j in taken]
-            for j in reversed(gone):
-                del keep[j]
-            waiting.ids, waiting.needs, waiting.pos = keep, np.delete(waiting.needs[start:], gone), 0
+        else:  # the queue less the taken requests
+            keep = ids[start:]
+            for j in reversed(taken):
+                del keep[j - start]
+            waiting.replace(keep)
     return total
 
 

@@ -120,7 +120,7 @@ class ServingLoop:
         self.owner = [0] * n
         self.pre_left = [0] * n  # prompt tokens still to prefill
         self.okv = self.kv.tokens  # KV tokens each rank owns (whole numbers: sums exact in any order)
-        self.waiting = WaitingQueue()
+        self.waiting = WaitingQueue(self.ctxf)
         self.prefill_q: list[int] = []
         self.pq_s2 = self.pq_s1 = 0.0  # Σ context and Σ min(context, top-k) over prefill_q
         # the engine's schedulers (planner.engines.scheduling, per layout in the tables): one per
@@ -153,7 +153,7 @@ class ServingLoop:
         self.prefill_price = [self._prefill_price(i) for i in range(len(tables.layouts))]
         ordering.prefill_s_per_token = self.prefill_price[self.layout]  # NOTE: DP/DOP chunks run 2–3× slower than TP's
         self.state = PolicyState(np.zeros(0), self.okv, [0.0] * self.T, np.zeros(0), self.layout)
-        self.wt_needs, self.wt_pos = None, -1  # the queue state.waiting_tokens was cut from
+        self.wt_version, self.wt_pos = -1, -1  # the queue state.waiting_tokens was cut from
         self.t = self.arr_l[0]
         self.nxt = 0  # the next request to arrive
         self.ended = 0
@@ -290,7 +290,7 @@ class ServingLoop:
             self.stats_version = ordering.stats.version
             waiting.dirty = waiting.dirty or waiting.pos < len(waiting.ids) or len(waiting.new) > 0
         if waiting.dirty:
-            waiting.resort(self._keys, self.ctx, self.ctxf, self.arrival_keys)
+            waiting.resort(self._keys, self.arrival_keys)
 
     def _keys(self, ids: np.ndarray) -> np.ndarray:
         tok = self.ctxf[ids].astype(np.int64)
