@@ -35,6 +35,9 @@ _add = np.add.reduce
 class SimExecutor:
     tracks_kv = False  # the loop need not call admit/retire: each run's batch says what decodes
     separate_prefill = True  # a run's batch may leave out the owner groups that prefill instead (SGLang)
+    # a run is priced from the batch's sums (the loop keeps them all): its per-request arrays are not
+    # read, so the loop need not build them (`active_decoders` gives the batch's size)
+    reads_batch_arrays = False
 
     def __init__(self, tables: StepTimeTable, noise: float = 0.0, seed: int = 0):
         if not np.isfinite(noise) or noise < 0:
@@ -97,18 +100,41 @@ class SimExecutor:
         else:
             s1_0 = s1_end = s2_0 = 0.0
         chunk_owner = chunk_owner if owner_layout else None  # TP and CP spread every chunk
-        if k == 1 and not prefill_tokens[0] and not self.noise and self.scalar_run_steps:
-            # NOTE: one decode step (most runs, when arrivals cut them): `_run_scalar` of it, without
-            # its per-run set-up
-            c1, c2, alpha, over, _, max_n, dec, n_dec, rows = self._scalar[batch.layout]
-            n = b if b < max_n else max_n
-            row = dec[n][batch.layout] if n < n_dec else self._row(batch.layout, n)
-            s1, s2 = s1_0, s2_0
+        if k == 1 and not self.noise and self.scalar_run_steps:
+            # NOTE: one step (most runs, when arrivals cut them): `_run_scalar` of it, without its
+            # per-run set-up
+            layout = batch.layout
+            c1, c2, alpha, over, max_p, max_n, dec, n_dec, _ = self._scalar[layout]
+            p = prefill_tokens[0]
+            p = min(int(p), max_p) if p else 0
+            n = b + p
+            if n > max_n:
+                n = max_n
+            row = dec[n][layout] if n < n_dec else self._row(layout, n)
+            s1 = s1_all = s1_0
+            s2 = s2_all = s2_0
             if b and owner_layout:
                 s2_own = max(own_ctx)
                 frac = s2_own / s2 if s2 > 0 else 0.0
                 s1, s2 = s1 * frac, s2_own
-            dur = [step_time.step_seconds(row, None, 0.0, 0.0, c1, c2, s1, s2, alpha, over)]
+            if not p:
+                dur = [step_time.step_seconds(row, None, 0.0, 0.0, c1, c2, s1, s2, alpha, over)]
+            elif chunk_owner is None:  # the chunk over every rank (or, unknown, on the busiest)
+                lo, hi = step_time.prefix_split(None if prefill_context_tokens is None
+                                                else float(prefill_context_tokens[0]), self._knee)
+                dur = [step_time.step_seconds(row, self._chunk_row(layout, p), lo, hi, c1, c2, s1, s2, alpha, over)]
+            else:  # owner layouts: the slower of the decode-busiest owner and the chunk's owner
+                g = chunk_owner[0][0]
+                if groups != t.ranks:  # the chunk's owner rank → its owner group
+                    g = g * groups // t.ranks
+                lo, hi = step_time.prefix_split(float(chunk_owner[2][0]), self._knee)
+                if b:
+                    s2c = own_ctx[g] + own_cnt[g] * 0
+                    s1c = s1_all * (s2c / s2_all if s2_all > 0 else 0.0)
+                else:
+                    s1c = s2c = 0.0
+                dur = [step_time.owner_step_seconds(row, self._chunk_row(layout, min(int(chunk_owner[1][0]), max_p)),
+                                                    lo, hi, c1, c2, s1, s2, s1c, s2c, alpha, over)]
             if self._pending_interference_s:
                 dur[0] += self._pending_interference_s
                 self._pending_interference_s = 0.0

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 def admit(loop: "ServingLoop") -> float:
     """Admit waiting requests while they fit; returns Σ KV tokens after admission."""
     okv, waiting = loop.okv, loop.waiting
-    total = sum(okv)
+    total = loop.kv.total
     if waiting.pos >= len(waiting.ids) or loop.skip_admit:  # nobody waits (or a preemption just sent them back)
         loop.skip_admit = False
         return total
@@ -56,7 +56,7 @@ def admit(loop: "ServingLoop") -> float:
             if not (loop.ordering.displaces and ctx[i] == loop.inp_l[i] and displace_for(loop, i)):
                 break
             displaced = True
-            total = sum(okv)
+            total = kv.total
         c = ctx[i]
         need = c + slack
         # NOTE: the one-group and one-rank groupings inline (the common layouts); others ask the ledger
@@ -114,17 +114,23 @@ def admit_groups(loop: "ServingLoop", total: float) -> float:
     request belongs to a group (bound at arrival by the engine's routing, or here: TRT-LLM's
     fewest active prompt tokens), and each group admits its own requests in queue order while
     its KV fits and it runs fewer than its cap; a group that can't take its next request admits
-    none after it (its queue's head waits) while the others go on."""
+    none after it (its queue's head waits) while the others go on (NOTE: the queue's requests bound
+    to the groups that wait are stepped over in C, `_next_open`: a long queue behind a full group
+    was most of a bursty workload's admission)."""
     waiting, kv = loop.waiting, loop.kv
     layout = loop.layout
     g_count, t = loop.groups[layout], loop.T
     r_per = t // g_count
     cap_g = min(loop.cap_group[layout], loop.max_requests[layout] / g_count)
-    running = list(group_counts(kv.requests, g_count))  # a copy (G = T: the ledger's own list)
+    running = list(kv.group_requests(layout))  # a copy (G > 1: the ledger's own list)
     max_batch = loop.config.max_batch
-    run_total = sum(running)
-    slack, ctx, okv = loop.slack, loop.ctx, loop.okv
+    run_total = kv.count
+    slack, ctx, okv, bound = loop.slack, loop.ctx, loop.okv, loop.bound
     reserve = loop.reserve_output
+    # = kv.fits(layout, r, need, watermark), inline: the group's tokens (its requests' extra slack
+    # included) + the request's need and extra slack, at the share a rank stores, against the pool
+    gtok, greq, x = kv.group_tokens(layout), kv.group_requests(layout), kv.extra[layout]
+    share, rate, lim = kv.share[layout], kv.rate, kv.pool[layout] * loop.watermark
     dst = -1
     if loop.inflight is not None:
         if loop.inflight.shed_kv_tokens > 0:
@@ -133,9 +139,13 @@ def admit_groups(loop: "ServingLoop", total: float) -> float:
         dst_g, dst_pool = loop.groups[dst], loop.pools[dst] * loop.watermark
     blocked: set[int] = set()
     ids, start = waiting.ids, waiting.pos
+    n = len(ids)
     taken: list[int] = []
     displaced = False
-    for idx in range(start, len(ids)):
+    rest = None  # the queue's bound ranks from `rest_at` on (built at the first group that waits)
+    rest_at = 0
+    idx = start
+    while idx < n:
         if len(blocked) == g_count:
             break
         i = ids[idx]
@@ -145,49 +155,76 @@ def admit_groups(loop: "ServingLoop", total: float) -> float:
             if not (loop.ordering.displaces and ctx[i] == loop.inp_l[i] and displace_for(loop, i)):
                 break
             displaced = True
-            running = list(group_counts(kv.requests, g_count))
+            running = list(kv.group_requests(layout))
             run_total = sum(running)
-            total = sum(okv)
-        b = loop.bound[i]
+            total = kv.total
+        b = bound[i]
         g = b // r_per if b >= 0 else route_at_admission(loop, layout)
-        if g in blocked:
-            continue
-        if running[g] >= cap_g:
-            blocked.add(g)
-            continue
-        part = okv[g * r_per:(g + 1) * r_per]
-        r = g * r_per + part.index(min(part))
-        need = ctx[i] + slack
-        if reserve:
-            fits = kv.fits_reserved(layout, r, loop.end_at[i] + slack, loop.watermark)
-        else:
-            fits = kv.fits(layout, r, need, loop.watermark)
-        if fits and dst >= 0:
-            fits = kv.held_bytes(dst, need + kv.extra[dst], -1 if dst_g == 1 else r) <= dst_pool
-        if not fits:
-            if not loop.dec.b and not loop.prefill_q and loop.inflight is None and not fits_somewhere(
-                    need * loop.bpt, loop.policy, loop.tables, loop.watermark):
-                taken.append(idx)
-                loop._end(i, ABORTED)
-                continue
-            blocked.add(g)
-            continue
-        taken.append(idx)
-        _start_prefill(loop, i, r, need)
-        running[g] += 1
-        run_total += 1
-        total += need
+        if g not in blocked:
+            if running[g] >= cap_g:
+                blocked.add(g)
+            else:
+                if r_per == 1:
+                    r = g
+                else:
+                    part = okv[g * r_per:(g + 1) * r_per]
+                    r = g * r_per + part.index(min(part))
+                need = ctx[i] + slack
+                if reserve:
+                    fits = kv.fits_reserved(layout, r, loop.end_at[i] + slack, loop.watermark)
+                else:
+                    fits = ((gtok[g] + x * greq[g] if x else gtok[g]) + (need + x)) * share * rate <= lim
+                if fits and dst >= 0:
+                    fits = kv.held_bytes(dst, need + kv.extra[dst], -1 if dst_g == 1 else r) <= dst_pool
+                if fits:
+                    taken.append(idx)
+                    _start_prefill(loop, i, r, need)
+                    running[g] += 1
+                    run_total += 1
+                    total += need
+                    idx += 1
+                    continue
+                if not loop.dec.b and not loop.prefill_q and loop.inflight is None and not fits_somewhere(
+                        need * loop.bpt, loop.policy, loop.tables, loop.watermark):
+                    taken.append(idx)
+                    loop._end(i, ABORTED)
+                    idx += 1
+                    continue
+                blocked.add(g)
+        # request i's group waits: the next request of a group that doesn't (or not bound to one),
+        # unless the batch is full (the next request then displaces or ends the pass)
+        idx += 1
+        if idx < n and run_total < max_batch and len(blocked) < g_count:
+            b = bound[ids[idx]]
+            if b >= 0 and b // r_per in blocked:  # the next one's group waits too
+                if rest is None:
+                    rest, rest_at = list(map(bound.__getitem__, ids[idx:])), idx
+                idx = rest_at + _next_open(rest, idx - rest_at, blocked, r_per)
     loop.skip_admit = False
     if displaced:
         loop.dec.first_to_finish()
     if taken:
         if taken[-1] - start == len(taken) - 1:  # a prefix of the queue: the common case
             waiting.pos = start + len(taken)
-        else:
-            gone = set(taken)
-            keep = [ids[j] for j in range(start, len(ids)) if j not in gone]
-            waiting.ids, waiting.needs, waiting.pos = keep, loop.ctxf[keep] if keep else waiting.needs[:0], 0
+        else:  # the queue less the taken requests
+            keep = ids[start:]
+            for j in reversed(taken):
+                del keep[j - start]
+            waiting.replace(keep)
     return total
+
+
+def _next_open(rest: list[int], at: int, blocked: set[int], r_per: int) -> int:
+    """The first index from `at` in `rest` (the queue's bound ranks) of a request bound to no group
+    (−1) or to a rank of a group not in `blocked`; len(rest) if none. Scans in C (list.index)."""
+    present = set(rest[at:]) if at else set(rest)
+    best = len(rest)
+    for v in present:
+        if v < 0 or v // r_per not in blocked:
+            j = rest.index(v, at)
+            if j < best:
+                best = j
+    return best
 
 
 def route_at_admission(loop: "ServingLoop", layout: int) -> int:
@@ -196,7 +233,7 @@ def route_at_admission(loop: "ServingLoop", layout: int) -> int:
     fewer requests, then the lower rank)."""
     g_count = loop.groups[layout]
     prompts = group_counts(loop.kv.prompts, g_count)
-    reqs = group_counts(loop.kv.requests, g_count)
+    reqs = loop.kv.group_requests(layout)
     return min(range(g_count), key=lambda g: (prompts[g], reqs[g], g))
 
 
@@ -215,20 +252,18 @@ def route_at_arrival(loop: "ServingLoop", i: int) -> None:
         loop.rr += 1
     else:
         waiting = group_counts(loop.bound_wait, g_count)
-        running = group_counts(loop.kv.requests, g_count)
+        running = loop.kv.group_requests(layout)
         g = min(range(g_count), key=lambda x: (4 * waiting[x] + running[x], x))
     loop.bound[i] = g * r_per
     loop.bound_wait[g * r_per] += 1
 
 
-def prefill_progress(loop: "ServingLoop", done_by: dict[int, int]) -> None:
-    """Credit a run's prompt tokens to each owner group's prefilling requests in order
-    (runtime_policy/group_prefill.py); a request whose prefill is done gets its first token and
-    decodes (or is done, if that was all it asked for)."""
-    from runtime_policy.group_prefill import credit
-
+def prefill_progress(loop: "ServingLoop", finished: list[int]) -> None:
+    """The requests whose prefill a run finished (in admission order: group_prefill.py `credit`
+    credits a run's prompt tokens to each owner group's prefilling requests in order): each gets its
+    first token and decodes (or is done, if that was all it asked for)."""
     prefill_q, ctx, inp_l = loop.prefill_q, loop.ctx, loop.inp_l
-    for i in credit(loop, done_by):
+    for i in finished:
         prefill_q.remove(i)
         c = ctx[i]
         loop.pq_s2 -= c
@@ -237,7 +272,7 @@ def prefill_progress(loop: "ServingLoop", done_by: dict[int, int]) -> None:
         if c == inp_l[i]:  # the first token
             c += 1.0
             ctx[i] = c
-            loop.okv[loop.owner[i]] += 1.0
+            loop.kv.add_token(loop.owner[i], 1.0)
             loop.first[i] = loop.t
         if c - inp_l[i] >= loop.out_l[i]:
             loop.kv.remove(loop.owner[i], c + loop.slack, inp_l[i], loop.end_at[i] + loop.slack)

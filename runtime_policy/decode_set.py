@@ -2,15 +2,19 @@
 which each is done, kept so that a run of steps without events costs a fixed number of operations
 per owner group whatever the batch size.
 
-- the set lives in slots [0, B) of fixed arrays (request ids, owners, and context − decode steps
-  run, so contexts grow without being written); a leaving request's slot takes the last one. The
-  order of joining, which completions and victim choice follow, is kept as a join sequence number;
+- the set lives in slots [0, B) (request ids, in a list); a leaving request's slot takes the last
+  one. Each request keeps its owner and its context less its group's clock, so contexts grow
+  without being written; `arrays` builds the slots' ids, contexts − decode steps run and owners as
+  numpy arrays for a reader that wants them (an executor that reads per-request contexts, the
+  projection, a preemption's keys). NOTE: lists, not arrays, are kept: a numpy scalar write costs
+  ~100 ns, and the simulator reads only the sums below. The order of joining, which completions and
+  victim choice follow, is kept as a join sequence number;
 - the decoders are grouped by the current layout's owner groups (G groups of R consecutive ranks,
   the planner's Placement), and each group keeps its own clock: the decode steps run, less the
   steps it sat out (`lag`) while its scheduler ran a prefill batch instead (SGLang runs a step's
   prefill or its decodes, not both: planner.engines.scheduling). A request's context is its c0 +
   its group's clock; a run of k steps in which some groups prefill advances every clock but those
-  (`advance`);
+  (`advance`, a few operations per group that sits out);
 - per group, a heap of the group-clock step at which each decoder is done gives a run's cut and its
   completions, and a heap of the step at which each context reaches top-k keeps Σ min(L, top-k)
   exact without a pass over B (NOTE: heap entries are ints, step << SEQ_BITS | join seq, which
@@ -39,16 +43,12 @@ class DecodeSet:
     def __init__(self, max_batch: int, requests: int, ranks: int, topk_tokens: float | None, groups: int = 1):
         self.b = 0  # decoding requests: slots [0, b)
         self.dsteps = 0  # decode steps run so far (every group's clock counts them, less its lag)
-        self.ids = np.zeros(max_batch, dtype=np.int64)  # [max_batch] request of each slot
-        # [max_batch] its context − dsteps: the context at step dsteps is c0 + dsteps (a group that
-        # sits out k steps has its slots' c0 lowered by k, so the sum stays its context)
-        self.c0 = np.zeros(max_batch)
-        self.owners = np.zeros(max_batch, dtype=np.int64)  # [max_batch] its owner rank
-        self.slot_group = np.zeros(max_batch, dtype=np.int64)  # [max_batch] its owner group
-        self.slot_id = [0] * max_batch  # = ids, as a list
+        self.version = 0  # changes whenever what `arrays` answers changes other than by dsteps
+        self.slot_id = [0] * max_batch  # the request of each slot
         self.slot = [-1] * requests  # each request's slot (−1: not decoding)
         self.c0_of = [0.0] * requests  # its context − its group's clock
         self.group_of = [0] * requests  # its owner group
+        self.owner_of = [0] * requests  # its owner rank
         self.done_at = [0.0] * requests  # the context at which it is done
         self.jseq_of = [0] * requests  # when each last joined (a sequence number)
         self.jseq = 0
@@ -66,6 +66,7 @@ class DecodeSet:
 
     def _set_groups(self, groups: int) -> None:
         self.groups = groups
+        self.group_range = range(groups)
         self.group_ranks = self.ranks // groups
         self.lag = [0] * groups  # steps each group sat out since the grouping was set
         self.fin_heaps: list[list[int]] = [[] for _ in range(groups)]  # group-clock step each decoder is done
@@ -90,11 +91,12 @@ class DecodeSet:
         at = fin + self.lag[g]  # on dsteps
         if s == 0 or at < self.fin_min:
             self.fin_min = at
-        self.ids[s], self.c0[s], self.owners[s], self.slot_group[s] = i, c - self.dsteps, owner, g
         self.slot_id[s] = i
         self.slot[i] = s
         self.c0_of[i] = c0
         self.group_of[i] = g
+        self.owner_of[i] = owner
+        self.version += 1
         self.done_at[i] = done_at_context
         self.jseq += 1
         seq = self.jseq_of[i] = self.jseq
@@ -118,10 +120,10 @@ class DecodeSet:
         b = self.b
         if s != b:
             j = self.slot_id[b]
-            self.ids[s], self.c0[s], self.owners[s], self.slot_group[s] = j, self.c0[b], self.owners[b], self.slot_group[b]
             self.slot_id[s] = j
             self.slot[j] = s
         self.slot[i] = -1
+        self.version += 1
         c0 = self.c0_of[i]
         g = self.group_of[i]
         if self.unc[i]:
@@ -136,6 +138,20 @@ class DecodeSet:
         self.s2 -= c
         return c
 
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """([B] request ids, [B] contexts − dsteps, [B] owner ranks) of the slots, as new numpy arrays
+        (a request's context at decode step dsteps is its entry + dsteps)."""
+        ids = self.slot_id[: self.b]
+        c0 = np.array(list(map(self.c0_of.__getitem__, ids)), dtype=np.float64)  # − its group's lag below
+        lag = self.lag
+        if any(lag):
+            if self.groups == 1:
+                c0 -= lag[0]
+            else:
+                c0 -= np.array(lag, dtype=np.float64)[np.array(list(map(self.group_of.__getitem__, ids)), dtype=np.int64)]
+        return (np.array(ids, dtype=np.int64), c0,
+                np.array(list(map(self.owner_of.__getitem__, ids)), dtype=np.int64))
+
     def in_join_order(self) -> list[int]:
         """The decoding requests in the order they joined."""
         return sorted(self.slot_id[: self.b], key=self.jseq_of.__getitem__)
@@ -149,12 +165,11 @@ class DecodeSet:
         if not sat_out:
             return self.b
         moved = self.b
-        b = self.b
+        lag, gcount = self.lag, self.gcount
         for g in sat_out:
-            self.lag[g] += k
-            moved -= self.gcount[g]
-            if self.gcount[g]:
-                self.c0[:b][self.slot_group[:b] == g] -= k
+            lag[g] += k
+            moved -= gcount[g]
+        self.version += 1
         return moved
 
     def regroup(self, groups: int) -> None:
@@ -163,7 +178,7 @@ class DecodeSet:
         if groups == self.groups and not any(self.lag):
             return
         members = self.in_join_order()
-        state = [(i, self.context(i), int(self.owners[self.slot[i]]), self.done_at[i]) for i in members]
+        state = [(i, self.context(i), self.owner_of[i], self.done_at[i]) for i in members]
         for i, _, owner, _ in state:
             self.leave(i, owner)
         self._set_groups(groups)
@@ -209,22 +224,33 @@ class DecodeSet:
         call's), the groups in `sat_out` held at their clocks now (they sit out until then), or
         left out (`active_only`)."""
         total = 0.0
-        seq_req, unc, jseq_of, c0_of = self.seq_req, self.unc, self.jseq_of, self.c0_of
-        for g, heap in enumerate(self.unc_heaps):
-            if active_only and g in sat_out:
-                continue
-            t = (self.dsteps if g in sat_out else at) - self.lag[g]  # the group's clock at `at`
-            last = (t + 1) << SEQ_BITS  # entries below: the context reaches top-k by then
-            if heap and heap[0] < last:
-                while heap and heap[0] < last:
-                    s = heapq.heappop(heap) & SEQ_MASK
-                    i = seq_req[s]
-                    if unc[i] and jseq_of[i] == s:
-                        unc[i] = False
-                        self.unc_cnt[g] -= 1
-                        self.unc_c0[g] -= c0_of[i]
-            total += self.unc_c0[g] + self.unc_cnt[g] * t + self.topk * (self.gcount[g] - self.unc_cnt[g])
+        lag, heaps, unc_cnt, unc_c0, gcount, topk = self.lag, self.unc_heaps, self.unc_cnt, self.unc_c0, self.gcount, \
+            self.topk
+        for g in self.group_range:
+            if sat_out and g in sat_out:
+                if active_only:
+                    continue
+                t = self.dsteps - lag[g]  # the group's clock now: it sits out until `at`
+            else:
+                t = at - lag[g]  # the group's clock at `at`
+            heap = heaps[g]
+            if heap and heap[0] < (t + 1) << SEQ_BITS:  # contexts that reach top-k by then
+                self._capped(g, (t + 1) << SEQ_BITS)
+            n = unc_cnt[g]
+            total += unc_c0[g] + n * t + topk * (gcount[g] - n)
         return total
+
+    def _capped(self, g: int, last: int) -> None:
+        """Group g's decoders whose context reaches top-k before heap entry `last` leave its uncapped
+        count and Σ c0."""
+        heap, seq_req, unc, jseq_of, c0_of = self.unc_heaps[g], self.seq_req, self.unc, self.jseq_of, self.c0_of
+        while heap and heap[0] < last:
+            s = heapq.heappop(heap) & SEQ_MASK
+            i = seq_req[s]
+            if unc[i] and jseq_of[i] == s:
+                unc[i] = False
+                self.unc_cnt[g] -= 1
+                self.unc_c0[g] -= c0_of[i]
 
     def owner_contexts(self) -> list[float]:
         """[T] Σ context of each owner's decoders now."""

@@ -56,9 +56,11 @@ class StepBatch:
     # caller keeps it (negative: the executor computes it)
     context_capped_sum_last_tokens: float = -1.0
     context_offset_tokens: float = 0.0  # added to every context_base_tokens
-    # decoders that run in these steps when some owner groups prefill instead (SGLang runs a group's
+    # decoders that run in these steps (when some owner groups prefill instead, SGLang runs a group's
     # prefill batch or its decodes: the sums and owner sums above are then of the active ones only,
-    # the sitting-out groups' zero); −1: every decoder of the batch
+    # the sitting-out groups' zero); −1: every decoder of the batch's arrays. NOTE: an executor that
+    # declares `reads_batch_arrays = False` (it prices a run from the sums above) is handed empty
+    # arrays, and this count
     active_decoders: int = -1
 
     @property

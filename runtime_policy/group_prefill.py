@@ -45,29 +45,37 @@ def group_queues(loop: "ServingLoop") -> list[GroupQueue]:
     layout = loop.layout
     g_count = loop.groups[layout]
     chunk = loop.group_chunk[layout]
-    r = loop.T // g_count
-    pre_left, owner = loop.pre_left, loop.owner
+    pre_left, owner, ids = loop.pre_left, loop.owner, loop.prefill_q
     if g_count == 1:
-        ids = loop.prefill_q
         c = chunk if loop.separate else max(chunk - loop.dec.b, 1)
         return [GroupQueue(0, ids, c, sum([pre_left[i] for i in ids]))]
-    by: dict[int, GroupQueue] = {}
-    counts = loop.dec.gcount if loop.dec.groups == g_count else None
-    for i in loop.prefill_q:
+    r = loop.T // g_count
+    counts = loop.dec.gcount  # the decode set's groups are the layout's (regrouped at each commit)
+    separate = loop.separate
+    if len(ids) == 1:  # one request prefills (the common case)
+        g = owner[ids[0]] // r
+        return [GroupQueue(g, ids, chunk if separate else max(chunk - counts[g], 1), pre_left[ids[0]])]
+    by: list = [None] * g_count
+    for i in ids:
         g = owner[i] // r
-        q = by.get(g)
+        q = by[g]
         if q is None:
-            dec_g = counts[g] if counts is not None else 0
-            q = by[g] = GroupQueue(g, [], chunk if loop.separate else max(chunk - dec_g, 1), 0)
-        q.ids.append(i)
-        q.tokens_left += pre_left[i]
-    return sorted(by.values(), key=lambda q: q.group)
+            by[g] = GroupQueue(g, [i], chunk if separate else max(chunk - counts[g], 1), pre_left[i])
+        else:
+            q.ids.append(i)
+            q.tokens_left += pre_left[i]
+    return [q for q in by if q is not None]
 
 
 def steps_to_first_completion(loop: "ServingLoop", queues: list[GroupQueue]) -> int:
     """Steps until the first group's head request has all its prompt (the run's cut)."""
     pre_left = loop.pre_left
-    return min(math.ceil(pre_left[q.ids[0]] / q.chunk) for q in queues)
+    k = -(-pre_left[queues[0].ids[0]] // queues[0].chunk)  # ⌈left / chunk⌉ of whole numbers
+    for q in queues[1:]:
+        x = -(-pre_left[q.ids[0]] // q.chunk)
+        if x < k:
+            k = x
+    return k
 
 
 def plan_run(loop: "ServingLoop", queues: list[GroupQueue], k: int) -> tuple[list, list, tuple, tuple, dict]:
@@ -76,6 +84,8 @@ def plan_run(loop: "ServingLoop", queues: list[GroupQueue], k: int) -> tuple[lis
     the run's statistics (prompt tokens, their token-weighted prefix, the busiest groups' tokens,
     steps with a chunk) and each group's prompt tokens done in the run {group: tokens}."""
     pre_left, ctx, owner = loop.pre_left, loop.ctx, loop.owner
+    if k == 1:
+        return _plan_step(queues, pre_left, ctx, owner)
     if len(queues) == 1:
         q = queues[0]
         pref = _chunks(q, k)
@@ -122,6 +132,34 @@ def plan_run(loop: "ServingLoop", queues: list[GroupQueue], k: int) -> tuple[lis
     return total, prefix, (ranks, own_tok, own_pfx), stats, done_by
 
 
+def _plan_step(queues: list[GroupQueue], pre_left: list[int], ctx: list[float],
+               owner: list[int]) -> tuple[list, list, tuple, tuple, dict]:
+    """`plan_run` of a one-step run (most runs, when arrivals cut them), its arithmetic as `plan_run`
+    does it for k = 1: each group's chunk, the tokens and prefix of the group running the most."""
+    tj = run_pfx = 0.0
+    best = -1.0
+    done_by: dict[int, int] = {}
+    for q in queues:
+        x = float(q.chunk) if q.tokens_left >= q.chunk else float(q.tokens_left)  # = _chunks(q, 1)
+        head = q.ids[0]
+        left = pre_left[head]
+        if left >= x:  # every token from the head request (= chunk_plan's common case)
+            pfx, rank = ctx[head] - left, owner[head]
+        else:
+            p, r, _, _ = chunk_plan([x], q.ids, pre_left, ctx, owner)
+            pfx, rank = p[0], r[0]
+        tj += x
+        run_pfx += x * pfx
+        if x > best:
+            best, b_pfx, b_rank = x, pfx, rank
+        done_by[q.group] = int(x)
+    if len(queues) == 1:  # = plan_run's one-group arithmetic
+        stats = (int(tj), 0 + best * b_pfx, tj, 1.0 if tj > 0 else 0.0)
+    else:
+        stats = (int(tj), run_pfx, best, 1.0 if tj > 0 else 0.0)
+    return [tj], [b_pfx], ([b_rank], [best], [b_pfx]), stats, done_by
+
+
 def _chunks(q: GroupQueue, k: int) -> list[float]:
     """[k] the group's prompt tokens per step: its chunk, the last step what is left."""
     full = q.tokens_left // q.chunk
@@ -151,21 +189,27 @@ def pieces(loop: "ServingLoop", queues: list[GroupQueue], k: int) -> list[list[t
 
 
 def credit(loop: "ServingLoop", done_by: dict[int, int]) -> list[int]:
-    """Credit each group's prompt tokens to its own requests in admission order; returns the
-    requests whose prefill is done, in admission order (admission.prefill_progress finishes them)."""
-    layout = loop.layout
-    r = loop.T // loop.groups[layout]
+    """Credit each group's prompt tokens to its own requests in admission order (`done_by` is used
+    up); returns the requests whose prefill is done, in admission order (admission.prefill_progress
+    finishes them). The pass stops once every group's tokens are credited."""
+    r = loop.T // loop.groups[loop.layout]
     pre_left, owner = loop.pre_left, loop.owner
     finished = []
-    left = dict(done_by)
+    todo = len(done_by)  # groups whose tokens are not all credited yet
     for i in loop.prefill_q:
         g = owner[i] // r
-        d = left.get(g, 0)
+        d = done_by.get(g, 0)
         if d <= 0:
             continue
-        take = pre_left[i] if pre_left[i] < d else d
-        pre_left[i] -= take
-        left[g] = d - take
-        if pre_left[i] == 0:
+        left = pre_left[i]
+        take = left if left < d else d
+        pre_left[i] = left - take
+        d -= take
+        done_by[g] = d
+        if take == left:
             finished.append(i)
+        if d <= 0:
+            todo -= 1
+            if not todo:
+                break
     return finished

@@ -46,6 +46,8 @@ tokens, is the states at the token share (a full copy / the rate: 6,252).
 from __future__ import annotations
 
 import math
+from itertools import repeat
+from operator import add, mul
 
 import numpy as np
 
@@ -164,11 +166,15 @@ class KvLedger:
     and DCP (the total against the pool at the rank's share), T groups of one for DP-attention and
     DOP (each owner's against its pool), G groups of T/G for DP attention with attention TP inside.
 
-    `tokens` is the per-rank list the loop adds to and takes from (whole numbers, exact in any
-    order); the reads below are functions of it and of the layout's grouping alone."""
+    `tokens` is the per-rank list the loop changes through `add`, `remove`, `add_token` and `grow`
+    (whole numbers, exact in any order); the reads below are functions of it and of the layout's
+    grouping alone. NOTE: the total and, for every grouping of 1 < G < T groups, each group's tokens
+    and requests are kept as they change (`total`, `count`, `group_tok`, `group_req`), so a read is
+    an index, not G sums over the ranks: the serving loop reads its layout's groups several times a
+    run (admission, the KV wall, the timeline, the policy's state)."""
 
     __slots__ = ("tokens", "requests", "prompts", "reserved", "ranks", "groups", "share", "pool", "rate", "cap_tokens",
-                 "extra")
+                 "extra", "total", "count", "group_tok", "group_req", "_mid")
 
     def __init__(self, tables):
         info = tables.info
@@ -188,19 +194,42 @@ class KvLedger:
         self.pool = [float(x) for x in info.kv_pool_bytes]  # [L] bytes per GPU
         self.rate = float(tables.kv_bytes_per_token)
         self.cap_tokens = [p / (self.rate * s) if s > 0 and p > 0 else 0.0 for p, s in zip(self.pool, self.share)]
+        self.total = 0.0  # Σ tokens
+        self.count = 0  # Σ requests
+        # one pair of [G] lists (tokens, requests) per distinct G with 1 < G < T, shared by its layouts
+        mids = {g: ([0.0] * g, [0] * g) for g in self.groups if 1 < g < self.ranks}
+        self.group_tok = [mids[g][0] if g in mids else None for g in self.groups]  # [L] (None: G = 1 or T)
+        self.group_req = [mids[g][1] if g in mids else None for g in self.groups]
+        self._mid = tuple((tok, req, self.ranks // g, tuple(slice(k * (self.ranks // g), (k + 1) * (self.ranks // g))
+                                                             for k in range(g))) for g, (tok, req) in mids.items())
+
+    def group_tokens(self, layout: int) -> list[float]:
+        """[G] tokens each owner group of `layout` holds, the tables' slack per request only (NOTE:
+        the ledger's own list where G > 1: read it, don't write it)."""
+        g = self.groups[layout]
+        if g == self.ranks:
+            return self.tokens
+        return self.group_tok[layout] if g > 1 else [self.total]
+
+    def group_requests(self, layout: int) -> list[int]:
+        """[G] requests each owner group of `layout` holds (the ledger's own list where G > 1)."""
+        g = self.groups[layout]
+        if g == self.ranks:
+            return self.requests
+        return self.group_req[layout] if g > 1 else [self.count]
 
     def by_group(self, layout: int) -> list[float]:
-        """[G] tokens each owner group of `layout` holds (its requests' extra slack included)."""
-        g, x = self.groups[layout], self.extra[layout]
-        tok = group_tokens(self.tokens, g)
+        """[G] tokens each owner group of `layout` holds (its requests' extra slack included). NOTE:
+        without extra slack, the ledger's own list where G > 1: read it, don't write it."""
+        x = self.extra[layout]
         if not x:
-            return list(tok)
-        return [a + x * n for a, n in zip(tok, group_tokens(self.requests, g))]
+            return self.group_tokens(layout)
+        return [a + x * n for a, n in zip(self.group_tokens(layout), self.group_requests(layout))]
 
     def busiest(self, layout: int) -> float:
         """Tokens of `layout`'s fullest owner group (the total for a one-group layout)."""
         if self.groups[layout] == 1:
-            return sum(self.tokens) + self.extra[layout] * sum(self.requests)
+            return self.total + self.extra[layout] * self.count
         return max(self.by_group(layout))
 
     def group_of(self, layout: int, rank: int) -> int:
@@ -214,7 +243,7 @@ class KvLedger:
         g = self.groups[layout]
         if g == 1 or g == self.ranks:
             return tok.index(min(tok))
-        sums = group_tokens(tok, g)
+        sums = self.group_tok[layout]
         first = sums.index(min(sums)) * (self.ranks // g)
         part = tok[first:first + self.ranks // g]
         return first + part.index(min(part))
@@ -225,12 +254,12 @@ class KvLedger:
         tables' slack; its layout's extra slack is the caller's (`fits`)."""
         g = self.groups[layout]
         if g == 1:
-            tok = sum(self.tokens) + extra_tokens
+            tok = self.total + extra_tokens
             x = self.extra[layout]
             if x:
-                tok += x * sum(self.requests)
+                tok += x * self.count
         elif rank >= 0:
-            tok = self.by_group(layout)[self.group_of(layout, rank)] + extra_tokens
+            tok = self.by_group(layout)[rank * g // self.ranks] + extra_tokens
         else:
             tok = max(self.by_group(layout)) + extra_tokens
         return tok * self.share[layout] * self.rate
@@ -247,6 +276,11 @@ class KvLedger:
         self.requests[rank] += 1
         self.prompts[rank] += prompt
         self.reserved[rank] += end_tokens
+        self.total += tokens
+        self.count += 1
+        for tok, req, r, _ in self._mid:
+            tok[rank // r] += tokens
+            req[rank // r] += 1
 
     def remove(self, rank: int, tokens: float, prompt: float = 0.0, end_tokens: float = 0.0) -> None:
         """A request of `tokens` (its context + the tables' slack), `prompt` and `end_tokens` leaves `rank`."""
@@ -254,6 +288,29 @@ class KvLedger:
         self.requests[rank] -= 1
         self.prompts[rank] -= prompt
         self.reserved[rank] -= end_tokens
+        self.total -= tokens
+        self.count -= 1
+        for tok, req, r, _ in self._mid:
+            tok[rank // r] -= tokens
+            req[rank // r] -= 1
+
+    def add_token(self, rank: int, tokens: float) -> None:
+        """`rank`'s requests hold `tokens` more (a prefill's first token)."""
+        self.tokens[rank] += tokens
+        self.total += tokens
+        for tok, _, r, _ in self._mid:
+            tok[rank // r] += tokens
+
+    def grow(self, per_rank: list[int], tokens_each: float, moved: int) -> list[float]:
+        """`moved` decoders, `per_rank` [T] of them on each rank, gained `tokens_each` tokens (a run's
+        decode steps); returns the new `tokens` (a new list: the serving loop keeps an alias)."""
+        # NOTE: x + c · tokens_each for every rank, in C (map over operator.add and mul: the same
+        # operations as a comprehension, without its per-rank bytecode)
+        tok = self.tokens = list(map(add, self.tokens, map(mul, per_rank, repeat(tokens_each, self.ranks))))
+        self.total += moved * tokens_each
+        for gt, _, _, parts in self._mid:
+            gt[:] = map(sum, map(tok.__getitem__, parts))
+        return tok
 
     def fits_reserved(self, layout: int, rank: int, end_tokens: float, pool_fraction: float = 1.0) -> bool:
         """Whether a request that ends at `end_tokens` fits `rank`'s group with every request in
@@ -261,18 +318,30 @@ class KvLedger:
         g = self.groups[layout]
         if g == 1:
             tok = sum(self.reserved)
-            n = sum(self.requests)
+            n = self.count
         else:
             k = self.group_of(layout, rank)
             tok = group_tokens(self.reserved, g)[k]
-            n = group_tokens(self.requests, g)[k]
+            n = self.group_requests(layout)[k]
         tok += end_tokens + self.extra[layout] * (n + 1)
         return tok * self.share[layout] * self.rate <= self.pool[layout] * pool_fraction
 
     def used_fraction(self, layout: int) -> float:
-        """The fullest group's share of its pool (1 where there is no pool)."""
+        """The fullest group's share of its pool (1 where there is no pool): held_bytes(layout) / pool,
+        inline (the serving loop's timeline reads it once a run)."""
         pool = self.pool[layout]
-        return self.held_bytes(layout) / pool if pool > 0 else 1.0
+        if not pool > 0:
+            return 1.0
+        g, x = self.groups[layout], self.extra[layout]
+        if g == 1:
+            tok = self.total + 0.0
+            if x:
+                tok += x * self.count
+        elif x:
+            tok = max(self.by_group(layout)) + 0.0
+        else:
+            tok = max(self.tokens if g == self.ranks else self.group_tok[layout]) + 0.0
+        return tok * self.share[layout] * self.rate / pool
 
     def free_bytes_per_rank(self, layout: int) -> list[float]:
         """[T] bytes each rank's owner group can still take under `layout` (the policy's state)."""
@@ -280,6 +349,10 @@ class KvLedger:
         pool, scale = self.pool[layout], self.share[layout] * self.rate
         if g == self.ranks and not self.extra[layout]:
             return [pool - x * scale for x in self.tokens]
-        sums = self.by_group(layout)
+        if g == 1:
+            return [pool - (self.total + self.extra[layout] * self.count) * scale] * self.ranks
         r = self.ranks // g
-        return [pool - sums[k // r] * scale for k in range(self.ranks)]
+        out: list[float] = []
+        for x in self.by_group(layout):
+            out += [pool - x * scale] * r
+        return out

@@ -49,12 +49,12 @@ import numpy as np
 
 from planner.errors import SpecError
 from runtime_policy.admission import admit, prefill_progress, route_at_arrival
-from runtime_policy.group_prefill import group_queues, plan_run, steps_to_first_completion
+from runtime_policy.group_prefill import credit, group_queues, plan_run, steps_to_first_completion
 from runtime_policy.group_prefill import pieces as prefill_pieces
 from runtime_policy.decision import Decision, PolicyState
 from runtime_policy.decode_set import DecodeSet
 from runtime_policy.executor import Executor, StepBatch
-from runtime_policy.kv_ledger import KvLedger, group_counts
+from runtime_policy.kv_ledger import KvLedger
 from runtime_policy.ordering import Ordering
 from runtime_policy.preemption import kv_wall
 from runtime_policy.tables import NO_TOPK, StepTimeTable
@@ -120,7 +120,7 @@ class ServingLoop:
         self.owner = [0] * n
         self.pre_left = [0] * n  # prompt tokens still to prefill
         self.okv = self.kv.tokens  # KV tokens each rank owns (whole numbers: sums exact in any order)
-        self.waiting = WaitingQueue()
+        self.waiting = WaitingQueue(self.ctxf)
         self.prefill_q: list[int] = []
         self.pq_s2 = self.pq_s1 = 0.0  # Σ context and Σ min(context, top-k) over prefill_q
         # the engine's schedulers (planner.engines.scheduling, per layout in the tables): one per
@@ -142,15 +142,18 @@ class ServingLoop:
         self.rr = 0  # the round-robin router's next group
         self.layout = int(policy.initial_layout(inp[arr <= arr[0]].astype(np.float64)))
         self.dec = DecodeSet(config.max_batch, n, self.T, self.topk if self.capped else None, self.groups[self.layout])
+        # NOTE: an executor that prices a run from the batch's sums alone (the simulator) says so, and
+        # the decode set's per-request arrays are not built for it
+        self.reads_arrays = bool(getattr(executor, "reads_batch_arrays", True))
         self.batch = StepBatch(0, np.zeros(0), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
         self.idle_batch = StepBatch(0, np.zeros(0), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64),
                                     0.0, 0.0)  # a prefill-only step: no decodes
-        self.view_b = -1  # batch holds views of slots [0, view_b)
+        self.view_version = -1  # the decode set's version the batch's arrays were built at
         # seconds per prompt token of every group's full chunk in each layout
         self.prefill_price = [self._prefill_price(i) for i in range(len(tables.layouts))]
         ordering.prefill_s_per_token = self.prefill_price[self.layout]  # NOTE: DP/DOP chunks run 2–3× slower than TP's
         self.state = PolicyState(np.zeros(0), self.okv, [0.0] * self.T, np.zeros(0), self.layout)
-        self.wt_needs, self.wt_pos = None, -1  # the queue state.waiting_tokens was cut from
+        self.wt_version, self.wt_pos = -1, -1  # the queue state.waiting_tokens was cut from
         self.t = self.arr_l[0]
         self.nxt = 0  # the next request to arrive
         self.ended = 0
@@ -165,9 +168,9 @@ class ServingLoop:
         self.proj_at = 0  # the decode step at which the projection is next refreshed
         # running prefill statistics for the policy (exponentially weighted over steps)
         self.ema_steps = self.ema_tok = self.ema_tok_pfx = self.ema_own = 0.0
-        max_run = config.max_run_steps
+        max_run = self.max_run = config.max_run_steps
         self.ema_w = [1.0 - 0.5 ** (k / PREFILL_STATS_HALF_LIFE_STEPS) for k in range(max_run + 1)]  # weight of a k-step run
-        self.zeros = [[0.0] * k for k in range(max_run + 1)]
+        self.zeros = [[0.0] * k for k in range(max(max_run, self.T) + 1)]
         self.arrival_keys = bool(getattr(ordering, "keys_are_arrival", False))
         self.dyn_keys = bool(ordering.dynamic_keys)  # keys change with the length statistics (boost)
         self.steps = self.decode_steps = 0
@@ -219,31 +222,48 @@ class ServingLoop:
             self._nothing_admitted()
             return
         k_kv = _NEVER
-        if dec.b:
+        if dec.b:  # = kv_wall(self, total) where nothing is preempted (the common cases, inline)
             layout = self.layout
-            if self.inflight is not None or self.groups[layout] > 1 or self.kv.extra[layout]:
+            if self.inflight is not None or self.kv.extra[layout]:
                 k_kv = kv_wall(self, total)
-            else:  # = _kv_wall(total) for a spread layout with room (the common case, inline)
+            elif dec.groups == 1:
                 k_kv = int(math.floor((self.cap[layout] - total) / dec.b))
                 if k_kv < 1:
                     k_kv = kv_wall(self, total)
+            else:  # every owner group has room for a whole run (the decode set's groups are the layout's)
+                k_kv = self.max_run
+                if self.cap[layout] - max(self.okv if dec.groups == self.T else self.kv.group_tok[layout]) < \
+                        k_kv * max(dec.gcount):
+                    k_kv = kv_wall(self, total)
         if k_kv < 0:
             return  # preempted, with victims to re-sort: decide again
-        # the run's length: the least of the cuts (module docstring), at least 1
-        k = self.config.max_run_steps
+        # the run's length: the least of the cuts (module docstring), at least 1 (NOTE: whole numbers,
+        # compared, not min()/max() calls: the run's cuts are per-run work)
+        k = self.max_run
         if dec.b:
-            k = min(k, dec.fin_min - dec.dsteps, k_kv)  # the first decoder done; the KV wall
+            x = dec.fin_min - dec.dsteps  # the first decoder done
+            if x < k:
+                k = x
+            if k_kv < k:  # the KV wall
+                k = k_kv
         queues = None
         if self.prefill_q:
             queues = group_queues(self)  # each owner group's prefill (group_prefill.py)
-            k = min(k, steps_to_first_completion(self, queues))
+            x = steps_to_first_completion(self, queues)
+            if x < k:
+                k = x
         est = self.est_step_s
         if est > 0:
             if self.nxt < self.n:
-                k = min(k, max(math.ceil((self.arr_l[self.nxt] - self.t) / est), 1))  # the next arrival
+                x = math.ceil((self.arr_l[self.nxt] - self.t) / est)  # the next arrival
+                if x < k:
+                    k = x if x > 1 else 1
             if self.inflight is not None:
-                k = min(k, max(math.ceil((self.ready_s - self.t) / est), 1))  # the switch's hand-off
-        k = max(k, 1)
+                x = math.ceil((self.ready_s - self.t) / est)  # the switch's hand-off
+                if x < k:
+                    k = x if x > 1 else 1
+        if k < 1:
+            k = 1
         dur, chunk_stats, sat_out, done_by = self._run(k, queues)
         self._advance(k, dur, chunk_stats, sat_out, done_by)
 
@@ -270,7 +290,7 @@ class ServingLoop:
             self.stats_version = ordering.stats.version
             waiting.dirty = waiting.dirty or waiting.pos < len(waiting.ids) or len(waiting.new) > 0
         if waiting.dirty:
-            waiting.resort(self._keys, self.ctx, self.ctxf, self.arrival_keys)
+            waiting.resort(self._keys, self.arrival_keys)
 
     def _keys(self, ids: np.ndarray) -> np.ndarray:
         tok = self.ctxf[ids].astype(np.int64)
@@ -291,60 +311,57 @@ class ServingLoop:
 
     # ---- the run -------------------------------------------------------------------------------
     def _run(self, k: int, queues) -> tuple[list[float], tuple, tuple, dict]:
-        """Run k steps on the executor: the decoders (the run's StepBatch: views of the decode set's
-        slots; the executor protocol: read it during the call, keep nothing; NOTE: one object,
-        refilled each run), and each owner group's next chunks (`queues`: group_prefill.py; None:
-        no prefill). With separate prefill (SGLang) a group with a chunk runs no decodes: its
-        decoders sit the run out. Returns the step durations, (prompt tokens done, their
-        token-weighted prefix, the busiest groups' tokens, steps with a chunk), the groups that
-        sat out and each group's prompt tokens done."""
-        dec, batch, layout, capped = self.dec, self.batch, self.layout, self.capped
+        """Run k steps on the executor: the decoders (the run's StepBatch: its sums, and for an
+        executor that reads them the decode set's per-request arrays; the executor protocol: read it
+        during the call, keep nothing; NOTE: one object, refilled each run), and each owner group's
+        next chunks (`queues`: group_prefill.py; None: no prefill). With separate prefill (SGLang) a
+        group with a chunk runs no decodes: its decoders sit the run out. Returns the step
+        durations, (prompt tokens done, their token-weighted prefix, the busiest groups' tokens,
+        steps with a chunk), the groups that sat out and each group's prompt tokens done."""
+        dec, batch, layout = self.dec, self.batch, self.layout
         b = dec.b
         sat_out = ()
         if queues is not None and self.separate and b:
-            sat_out = tuple(q.group for q in queues)
-            if len(sat_out) == dec.groups or sum([dec.gcount[g] for g in sat_out]) == b:
+            sat_out = tuple([q.group for q in queues])
+            waits = 0
+            for g in sat_out:
+                waits += dec.gcount[g]
+            if waits == b:
                 batch = self.idle_batch  # every decoder waits: a prefill-only step
                 batch.layout = layout
                 b = 0
+        if self.reads_arrays and batch is self.batch and self.view_version != dec.version:
+            self.view_version = dec.version
+            batch.request_ids, batch.context_base_tokens, batch.owners = dec.arrays()
         if b:
             batch.layout = layout
-            if self.view_b != dec.b:
-                self.view_b = dec.b
-                batch.context_base_tokens, batch.owners, batch.request_ids = \
-                    dec.c0[:dec.b], dec.owners[:dec.b], dec.ids[:dec.b]
-            g = self.groups[layout]
             if sat_out:
                 self._fill_active(batch, k, sat_out)
             else:
                 s2 = dec.s2
-                batch.context_sum_tokens, batch.context_capped_sum_tokens = s2, (self.s1_now if capped else s2)
-                batch.active_decoders = -1
+                batch.context_sum_tokens = s2
+                batch.active_decoders = b
+                g = dec.groups  # = the layout's (regrouped at each commit)
                 if g > 1:  # per owner group Σ context only where the executor reads it
                     if g == self.T:
                         batch.owner_context_tokens = dec.owner_contexts()
                         batch.owner_requests = dec.per_owner
-                    elif dec.groups == g:  # the decode set's own groups: O(G)
+                    else:  # the decode set's own groups: O(G)
                         batch.owner_context_tokens = dec.group_contexts()
                         batch.owner_requests = dec.gcount
-                    else:
-                        batch.owner_context_tokens = group_counts(dec.owner_contexts(), g)
-                        batch.owner_requests = group_counts(dec.per_owner, g)
                 else:
                     batch.owner_context_tokens = batch.owner_requests = None
-                if capped and k > 1:
-                    batch.context_capped_sum_last_tokens = dec.capped_sum(dec.dsteps + k - 1)
+                if self.capped:
+                    batch.context_capped_sum_tokens = self.s1_now
+                    batch.context_capped_sum_last_tokens = dec.capped_sum(dec.dsteps + k - 1) if k > 1 else -1.0
                 else:
-                    batch.context_capped_sum_last_tokens = -1.0
+                    batch.context_capped_sum_tokens, batch.context_capped_sum_last_tokens = s2, -1.0
             batch.context_offset_tokens = float(dec.dsteps)
         elif batch is self.batch:
             batch.layout = layout
-            if self.view_b != 0:
-                self.view_b = 0
-                batch.context_base_tokens, batch.owners, batch.request_ids = dec.c0[:0], dec.owners[:0], dec.ids[:0]
             batch.context_sum_tokens = batch.context_capped_sum_tokens = 0.0
             batch.owner_context_tokens = batch.owner_requests = None
-            batch.context_capped_sum_last_tokens, batch.active_decoders = -1.0, -1
+            batch.context_capped_sum_last_tokens, batch.active_decoders = -1.0, 0
         if queues is None:
             dur = self.executor.run_steps(batch, self.zeros[k] if k <= self.config.max_run_steps else [0.0] * k)
             return (dur if type(dur) is list else dur.tolist()), _NO_PREFILL, sat_out, _NO_DONE
@@ -406,7 +423,7 @@ class ServingLoop:
             self.decode_steps += k
             left = dec.fin_min - dec.dsteps
             fk = float(k)
-            self.okv = self.kv.tokens = [x + c * fk for x, c in zip(self.okv, dec.per_owner)]
+            self.okv = self.kv.grow(dec.per_owner, fk, b)
             dec.s2 += b * fk
             dec.dsteps += k  # = dec.advance(k) with no group sitting out
             if left <= k:
@@ -420,8 +437,10 @@ class ServingLoop:
                 self.decode_steps += k
                 fk = float(k)
                 r = self.T // dec.groups
-                self.okv = self.kv.tokens = [x + (0.0 if (j // r) in sat_out else c * fk)
-                                             for j, (x, c) in enumerate(zip(self.okv, dec.per_owner))]
+                per_rank = list(dec.per_owner)  # the decoders that moved, per rank
+                for g in sat_out:
+                    per_rank[g * r:(g + 1) * r] = self.zeros[r]
+                self.okv = self.kv.grow(per_rank, fk, moved)
                 dec.s2 += moved * fk
             if dec.first_to_finish() <= dec.dsteps and dec.b:
                 for i in dec.done_by(dec.dsteps):
@@ -429,7 +448,7 @@ class ServingLoop:
                     self._end(i, DONE)
                 dec.first_to_finish()
         if done_tokens:
-            prefill_progress(self, done_by)
+            prefill_progress(self, credit(self, done_by))
         # the timeline: time, layout, decode batch, KV used
         tl_t, tl_layout, tl_batch, tl_kv = self.timeline
         tl_t.append(t)

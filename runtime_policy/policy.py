@@ -110,12 +110,11 @@ class LayoutPolicy:
                              for i in range(n)]
         self._cant = self._stay[0][Reason.CANT_DECIDE]
         self._zeros = [0.0] * n  # an empty batch's group loads
-        self._busy, self._lite = [0.0] * n, [0.0] * n  # `_group_loads`' answer, rewritten each call
         self._extra = [float(x) for x in t.info.extra_slack_tokens]
         self._extra_layouts = tuple(i for i in range(n) if self._extra[i])
         self._has_extra = bool(self._extra_layouts)
         self._state_reqs, self._state_running = None, 0  # the state `_group_loads` reads them from
-        self._ghi, self._glo = [0.0] * len(self._gcounts), [0.0] * len(self._gcounts)
+        self._init_group_loads()
         self._no_growth = [0.0] * n
         self._buf = np.empty(k.max_batch + 1)  # Σ min(L, top-k) of a context array, without allocating
         self._ones = np.ones(k.max_batch + 1)
@@ -171,46 +170,64 @@ class LayoutPolicy:
                                            state.prefill_tokens_per_step, state.prefill_context_tokens,
                                            state.prefill_owner_share))
 
-    def _group_loads(self, okv: list, total: float) -> tuple[list[float], list[float]]:
+    def _init_group_loads(self) -> None:
+        """What `_group_loads` reads and where it writes (compiled once). Its answer is picked off one
+        list of values, `_loads`: [0] the total, then each distinct group count's busiest and
+        lightest group, then each extra-slack layout's busiest and lightest group (NOTE: picked by
+        operator.itemgetter, one C call per [L] answer, where a per-layout loop cost ~6 operations
+        a layout)."""
+        t, n = self._ranks, self._n
+        # per distinct group count: its first group's slice of the per-rank list and the others' (None: G = T)
+        self._gslices = tuple(None if g == t else (slice(0, t // g), tuple(slice(k * (t // g), (k + 1) * (t // g))
+                                                                           for k in range(1, g)))
+                              for g in self._gcounts)
+        first_extra = 1 + 2 * len(self._gcounts)
+        at = [0 if p < 0 else 1 + 2 * p for p in self._gpos]  # each layout's busiest value (its lightest: + 1)
+        # per extra-slack layout: its slack, where it writes its own loads, and for one of several
+        # groups, its groups and where its token loads are
+        self._extra_one = tuple((self._extra[i], first_extra + 2 * e) for e, i in enumerate(self._extra_layouts)
+                                if self._groups[i] == 1)
+        self._extra_at = tuple((self._extra[i], self._groups[i], at[i], at[i] + 1, first_extra + 2 * e)
+                               for e, i in enumerate(self._extra_layouts) if self._groups[i] > 1)
+        busy_at = [first_extra + 2 * self._extra_layouts.index(i) if self._extra[i] else at[i] for i in range(n)]
+        lite_at = [b + 1 if self._extra[i] else b + (self._gpos[i] >= 0) for i, b in enumerate(busy_at)]
+        self._loads = [0.0] * (first_extra + 2 * len(self._extra_layouts))
+        self._busy_of, self._lite_of = _picker(busy_at), _picker(lite_at)
+
+    def _group_loads(self, okv: list, total: float) -> tuple[tuple, tuple]:
         """[L] each layout's busiest and lightest owner group's KV tokens (the total for one-group
-        layouts), from the per-rank tokens: one pass per distinct group count. NOTE: written into
-        two preallocated lists (the hot path allocates nothing that stays): read them before the
-        next call."""
-        t = self._ranks
-        busy, lite, gpos = self._busy, self._lite, self._gpos
-        hi, lo = self._ghi, self._glo
-        for k, g in enumerate(self._gcounts):
-            if g == t:
-                hi[k], lo[k] = max(okv), min(okv)
+        layouts), from the per-rank tokens: one pass per distinct group count (tuples)."""
+        vals = self._loads
+        vals[0] = total
+        j = 1
+        for parts in self._gslices:
+            if parts is None:
+                vals[j], vals[j + 1] = max(okv), min(okv)
             else:
-                r = t // g
-                top = bot = sum(okv[0:r])
-                for j in range(r, t, r):
-                    x = sum(okv[j:j + r])
+                first, rest = parts
+                top = bot = sum(okv[first])
+                for part in rest:
+                    x = sum(okv[part])
                     if x > top:
                         top = x
                     if x < bot:
                         bot = x
-                hi[k], lo[k] = top, bot
-        for i, p in enumerate(gpos):
-            if p < 0:
-                busy[i] = lite[i] = total
-            else:
-                busy[i], lite[i] = hi[p], lo[p]
+                vals[j], vals[j + 1] = top, bot
+            j += 2
         if self._has_extra:
-            self._add_extra(busy, lite)
-        return busy, lite
+            self._add_extra(vals)
+        return self._busy_of(vals), self._lite_of(vals)
 
-    def _add_extra(self, busy: list[float], lite: list[float]) -> None:
+    def _add_extra(self, vals: list[float]) -> None:
         """The layouts whose ledger slack per request differs from the tables' (`extra_slack_tokens`)
         charge it per request of their busiest / lightest group (the state's per-rank requests, else
-        the running requests spread evenly over the groups)."""
+        the running requests spread evenly over the groups): written to their own `_loads` slots."""
+        total, running = vals[0], self._state_running
+        for x, out in self._extra_one:  # one group holds every running request
+            vals[out] = vals[out + 1] = total + x * running
         reqs, t = self._state_reqs, self._ranks
-        for i in self._extra_layouts:
-            x, g = self._extra[i], self._groups[i]
-            if g == 1:  # one group holds every running request
-                n_hi = n_lo = self._state_running
-            elif reqs is not None and len(reqs) == t:
+        for x, g, hi_at, lo_at, out in self._extra_at:
+            if reqs is not None and len(reqs) == t:
                 if g == t:
                     n_hi, n_lo = max(reqs), min(reqs)
                 else:
@@ -219,8 +236,8 @@ class LayoutPolicy:
                     n_hi, n_lo = max(sums), min(sums)
             else:
                 n_hi = n_lo = self._state_running / g
-            busy[i] += x * n_hi
-            lite[i] += x * n_lo
+            vals[out] = vals[hi_at] + x * n_hi
+            vals[out + 1] = vals[lo_at] + x * n_lo
 
     def _growth(self, g_tot: float, g_own: float, lay_growth) -> list[float]:
         """[L] the expected KV growth of each layout's busiest owner group: the projection's per
@@ -489,6 +506,14 @@ class LayoutPolicy:
         tokens = np.minimum(prompts[req] - prefix, chunk)
         zeros = np.zeros(req.size)
         return float(self.tables.step_s(layout, 0, tokens, zeros, zeros, prefill_context=prefix).sum())
+
+
+def _picker(at: list[int]):
+    """x -> (x[at[0]], x[at[1]], ...), a tuple whatever len(at) (operator.itemgetter of one index
+    answers a scalar)."""
+    if len(at) == 1:
+        return lambda x, i=at[0]: (x[i],)
+    return operator.itemgetter(*at)
 
 
 def _layout_index(x) -> int:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from runtime_policy.kv_ledger import group_counts, group_tokens
+from runtime_policy.kv_ledger import group_counts
 from runtime_policy.waiting import ABORTED, WAITING
 
 if TYPE_CHECKING:
@@ -35,12 +35,9 @@ def kv_steps(loop: "ServingLoop", total: float, layout: int = -1) -> int:
     kv = loop.kv
     x = kv.extra[layout]
     if g == 1:
-        return int(math.floor((cap - (total + x * sum(kv.requests) if x else total)) / dec.b))
-    okv, per_owner = loop.okv, dec.per_owner
-    if x:
-        okv, per_owner = kv.by_group(layout), group_counts(per_owner, g)
-    elif g != loop.T:
-        okv, per_owner = group_tokens(okv, g), group_counts(per_owner, g)
+        return int(math.floor((cap - (total + x * kv.count if x else total)) / dec.b))
+    okv = kv.by_group(layout)
+    per_owner = dec.per_owner if g == loop.T else (dec.gcount if dec.groups == g else group_counts(dec.per_owner, g))
     max_run = loop.config.max_run_steps
     if cap - max(okv) >= max_run * max(per_owner):
         return max_run  # NOTE: every group has room for a whole run; the exact count needs G divisions
@@ -97,7 +94,7 @@ def kv_wall(loop: "ServingLoop", total: float) -> int:
             if dec.slot[v] >= 0:
                 decoding.remove(v)
             preempt(loop, v)
-        k_kv = kv_steps(loop, sum(loop.okv)) if dec.b else NEVER
+        k_kv = kv_steps(loop, loop.kv.total) if dec.b else NEVER
     dec.first_to_finish()
     if loop.waiting.dirty:
         loop.skip_admit = True  # NOTE: re-admitting the victim at once would undo the preemption
@@ -110,7 +107,8 @@ def write_back_contexts(loop: "ServingLoop") -> None:
     once per wall or shed: a Python pass over B each time was most of a preemption-heavy
     simulation's time; a victim's own `ctx` entry is written by `preempt`)."""
     dec = loop.dec
-    loop.ctxf[dec.ids[:dec.b]] = dec.c0[:dec.b] + dec.dsteps
+    ids, c0, _ = dec.arrays()
+    loop.ctxf[ids] = c0 + dec.dsteps
 
 
 def victim(loop: "ServingLoop", cand: list[int]) -> int:

@@ -40,7 +40,8 @@ class StepPricer:
         # the layouts of several owner groups, by their group count (each count has its own busiest
         # group): `step_times` takes the busiest and lightest group's tokens per layout
         self.owned = tuple(i for i in range(n) if self.owner[i])
-        self._bs1, self._bs2, self._ls1, self._ls2 = ([0.0] * n for _ in range(4))  # per layout, filled per call
+        # per layout of several groups, filled per call: (busiest group's S1, S2, the chunk's group's S1, S2)
+        self._owner_sums: list = [None] * n
         self.n_base = max_batch + 1
         rows = t.base_rows_py  # NOTE: compiled once per table (a per-policy copy cost ~6 ms)
         self.base_py = rows[: self.n_base] if self.n_base <= len(rows) else t.base_s[: self.n_base].tolist()
@@ -61,15 +62,15 @@ class StepPricer:
                    prefill_tokens: float, prefill_context: float, owner_share: float) -> list[float]:
         """[L] step seconds of a batch of `b` decodes with sums `s1` (Σ min(L, top-k)) and `s2` (Σ L),
         whose busiest and lightest owner groups hold `own` and `own_min` KV tokens (per layout [L]
-        lists; or one float each where every layout of several groups has the same count), and the
-        observed prefill (share of steps with a chunk, tokens per step, their prefix, the owner
-        group's share). Returns `self.steps`, overwritten by the next call (copy what you keep).
-        NOTE: one kernel call for every layout: the layouts of several owner groups read their own
-        busiest group's sums from [L] lists filled in place (the hot path allocates nothing)."""
+        lists or tuples; or one float each where every layout of several groups has the same count),
+        and the observed prefill (share of steps with a chunk, tokens per step, their prefix, the
+        owner group's share). Returns `self.steps`, overwritten by the next call (copy what you
+        keep). NOTE: one kernel call for every layout: the layouts of several owner groups read
+        their own busiest group's sums from an [L] list filled in place (nothing allocated stays)."""
         # NOTE: min/max of two numbers spelled out (min(x, y) is x unless y < x): ~10 builtin calls
         # here would cost more than the arithmetic of one layout
-        scalar = type(own) is not list
-        bs1, bs2, ls1, ls2 = self._bs1, self._bs2, self._ls1, self._ls2
+        scalar = type(own) is not list and type(own) is not tuple
+        sums = self._owner_sums
         for i in self.owned:
             hi, lo = (own, own_min) if scalar else (own[i], own_min[i])
             frac = frac_min = 0.0
@@ -79,13 +80,13 @@ class StepPricer:
                     frac = 1.0
                 if frac_min > 1.0:
                     frac_min = 1.0
-            bs1[i], bs2[i] = s1 * frac, s2 * frac  # the decode-busiest group's sums
-            ls1[i], ls2[i] = s1 * frac_min, s2 * frac_min  # the lightest group's (the chunk's)
+            # the decode-busiest group's sums, and the lightest group's (the chunk's)
+            sums[i] = (s1 * frac, s2 * frac, s1 * frac_min, s2 * frac_min)
         rows = self.base_py[b if b < self.n_base else self.n_base - 1]
         out, net, c1, c2, alpha, over = self.steps, self.net, self.c1, self.c2, self.alpha, self.over
         f = prefill_fraction if prefill_fraction < 1.0 else 1.0
         if not (f > 0 and prefill_tokens > 0):
-            step_time.decode_steps(self.spread, self.owned, rows, c1, c2, s1, s2, bs1, bs2, alpha, over, out, net)
+            step_time.decode_steps(self.spread, self.owned, rows, c1, c2, s1, s2, sums, alpha, over, out, net)
             return out
         # the blend's chunk: its size rounded to 3 % steps and the owner's share to 1/32 (both running
         # means) so their rows are cached; NOTE: the chunk is capped at the tables' largest, so a size
@@ -108,8 +109,8 @@ class StepPricer:
         lo = self.knee if self.knee < pfx else pfx  # = step_time.prefix_split(pfx, knee)
         # the chunk over every rank, next to the whole batch; on one group (the lightest), next to
         # the decode-busiest
-        step_time.blended_steps(self.spread, self.owned, rows, rows_n, crows, lo, pfx - lo, c1, c2, s1, s2, bs1, bs2,
-                                ls1, ls2, f, alpha, over, out, net)
+        step_time.blended_steps(self.spread, self.owned, rows, rows_n, crows, lo, pfx - lo, c1, c2, s1, s2, sums, f,
+                                alpha, over, out, net)
         return out
 
     def net_share(self, layout: int, step_s: float) -> float:

@@ -95,8 +95,8 @@ def project_growth(loop: "ServingLoop", total: float) -> None:
 def _kv_growth(loop: "ServingLoop") -> tuple[float, float]:
     """The running set's expected KV peak over its KV now (projection.py), all and busiest owner."""
     dec = loop.dec
-    b = dec.b
-    ids, ctx, own = dec.ids[:b], dec.c0[:b] + dec.dsteps, dec.owners[:b]
+    ids, c0, own = dec.arrays()
+    ctx = c0 + dec.dsteps
     if loop.prefill_q:
         q = np.asarray(loop.prefill_q, dtype=np.int64)
         q_own = np.array([loop.owner[i] for i in loop.prefill_q], dtype=np.int64)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from runtime_policy.decision import Reason
 from runtime_policy.executor import SwitchStatus
 from runtime_policy.preemption import shed
@@ -21,6 +23,7 @@ if TYPE_CHECKING:
     from runtime_policy.loop import ServingLoop
 
 _CANT = Reason.CANT_DECIDE
+_NO_WAITING = np.zeros(0)  # the policy's waiting_tokens while none waits (read, never written)
 
 
 def consult_policy(loop: "ServingLoop", total: float) -> bool:
@@ -38,10 +41,11 @@ def consult_policy(loop: "ServingLoop", total: float) -> bool:
         s1 = s1 + loop.pq_s1 if capped else s2
     state.context_sum_tokens, state.context_capped_sum_tokens = s2, s1
     state.context_requests = state.running = running
-    needs, pos = waiting.needs, waiting.pos
-    if needs is not loop.wt_needs or pos != loop.wt_pos:  # the queue changed
-        loop.wt_needs, loop.wt_pos = needs, pos
-        state.waiting_tokens = needs[pos:]
+    pos = waiting.pos
+    queued = pos < len(waiting.ids)
+    if waiting.version != loop.wt_version or pos != loop.wt_pos:  # the queue changed
+        loop.wt_version, loop.wt_pos = waiting.version, pos
+        state.waiting_tokens = waiting.needs()[pos:] if queued else _NO_WAITING
     tok = loop.ema_tok
     state.prefill_step_fraction = loop.ema_steps
     state.prefill_tokens_per_step = tok
@@ -52,7 +56,7 @@ def consult_policy(loop: "ServingLoop", total: float) -> bool:
     state.owner_kv_tokens = loop.okv
     state.owner_requests = loop.kv.requests
     layout = loop.layout
-    if pos < len(needs):  # NOTE: only the queue's head reads it (PolicyState): stale while none waits
+    if queued:  # NOTE: only the queue's head reads it (PolicyState): stale while none waits
         state.free_kv_bytes = loop.kv.free_bytes_per_rank(layout)
     if loop.project and b and dec.dsteps >= loop.proj_at:
         project_growth(loop, total)
@@ -100,7 +104,6 @@ def end_switch(loop: "ServingLoop", aborted: str = "") -> None:
         loop.layout = d.layout
         if loop.dec.groups != loop.groups[d.layout]:
             loop.dec.regroup(loop.groups[d.layout])  # each group's clock: the new layout's owner groups
-            loop.view_b = -1
         state.capacity_reprice_at_step = -1  # the memo was the old layout's
         loop.ordering.prefill_s_per_token = loop.prefill_price[loop.layout]
     loop.inflight = None

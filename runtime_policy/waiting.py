@@ -13,14 +13,18 @@ PENDING, WAITING, PREFILL, DECODE, DONE, ABORTED = range(6)  # a request's state
 
 class WaitingQueue:
     """Requests waiting for admission: `ids[pos:]` in admission order with their KV needs, and the
-    ones that joined since (`new`), re-sorted by the ordering's keys when it changed."""
+    ones that joined since (`new`), re-sorted by the ordering's keys when it changed. `ctxf`: every
+    request's context (the serving loop's array; a waiting request's does not change while it
+    waits)."""
 
-    def __init__(self) -> None:
+    def __init__(self, ctxf: np.ndarray) -> None:
         self.ids: list[int] = []
-        self.needs = np.zeros(0)  # [len(ids)] context tokens each needs
         self.pos = 0
         self.new: list[int] = []
         self.dirty = False
+        self.version = 0  # changes whenever `ids` is replaced
+        self._ctxf = ctxf
+        self._needs: np.ndarray | None = None  # [len(ids)] context tokens each needs, once built
 
     def __len__(self) -> int:
         return len(self.ids) - self.pos + len(self.new)
@@ -29,25 +33,34 @@ class WaitingQueue:
         self.new.append(i)
         self.dirty = True
 
-    def resort(self, keyfn, ctx: list[float], ctxf: np.ndarray, keys_are_arrival: bool) -> None:
-        """`ctx` and `ctxf`: every request's context, as a list and an array (equal for waiting ones);
-        `keys_are_arrival`: keyfn's keys are the arrival times (requests are numbered in arrival order)."""
+    def needs(self) -> np.ndarray:
+        """[len(ids)] context tokens each queued request needs (NOTE: built when first read after `ids`
+        changed: a request that arrives and is admitted in the same turn needs no array)."""
+        if self._needs is None:
+            self._needs = self._ctxf[self.ids] if self.ids else np.zeros(0)
+        return self._needs
+
+    def replace(self, ids: list[int]) -> None:
+        """The queue is `ids` now (from its head)."""
+        self.ids, self.pos, self._needs = ids, 0, None
+        self.version += 1
+
+    def resort(self, keyfn, keys_are_arrival: bool) -> None:
+        """`keys_are_arrival`: keyfn's keys are the arrival times (requests are numbered in arrival order)."""
         if self.pos >= len(self.ids) and len(self.new) == 1:
-            self.ids = self.new  # one request: nothing to sort (the common case)
-            self.needs = np.array([ctx[self.ids[0]]])
+            self.replace(self.new)  # one request: nothing to sort (the common case)
         else:
             ids = self.ids[self.pos:] + self.new
             if keys_are_arrival and ids == sorted(ids):
                 # NOTE: in request order, so in arrival order: the stable sort by arrival leaves them
                 # as they are (the new ones are arrivals after the queue's last, unless preempted)
-                self.ids = ids
-                self.needs = ctxf[ids]
+                self.replace(ids)
             else:
                 ids = np.array(ids, dtype=np.int64)
                 ids = ids[np.argsort(keyfn(ids), kind="stable")]
-                self.ids = ids.tolist()
-                self.needs = ctxf[ids]
-        self.pos, self.new, self.dirty = 0, [], False
+                self.replace(ids.tolist())
+                self._needs = self._ctxf[ids]
+        self.new, self.dirty = [], False
 
 
 def sum_as_numpy(x: list[float]) -> float:

@@ -53,14 +53,14 @@ def test_compiled_kernels_equal_the_formula_as_written(n):
         out, net = [0.0] * 3, [0.0] * 3
         rows, rows_n, chunks, c1s, c2s = [None, row, row], [None, row_n, row_n], [None, chunk, chunk], \
             [None, c1, c1], [None, c2, c2]
-        u1, u2 = s1 / 3, s2 / 3  # the busiest owner's sums (per layout: [L] lists)
-        k["decode_steps"]((1,), (2,), rows, c1s, c2s, s1, s2, [0.0, 0.0, u1], [0.0, 0.0, u2], a, o, out, net)
+        u1, u2 = s1 / 3, s2 / 3  # the busiest owner's sums (per layout [L]: busy s1, s2, chunk owner's s1, s2)
+        k["decode_steps"]((1,), (2,), rows, c1s, c2s, s1, s2, [None, None, (u1, u2, 0.0, 0.0)], a, o, out, net)
         assert out[1] == ref_step(row, None, 0.0, 0.0, c1, c2, s1, s2, a, o)
         assert out[2] == ref_step(row, None, 0.0, 0.0, c1, c2, u1, u2, a, o)
         assert net[1] == row[net_i] + s1 * c1[net_i] + s2 * c2[net_i] and out[0] == net[0] == 0.0
         assert net[2] == row[net_i] + u1 * c1[net_i] + u2 * c2[net_i]
-        k["blended_steps"]((1,), (2,), rows, rows_n, chunks, lo, hi, c1s, c2s, s1, s2, [0.0, 0.0, s1], [0.0, 0.0, s2],
-                           [0.0, 0.0, t1], [0.0, 0.0, t2], f, a, o, out, net)
+        k["blended_steps"]((1,), (2,), rows, rows_n, chunks, lo, hi, c1s, c2s, s1, s2, [None, None, (s1, s2, t1, t2)],
+                           f, a, o, out, net)
         assert out[1] == blend and out[2] == owner_blend
 
 
