@@ -38,6 +38,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.bias import causal_lower_right
 
 from .config import MLADims
@@ -117,6 +118,9 @@ def _prefix(piece: ChunkPiece, flat: torch.Tensor, gathered: bool, g) -> torch.T
     return buf
 
 
+_PREFILL_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]
+
+
 def mha_prefill(q_lat: torch.Tensor, kv: torch.Tensor, positions: torch.Tensor, heads: HeadWeights,
                 dims: MLADims) -> torch.Tensor:
     """Causal MHA-form attention of n chunk tokens over the L = prefix + n latent rows that end with
@@ -136,8 +140,20 @@ def mha_prefill(q_lat: torch.Tensor, kv: torch.Tensor, positions: torch.Tensor, 
         # NOTE: values padded to the key width: torch's flash kernel (the one that takes the
         # lower-right causal mask without materializing it) wants one head width for q, k and v
         v = F.pad(v, (0, k.shape[-1] - vdim))
-    o = F.scaled_dot_product_attention(q.transpose(0, 1)[None], k[None], v[None],
-                                       attn_mask=causal_lower_right(n, seq), scale=dims.softmax_scale)[0]  # [Hs, n, V]
+    if q.is_cuda:
+        # NOTE: cuDNN's SDPA (torch 2.11 picks it first on sm90) builds an execution plan per new
+        # (n, L) shape: ~14 ms of host time per call, measured (benchmarks/results/executor_gpu/
+        # twin_1gpu/README.md, the prefill diagnostic), and serving makes a new shape every chunk,
+        # which made served prefill steps 5-10x their step rows. Engines run a ragged prefill
+        # kernel with no per-shape build (SGLang: FlashInfer BatchPrefillWithRaggedKVCacheWrapper,
+        # python/sglang/srt/layers/attention/flashinfer_mla_backend.py), so the flash and
+        # memory-efficient kernels stand in for it here.
+        with sdpa_kernel(_PREFILL_BACKENDS):
+            o = F.scaled_dot_product_attention(q.transpose(0, 1)[None], k[None], v[None],
+                                               attn_mask=causal_lower_right(n, seq), scale=dims.softmax_scale)[0]
+    else:
+        o = F.scaled_dot_product_attention(q.transpose(0, 1)[None], k[None], v[None],
+                                           attn_mask=causal_lower_right(n, seq), scale=dims.softmax_scale)[0]  # [Hs, n, V]
     return o[..., :vdim].transpose(0, 1).reshape(n, -1) @ heads.w_o.reshape(-1, heads.w_o.shape[-1])  # [n, D]
 
 
