@@ -542,35 +542,36 @@ class LayoutPolicy:
 
     # ---- start-up -----------------------------------------------------------------------------
     def initial_layout(self, waiting_tokens: np.ndarray) -> int:
-        """The layout to start in (no switch cost yet): the best predicted throughput for the
-        first batch each layout could admit from the queue, over that batch's life — its prompts'
-        chunked prefill, then an expected output (the mean observed, else `initial_dwell_steps`)
-        of decode steps at that batch.
+        """The layout to start in (no switch cost yet): the best predicted throughput for the first
+        batch each layout can hold from the queue, over that batch's life — its prompts' chunked
+        prefill, then an expected output (the mean observed, else `initial_dwell_steps`) of decode
+        steps at that batch, at its mean context over the decode (prompt + half the output).
+        The batch a layout holds is what fits its KV pool at the batch's expected peak: each
+        request's prompt, the tables' slack and the expected output (`first_batch`).
         NOTE: the prefill counts: a queue of long prompts (16K-64K on DS-V3.2, 8 x H200) is mostly
         prefill work, which CP runs ~3.7x faster than DOP (an 8K chunk after a 28K prefix: 124 vs
         458 ms) though DOP holds more requests and decodes faster; priced on decode steps alone the
-        policy started in DOP, and a full owner layout can't make room for a move later."""
+        policy started in DOP, and a full owner layout can't make room for a move later.
+        NOTE: so does the output's KV: sized on the prompts alone, a layout whose pool holds the
+        queue's prompts but not what they grow to (TP's replicated MLA cache, a 512-request rollout
+        after outputs of ~4K were observed) was priced at the whole queue, started, and preempted."""
         t = self.tables
         best, best_rate = -1, -1.0
         lens = np.asarray(waiting_tokens, dtype=np.float64)[: self.knobs.max_batch]
         lens = lens[np.isfinite(lens) & (lens >= 0)]
-        need = np.cumsum(lens + t.request_slack_tokens)
         out = self._mean_output if self._completed else self.knobs.initial_dwell_steps
         chunk = float(t.max_prefill_tokens)
         for i in self._layouts:
             if not self._ok[i]:
                 continue
-            g = self._groups[i]
-            if g > 1:
-                cap_tokens = self._pool[i] / (self._bpt * self._share[i]) * g
-            else:
-                cap_tokens = self._pool[i] / (self._bpt * self._share[i])
-            bsz = int(np.searchsorted(need, cap_tokens, side="right"))
+            bsz = self.first_batch(i, lens, out)
             if bsz == 0:
                 continue
             ctx = lens[:bsz]
-            s2 = float(ctx.sum())
-            s1 = float(np.minimum(ctx, t.topk).sum())
+            mid = ctx + 0.5 * out  # the decode's mean context
+            s2 = float(mid.sum())
+            s1 = float(np.minimum(mid, t.topk).sum())
+            g = self._groups[i]
             if g > 1:
                 s1, s2 = s1 / g, s2 / g
             step = float(t.step_s(i, bsz, np.zeros(1), np.array([s1]), np.array([s2]))[0])
@@ -581,6 +582,17 @@ class LayoutPolicy:
             return best
         usable = self.usable_layouts()
         return usable[0] if usable else 0
+
+    def first_batch(self, layout: int, prompts: np.ndarray, output_tokens: float) -> int:
+        """How many of the queue's first requests layout `layout`'s KV pool holds at their expected
+        peak: prompt + the tables' slack + `output_tokens` each, against the pool of all its owner
+        groups (one group: its pool at its share)."""
+        need = np.cumsum(prompts + self.tables.request_slack_tokens + output_tokens)
+        cap_tokens = self._pool[layout] / (self._bpt * self._share[layout])
+        g = self._groups[layout]
+        if g > 1:
+            cap_tokens *= g
+        return int(np.searchsorted(need, cap_tokens, side="right"))
 
     def _prefill_s(self, layout: int, prompts: np.ndarray, chunk: float) -> float:
         """Seconds of chunk-only steps that prefill `prompts` in `layout`, chunk by chunk, each
