@@ -167,21 +167,25 @@ class LayoutPolicy:
                         and np.array_equal(t.c2_s[i], t.c2_s[j]) and bool(np.all(t.c1_s[j] >= t.c1_s[i]))
                         and self._groups[i] == self._groups[j] and self._share[i] == self._share[j]
                         and self._extra[i] == self._extra[j])
-                if same:
+                if same and i < j:  # (the throughput rule checks the HBM-only layout first)
                     self._dominated_by[j] = i
         dom = self._dominated_by
         owner = self._owner
         # per current layout: the (spread, owned) layouts priced first (None: all), the twins that
         # take their HBM-only layout's step as a lower bound, and a flag per layout for the latter
-        self._lean, self._lower, self._lower_flag = [], [], []
+        self._lean, self._lower = [], []
         for c in range(n):
             lean = [i for i in range(n) if dom[i] < 0 or i == c]
             pairs = tuple((j, dom[j]) for j in range(n) if dom[j] >= 0 and j != c)
             self._lean.append((tuple(i for i in lean if not owner[i]), tuple(i for i in lean if owner[i]))
                               if pairs else None)
             self._lower.append(pairs)
-            self._lower_flag.append([dom[j] >= 0 and j != c for j in range(n)])
-        self._single = [(((i,), ()) if not owner[i] else ((), (i,))) for i in range(n)]  # one layout priced
+        # the throughput rule's candidates: the usable layouts but the current one, in index order (a
+        # twin after its HBM-only layout), whether each passed its KV checks this call, and the
+        # layouts to price for each set of candidates (`_subset`)
+        self._others_ok = [tuple(i for i in range(n) if i != c and self._ok[i]) for c in range(n)]
+        self._passed = [False] * n
+        self._subsets: dict[int, tuple] = {}
 
     @property
     def cant_decide(self) -> int:
@@ -453,30 +457,34 @@ class LayoutPolicy:
                 priced, stay = True, self._stay_priced[cur]
             elif d is not None:
                 return d
-        # the throughput rule's steps, on the horizon's prefill statistics (lean: the twins not
-        # priced take their HBM-only layout's step, a lower bound)
-        steps = pricer.step_times(b, s1, s2, busy, lite, hf, h_tok, h_ctx, h_share, lean)
-        if lean is not None:
-            for j, i in self._lower[cur]:
-                steps[j] = steps[i]
-        # ---- throughput (rule 2) ---------------------------------------------------------------
+        # ---- throughput (rule 2): the candidates by their KV first (no pricing), then only they and
+        # the current layout priced, on the horizon's prefill statistics
         head_admits_cur = w > 0 and not blocked
-        best, best_t = cur, steps[cur]
-        ok, keep, lower = self._ok, self._headroom_keep, self._lower_flag[cur]
-        for i in self._layouts:
-            if i == cur or not ok[i] or steps[i] >= best_t:
-                continue
+        keep, dom, passed = self._headroom_keep, self._dominated_by, self._passed
+        mask = 0
+        for i in self._others_ok[cur]:
+            passed[i] = False
             if busy[i] * share[i] * bpt > pool[i] * keep:  # = self._kv_bytes(i, busy)
                 continue
             if head_admits_cur and (lite[i] + head) * share[i] * bpt > pool[i]:
                 continue  # would stop admitting what the current layout admits
             if grows and (busy[i] + growth[i]) * share[i] * bpt > pool[i] and not outgrown:
                 continue  # the running set's expected peak fits here now, and would not fit there
-            if lean is not None and lower[i]:  # a twin that might win: price it (in place)
-                pricer.step_times(b, s1, s2, busy, lite, hf, h_tok, h_ctx, h_share, self._single[i])
-                if steps[i] >= best_t:
-                    continue
-            best, best_t = i, steps[i]
+            d = dom[i]
+            if d >= 0 and (d == cur or passed[d]):
+                continue  # a twin its HBM-only layout (a candidate, or the current one) can't lose to
+            passed[i] = True
+            mask |= 1 << i
+        key = mask * 64 + cur
+        sub = self._subsets.get(key)
+        if sub is None:
+            sub = self._subset(mask, cur, key)
+        cands, priced_sets = sub
+        steps = pricer.step_times(b, s1, s2, busy, lite, hf, h_tok, h_ctx, h_share, priced_sets)
+        best, best_t = cur, steps[cur]
+        for i in cands:
+            if steps[i] < best_t:
+                best, best_t = i, steps[i]
         if best == cur:
             return stay[Reason.STAY_BEST]
         stay = (self._stay_priced_for if priced else self._stay_for)[cur][best]  # the stays name the candidate
@@ -504,6 +512,15 @@ class LayoutPolicy:
                             payback_s=payback_s)
         return Decision(best, True, Reason.SWITCH_THROUGHPUT, gain_s, plan.cost_s, plan,
                         capacity_stands_steps=REPRICE_EVERY_STEPS if priced else 0, candidate=best, payback_s=payback_s)
+
+    def _subset(self, mask: int, cur: int, key: int) -> tuple:
+        """(the candidates in `mask`, in index order; the (spread, owned) layouts to price: they and
+        `cur`), cached by `key` (at most 2^L × L entries, each built once)."""
+        cands = tuple(i for i in range(self._n) if mask >> i & 1)
+        priced = sorted((*cands, cur))
+        sub = (cands, (tuple(i for i in priced if not self._owner[i]), tuple(i for i in priced if self._owner[i])))
+        self._subsets[key] = sub
+        return sub
 
     def _since_switch_s(self, state: PolicyState, step_s: float) -> float:
         """Seconds since the last switch: the caller's clock (`PolicyState.seconds_since_switch`),
