@@ -22,9 +22,13 @@ Rules, in order:
    (runtime_policy/capacity_rule.py);
 2. throughput — the fastest layout whose KV fits with headroom, which admits at least what the
    current one admits and holds the running set's expected peak if the current one does; switch
-   only if (a) it is faster by `min_gain_fraction`, (b) the last switch is `cooldown_steps` old,
-   (c) the move's memory fits, and (d) the time saved over the expected dwell, less the steps spent
-   in the old layout while the move runs, exceeds `(1 + margin) × (interference + commit stall)`.
+   only if (a) it is faster by `min_gain_fraction`, (b) the last switch is `cooldown_steps` old and
+   (c) 60 / `max_switches_per_minute` seconds old, (d) the move's memory fits, and (e) it repays its
+   priced cost — its link time, then `(1 + margin) × (interference + commit stall)` over the step
+   time it saves — within `payback_horizon_s` and the expected dwell (`Decision.payback_s`). Rule 2
+   compares layouts on the prefill statistics over the policy's horizon
+   (`PolicyState.horizon_prefill_*`, half-life `stats_half_life_steps`), rule 1 on the recent ones.
+Every answer carries its `Reason`, and the layout it weighed (`Decision.candidate`); docs/runtime-policy.md.
 With twin tables (`compile(..., tier_choice=True)`, runtime_policy/host_tier_tables.py) a layout's
 "+host" twin is one more layout to both rules: its larger pool is what rule 1 prices when the
 HBM-only wall binds (the tier goes on), its slower step (the misses) what rule 2 leaves when the
