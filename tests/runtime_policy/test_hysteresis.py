@@ -101,3 +101,14 @@ def test_the_first_layout_of_a_kv_bound_batch_holds_it_at_its_peak(dsv32):
     start = pol.initial_layout(q)
     assert held[start] == q.size, (pol.tables.layouts[start], held)
     assert math.isclose(pol.first_batch(start, q[:1], 0.0), 1)
+
+
+@pytest.mark.parametrize("name,value", [("payback_horizon_s", 0.0), ("max_switches_per_minute", -1.0),
+                                        ("stats_half_life_steps", float("nan")), ("payback_horizon_s", True)])
+def test_a_bad_hysteresis_knob_is_one_line_naming_it(name, value):
+    from planner.errors import SpecError
+    from runtime_policy.compile_checks import check_knobs
+    from runtime_policy.tables import layout_names
+
+    with pytest.raises(SpecError, match=name):
+        check_knobs(PolicyKnobs(**{name: value}), layout_names())
