@@ -1,16 +1,28 @@
-"""When does switching layouts pay? The shrinking batch's shape swept, dynamic and the oracle bound
-against the best fixed layout, in the simulator (FCFS, datasheet step model).
+"""When does switching layouts pay? Every built-in load shape, on both deployments, in the simulator
+(FCFS, datasheet step model): each fixed layout, the dynamic policy, the free-switch oracle, and the
+policy's share of the oracle's gain over the best fixed layout (issue 27).
 
-The issue-5 target (dynamic >= 1.3x the best fixed layout on a shrinking batch) is out of reach on
-the built-in `shrinking` workload because even free, instant per-step switching (the oracle bound)
-gains only 1.06-1.13x there. This sweep asks whether that is a property of that one workload or
-of the cost model: every request arrives at t = 0 with a log-normal prompt (median 512, sigma 0.5),
-and the output lengths' median, spread (sigma) and cap are varied over a grid fixed before any
-result was seen. For each point: every fixed layout, the dynamic policy, and the largest oracle
-bound over their trajectories (executor/oracle.py), as in benchmarks/layout_dynamic.py.
+- Deployments: DeepSeek-V3.2 on 8 x H200 and GLM-5 on 8 x B200, EP MoE, KV pools as SGLang sizes
+  them (as benchmarks/layout_dynamic.py).
+- Workloads (runtime_policy/workloads.py, library defaults fixed before any result was seen):
+  `rollout` (512: a GRPO step, 64 prompts x 8 samples at t = 0, long-tailed responses to 32K),
+  `reasoning` (512 at 2/s: short questions, long chains of thought), `agentic` (256 turns of
+  multi-turn sessions starting within 2 s), `shrinking` (2,000 at t = 0), `longprompt` (400 at
+  1/s, 16K-64K prompts) and `chat` (2,000 at 20/s). `--requests-scale` scales every count.
+- The oracle (executor/oracle.py): every recorded step repriced in the best layout whose KV holds
+  its batch, switches free and instant, over each recorded trajectory; the largest bound.
+- Share of the oracle's gain: (dynamic - best fixed) / (oracle - best fixed), where the oracle
+  gains at least 0.5 % (else none: nothing to share).
 
-Run: python benchmarks/layout_dynamic_sweep.py [--requests N] [--plot PATH]
-Prints a table per deployment and one JSON document as its last line.
+`--shape-grid` runs the earlier sweep instead: the shrinking batch's output median, spread and cap
+over a 27-point grid (`shrinking_shape`).
+
+Writes to `--out` (a temporary folder by default): layout_dynamic_sweep.json, .txt and
+layout_dynamic_rollout.png — one DeepSeek-V3.2 rollout run, the dynamic policy's layout over time
+above its decode throughput (tokens/s in 5 s windows) next to the best fixed layout's. Progress on
+stderr; the table, then one JSON document as the last line, on stdout.
+
+Run: python benchmarks/layout_dynamic_sweep.py [--out DIR] [--workloads rollout,reasoning,...]
 """
 
 from __future__ import annotations
@@ -18,23 +30,39 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import platform
 import sys
+import tempfile
 import time
 
 import numpy as np
 
 import planner
-from conditions import git_commit
+from conditions import cpu_name, git_commit
 from layout_dynamic import run_case
+from runtime_policy.policy import PolicyKnobs
 from runtime_policy.tables import datasheet_model
-from runtime_policy.workloads import Workload
+from runtime_policy.workloads import Workload, make_workload
 
 DEPLOYMENTS = (("deepseek-v3.2", "h200"), ("glm-5", "b200"))
+WORKLOADS = (("rollout", 512), ("reasoning", 512), ("agentic", 256), ("shrinking", 2000), ("longprompt", 400),
+             ("chat", 2000))
+MIN_ORACLE_GAIN = 0.005  # below this the oracle's gain is noise: no share is reported
+PLOT_WINDOW_S = 5.0
 MEDIANS = (500, 1500, 4000)
 SIGMAS = (0.6, 1.2, 1.8)
 CAPS = (16384, 65536, 131072)
 SEED = 0
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def deployment(model: str, hw_name: str):
+    return planner.make_deployment(planner.load_model(model), planner.load_hardware(hw_name), attn="tp", moe="ep",
+                                   gpus=8)
 
 
 def shrinking_shape(n: int, median: int, sigma: float, cap: int, seed: int) -> Workload:
@@ -45,67 +73,178 @@ def shrinking_shape(n: int, median: int, sigma: float, cap: int, seed: int) -> W
                     {"output_median_tokens": median, "output_sigma": sigma, "output_cap_tokens": cap})
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--requests", type=int, default=1000)
-    ap.add_argument("--plot", default="results/layout_dynamic_sweep.png")
-    args = ap.parse_args()
+def oracle_share(dyn: float, best: float, oracle: float) -> float | None:
+    """The dynamic policy's share of the oracle's gain over the best fixed layout (None: the
+    oracle gains less than MIN_ORACLE_GAIN, so there is no gain to share)."""
+    if oracle < best * (1.0 + MIN_ORACLE_GAIN):
+        return None
+    return (dyn - best) / (oracle - best)
+
+
+def workload_row(model: str, hw_name: str, dep, name: str, n: int) -> dict:
+    w = make_workload(name, n, SEED)
+    t0 = time.perf_counter()
+    c = run_case(dep, datasheet_model(), w)
+    rows = c["rows"]
+    fixed = {p: r["throughput_tokens_per_s"] for p, r in rows.items() if p != "dynamic"}
+    best, dyn, oracle = c["best_fixed_tokens_per_s"], c["dynamic_tokens_per_s"], c["oracle_tokens_per_s"]
+    return {"model": model, "hardware": hw_name, "gpus": 8, "kv_dtype": dep.kv_dtype, "workload": name,
+            "requests": n, "workload_params": w.params, "fixed_tokens_per_s": fixed, "best_fixed": c["best_fixed"],
+            "best_fixed_tokens_per_s": best, "dynamic_tokens_per_s": dyn, "oracle_tokens_per_s": oracle,
+            "oracle_trajectory": c["oracle_trajectory"], "dynamic_over_best_fixed": dyn / best,
+            "oracle_over_best_fixed": oracle / best, "dynamic_over_oracle": dyn / oracle if oracle else None,
+            "share_of_oracle_gain": oracle_share(dyn, best, oracle),
+            "switches": rows["dynamic"]["switches"], "switch_log": rows["dynamic"]["switch_log"],
+            "decisions": rows["dynamic"]["decisions"],
+            "preemptions": {p: r["preemptions"] for p, r in rows.items()},
+            "wall_s": time.perf_counter() - t0}
+
+
+def print_table(out: list[dict]) -> str:
+    layouts = sorted({p for r in out for p in r["fixed_tokens_per_s"]},
+                     key=lambda p: list(out[0]["fixed_tokens_per_s"]).index(p) if p in out[0]["fixed_tokens_per_s"] else 99)
+    head = (f"{'deployment':<20} {'workload':<11} " + " ".join(f"{p:>7}" for p in layouts)
+            + f" {'dynamic':>8} {'oracle':>8} {'best':>5} {'dyn/best':>8} {'orc/best':>8} {'dyn/orc':>7} "
+              f"{'share':>6} {'sw':>3}")
+    lines = [head]
+    for r in out:
+        f = r["fixed_tokens_per_s"]
+        share = r["share_of_oracle_gain"]
+        lines.append(f"{r['model'] + ' 8x' + r['hardware']:<20} {r['workload']:<11} "
+                     + " ".join(f"{f[p]:>7.0f}" if p in f else f"{'-':>7}" for p in layouts)
+                     + f" {r['dynamic_tokens_per_s']:>8.0f} {r['oracle_tokens_per_s']:>8.0f} {r['best_fixed']:>5} "
+                       f"{r['dynamic_over_best_fixed']:>8.3f} {r['oracle_over_best_fixed']:>8.3f} "
+                       f"{r['dynamic_over_oracle']:>7.3f} {'-' if share is None else f'{share:.2f}':>6} "
+                       f"{r['switches']:>3}")
+    text = "\n".join(lines)
+    print(text)
+    return text
+
+
+def rollout_timeline(dep, best_fixed: str, n: int) -> dict:
+    """One rollout run of the dynamic policy and of the best fixed layout, recorded run by run: each
+    run's layout, and decode tokens / seconds in PLOT_WINDOW_S windows of busy time."""
+    from executor.oracle import RecordingExecutor
+    from executor.sim import SimExecutor, engine_chunk_tokens
+    from runtime_policy.loop import LoopConfig, serve
+    from runtime_policy.ordering import Ordering
+    from runtime_policy.policy import FixedPolicy, LayoutPolicy
+
+    w = make_workload("rollout", n, SEED)
+    config = LoopConfig()
+    lp = LayoutPolicy.compile(dep, datasheet_model(), PolicyKnobs(), max_prefill_tokens=engine_chunk_tokens(dep, config))
+    names = lp.tables.layouts
+    out = {"layouts": list(names)}
+    for label, pol in (("dynamic", LayoutPolicy(lp.tables, lp.knobs)), (best_fixed, FixedPolicy(names.index(best_fixed)))):
+        rec = RecordingExecutor(SimExecutor(lp.tables))
+        serve(w.arrival_s, w.input_tokens, w.output_tokens, lp.tables, pol, Ordering("fcfs"), rec, config)
+        t_end = np.cumsum([float(np.sum(r.durations_s)) for r in rec.runs]) if rec.runs else np.zeros(0)
+        tokens = np.array([float(len(r.context_tokens) * len(r.durations_s)) for r in rec.runs])
+        edges = np.arange(0.0, (t_end[-1] if t_end.size else 0.0) + PLOT_WINDOW_S, PLOT_WINDOW_S)
+        idx = np.searchsorted(edges, t_end, side="left") - 1
+        per = np.bincount(np.clip(idx, 0, None), weights=tokens, minlength=edges.size)[: edges.size]
+        out[label] = {"run_end_s": t_end.tolist(), "run_layout": [int(r.layout) for r in rec.runs],
+                      "window_start_s": edges.tolist(), "decode_tokens_per_s": (per / PLOT_WINDOW_S).tolist()}
+    return out
+
+
+def plot_rollout(tl: dict, best_fixed: str, title: str, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax0, ax1) = plt.subplots(2, 1, figsize=(9, 5.2), sharex=True, height_ratios=(1, 2.2), constrained_layout=True)
+    dyn = tl["dynamic"]
+    ax0.step(dyn["run_end_s"], dyn["run_layout"], where="pre", color="C0")
+    ax0.set_yticks(range(len(tl["layouts"])), tl["layouts"])
+    ax0.set_ylabel("layout")
+    ax0.set_title(title, fontsize=10)
+    for label, color in (("dynamic", "C0"), (best_fixed, "C1")):
+        d = tl[label]
+        ax1.plot(d["window_start_s"], d["decode_tokens_per_s"], color=color, lw=1.2,
+                 label="dynamic policy" if label == "dynamic" else f"fixed {label} (best fixed)")
+    ax1.set_xlabel("busy time (s)")
+    ax1.set_ylabel(f"decode tokens/s ({PLOT_WINDOW_S:.0f} s windows)")
+    ax1.legend(loc="upper right")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def run_shape_grid(args) -> list[dict]:
     out = []
-    t0 = time.time()
     for model, hw_name in DEPLOYMENTS:
-        dep = planner.make_deployment(planner.load_model(model), planner.load_hardware(hw_name), attn="tp", moe="ep",
-                                      gpus=8)
-        print(f"\n{model} on 8 x {hw_name} (kv {dep.kv_dtype}), {args.requests} requests at t=0, datasheet step model")
-        print(f"{'median':>7} {'sigma':>6} {'cap':>7} {'best fixed':>10} {'dyn/best':>9} {'oracle/best':>12} "
-              f"{'dyn/TP':>7} {'dyn/CP':>7} {'switches':>9}")
+        dep = deployment(model, hw_name)
         for med, sig, cap in itertools.product(MEDIANS, SIGMAS, CAPS):
             w = shrinking_shape(args.requests, med, sig, cap, SEED)
             c = run_case(dep, datasheet_model(), w)
-            each = c["dynamic_over_each_fixed"]
-            row = {"model": model, "hardware": hw_name, "output_median_tokens": med, "output_sigma": sig,
-                   "output_cap_tokens": cap, "best_fixed": c["best_fixed"],
-                   "dynamic_over_best_fixed": c["dynamic_over_best_fixed"],
-                   "oracle_over_best_fixed": c["oracle_over_best_fixed"],
-                   "dynamic_over_each_fixed": each, "switches": c["rows"]["dynamic"]["switches"],
-                   "output_tokens_max": int(w.output_tokens.max()),
-                   "output_tokens_p99": float(np.percentile(w.output_tokens, 99))}
-            out.append(row)
-            print(f"{med:>7} {sig:>6.1f} {cap:>7} {c['best_fixed']:>10} {c['dynamic_over_best_fixed']:>9.3f} "
-                  f"{c['oracle_over_best_fixed']:>12.3f} {each.get('tp', float('nan')):>7.2f} "
-                  f"{each.get('cp', float('nan')):>7.2f} {row['switches']:>9}", flush=True)
-    best = max(out, key=lambda r: r["oracle_over_best_fixed"])
-    print(f"\nlargest oracle bound: {best['oracle_over_best_fixed']:.3f}x ({best['model']}, median "
-          f"{best['output_median_tokens']}, sigma {best['output_sigma']}, cap {best['output_cap_tokens']}); "
-          f"points with oracle >= 1.3x: {sum(r['oracle_over_best_fixed'] >= 1.3 for r in out)} of {len(out)}; "
-          f"dynamic >= 1.3x: {sum(r['dynamic_over_best_fixed'] >= 1.3 for r in out)}; {time.time() - t0:.0f} s")
-    if args.plot:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        fig, axes = plt.subplots(len(DEPLOYMENTS), len(CAPS), figsize=(4.4 * len(CAPS), 3.6 * len(DEPLOYMENTS)),
-                                 squeeze=False, constrained_layout=True)
-        by = {(r["model"], r["output_cap_tokens"], r["output_median_tokens"], r["output_sigma"]): r for r in out}
-        for i, (model, hw_name) in enumerate(DEPLOYMENTS):
-            for j, cap in enumerate(CAPS):
-                ax = axes[i][j]
-                cells = [[by[model, cap, m, s] for m in MEDIANS] for s in SIGMAS]
-                grid = np.array([[r["oracle_over_best_fixed"] for r in row] for row in cells])
-                im = ax.imshow(grid, vmin=1.0, vmax=1.4, cmap="viridis", origin="lower")
-                for a, row in enumerate(cells):
-                    for b, r in enumerate(row):
-                        ax.text(b, a, f"{grid[a, b]:.2f}\n({r['dynamic_over_best_fixed']:.2f})", ha="center",
-                                va="center", fontsize=8, color="white" if grid[a, b] < 1.25 else "black")
-                ax.set_xticks(range(len(MEDIANS)), [str(m) for m in MEDIANS])
-                ax.set_yticks(range(len(SIGMAS)), [str(s) for s in SIGMAS])
-                ax.set_xlabel("output median (tokens)")
-                ax.set_ylabel("output sigma")
-                ax.set_title(f"{model}, 8x{hw_name}, cap {cap // 1024}K", fontsize=9)
-        fig.colorbar(im, ax=axes, shrink=0.8, label="oracle / best fixed (dynamic in brackets)")
-        fig.savefig(args.plot, dpi=110)
-        print(f"plot: {args.plot}")
-    print(json.dumps({"benchmark": "layout_dynamic_sweep", "requests": args.requests, "seed": SEED, "order": "fcfs",
-                      "step_model": "datasheet", "prompt": {"median_tokens": 512, "sigma": 0.5}, "results": out,
-                      "git_commit": git_commit(), "python": platform.python_version(), "numpy": np.__version__}))
+            out.append({"model": model, "hardware": hw_name, "output_median_tokens": med, "output_sigma": sig,
+                        "output_cap_tokens": cap, "best_fixed": c["best_fixed"],
+                        "dynamic_over_best_fixed": c["dynamic_over_best_fixed"],
+                        "oracle_over_best_fixed": c["oracle_over_best_fixed"],
+                        "switches": c["rows"]["dynamic"]["switches"]})
+            log(f"{model} median {med} sigma {sig} cap {cap}: dyn/best {c['dynamic_over_best_fixed']:.3f} "
+                f"oracle/best {c['oracle_over_best_fixed']:.3f}")
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default=None, help="folder for the results and the plot (default: a temporary one)")
+    ap.add_argument("--workloads", default=",".join(w for w, _ in WORKLOADS),
+                    help="comma-separated, of: " + ", ".join(w for w, _ in WORKLOADS))
+    ap.add_argument("--requests-scale", type=float, default=1.0, help="scale every workload's request count")
+    ap.add_argument("--shape-grid", action="store_true", help="the shrinking batch's shape grid instead")
+    ap.add_argument("--requests", type=int, default=1000, help="requests per point of --shape-grid")
+    ap.add_argument("--no-plot", action="store_true")
+    args = ap.parse_args()
+    known = dict(WORKLOADS)
+    chosen = [x.strip() for x in args.workloads.split(",") if x.strip()]
+    bad = [x for x in chosen if x not in known]
+    if bad or not chosen or not args.requests_scale > 0:
+        print(f"error: --workloads must name some of {', '.join(known)} and --requests-scale be > 0 "
+              f"(got {args.workloads!r}, {args.requests_scale})", file=sys.stderr)
+        return 2
+    out_dir = args.out or tempfile.mkdtemp(prefix="layout_dynamic_sweep_")
+    os.makedirs(out_dir, exist_ok=True)
+    t0 = time.perf_counter()
+    doc = {"benchmark": "layout_dynamic_sweep", "order": "fcfs", "step_model": "datasheet", "seed": SEED,
+           "policy_knobs": PolicyKnobs().__dict__, "git_commit": git_commit(), "cpu": cpu_name(),
+           "cpus": os.cpu_count(), "load_average": os.getloadavg(), "python": platform.python_version(),
+           "numpy": np.__version__}
+    if args.shape_grid:
+        doc.update(mode="shape_grid", requests=args.requests, results=run_shape_grid(args))
+    else:
+        out = []
+        for model, hw_name in DEPLOYMENTS:
+            dep = deployment(model, hw_name)
+            for name in chosen:
+                n = max(8, int(round(known[name] * args.requests_scale)))
+                log(f"[{time.perf_counter() - t0:6.0f} s] {model} on 8 x {hw_name}: {name} ({n} requests) ...")
+                r = workload_row(model, hw_name, dep, name, n)
+                log(f"    dynamic / best fixed ({r['best_fixed']}) {r['dynamic_over_best_fixed']:.3f}, oracle / best "
+                    f"{r['oracle_over_best_fixed']:.3f}, {r['switches']} switches, {r['wall_s']:.0f} s")
+                out.append(r)
+        text = print_table(out)
+        with open(os.path.join(out_dir, "layout_dynamic_sweep.txt"), "w") as f:
+            f.write(text + "\n")
+        doc.update(mode="workloads", requests_scale=args.requests_scale, results=out)
+        if not args.no_plot and "rollout" in chosen:
+            model, hw_name = DEPLOYMENTS[0]
+            row = next(r for r in out if r["model"] == model and r["workload"] == "rollout")
+            log("plotting one rollout run ...")
+            tl = rollout_timeline(deployment(model, hw_name), row["best_fixed"], row["requests"])
+            path = os.path.join(out_dir, "layout_dynamic_rollout.png")
+            plot_rollout(tl, row["best_fixed"], f"{model} on 8 x {hw_name}, rollout ({row['requests']} requests, seed "
+                         f"{SEED}): dynamic {row['dynamic_over_best_fixed']:.3f}x the best fixed layout", path)
+            doc["plot"] = path
+            log(f"plot: {path}")
+    doc["wall_s"] = time.perf_counter() - t0
+    with open(os.path.join(out_dir, "layout_dynamic_sweep.json"), "w") as f:
+        json.dump(doc, f, indent=1, default=list)
+    log(f"wrote {out_dir}/layout_dynamic_sweep.json ({doc['wall_s']:.0f} s)")
+    print(json.dumps(doc, default=list))
+    return 0
 
 
 if __name__ == "__main__":

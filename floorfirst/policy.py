@@ -80,6 +80,19 @@ class BatchState:
     when that is > 0 (reset it to −1 when the layout changes)."""
     requests_per_rank: Sequence[int] | None = None
     """[T] requests holding KV on each rank (None: running_requests spread evenly over the owner groups)."""
+    seconds_since_switch: float = -1.0
+    """Seconds since the last switch committed, by the server's clock (the switch-rate bound; < 0:
+    not kept, estimated as steps_since_switch × the current step)."""
+    horizon_prefill_step_fraction: float = -1.0
+    """The prefill statistics above averaged over the policy's horizon (its knob
+    stats_half_life_steps), which the throughput rule compares layouts on (< 0: none kept; the
+    recent ones serve)."""
+    horizon_prefill_tokens_per_step: float = 0.0
+    """See horizon_prefill_step_fraction."""
+    horizon_prefill_context_tokens: float = 0.0
+    """See horizon_prefill_step_fraction."""
+    horizon_prefill_owner_fraction: float = 1.0
+    """See horizon_prefill_step_fraction."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +105,7 @@ class Decision:
     """Start a switch to `layout` (its state moves in the background; commit at a batch boundary)."""
     reason: str
     """Why, as runtime_policy's Reason names it, lower case: stay_best, stay_small_gain, stay_not_worth,
-    stay_cooldown, stay_in_flight, stay_no_memory, stay_idle, stay_kv_wait, switch_throughput,
+    stay_cooldown, stay_in_flight, stay_no_memory, stay_idle, stay_kv_wait, stay_rate_limit, switch_throughput,
     switch_capacity, switch_projected, cant_decide."""
     gain_s: float = 0.0
     """Predicted serving time the switch saves over the expected dwell, seconds."""
@@ -112,7 +125,7 @@ class Decision:
 _RAW_NAMES = {"kv_tokens_per_rank": "owner_kv_tokens", "free_kv_bytes_per_rank": "free_kv_bytes",
               "waiting_prompt_tokens": "waiting_tokens", "running_requests": "running",
               "prefill_owner_fraction": "prefill_owner_share", "busiest_rank_kv_growth_tokens": "owner_kv_growth_tokens",
-              "requests_per_rank": "owner_requests"}
+              "requests_per_rank": "owner_requests", "horizon_prefill_owner_fraction": "horizon_prefill_owner_share"}
 
 _BATCH_NAMES = {raw: name for name, raw in _RAW_NAMES.items()}
 
@@ -228,6 +241,11 @@ class Policy:
             ps.step_index = state.step_index
             ps.capacity_reprice_at_step = state.capacity_reprice_at_step
             ps.owner_requests = state.requests_per_rank
+            ps.seconds_since_switch = state.seconds_since_switch
+            ps.horizon_prefill_step_fraction = state.horizon_prefill_step_fraction
+            ps.horizon_prefill_tokens_per_step = state.horizon_prefill_tokens_per_step
+            ps.horizon_prefill_context_tokens = state.horizon_prefill_context_tokens
+            ps.horizon_prefill_owner_share = state.horizon_prefill_owner_fraction
         except Exception:  # NOTE: a state the wrapper can't read (unknown layout, wrong type): refused
             return self._refuse(state)
         d = self._decide(ps)

@@ -8,6 +8,7 @@ plus the waiting requests its spare room admits, with the observed prefill scale
 (`sustained_rates`). Switch to the best if it beats the current layout's rate by
 `min_gain_fraction` and the time saved over the dwell (at least the backlog's turnover) exceeds
 `(1 + margin) ×` the move's cost; a move only the projection asks for also waits out the cooldown
+and the switch-rate bound, and counts its gain over at most the payback horizon (policy.py, rule 2)
 (SWITCH_PROJECTED). A move between two spread layouts (TP, CP) whose memory does not fit now may
 shed KV first (`Decision.shed_kv_tokens`: the server preempts that much and admits nothing until the
 commit; its recompute is in the cost). Blocked with no such move: wait for KV (STAY_KV_WAIT). If
@@ -40,11 +41,13 @@ class CapacityRule:
 
     def decide(self, state: PolicyState, cur: int, b: int, w: int, total: float, busy: list[float],
                lite: list[float], s1: float, s2: float, steps: list[float], blocked: bool, fits_now: bool,
-               outgrown: bool, head: float, g_tot: float, growth: list[float]):
+               outgrown: bool, head: float, g_tot: float, growth: list[float], lean: bool = False):
         """A Decision; None (the throughput rule decides); or PRICED_NO_MOVE (the same, after a
         pricing that found no move: the throughput rule's answer then stands with it). `busy`,
         `lite` and `growth` are per layout [L]: its busiest and lightest owner group's KV tokens,
-        and the busiest group's expected growth."""
+        and the busiest group's expected growth. `lean`: `steps` holds lower bounds for the twins
+        the policy did not price (policy.py `_init_dominance`): good for the bound below, and every
+        layout is priced here before the rates are compared."""
         p = self.p
         stay, stay_priced = p._stay[cur], p._stay_priced[cur]
         bpt, pool, share, ok = p._bpt, p._pool, p._share, p._ok
@@ -66,6 +69,10 @@ class CapacityRule:
         step, at = state.step_index, state.capacity_reprice_at_step
         if not must and 0 <= step < at <= step + REPRICE_EVERY_STEPS:
             return stay[Reason.STAY_KV_WAIT] if blocked else None  # the caller's last pricing stands
+        if lean:
+            steps = p.pricer.step_times(b, s1, s2, busy, lite, state.prefill_step_fraction,
+                                        state.prefill_tokens_per_step, state.prefill_context_tokens,
+                                        state.prefill_owner_share)
         steps = steps[:]  # NOTE: the pricer reuses its output list, and pricing calls it again
         rates, held_t = self.sustained_rates(state, b, w, total, busy, lite, s1, s2, g_tot, growth, blocked, cur,
                                              steps, 0.0 if must else 1.0 + gain_fraction)
@@ -93,7 +100,11 @@ class CapacityRule:
         if not must and not blocked and state.steps_since_switch < p.knobs.cooldown_steps:
             # a move found, held by the cooldown: this pricing stands until the cooldown ends
             left = min(p.knobs.cooldown_steps - state.steps_since_switch, REPRICE_EVERY_STEPS)
-            return Decision(cur, False, Reason.STAY_COOLDOWN, capacity_stands_steps=left)
+            return Decision(cur, False, Reason.STAY_COOLDOWN, capacity_stands_steps=left, candidate=best)
+        if not must and not blocked and p._since_switch_s(state, t_cur) < p._min_gap_s:
+            # the switch-rate bound holds a move only the projection asks for (policy.py)
+            return Decision(cur, False, Reason.STAY_RATE_LIMIT, capacity_stands_steps=REPRICE_EVERY_STEPS,
+                            candidate=best)
         if shed > 0.0:  # one-group layouts hold the total: less what is shed
             busy_b = [x - shed * bpt if p._groups[i] == 1 else x for i, x in enumerate(busy_b)]
         plan = plan_transition(p.tables, cur, best, (total - shed) * bpt, busy_b, b, t_cur, net_cur)
@@ -112,12 +123,14 @@ class CapacityRule:
             backlog = (b + w) * p._mean_output / b_cur
             if backlog > dwell:
                 dwell = min(backlog, p.knobs.max_dwell_steps)
+        if not must and not blocked and t_cur > 0:  # a projected move repays within the horizon (policy.py)
+            dwell = min(dwell, p.knobs.payback_horizon_s / t_cur)
         # the dwell's work at the current layout's sustained rate, done at the better one's
         gain_s = (dwell - plan.link_s / t_cur) * held_t[cur] * (1.0 - r_cur / best_rate) if t_cur > 0 else 0.0
         if not must and gain_s <= (1.0 + p.knobs.margin) * cost_s:
             return stay_priced[Reason.STAY_KV_WAIT if blocked else Reason.STAY_NOT_WORTH]
         reason = Reason.SWITCH_CAPACITY if blocked or must else Reason.SWITCH_PROJECTED
-        return Decision(best, True, reason, gain_s, cost_s, plan, shed)
+        return Decision(best, True, reason, gain_s, cost_s, plan, shed, candidate=best)
 
     def sustained_rates(self, state: PolicyState, b: int, w: int, total: float, busy: list[float],
                         lite: list[float], s1: float, s2: float, g_tot: float, growth: list[float], blocked: bool,

@@ -22,6 +22,10 @@ def check_knobs(knobs: PolicyKnobs, names: tuple[str, ...]) -> None:
         v = getattr(knobs, name)
         if not math.isfinite(v) or v < 0:
             raise SpecError(f"{name}={v} must be a finite number ≥ 0")
+    for name in ("payback_horizon_s", "max_switches_per_minute", "stats_half_life_steps"):
+        v = getattr(knobs, name)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+            raise SpecError(f"{name}={v} must be a finite number > 0")
     if knobs.kv_headroom_fraction >= 1:
         raise SpecError(f"kv_headroom_fraction={knobs.kv_headroom_fraction} must be < 1")
     for name in ("min_dwell_steps", "max_dwell_steps", "initial_dwell_steps"):

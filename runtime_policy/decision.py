@@ -13,6 +13,9 @@ from runtime_policy.transitions import TransitionPlan
 
 
 class Reason(enum.IntEnum):
+    """Why a decision is what it is: every answer, stay or switch, carries one (`REASON_TEXT` says
+    each in a line; `Decision.candidate` names the layout a stay weighed and turned down)."""
+
     STAY_BEST = 0
     STAY_SMALL_GAIN = 1
     STAY_NOT_WORTH = 2
@@ -26,6 +29,26 @@ class Reason(enum.IntEnum):
     CANT_DECIDE = 10
     STAY_KV_WAIT = 11  # admission is blocked, but the layouts with room would serve fewer requests per second
     SWITCH_PROJECTED = 12  # the running set's expected KV peak outgrows the current layout; another sustains more
+    STAY_RATE_LIMIT = 13  # a better layout, held by the switch-rate bound (PolicyKnobs.max_switches_per_minute)
+
+
+REASON_TEXT: dict[Reason, str] = {
+    Reason.STAY_BEST: "no usable layout is faster for this batch",
+    Reason.STAY_SMALL_GAIN: "the candidate is faster by less than min_gain_fraction",
+    Reason.STAY_NOT_WORTH: "the switch would not repay its priced cost (link + interference + commit stall) "
+                           "within the payback horizon or the expected dwell",
+    Reason.STAY_COOLDOWN: "the last switch is fewer than cooldown_steps old",
+    Reason.STAY_IN_FLIGHT: "a switch is under way",
+    Reason.STAY_NO_MEMORY: "the move's memory does not fit now",
+    Reason.STAY_IDLE: "nothing runs or waits",
+    Reason.STAY_FIXED: "a fixed layout",
+    Reason.SWITCH_THROUGHPUT: "the candidate is faster and repays the switch within the horizon",
+    Reason.SWITCH_CAPACITY: "the queue's head or the running set needs a layout with room",
+    Reason.CANT_DECIDE: "the state was refused at the boundary, or the rules failed",
+    Reason.STAY_KV_WAIT: "admission is blocked, and no layout with room serves more requests per second",
+    Reason.SWITCH_PROJECTED: "the running set's expected KV peak outgrows the layout; another sustains more",
+    Reason.STAY_RATE_LIMIT: "a better layout, held by the switch-rate bound (max_switches_per_minute)",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +66,11 @@ class Decision:
     # cooldown); it stands for that many steps in this layout. A server that keeps the memo sets
     # `PolicyState.capacity_reprice_at_step` = its step + this (capacity_rule.py)
     capacity_stands_steps: int = 0
+    # the layout the rules weighed: the switch's destination, or the one a stay turned down (−1: none)
+    candidate: int = -1
+    # seconds from the decision until the switch has repaid (1 + margin) × its priced cost (its link
+    # time, then the cost over the step time saved per second); 0 where not priced
+    payback_s: float = 0.0
 
 
 @dataclass(slots=True)
@@ -94,6 +122,16 @@ class PolicyState:
     # a layout whose ledger slack per request differs from the tables' (a token split's page per
     # rank: LayoutInfo.extra_slack_tokens) charges it per request of its busiest group
     owner_requests: list[int] | None = None
+    # (last, so positional callers are unchanged) seconds since the last switch (or abort) by the server's clock, for the switch-rate bound
+    # (negative: not kept; the policy estimates it as steps_since_switch × the current step)
+    seconds_since_switch: float = -1.0
+    # the prefill statistics above averaged over the policy's horizon (PolicyKnobs.stats_half_life_steps;
+    # negative fraction: none kept): the throughput rule compares layouts on them, the capacity
+    # rule on the recent ones
+    horizon_prefill_step_fraction: float = -1.0
+    horizon_prefill_tokens_per_step: float = 0.0
+    horizon_prefill_context_tokens: float = 0.0
+    horizon_prefill_owner_share: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -103,6 +141,26 @@ class PolicyKnobs:
     margin: float = 0.5  # the dwell gain must exceed (1 + margin) × switch cost
     min_gain_fraction: float = 0.05  # hysteresis: ignore layouts less than 5 % faster
     cooldown_steps: int = 256  # no throughput switch sooner than this after the last one
+    # A throughput (or projected) switch must repay (1 + margin) × its priced cost — the transition's
+    # link time, then its interference and commit stall over the step time it saves — within this
+    # many seconds (and within the expected dwell). NOTE: 10 s = 60 / max_switches_per_minute, the
+    # least time the rate bound leaves between two such switches: each repays before the next may
+    # start, so a run of switches at the bound can't lose more than it gains.
+    payback_horizon_s: float = 10.0
+    # At most this many throughput or projected switches a minute: one waits until the last switch
+    # is 60 / this seconds old (a capacity move the queue's head or the running set needs is exempt:
+    # it answers a wall, not a gain estimate). NOTE: a safety net, not the hysteresis itself (the
+    # prefill statistics' half-life below is): 6 a minute bounds a policy fooled by noise to ~1 % of
+    # serving time lost (a switch between the MLA layouts prices at 1–30 ms of link and a few ms of
+    # stall, DS-V3.2 and GLM-5 on 8 GPUs), and leaves the short golden loads' switches 10 s apart.
+    max_switches_per_minute: float = 6.0
+    # The half-life of the prefill statistics the throughput rule compares layouts on (steps; the
+    # serving loop keeps them next to the recent ones the capacity rule reads, PolicyState.horizon_*):
+    # the load over about a minute (2048 steps ≈ 30–80 s at 15–40 ms a step), not the last few
+    # seconds' prompts. NOTE: at 256 steps (≈ 5 s, ~5 arrivals of the
+    # longprompt load) the chunk share swung across the TP/CP break-even and GLM-5 flipped 58 times
+    # for 0.1 %; at 2048 the share's Poisson noise is ~2.8× smaller.
+    stats_half_life_steps: float = 2048.0
     kv_headroom_fraction: float = 0.1  # a throughput target must leave this share of its KV pool free
     dwell_fraction: float = 0.5  # expected dwell = this × mean completed output length (steps)
     min_dwell_steps: float = 64.0

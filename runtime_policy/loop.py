@@ -62,7 +62,7 @@ from runtime_policy.serving_types import LoopConfig, ServeResult, SwitchRecord
 from runtime_policy.switching import consult_policy, settle_switch
 from runtime_policy.waiting import ABORTED, DONE, PENDING, WAITING, WaitingQueue, sum_as_numpy
 
-PREFILL_STATS_HALF_LIFE_STEPS = 256.0  # NOTE: the policy's cooldown scale; the prefill rate it sees forgets over it
+PREFILL_STATS_HALF_LIFE_STEPS = 256.0  # the prefill rate a policy without its own half-life sees forgets over this
 _NEVER = 1 << 30
 _NO_PREFILL = (0, 0.0, 0.0, 0.0)  # a run's (prompt tokens done, their prefix, the owners' tokens, steps with a chunk)
 _NO_DONE: dict = {}  # a run's prompt tokens done per owner group, when it ran no prefill
@@ -152,7 +152,8 @@ class ServingLoop:
         # seconds per prompt token of every group's full chunk in each layout
         self.prefill_price = [self._prefill_price(i) for i in range(len(tables.layouts))]
         ordering.prefill_s_per_token = self.prefill_price[self.layout]  # NOTE: DP/DOP chunks run 2–3× slower than TP's
-        self.state = PolicyState(np.zeros(0), self.okv, [0.0] * self.T, np.zeros(0), self.layout)
+        self.state = PolicyState(np.zeros(0), self.okv, [0.0] * self.T, np.zeros(0), self.layout,
+                                 seconds_since_switch=math.inf)  # no switch yet
         self.wt_version, self.wt_pos = -1, -1  # the queue state.waiting_tokens was cut from
         self.t = self.arr_l[0]
         self.nxt = 0  # the next request to arrive
@@ -170,6 +171,12 @@ class ServingLoop:
         self.ema_steps = self.ema_tok = self.ema_tok_pfx = self.ema_own = 0.0
         max_run = self.max_run = config.max_run_steps
         self.ema_w = [1.0 - 0.5 ** (k / PREFILL_STATS_HALF_LIFE_STEPS) for k in range(max_run + 1)]  # weight of a k-step run
+        # the same statistics over the horizon a policy compares layouts on, for its throughput rule
+        # (PolicyKnobs.stats_half_life_steps; PolicyState.horizon_prefill_*): only where it states one
+        hl = getattr(getattr(policy, "knobs", None), "stats_half_life_steps", None)
+        self.hz_half_life = float(hl) if hl else 0.0
+        self.hz_w = [1.0 - 0.5 ** (k / self.hz_half_life) for k in range(max_run + 1)] if hl else []
+        self.hz_steps = self.hz_tok = self.hz_tok_pfx = self.hz_own = 0.0
         self.zeros = [[0.0] * k for k in range(max(max_run, self.T) + 1)]
         self.arrival_keys = bool(getattr(ordering, "keys_are_arrival", False))
         self.dyn_keys = bool(ordering.dynamic_keys)  # keys change with the length statistics (boost)
@@ -391,6 +398,29 @@ class ServingLoop:
         batch.active_decoders = sum(gcnt)
 
     # ---- after the run -------------------------------------------------------------------------
+    def _advance_horizon_stats(self, k: int, done_tokens: float, run_tok_pfx: float, run_own: float,
+                               run_chunks: float) -> None:
+        """The prefill statistics over the policy's horizon (as the fast ones in `_advance`), written
+        to the policy's state. NOTE: the half-life grows with the run from the fast one's, so a run
+        does not start biased to the zeros the average starts from."""
+        hl = self.hz_half_life
+        if self.steps < hl:
+            w = 1.0 - 0.5 ** (k / max(float(self.steps), PREFILL_STATS_HALF_LIFE_STEPS))
+        else:
+            w = self.hz_w[k] if k < len(self.hz_w) else 1.0 - 0.5 ** (k / hl)
+        steps, tok, tok_pfx, own = self.hz_steps, self.hz_tok, self.hz_tok_pfx, self.hz_own
+        steps += w * (run_chunks / k - steps)
+        tok += w * (done_tokens / k - tok)
+        tok_pfx += w * (run_tok_pfx / k - tok_pfx)
+        own += w * (run_own / k - own)
+        if tok < 1e-3:
+            steps = tok = tok_pfx = own = 0.0
+        self.hz_steps, self.hz_tok, self.hz_tok_pfx, self.hz_own = steps, tok, tok_pfx, own
+        st = self.state
+        st.horizon_prefill_step_fraction, st.horizon_prefill_tokens_per_step = steps, tok
+        st.horizon_prefill_context_tokens = tok_pfx / tok if tok > 0 else 0.0
+        st.horizon_prefill_owner_share = own / tok if tok > 0 else 1.0
+
     def _advance(self, k: int, dur: list[float], chunk_stats: tuple, sat_out: tuple = (), done_by=None) -> None:
         """The clock, the prefill statistics, completions and prefill progress after a run
         (`sat_out`: the owner groups whose decoders waited while they prefilled)."""
@@ -406,6 +436,8 @@ class ServingLoop:
             if tok < 1e-3:
                 steps = tok = tok_pfx = own = 0.0
             self.ema_steps, self.ema_tok, self.ema_tok_pfx, self.ema_own = steps, tok, tok_pfx, own
+        if self.hz_half_life and (done_tokens or self.hz_tok):
+            self._advance_horizon_stats(k, done_tokens, run_tok_pfx, run_own, run_chunks)
         if k < 8:  # = sum_as_numpy(dur), its short case inline (most runs are a few steps)
             run_s = -0.0
             for x in dur:
@@ -418,7 +450,10 @@ class ServingLoop:
         b = dec.b
         self.steps += k
         self.layout_s[layout] += run_s
-        self.state.steps_since_switch += k
+        st = self.state
+        # the switch-rate bound's clock (reset with steps_since_switch, runtime_policy/switching.py)
+        st.seconds_since_switch = st.seconds_since_switch + run_s if st.steps_since_switch else run_s
+        st.steps_since_switch += k
         if b and not sat_out:
             self.decode_steps += k
             left = dec.fin_min - dec.dsteps

@@ -22,9 +22,13 @@ Rules, in order:
    (runtime_policy/capacity_rule.py);
 2. throughput — the fastest layout whose KV fits with headroom, which admits at least what the
    current one admits and holds the running set's expected peak if the current one does; switch
-   only if (a) it is faster by `min_gain_fraction`, (b) the last switch is `cooldown_steps` old,
-   (c) the move's memory fits, and (d) the time saved over the expected dwell, less the steps spent
-   in the old layout while the move runs, exceeds `(1 + margin) × (interference + commit stall)`.
+   only if (a) it is faster by `min_gain_fraction`, (b) the last switch is `cooldown_steps` old and
+   (c) 60 / `max_switches_per_minute` seconds old, (d) the move's memory fits, and (e) it repays its
+   priced cost — its link time, then `(1 + margin) × (interference + commit stall)` over the step
+   time it saves — within `payback_horizon_s` and the expected dwell (`Decision.payback_s`). Rule 2
+   compares layouts on the prefill statistics over the policy's horizon
+   (`PolicyState.horizon_prefill_*`, half-life `stats_half_life_steps`), rule 1 on the recent ones.
+Every answer carries its `Reason`, and the layout it weighed (`Decision.candidate`); docs/runtime-policy.md.
 With twin tables (`compile(..., tier_choice=True)`, runtime_policy/host_tier_tables.py) a layout's
 "+host" twin is one more layout to both rules: its larger pool is what rule 1 prices when the
 HBM-only wall binds (the tier goes on), its slower step (the misses) what rule 2 leaves when the
@@ -108,6 +112,12 @@ class LayoutPolicy:
         self._stay = [[Decision(i, False, r) for r in Reason] for i in range(n)]
         self._stay_priced = [[Decision(i, False, r, capacity_stands_steps=REPRICE_EVERY_STEPS) for r in Reason]
                              for i in range(n)]
+        # the same, naming the candidate layout the rule weighed (Decision.candidate)
+        self._stay_for = [[[Decision(i, False, r, candidate=c) for r in Reason] for c in range(n)] for i in range(n)]
+        self._stay_priced_for = [[[Decision(i, False, r, capacity_stands_steps=REPRICE_EVERY_STEPS, candidate=c)
+                                   for r in Reason] for c in range(n)] for i in range(n)]
+        # the switch-rate bound as the least seconds between two switches the policy chooses
+        self._min_gap_s = 60.0 / k.max_switches_per_minute if k.max_switches_per_minute > 0 else _INF
         self._cant = self._stay[0][Reason.CANT_DECIDE]
         self._zeros = [0.0] * n  # an empty batch's group loads
         self._extra = [float(x) for x in t.info.extra_slack_tokens]
@@ -119,6 +129,7 @@ class LayoutPolicy:
         self._buf = np.empty(k.max_batch + 1)  # Σ min(L, top-k) of a context array, without allocating
         self._ones = np.ones(k.max_batch + 1)
         self.pricer = StepPricer(t, k.max_batch)
+        self._init_dominance()
         self._capacity = CapacityRule(self)
         # prediction-free dwell: running mean of completed output lengths
         self._dwell_steps = k.initial_dwell_steps
@@ -137,6 +148,48 @@ class LayoutPolicy:
         self._prefill_s_per_token = [float(t.step_s(i, 0, one, np.zeros(1), np.zeros(1))[0]) / t.max_prefill_tokens
                                      if np.isfinite(t.base_s[0, i]).all() else float("inf") for i in range(n)]
         self._max_fit_bytes = [[max_fitting_kv_bytes(t, a, c) if a != c else -1.0 for c in range(n)] for a in range(n)]
+
+    def _init_dominance(self) -> None:
+        """Which layouts the throughput rule need not price (compiled once): a "+host" twin whose
+        step can never be faster than its HBM-only layout's — the same base, chunk and c2 rows, c1
+        no smaller in any resource (the misses' host-link term), the same owner groups and slack —
+        so while that layout is usable and its KV checks pass (or it is not faster than the best so
+        far) the twin can't win; the twin is priced only when it might (`_lean`, `_lower`).
+        NOTE: a step is max + α·(Σ − max) of its terms, non-decreasing in every term for α ∈ [0, 1];
+        this halves the layouts priced on a twin policy's common path (decide p99 ~33 → ≤ 20 µs)."""
+        t, n = self.tables, self._n
+        info = t.info
+        self._dominated_by = [-1] * n
+        twin = getattr(info, "twin", None)
+        tier = getattr(info, "host_tier", None)
+        if twin is not None and len(twin) == n and tier is not None and len(tier) == n and 0 <= float(t.alpha) <= 1:
+            for j in range(n):
+                i = int(twin[j])
+                if not tier[j] or tier[i] or not self._ok[i]:
+                    continue
+                same = (np.array_equal(t.base_s[:, i], t.base_s[:, j]) and np.array_equal(t.chunk_rows_s[:, i], t.chunk_rows_s[:, j])
+                        and np.array_equal(t.c2_s[i], t.c2_s[j]) and bool(np.all(t.c1_s[j] >= t.c1_s[i]))
+                        and self._groups[i] == self._groups[j] and self._share[i] == self._share[j]
+                        and self._extra[i] == self._extra[j])
+                if same and i < j:  # (the throughput rule checks the HBM-only layout first)
+                    self._dominated_by[j] = i
+        dom = self._dominated_by
+        owner = self._owner
+        # per current layout: the (spread, owned) layouts priced first (None: all), the twins that
+        # take their HBM-only layout's step as a lower bound, and a flag per layout for the latter
+        self._lean, self._lower = [], []
+        for c in range(n):
+            lean = [i for i in range(n) if dom[i] < 0 or i == c]
+            pairs = tuple((j, dom[j]) for j in range(n) if dom[j] >= 0 and j != c)
+            self._lean.append((tuple(i for i in lean if not owner[i]), tuple(i for i in lean if owner[i]))
+                              if pairs else None)
+            self._lower.append(pairs)
+        # the throughput rule's candidates: the usable layouts but the current one, in index order (a
+        # twin after its HBM-only layout), whether each passed its KV checks this call, and the
+        # layouts to price for each set of candidates (`_subset`)
+        self._others_ok = [tuple(i for i in range(n) if i != c and self._ok[i]) for c in range(n)]
+        self._passed = [False] * n
+        self._subsets: dict[int, tuple] = {}
 
     @property
     def cant_decide(self) -> int:
@@ -340,6 +393,15 @@ class LayoutPolicy:
         p_ctx, p_share = state.prefill_context_tokens, state.prefill_owner_share
         if not -_INF < f + p_tok + p_ctx + p_share < _INF:  # a NaN or an infinity in any of them
             return self._refuse(cur, "prefill statistics")
+        # the throughput rule's: the same over the policy's horizon, where the caller keeps them
+        hf = state.horizon_prefill_step_fraction
+        if hf >= 0.0:
+            h_tok, h_ctx, h_share = (state.horizon_prefill_tokens_per_step, state.horizon_prefill_context_tokens,
+                                     state.horizon_prefill_owner_share)
+            if not -_INF < hf + h_tok + h_ctx + h_share < _INF:
+                return self._refuse(cur, "horizon prefill statistics")
+        else:
+            hf, h_tok, h_ctx, h_share = f, p_tok, p_ctx, p_share
         g_tot, g_own = state.kv_growth_tokens, state.owner_kv_growth_tokens
         if (g_tot or g_own) and (g_tot in (_INF, -_INF) or g_own in (_INF, -_INF)):  # NaN: "none projected"
             return self._refuse(cur, "kv_growth_tokens")
@@ -365,8 +427,6 @@ class LayoutPolicy:
             need = head * bpt
             # NOTE: a one-group layout's ranks all have the same room (min); else the group with the most
             blocked = (max(fr) if owner[cur] else min(fr)) < need * share[cur]
-        steps = self.pricer.step_times(b, s1, s2, busy, lite, f, p_tok, p_ctx, p_share) if b else \
-            self.pricer.step_times(b, s1, s2, self._zeros, self._zeros, f, p_tok, p_ctx, p_share)
         fits_now = busy[cur] * share[cur] * bpt <= pool[cur]  # = self._kv_bytes(cur, busy)
         grows = g_tot > 0.0 or g_own > 0.0 or lay_growth is not None  # (NaN: none projected)
         outgrown = False
@@ -378,52 +438,102 @@ class LayoutPolicy:
                 g_own = 0.0
             growth = self._growth(g_tot, g_own, lay_growth)
             outgrown = (busy[cur] + growth[cur]) * share[cur] * bpt > pool[cur]
+        if not b:
+            if blocked or not fits_now:  # nothing running: the fastest layout with room for the head
+                steps = self.pricer.step_times(0, 0.0, 0.0, self._zeros, self._zeros, f, p_tok, p_ctx, p_share)
+                d = self._room_for_head(cur, b, total, busy, lite, head, steps)
+                if d is not None:
+                    return d
+            return stay[Reason.STAY_IDLE]
+        pricer, lean = self.pricer, self._lean[cur]
         priced = False
-        if b and (blocked or not fits_now or outgrown):
+        if blocked or not fits_now or outgrown:
+            # ---- capacity (rule 1): on the recent prefill statistics. NOTE: lean, the twins' steps
+            # are lower bounds (their HBM-only layout's), good for the rule's bound; it prices every
+            # layout itself before it compares rates (capacity_rule.py)
+            steps = pricer.step_times(b, s1, s2, busy, lite, f, p_tok, p_ctx, p_share, lean)
+            if lean is not None:
+                for j, i in self._lower[cur]:
+                    steps[j] = steps[i]
             d = self._capacity.decide(state, cur, b, w, total, busy, lite, s1, s2, steps, blocked, fits_now,
-                                      outgrown, head, g_tot, growth)
+                                      outgrown, head, g_tot, growth, lean is not None)
             if d is PRICED_NO_MOVE:
                 priced, stay = True, self._stay_priced[cur]
             elif d is not None:
                 return d
-        elif blocked or not fits_now:  # nothing running: the fastest layout with room for the head
-            d = self._room_for_head(cur, b, total, busy, lite, head, steps)
-            if d is not None:
-                return d
-        if b == 0:
-            return stay[Reason.STAY_IDLE]
-        # ---- throughput (rule 2) ---------------------------------------------------------------
+        # ---- throughput (rule 2): the candidates by their KV first (no pricing), then only they and
+        # the current layout priced, on the horizon's prefill statistics
         head_admits_cur = w > 0 and not blocked
-        best, best_t = cur, steps[cur]
-        ok, keep = self._ok, self._headroom_keep
-        for i in self._layouts:
-            if i == cur or not ok[i] or steps[i] >= best_t:
-                continue
+        keep, dom, passed = self._headroom_keep, self._dominated_by, self._passed
+        mask = 0
+        for i in self._others_ok[cur]:
+            passed[i] = False
             if busy[i] * share[i] * bpt > pool[i] * keep:  # = self._kv_bytes(i, busy)
                 continue
             if head_admits_cur and (lite[i] + head) * share[i] * bpt > pool[i]:
                 continue  # would stop admitting what the current layout admits
             if grows and (busy[i] + growth[i]) * share[i] * bpt > pool[i] and not outgrown:
                 continue  # the running set's expected peak fits here now, and would not fit there
-            best, best_t = i, steps[i]
+            d = dom[i]
+            if d >= 0 and (d == cur or passed[d]):
+                continue  # a twin its HBM-only layout (a candidate, or the current one) can't lose to
+            passed[i] = True
+            mask |= 1 << i
+        key = mask * 64 + cur
+        sub = self._subsets.get(key)
+        if sub is None:
+            sub = self._subset(mask, cur, key)
+        cands, priced_sets = sub
+        steps = pricer.step_times(b, s1, s2, busy, lite, hf, h_tok, h_ctx, h_share, priced_sets)
+        best, best_t = cur, steps[cur]
+        for i in cands:
+            if steps[i] < best_t:
+                best, best_t = i, steps[i]
         if best == cur:
             return stay[Reason.STAY_BEST]
+        stay = (self._stay_priced_for if priced else self._stay_for)[cur][best]  # the stays name the candidate
         t_cur = steps[cur]
         gain = t_cur - best_t
-        if gain < self.knobs.min_gain_fraction * t_cur:
+        k = self.knobs
+        if gain < k.min_gain_fraction * t_cur:
             return stay[Reason.STAY_SMALL_GAIN]
-        if state.steps_since_switch < self.knobs.cooldown_steps:
+        if state.steps_since_switch < k.cooldown_steps:
             return stay[Reason.STAY_COOLDOWN]
+        if self._since_switch_s(state, t_cur) < self._min_gap_s:
+            return stay[Reason.STAY_RATE_LIMIT]
         plan = plan_transition(self.tables, cur, best, total * bpt, [x * bpt for x in busy], b, t_cur,
                                self.pricer.net_share(cur, t_cur))
         if not plan.feasible:
             return stay[Reason.STAY_NO_MEMORY]
-        useful_steps = self._dwell_steps - plan.link_s / t_cur
-        gain_s = gain * useful_steps
-        if gain_s <= (1.0 + self.knobs.margin) * plan.cost_s:
-            return stay[Reason.STAY_NOT_WORTH]
+        # the switch's priced cost (link + interference + commit stall) repaid by the time it saves:
+        # the link's seconds earn nothing, then each served second saves gain / t_cur
+        payback_s = plan.link_s + (1.0 + k.margin) * plan.cost_s * t_cur / gain
+        window_s = min(self._dwell_steps * t_cur, k.payback_horizon_s)
+        gain_s = gain * (window_s - plan.link_s) / t_cur
+        if payback_s >= window_s:
+            return Decision(cur, False, Reason.STAY_NOT_WORTH, gain_s, plan.cost_s, plan,
+                            capacity_stands_steps=REPRICE_EVERY_STEPS if priced else 0, candidate=best,
+                            payback_s=payback_s)
         return Decision(best, True, Reason.SWITCH_THROUGHPUT, gain_s, plan.cost_s, plan,
-                        capacity_stands_steps=REPRICE_EVERY_STEPS if priced else 0)
+                        capacity_stands_steps=REPRICE_EVERY_STEPS if priced else 0, candidate=best, payback_s=payback_s)
+
+    def _subset(self, mask: int, cur: int, key: int) -> tuple:
+        """(the candidates in `mask`, in index order; the (spread, owned) layouts to price: they and
+        `cur`), cached by `key` (at most 2^L × L entries, each built once)."""
+        cands = tuple(i for i in range(self._n) if mask >> i & 1)
+        priced = sorted((*cands, cur))
+        sub = (cands, (tuple(i for i in priced if not self._owner[i]), tuple(i for i in priced if self._owner[i])))
+        self._subsets[key] = sub
+        return sub
+
+    def _since_switch_s(self, state: PolicyState, step_s: float) -> float:
+        """Seconds since the last switch: the caller's clock (`PolicyState.seconds_since_switch`),
+        else estimated as the steps since it × the current step (inf: none yet)."""
+        x = state.seconds_since_switch
+        if 0.0 <= x:
+            return x
+        n = state.steps_since_switch
+        return _INF if n >= 1 << 30 else n * step_s
 
     def _room_for_head(self, cur: int, b: int, total: float, busy: list[float], lite: list[float], head: float,
                        steps: list[float]) -> Decision | None:
@@ -453,35 +563,36 @@ class LayoutPolicy:
 
     # ---- start-up -----------------------------------------------------------------------------
     def initial_layout(self, waiting_tokens: np.ndarray) -> int:
-        """The layout to start in (no switch cost yet): the best predicted throughput for the
-        first batch each layout could admit from the queue, over that batch's life — its prompts'
-        chunked prefill, then an expected output (the mean observed, else `initial_dwell_steps`)
-        of decode steps at that batch.
+        """The layout to start in (no switch cost yet): the best predicted throughput for the first
+        batch each layout can hold from the queue, over that batch's life — its prompts' chunked
+        prefill, then an expected output (the mean observed, else `initial_dwell_steps`) of decode
+        steps at that batch, at its mean context over the decode (prompt + half the output).
+        The batch a layout holds is what fits its KV pool at the batch's expected peak: each
+        request's prompt, the tables' slack and the expected output (`first_batch`).
         NOTE: the prefill counts: a queue of long prompts (16K-64K on DS-V3.2, 8 x H200) is mostly
         prefill work, which CP runs ~3.7x faster than DOP (an 8K chunk after a 28K prefix: 124 vs
         458 ms) though DOP holds more requests and decodes faster; priced on decode steps alone the
-        policy started in DOP, and a full owner layout can't make room for a move later."""
+        policy started in DOP, and a full owner layout can't make room for a move later.
+        NOTE: so does the output's KV: sized on the prompts alone, a layout whose pool holds the
+        queue's prompts but not what they grow to (TP's replicated MLA cache, a 512-request rollout
+        after outputs of ~4K were observed) was priced at the whole queue, started, and preempted."""
         t = self.tables
         best, best_rate = -1, -1.0
         lens = np.asarray(waiting_tokens, dtype=np.float64)[: self.knobs.max_batch]
         lens = lens[np.isfinite(lens) & (lens >= 0)]
-        need = np.cumsum(lens + t.request_slack_tokens)
         out = self._mean_output if self._completed else self.knobs.initial_dwell_steps
         chunk = float(t.max_prefill_tokens)
         for i in self._layouts:
             if not self._ok[i]:
                 continue
-            g = self._groups[i]
-            if g > 1:
-                cap_tokens = self._pool[i] / (self._bpt * self._share[i]) * g
-            else:
-                cap_tokens = self._pool[i] / (self._bpt * self._share[i])
-            bsz = int(np.searchsorted(need, cap_tokens, side="right"))
+            bsz = self.first_batch(i, lens, out)
             if bsz == 0:
                 continue
             ctx = lens[:bsz]
-            s2 = float(ctx.sum())
-            s1 = float(np.minimum(ctx, t.topk).sum())
+            mid = ctx + 0.5 * out  # the decode's mean context
+            s2 = float(mid.sum())
+            s1 = float(np.minimum(mid, t.topk).sum())
+            g = self._groups[i]
             if g > 1:
                 s1, s2 = s1 / g, s2 / g
             step = float(t.step_s(i, bsz, np.zeros(1), np.array([s1]), np.array([s2]))[0])
@@ -492,6 +603,17 @@ class LayoutPolicy:
             return best
         usable = self.usable_layouts()
         return usable[0] if usable else 0
+
+    def first_batch(self, layout: int, prompts: np.ndarray, output_tokens: float) -> int:
+        """How many of the queue's first requests layout `layout`'s KV pool holds at their expected
+        peak: prompt + the tables' slack + `output_tokens` each, against the pool of all its owner
+        groups (one group: its pool at its share)."""
+        need = np.cumsum(prompts + self.tables.request_slack_tokens + output_tokens)
+        cap_tokens = self._pool[layout] / (self._bpt * self._share[layout])
+        g = self._groups[layout]
+        if g > 1:
+            cap_tokens *= g
+        return int(np.searchsorted(need, cap_tokens, side="right"))
 
     def _prefill_s(self, layout: int, prompts: np.ndarray, chunk: float) -> float:
         """Seconds of chunk-only steps that prefill `prompts` in `layout`, chunk by chunk, each

@@ -59,19 +59,23 @@ class StepPricer:
         self._chunk_sizes: dict[int, int] = {}  # 1.03^e tokens, capped, by e
 
     def step_times(self, b: int, s1: float, s2: float, own, own_min, prefill_fraction: float,
-                   prefill_tokens: float, prefill_context: float, owner_share: float) -> list[float]:
+                   prefill_tokens: float, prefill_context: float, owner_share: float,
+                   subset: tuple[tuple[int, ...], tuple[int, ...]] | None = None) -> list[float]:
         """[L] step seconds of a batch of `b` decodes with sums `s1` (Σ min(L, top-k)) and `s2` (Σ L),
         whose busiest and lightest owner groups hold `own` and `own_min` KV tokens (per layout [L]
         lists or tuples; or one float each where every layout of several groups has the same count),
         and the observed prefill (share of steps with a chunk, tokens per step, their prefix, the
         owner group's share). Returns `self.steps`, overwritten by the next call (copy what you
         keep). NOTE: one kernel call for every layout: the layouts of several owner groups read
-        their own busiest group's sums from an [L] list filled in place (nothing allocated stays)."""
+        their own busiest group's sums from an [L] list filled in place (nothing allocated stays).
+        `subset`: (spread, owned) index tuples of the layouts to price (None: every one); the
+        others' entries of the answer are left as they were (the policy's twins, policy.py)."""
         # NOTE: min/max of two numbers spelled out (min(x, y) is x unless y < x): ~10 builtin calls
         # here would cost more than the arithmetic of one layout
         scalar = type(own) is not list and type(own) is not tuple
         sums = self._owner_sums
-        for i in self.owned:
+        spread, owned = (self.spread, self.owned) if subset is None else subset
+        for i in owned:
             hi, lo = (own, own_min) if scalar else (own[i], own_min[i])
             frac = frac_min = 0.0
             if s2 > 0:
@@ -86,7 +90,7 @@ class StepPricer:
         out, net, c1, c2, alpha, over = self.steps, self.net, self.c1, self.c2, self.alpha, self.over
         f = prefill_fraction if prefill_fraction < 1.0 else 1.0
         if not (f > 0 and prefill_tokens > 0):
-            step_time.decode_steps(self.spread, self.owned, rows, c1, c2, s1, s2, sums, alpha, over, out, net)
+            step_time.decode_steps(spread, owned, rows, c1, c2, s1, s2, sums, alpha, over, out, net)
             return out
         # the blend's chunk: its size rounded to 3 % steps and the owner's share to 1/32 (both running
         # means) so their rows are cached; NOTE: the chunk is capped at the tables' largest, so a size
@@ -109,7 +113,7 @@ class StepPricer:
         lo = self.knee if self.knee < pfx else pfx  # = step_time.prefix_split(pfx, knee)
         # the chunk over every rank, next to the whole batch; on one group (the lightest), next to
         # the decode-busiest
-        step_time.blended_steps(self.spread, self.owned, rows, rows_n, crows, lo, pfx - lo, c1, c2, s1, s2, sums, f,
+        step_time.blended_steps(spread, owned, rows, rows_n, crows, lo, pfx - lo, c1, c2, s1, s2, sums, f,
                                 alpha, over, out, net)
         return out
 

@@ -35,8 +35,12 @@ KV_PAGES = 150
 FITS = {"tp": (1.0e-3, 2e-6, 1e-8), "cp": (1.3e-3, 2e-6, 1e-8), "dp": (1.25e-3, 2e-6, 1e-8), "dop": (1.15e-3, 2e-6, 1e-8)}
 # NOTE: the four layouts FITS times; the executor also runs dptp (its placement), which the tables
 # would price by the planner, not by FITS, so the scenario leaves it out on both sides
+# NOTE: the toy's steps take milliseconds, so its whole run is shorter than the default switch-rate
+# gap and payback horizon (issue 27): those are off here, and the prefill statistics the 256 steps
+# they were (the switches the scenarios exercise stay where they were)
 KNOBS = PolicyKnobs(max_batch=64, cooldown_steps=8, min_dwell_steps=4, initial_dwell_steps=32,
-                    allowed=("tp", "cp", "dp", "dop"))
+                    allowed=("tp", "cp", "dp", "dop"), max_switches_per_minute=1e9, payback_horizon_s=1e9,
+                    stats_half_life_steps=256.0)
 # NOTE: mixed steps, as the torch executor runs them (it decodes every request it holds each step), so
 # the simulator serving the same workload makes the same decisions
 LOOP = LoopConfig(max_batch=64, prefill_chunk_tokens=64, max_run_steps=8, prefill_mode="mixed")

@@ -9,7 +9,7 @@ import planner
 from executor.sim import SimExecutor, simulate
 from runtime_policy.loop import ABORTED, DONE, LoopConfig, serve
 from runtime_policy.ordering import ORDERS, Ordering
-from runtime_policy.policy import FixedPolicy
+from runtime_policy.policy import FixedPolicy, PolicyKnobs
 from runtime_policy.tables import LAYOUTS
 from runtime_policy.workloads import chat, shrinking
 from tests.runtime_policy.conftest import datasheet_share
@@ -95,7 +95,9 @@ def test_a_move_that_sheds_kv_preempts_and_holds_admission_until_the_commit():
     from tests.runtime_policy.conftest import datasheet_share
 
     dep = planner.make_deployment(m, hw, attn="tp", gpus=8, mem_fraction=datasheet_share(hw, 0.85))
-    d = simulate(dep, longprompt(400, seed=0), "dynamic", "fcfs")
+    # NOTE: the prefill statistics over 256 steps (the loop's recent ones): over the default
+    # horizon (2048) the policy moves TP -> CP once at 3.5 s and stays, so no move needs to shed
+    d = simulate(dep, longprompt(400, seed=0), "dynamic", "fcfs", knobs=PolicyKnobs(stats_half_life_steps=256.0))
     moves = [(s["from"], s["to"]) for s in d["switches"]]
     assert ("tp", "cp") in moves
     assert d["completed"] == 400 and d["preemptions"] > 0
