@@ -140,6 +140,30 @@ def ledger_admits(tables, layout: int, context: float) -> float:
     return float(min(n, cap))
 
 
+def move_peak_bytes(held_src: float, held_dst: float, union: float, groups: int) -> float:
+    """KV bytes a rank holds at the peak of an incremental move (runtime_policy/transitions.py's
+    module docstring): `held_src` before, `held_dst` after, `union` with both held (received
+    R = union − held_src, freed F = union − held_dst), in `groups` equal groups. After k groups with
+    the (k+1)-th in flight the rank holds held_src + (k+1)·R/n − k·F/n, a line in k: its peak is at
+    k = 0 or k = n − 1, max(held_src + R/n, held_dst + F/n). One group: the union itself."""
+    if groups <= 1:
+        return union
+    return max(held_src + (union - held_src) / groups, held_dst + (union - held_dst) / groups)
+
+
+def move_groups_needed(held_src: float, held_dst: float, union: float, room: float, most: int) -> int:
+    """The fewest groups (1 .. `most`) whose `move_peak_bytes` fits `room` (the budget less the
+    weights); `most` + 1 when even `most` groups don't (or the destination alone doesn't fit)."""
+    if union <= room:
+        return 1
+    if most <= 1 or held_src >= room or held_dst >= room:
+        return most + 1
+    n = max(math.ceil((union - held_src) / (room - held_src)), math.ceil((union - held_dst) / (room - held_dst)), 2)
+    while n <= most and move_peak_bytes(held_src, held_dst, union, n) > room:  # float rounding of the ceil
+        n += 1
+    return n
+
+
 def group_tokens(tokens: list[float], groups: int) -> list[float]:
     """[G] tokens of each owner group, from per-rank tokens [T] (groups are consecutive ranks).
     NOTE: with G = T it is `tokens` itself (no copy): read it, don't write it."""
