@@ -360,6 +360,28 @@ def plan_transition(tables: StepTimeTable, src: int, dst: int, kv_total_bytes: f
         move_order="longest" if held_dst >= held_src else "shortest")
 
 
+def kv_recv_per_rank(tables: StepTimeTable, ledger, src: int, dst: int) -> list[float]:
+    """[T] KV bytes each rank receives moving src → dst at the loop's ledger (kv_ledger.KvLedger):
+    the plan's formula (`_kv_recv`) with each rank's own groups in place of the busiest ones, so the
+    ledger's move (`KvLedger.move_held_per_rank`) is the plan's, rank by rank."""
+    rate, t = ledger.rate, ledger.ranks
+    total = ledger.total * rate
+    per = [ledger.by_group(layout) for layout in range(len(ledger.groups))]
+    out = []
+    for r in range(t):
+        busy = [p[r * len(p) // t] * rate for p in per]
+        out.append(_kv_recv(tables, src, dst, total, busy))
+    return out
+
+
+def ledger_move_peak_bytes(tables: StepTimeTable, ledger, src: int, dst: int, groups: int, done: int = 0) -> float:
+    """The KV the fullest rank holds at the peak of the move src → dst in `groups` groups, `done`
+    landed, at the ledger's tokens now: what the plan's `peak_kv_bytes_per_rank` says of the same
+    state (equal where the busiest groups are the same ranks', and never above it)."""
+    recv = kv_recv_per_rank(tables, ledger, src, dst)
+    return max(ledger.move_held_per_rank(src, dst, recv, groups, done, peak=True))
+
+
 def all_plans(tables: StepTimeTable, kv_total_bytes: float, busy) -> list[TransitionPlan]:
     """Every ordered switch at one KV state (12 for the four built-in layouts; layouts the model
     can't run are left out)."""
