@@ -118,3 +118,75 @@ def scenario_incremental(g) -> dict:
     out["fault/requests_whole"] = sorted(kv) == sorted(INC_LENGTHS) and all(
         v.shape[1] == runner.seq_lens[q] and bool(torch.isfinite(v).all()) for q, v in kv.items())
     return out
+
+
+class _ForceMove:
+    """The fixed policy of a spec, but at its `at`-th answer with requests running it switches
+    src -> dst with the plan the tables give, split into `groups` (what the dynamic policy would
+    hand the executor for a move whose union does not fit: runtime_policy/transitions.py)."""
+
+    def __init__(self, inner, tables, src: str, dst: str, groups: int, at: int = 6):
+        self.inner, self.t = inner, tables
+        self.src, self.dst = tables.layouts.index(src), tables.layouts.index(dst)
+        self.groups, self.at, self.calls, self.plan = groups, at, 0, None
+        self.reads_kv_growth = False
+
+    def decide(self, state):
+        from dataclasses import replace as _replace
+
+        from runtime_policy.decision import Decision, Reason
+        from runtime_policy.transitions import plan_transition
+
+        if self.plan is None and state.layout == self.src and not state.switch_in_flight and state.running:
+            self.calls += 1
+            bpt = self.t.kv_bytes_per_token
+            okv = [float(x) for x in state.owner_kv_tokens]
+            p = plan_transition(self.t, self.src, self.dst, sum(okv) * bpt, max(okv) * bpt, state.running)
+            # once the destination holds the running set with room for its growth over the move
+            if self.calls >= self.at and p.post_kv_bytes_per_rank <= 0.6 * p.post_kv_pool_bytes:
+                self.plan = _replace(p, move_groups=self.groups, move_order="longest")
+                return Decision(self.dst, True, Reason.SWITCH_CAPACITY, 0.0, p.cost_s, self.plan)
+        return Decision(state.layout, False, Reason.STAY_FIXED)
+
+    def usable_layouts(self):
+        return [self.src, self.dst]
+
+    def initial_layout(self, waiting):
+        return self.src
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def scenario_loop_incremental(g) -> dict:
+    """The serving loop drives an incremental DOP -> CP move on the TorchExecutor (the serving
+    tests' workload and tables): it commits, and every request's output at every position is the
+    one a never-switching DOP run computes."""
+    from executor.torch_executor.serve import build_rank, serve_loop, torch_tables
+    from executor.torch_executor.serving import with_step_times
+    from executor_serving_scenarios import FITS, KV_PAGES, TOY_GPU, _max_rel_err, _spec
+    from runtime_policy.ordering import Ordering
+
+    dims = tiny_dims(num_heads=8)
+    tables = with_step_times(torch_tables(dims, TOY_GPU, g.world_size, KV_PAGES), FITS)
+    out: dict = {}
+    runs = {}
+    for name in ("fixed", "moved"):
+        spec = _spec(tables, policy="dop", clock="table", record_outputs=True, check_kv=True)
+        policy, ex = build_rank(g, spec)
+        if name == "moved":
+            policy = _ForceMove(policy, tables, "dop", "cp", INC_GROUPS)
+        res = serve_loop(spec.arrival_s, spec.input_tokens, spec.output_tokens, spec.tables, policy,
+                         Ordering(spec.order), ex, spec.loop)
+        runs[name] = (res, ex)
+    res, ex = runs["moved"]
+    sw = ex.transitions[0] if ex.transitions else None
+    out["switches"] = [(s.from_layout, s.to_layout) for s in res.switches]
+    out["aborted"] = [(s.from_layout, s.to_layout, s.aborted) for s in res.aborted_switches]
+    out["groups"] = len(sw.inc.groups) if sw is not None and sw.inc is not None else 0
+    out["switch_state"] = (sw.state.value, sw.reason) if sw is not None else None
+    out["landed_before_commit"] = len(sw.landed) if sw is not None else 0
+    out["status"] = sorted(set(res.status.tolist()))
+    out["kv_identical"] = ex.kv_identical
+    out["outputs_vs_fixed"] = _max_rel_err(ex.outputs, runs["fixed"][1].outputs)
+    return out

@@ -60,3 +60,14 @@ def test_a_fault_after_a_group_landed_loses_nothing(inc):
         assert "injected" in r["fault/reason"] and "\n" not in r["fault/reason"]
         assert r["fault/err"] < FP32_TOL  # the group in flight kept serving in the source, then moved again
         assert r["fault/requests_whole"]
+
+
+@pytest.mark.parametrize("t", [2, 4])
+def test_the_serving_loop_moves_incrementally_on_the_torch_executor(t):
+    r = spawn_ranks(sc.scenario_loop_incremental, t)[0]
+    assert r["switches"] == [("dop", "cp")] and not r["aborted"]
+    assert r["groups"] == sc.INC_GROUPS and r["landed_before_commit"] > 0  # groups served in CP before the commit
+    assert r["status"] == [4]  # every request done (runtime_policy.waiting.DONE)
+    err, n = r["outputs_vs_fixed"]
+    assert n > 0 and err < 1e-5  # every position as a never-switching DOP run computes it
+    assert all(r["kv_identical"])
