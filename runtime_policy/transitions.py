@@ -24,10 +24,10 @@ CP/DP) all-gathers what each rank lacks (the difference of the planner's residen
 made request by request, in `move_groups` groups (incremental moves, Issue 27): a group's KV is
 copied in the background while every request keeps decoding, and once it has landed the group
 serves in the destination and its source pages are freed, as an engine hands a request over when
-its own transfer is done (SGLang PD disaggregation: python/sglang/srt/disaggregation/decode.py,
-the `DecodeTransferQueue` moves each request to the running batch once its receiver polls
-`KVPoll.Success`, and prefill.py frees the request's pages in `process_disagg_prefill_inflight_queue`
-when its sender does; vLLM's KV connectors: vllm/distributed/kv_transfer/kv_connector/v1/base.py
+its own transfer is done (SGLang PD disaggregation: python/sglang/srt/disaggregation/decode.py
+`DecodeTransferQueue.pop_transferred` passes on each request whose receiver polls `KVPoll.Success`,
+to be merged into the running batch, and prefill.py `process_disagg_prefill_inflight_queue` frees a
+request's KV once its own sender polls `KVPoll.Success`; vLLM's KV connectors: vllm/distributed/kv_transfer/kv_connector/v1/base.py
 `request_finished` returns whether the source delays freeing a request's blocks until
 `get_finished` reports that request sent — per request, never per batch). So the memory a rank
 needs is, at its peak, the weights of both layouts (the larger: weights move first, once) + the
@@ -45,8 +45,8 @@ give up (before the first group).
 Cost of a switch, in seconds of lost serving time:
 - link_s: background transfer, max(send, recv) / link bandwidth + one message per layer and kind,
   and one more KV message per layer for every group past the first (each group is its own
-  transfer, as each request is in SGLang's `MooncakeKVManager.send_kvcache`, a batch of page
-  copies per layer; not lost time: steps continue, but the gain starts only after the last group);
+  transfer, as each request is in SGLang's disaggregation/mooncake/conn.py
+  `MooncakeKVManager.send_kvcache`, one batch of page copies per layer; not lost time: steps continue, but the gain starts only after the last group);
 - interference_s: what the overlapped steps lose — the move's HBM traffic (read at the sender,
   written at the receiver) at HBM bandwidth, plus link contention, `link_s × network share of the
   step` (the step's collectives wait while the move holds the link);
