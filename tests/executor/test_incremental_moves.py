@@ -71,3 +71,24 @@ def test_the_serving_loop_moves_incrementally_on_the_torch_executor(t):
     err, n = r["outputs_vs_fixed"]
     assert n > 0 and err < 1e-5  # every position as a never-switching DOP run computes it
     assert all(r["kv_identical"])
+
+
+def test_the_executors_page_profile_is_the_ledgers_formula():
+    """Equal requests, owners alternating, groups of one request per owner: the pages a rank holds
+    while each group moves (DOP -> CP on 2 ranks) follow kv_ledger.move_held_bytes in pages, and their
+    most is its move_peak_bytes — the executor's move is the plan's and the ledger's."""
+    from executor.torch_executor.move_plan import plan_incremental
+    from runtime_policy.kv_ledger import move_held_bytes, move_peak_bytes
+
+    t, page, n_req, pages_each, groups = 2, 4, 8, 6, 4
+    lens = {q: page * pages_each for q in range(n_req)}
+    owners = {q: q % t for q in range(n_req)}
+    inc = plan_incremental("dop", "cp", t, lens, owners, page, groups)
+    assert [len(g) for g in inc.groups] == [2] * groups and all({owners[q] for q in g} == {0, 1} for g in inc.groups)
+    h_s = n_req // t * pages_each  # an owner's requests, whole
+    h_d = n_req * pages_each // t  # CP: every request's pages interleaved over the ranks
+    union = h_s + (n_req - n_req // t) * pages_each // t  # + the other owner's requests' share
+    for r in range(t):
+        col = [row[r] for row in inc.profile]
+        assert col == [move_held_bytes(h_s, h_d, union, groups, k) for k in range(groups)]
+        assert inc.peak_pages[r] == move_peak_bytes(h_s, h_d, union, groups) < union
