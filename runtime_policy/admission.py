@@ -45,7 +45,9 @@ def admit(loop: "ServingLoop") -> float:
     # the running set at its start; what joins meanwhile must fit where it is going too)
     dst = -1
     if loop.inflight is not None:
-        if loop.inflight.shed_kv_tokens > 0:
+        # NOTE: an incremental move (Issue 27) was planned for the running set with one group of
+        # headroom: nothing joins until it lands (runtime_policy/switching.py)
+        if loop.inflight.shed_kv_tokens > 0 or loop.inflight.plan.move_groups > 1:
             return total
         dst = loop.inflight.layout
         dst_g, dst_pool = loop.groups[dst], loop.pools[dst] * loop.watermark
@@ -133,7 +135,9 @@ def admit_groups(loop: "ServingLoop", total: float) -> float:
     share, rate, lim = kv.share[layout], kv.rate, kv.pool[layout] * loop.watermark
     dst = -1
     if loop.inflight is not None:
-        if loop.inflight.shed_kv_tokens > 0:
+        # NOTE: an incremental move (Issue 27) was planned for the running set with one group of
+        # headroom: nothing joins until it lands (runtime_policy/switching.py)
+        if loop.inflight.shed_kv_tokens > 0 or loop.inflight.plan.move_groups > 1:
             return total
         dst = loop.inflight.layout
         dst_g, dst_pool = loop.groups[dst], loop.pools[dst] * loop.watermark

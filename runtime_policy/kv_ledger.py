@@ -140,6 +140,45 @@ def ledger_admits(tables, layout: int, context: float) -> float:
     return float(min(n, cap))
 
 
+def move_held_bytes(held_src: float, held_dst: float, union: float, groups: int, done: int) -> float:
+    """KV bytes a rank holds during an incremental move (runtime_policy/transitions.py's module
+    docstring) once `done` of its `groups` equal groups have landed and the next is in flight:
+    `held_src` before the move, `held_dst` after it, `union` with both held (received
+    R = union − held_src, freed F = union − held_dst): held_src + (done+1)·R/n − done·F/n (all
+    landed, done = n: held_dst)."""
+    if done >= groups:
+        return held_dst
+    if groups <= 1:
+        return union
+    return held_src + (done + 1) * (union - held_src) / groups - done * (union - held_dst) / groups
+
+
+def move_peak_bytes(held_src: float, held_dst: float, union: float, groups: int, done: int = 0) -> float:
+    """The most `move_held_bytes` holds from `done` landed groups to the last one in flight: a line
+    in the groups landed, so its peak is at one end, max(held_src + R/n, held_dst + F/n) from the
+    start. One group: the union itself."""
+    if groups <= 1:
+        return union if done < 1 else held_dst
+    last = groups - 1
+    if done > last:
+        return held_dst
+    return max(move_held_bytes(held_src, held_dst, union, groups, done),
+               move_held_bytes(held_src, held_dst, union, groups, last))
+
+
+def move_groups_needed(held_src: float, held_dst: float, union: float, room: float, most: int) -> int:
+    """The fewest groups (1 .. `most`) whose `move_peak_bytes` fits `room` (the budget less the
+    weights); `most` + 1 when even `most` groups don't (or the destination alone doesn't fit)."""
+    if union <= room:
+        return 1
+    if most <= 1 or held_src >= room or held_dst >= room:
+        return most + 1
+    n = max(math.ceil((union - held_src) / (room - held_src)), math.ceil((union - held_dst) / (room - held_dst)), 2)
+    while n <= most and move_peak_bytes(held_src, held_dst, union, n) > room:  # float rounding of the ceil
+        n += 1
+    return n
+
+
 def group_tokens(tokens: list[float], groups: int) -> list[float]:
     """[G] tokens of each owner group, from per-rank tokens [T] (groups are consecutive ranks).
     NOTE: with G = T it is `tokens` itself (no copy): read it, don't write it."""
@@ -342,6 +381,25 @@ class KvLedger:
         else:
             tok = max(self.tokens if g == self.ranks else self.group_tok[layout]) + 0.0
         return tok * self.share[layout] * self.rate / pool
+
+    def held_per_rank(self, layout: int) -> list[float]:
+        """[T] KV bytes each rank stores under `layout`: its owner group's tokens (with the layout's
+        extra slack) at the share a rank of the group stores."""
+        scale = self.share[layout] * self.rate
+        g = self.groups[layout]
+        r = self.ranks // g
+        return [x * scale for x in self.by_group(layout) for _ in range(r)]
+
+    def move_held_per_rank(self, src: int, dst: int, recv: list[float], groups: int, done: int,
+                           peak: bool = False) -> list[float]:
+        """[T] KV bytes each rank holds during an incremental move src → dst once `done` of `groups`
+        have landed (`move_held_bytes`; `peak`: the most it holds from there to the last group,
+        `move_peak_bytes`), at the ledger's tokens now: `recv` [T] the bytes each rank receives for
+        the whole move (transitions.kv_recv_per_rank), the union capped at one copy of everything."""
+        hs, hd = self.held_per_rank(src), self.held_per_rank(dst)
+        one = self.total * self.rate  # one copy of all KV, as the plan's `kv_total_bytes`
+        f = move_peak_bytes if peak else move_held_bytes
+        return [f(a, b, min(a + c, max(one, a)), groups, done) for a, b, c in zip(hs, hd, recv)]
 
     def free_bytes_per_rank(self, layout: int) -> list[float]:
         """[T] bytes each rank's owner group can still take under `layout` (the policy's state)."""

@@ -162,6 +162,7 @@ class ServingLoop:
         self.stats_version = -1
         self.inflight: Decision | None = None
         self.ready_s = self.started_s = 0.0
+        self.hand_off_s = 0.0  # the switch's next batch boundary: its next group lands (switching.py), else ready_s
         self.watermark = 1.0 - config.admit_watermark_fraction
         self.skip_admit = False
         self.s1_now = 0.0  # Σ min(context, top-k) of the decoders now (set when the policy is consulted)
@@ -184,6 +185,9 @@ class ServingLoop:
         self.layout_s = [0.0] * len(tables.layouts)
         self.switches: list[SwitchRecord] = []
         self.aborted: list[SwitchRecord] = []
+        # incremental moves (switching.py): per switch started, the plan's peak KV per rank, the
+        # ledger's at the start and the most it held at a batch boundary while the groups landed
+        self.moves: list[dict] = []
         self.cant_decide = 0
         self.timeline: tuple[list, list, list, list] = ([], [], [], [])
 
@@ -266,7 +270,7 @@ class ServingLoop:
                 if x < k:
                     k = x if x > 1 else 1
             if self.inflight is not None:
-                x = math.ceil((self.ready_s - self.t) / est)  # the switch's hand-off
+                x = math.ceil((self.hand_off_s - self.t) / est)  # the switch's (next group's) hand-off
                 if x < k:
                     k = x if x > 1 else 1
         if k < 1:

@@ -4,6 +4,16 @@ says so), and settling it at a batch boundary — committed when due and ready, 
 abort with the old layout kept. Functions over a `ServingLoop`'s state, as admission.py and
 preemption.py are.
 
+Incremental moves (transitions.py, Issue 27): a plan of n > 1 groups lands its groups one after
+another, group k at 1/n of the link time each; the ledger accounts each rank as the plan does
+(kv_ledger.KvLedger.move_held_per_rank: the rest of the old + the landed groups in the new + the
+group in flight in both), recorded per switch in `loop.moves` at its start and at every batch
+boundary while it runs. While such a move runs, nothing new is admitted (admission.py): it was
+planned for the running set, with one group of headroom. An abort (a fault, the destination
+filling) keeps every request whole in one layout: the executor drops the group in flight (its
+source pages were never freed) and brings back the groups already landed (executor.sim: nothing
+to move back; executor/torch_executor: see its transitions.py), so the old layout serves them all.
+
 Does not: decide (the policy), price or move anything (the executor).
 """
 
@@ -18,6 +28,7 @@ from runtime_policy.executor import SwitchStatus
 from runtime_policy.preemption import shed
 from runtime_policy.projection import project_growth
 from runtime_policy.serving_types import SwitchRecord
+from runtime_policy.transitions import kv_recv_per_rank
 
 if TYPE_CHECKING:
     from runtime_policy.loop import ServingLoop
@@ -73,15 +84,48 @@ def consult_policy(loop: "ServingLoop", total: float) -> bool:
     state.switch_in_flight = True
     if d.shed_kv_tokens > 0:
         shed(loop, d.shed_kv_tokens)
-    loop.ready_s = t + loop.executor.start_switch(d.plan)
+    loop.hand_off_s = loop.ready_s = t + loop.executor.start_switch(d.plan)
+    if d.plan.move_groups > 1:
+        begin_move(loop, d)
     if loop.ready_s <= t or d.shed_kv_tokens > 0:
         loop.skip_admit = d.shed_kv_tokens > 0
         return True
     return False
 
 
+def begin_move(loop: "ServingLoop", d) -> None:
+    """An incremental move starts: the ledger's peak over its groups at the running set now (what
+    the plan read), kept with the plan's in `loop.moves`."""
+    kv, src, dst, n = loop.kv, loop.layout, d.layout, d.plan.move_groups
+    recv = kv_recv_per_rank(loop.tables, kv, src, dst)
+    peak = max(kv.move_held_per_rank(src, dst, recv, n, 0, peak=True))
+    loop.moves.append({"src": src, "dst": dst, "groups": n, "plan_peak_kv_bytes": d.plan.peak_kv_bytes_per_rank,
+                       "ledger_peak_kv_bytes": peak, "held_max_kv_bytes": 0.0, "landed": 0,
+                       "budget_kv_bytes": d.plan.memory_budget_bytes - (d.plan.memory_needed_bytes
+                                                                      - d.plan.peak_kv_bytes_per_rank)})
+    account_move(loop)
+
+
+def account_move(loop: "ServingLoop") -> None:
+    """The groups landed by now (each 1/n of the link time) and what the ledger holds at this
+    boundary, rank by rank, in `loop.moves[-1]`."""
+    m = loop.moves[-1]
+    span = loop.ready_s - loop.started_s
+    n = m["groups"]
+    done = n if span <= 0 else min(int((loop.t - loop.started_s) / span * n), n - 1)
+    recv = kv_recv_per_rank(loop.tables, loop.kv, m["src"], m["dst"])
+    held = max(loop.kv.move_held_per_rank(m["src"], m["dst"], recv, n, done))
+    m["landed"] = done
+    # the run stops where the next group lands: each group hands off at a batch boundary
+    loop.hand_off_s = loop.ready_s if span <= 0 else loop.started_s + span * (done + 1) / n
+    if held > m["held_max_kv_bytes"]:
+        m["held_max_kv_bytes"] = held
+
+
 def settle_switch(loop: "ServingLoop") -> None:
     """Commit the switch in flight at this boundary if it is due and ready; record an abort."""
+    if loop.inflight.plan.move_groups > 1 and loop.t < loop.ready_s:
+        account_move(loop)
     status = loop.executor.poll_switch()
     if status == SwitchStatus.ABORTED:
         end_switch(loop, aborted=getattr(loop.executor, "abort_reason", "") or "aborted by the executor")

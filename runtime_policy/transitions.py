@@ -20,20 +20,42 @@ attention with --dp < --tp) gets its plans:
 whose src group contains its dst group holds all of it; two partial slices — a head slice and a
 token slice, or two token interleavings — are taken as independent, overlapping in s of s'). Weights: a move from sharded to replicated attention weights (TP/DOP →
 CP/DP) all-gathers what each rank lacks (the difference of the planner's resident bytes: the
-(T−1)/T attention and LM-head shards); the other way drops them. Old state is
-kept until the commit (the server keeps stepping in the old layout while the move runs in the
-background), so the memory needed before the move is: the larger weight footprint + the union
-of old and new KV on the fullest rank. Moving to TP needs room for every request's KV on every
-rank; replicating weights takes room the KV pool must give up.
+(T−1)/T attention and LM-head shards); the other way drops them. A move is
+made request by request, in `move_groups` groups (incremental moves, Issue 27): a group's KV is
+copied in the background while every request keeps decoding, and once it has landed the group
+serves in the destination and its source pages are freed, as an engine hands a request over when
+its own transfer is done (SGLang PD disaggregation: python/sglang/srt/disaggregation/decode.py
+`DecodeTransferQueue.pop_transferred` passes on each request whose receiver polls `KVPoll.Success`,
+to be merged into the running batch, and prefill.py `process_disagg_prefill_inflight_queue` frees a
+request's KV once its own sender polls `KVPoll.Success`; vLLM's KV connectors: vllm/distributed/kv_transfer/kv_connector/v1/base.py
+`request_finished` returns whether the source delays freeing a request's blocks until
+`get_finished` reports that request sent — per request, never per batch). So the memory a rank
+needs is, at its peak, the weights of both layouts (the larger: weights move first, once) + the
+rest of the old KV + the moved part in the new + one group in flight (held in both): with the
+rank's old KV `H_s`, new KV `H_d`, received `R` and freed `F = H_s + R − H_d` bytes split evenly
+over n groups, after k groups with the (k+1)-th in flight it holds H_s + (k+1)·R/n − k·F/n, which
+peaks at max(H_s + R/n, H_d + F/n) (`kv_ledger.move_peak_bytes`; n = 1 is the whole move at
+once: the union H_s + R). The plan takes the fewest groups whose peak fits the budget (one when
+the union fits, so a move that fitted before is planned and priced as it was), at most one
+request a group and `MAX_MOVE_GROUPS`. A switch can thus start from a pool the source fills, as
+long as the destination holds the KV and one group fits on top. Moving to TP still needs room for
+every request's KV on every rank after the move; replicating weights takes room the KV pool must
+give up (before the first group).
 
 Cost of a switch, in seconds of lost serving time:
-- link_s: background transfer, max(send, recv) / link bandwidth + one message per layer and kind
-  (not lost time: steps continue in the old layout, but the gain starts only after it);
+- link_s: background transfer, max(send, recv) / link bandwidth + one message per layer and kind,
+  and one more KV message per layer for every group past the first (each group is its own
+  transfer, as each request is in SGLang's disaggregation/mooncake/conn.py
+  `MooncakeKVManager.send_kvcache`, one batch of page copies per layer; not lost time: steps continue, but the gain starts only after the last group);
 - interference_s: what the overlapped steps lose — the move's HBM traffic (read at the sender,
   written at the receiver) at HBM bandwidth, plus link contention, `link_s × network share of the
   step` (the step's collectives wait while the move holds the link);
-- commit_stall_s: the hand-off at a batch boundary — a few collective latencies (barrier,
-  ownership table) plus the KV written during the move, moved at the commit.
+- commit_stall_s: the hand-offs at batch boundaries, one per group — a few collective latencies
+  each (barrier, ownership table) — plus the KV each group's requests wrote during its own
+  transfer, moved at its hand-off (with n groups a group's requests write for 1/n of the link time:
+  the total written shrinks as 1/n). NOTE: the steps during the move are priced in the source
+  layout (the simulator); the moved groups' share of the gain before the last hand-off is not
+  counted (conservative).
 Priced with the datasheet rates in the tables (NOTE: the executor benchmark's measured stall will
 replace `COMMIT_COLLECTIVES` when its results exist; none were in benchmarks/results/ when this
 was written).
@@ -75,10 +97,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from runtime_policy.kv_ledger import move_groups_needed, move_peak_bytes
 from runtime_policy.tables import StepTimeTable
 
 COMMIT_COLLECTIVES = 4.0  # barrier + ownership-table broadcast + 2 slack; × the hardware's collective latency
 MESSAGE_KINDS = 2.0  # KV and weights: one message per layer each
+# NOTE: the most groups a move is split into (each at least one request): past it the peak gains
+# little (it tends to max(H_s, H_d)) while each group adds a message per layer and a hand-off
+MAX_MOVE_GROUPS = 256
 
 
 @dataclass(frozen=True)
@@ -91,7 +117,7 @@ class TransitionPlan:
     recv_bytes_per_rank: float
     kv_recv_bytes_per_rank: float
     weight_recv_bytes_per_rank: float
-    memory_needed_bytes: float  # per rank, before the move starts (weights + KV held during it)
+    memory_needed_bytes: float  # per rank, at the move's peak (weights + KV held: `kv_ledger.move_peak_bytes`)
     memory_budget_bytes: float  # per rank (mem_fraction × HBM − reserve)
     post_kv_bytes_per_rank: float  # after the commit, vs the destination's KV pool
     post_kv_pool_bytes: float
@@ -100,6 +126,22 @@ class TransitionPlan:
     commit_stall_s: float
     spill_bytes_per_rank: float = 0.0  # the tier turned on: HBM → host (host_tier_tables.py twins)
     fill_bytes_per_rank: float = 0.0  # the tier turned off: host → HBM
+    move_groups: int = 1  # groups of requests moved one after another (1: the whole move at once)
+    # the fullest rank's KV before (H_s), after (H_d) and with both held (the union, H_s + R)
+    kv_src_bytes_per_rank: float = 0.0
+    kv_dst_bytes_per_rank: float = 0.0
+    kv_union_bytes_per_rank: float = 0.0
+    union_memory_bytes: float = 0.0  # per rank, the whole move at once: the larger weights + the union
+    # the order the requests move in: "longest" first when the destination holds more per rank than
+    # the source (the peak is at the last group: keep it small), else "shortest" (peak at the first)
+    move_order: str = "longest"
+
+    @property
+    def peak_kv_bytes_per_rank(self) -> float:
+        """KV the fullest rank holds at the move's peak: the rest of the old + the moved part in the
+        new + one group in both (`kv_ledger.move_peak_bytes`); memory_needed_bytes less the weights."""
+        return move_peak_bytes(self.kv_src_bytes_per_rank, self.kv_dst_bytes_per_rank,
+                               self.kv_union_bytes_per_rank, self.move_groups)
 
     @property
     def feasible(self) -> bool:
@@ -211,33 +253,47 @@ def tier_bytes(tables: StepTimeTable, src: int, dst: int, kv_total_bytes: float,
     return 0.0, kv_held_bytes(tables, dst, kv_total_bytes, busy) * host_fraction(tables, src)
 
 
-def memory_fits(tables: StepTimeTable, src: int, dst: int, kv_total_bytes: float, busy) -> bool:
-    """`plan_transition(...).feasible` without building the plan (the policy's hot path asks it
-    of every candidate): the move's memory fits the budget and the KV fits the destination."""
+def most_groups(requests: float) -> int:
+    """The most groups a move of `requests` running requests may take: one request a group, at most
+    `MAX_MOVE_GROUPS` (requests ≤ 0: unknown, `MAX_MOVE_GROUPS`)."""
+    return MAX_MOVE_GROUPS if requests <= 0 else max(1, min(int(requests), MAX_MOVE_GROUPS))
+
+
+def memory_fits(tables: StepTimeTable, src: int, dst: int, kv_total_bytes: float, busy,
+                requests: float = 0.0) -> bool:
+    """`plan_transition(..., batch=requests).feasible` without building the plan (the policy's hot
+    path asks it of every candidate): the move's peak memory fits the budget in at most
+    `most_groups(requests)` groups, and the KV fits the destination."""
     info = tables.info
     total, own = float(kv_total_bytes), busy
     held_src = kv_held_bytes(tables, src, total, own)
     held_dst = kv_held_bytes(tables, dst, total, own)
+    if held_dst > float(info.kv_pool_bytes[dst]):
+        return False
     union = min(held_src + _kv_recv(tables, src, dst, total, own), max(total, held_src))
-    needed = max(float(info.weights_bytes[src]), float(info.weights_bytes[dst])) + union
-    return needed <= move_budget_bytes(tables, src, dst) and held_dst <= float(info.kv_pool_bytes[dst])
+    room = move_budget_bytes(tables, src, dst) - max(float(info.weights_bytes[src]), float(info.weights_bytes[dst]))
+    if union <= room:
+        return True
+    most = most_groups(requests)
+    return move_groups_needed(held_src, held_dst, union, room, most) <= most
 
 
-def max_fitting_kv_bytes(tables: StepTimeTable, src: int, dst: int) -> float:
+def max_fitting_kv_bytes(tables: StepTimeTable, src: int, dst: int, requests: float = 0.0) -> float:
     """The largest one-copy KV (bytes) at which `memory_fits(src → dst)` holds, for moves between
     two one-group layouts (TP, CP), whose memory need is a function of the total KV alone:
-    max(weights) + u · total ≤ budget and total · s_dst ≤ the destination's pool, u the union's
-    share (see `memory_fits`). −1 for moves from or to a layout of several owner groups (they
-    depend on the groups)."""
+    max(weights) + p · total ≤ budget and total · s_dst ≤ the destination's pool, p the move's
+    peak per byte of KV in `most_groups(requests)` groups (`kv_ledger.move_peak_bytes` of the
+    shares). −1 for moves from or to a layout of several owner groups (they depend on the groups)."""
     info = tables.info
     if info.owner_groups[src] > 1 or info.owner_groups[dst] > 1 or info.kv_pool_bytes[dst] <= 0:
         return -1.0
     s_src, s_dst = float(info.group_share[src]), float(info.group_share[dst])
     u = min(s_src + _kv_recv(tables, src, dst, 1.0, 0.0), max(1.0, s_src))  # union per byte of KV
+    p = move_peak_bytes(s_src, s_dst, u, most_groups(requests))
     room = move_budget_bytes(tables, src, dst) - max(float(info.weights_bytes[src]), float(info.weights_bytes[dst]))
-    if room <= 0 or u <= 0 or s_dst <= 0:
+    if room <= 0 or p <= 0 or s_dst <= 0:
         return -1.0
-    return min(room / u, float(info.kv_pool_bytes[dst]) / s_dst)
+    return min(room / p, float(info.kv_pool_bytes[dst]) / s_dst)
 
 
 def plan_transition(tables: StepTimeTable, src: int, dst: int, kv_total_bytes: float, busy,
@@ -246,7 +302,8 @@ def plan_transition(tables: StepTimeTable, src: int, dst: int, kv_total_bytes: f
     `kv_total_bytes` one copy of all KV, `busy` each layout's busiest owner group's bytes [L] (or
     one float, the busiest owner rank's: `group_bytes`).
 
-    `batch` and `step_s` size the KV written while the move runs (moved at the commit);
+    `batch` (the running requests) caps the move's groups at one request each (`most_groups`: 0,
+    unknown, up to `MAX_MOVE_GROUPS`), and with `step_s` sizes the KV written while it runs;
     `network_share` is the fraction of the current step spent on the link (contention)."""
     info = tables.info
     total, own = float(kv_total_bytes), busy
@@ -256,6 +313,12 @@ def plan_transition(tables: StepTimeTable, src: int, dst: int, kv_total_bytes: f
     held_src = kv_held_bytes(tables, src, total, own)
     held_dst = kv_held_bytes(tables, dst, total, own)
     union = min(held_src + kv_recv, max(total, held_src))
+    w_max = max(w_src, w_dst)
+    budget = move_budget_bytes(tables, src, dst)
+    most = most_groups(batch)
+    n = move_groups_needed(held_src, held_dst, union, budget - w_max, most) if kv_recv > 0.0 else 1
+    if n > most or held_dst > float(info.kv_pool_bytes[dst]):
+        n = 1  # refused however it is split (`feasible`): planned and priced as the whole move
     recv = kv_recv + w_recv
     send = recv  # NOTE: ring all-gathers and balanced all-to-alls send what they receive
     moving = recv > 0.0
@@ -264,8 +327,9 @@ def plan_transition(tables: StepTimeTable, src: int, dst: int, kv_total_bytes: f
     # placement part on the tiered side (module docstring), whose fraction it takes
     host_kv = kv_recv * max(host_fraction(tables, src), host_fraction(tables, dst))
     host_bps = tables.host_link_bytes_per_s
+    # each group past the first is one more KV transfer: one more message per layer
     move_s = ((recv - host_kv) / tables.link_bytes_per_s + host_kv / host_bps
-              + MESSAGE_KINDS * tables.message_latency_s * tables.num_layers if moving else 0.0)
+              + (MESSAGE_KINDS + (n - 1)) * tables.message_latency_s * tables.num_layers if moving else 0.0)
     spill, fill = tier_bytes(tables, src, dst, total, own)
     tier = spill + fill
     link_s = move_s + tier / host_bps if tier > 0.0 else move_s  # the tier copy after the placement move
@@ -280,16 +344,42 @@ def plan_transition(tables: StepTimeTable, src: int, dst: int, kv_total_bytes: f
     # tokens written during the move are a share of context + slack tokens (the slack doesn't grow)
     tokens_total = total / tables.kv_bytes_per_token if tables.kv_bytes_per_token > 0 else 0.0
     steps_during = link_s / step_s if step_s > 0 else 0.0
-    written = min(batch * steps_during / tokens_total, 1.0) if tokens_total > 0 else 0.0
-    stall_s = (COMMIT_COLLECTIVES * tables.message_latency_s + kv_recv * written / tables.link_bytes_per_s
+    # NOTE: with n groups, a group's requests (1/n of the batch) write during its own transfer (1/n of
+    # the link time) and hand off at its own boundary: 1/n of the one-group figure in all
+    written = min(batch * steps_during / (tokens_total * n), 1.0) if tokens_total > 0 else 0.0
+    stall_s = (n * COMMIT_COLLECTIVES * tables.message_latency_s + kv_recv * written / tables.link_bytes_per_s
                + (tier * written / host_bps if tier > 0.0 else 0.0))
     return TransitionPlan(
         src=tables.layouts[src], dst=tables.layouts[dst], send_bytes_per_rank=send, recv_bytes_per_rank=recv,
         kv_recv_bytes_per_rank=kv_recv, weight_recv_bytes_per_rank=w_recv,
-        memory_needed_bytes=max(w_src, w_dst) + union, memory_budget_bytes=move_budget_bytes(tables, src, dst),
+        memory_needed_bytes=w_max + move_peak_bytes(held_src, held_dst, union, n), memory_budget_bytes=budget,
         post_kv_bytes_per_rank=held_dst, post_kv_pool_bytes=float(info.kv_pool_bytes[dst]),
         link_s=link_s, interference_s=interference_s, commit_stall_s=stall_s, spill_bytes_per_rank=spill,
-        fill_bytes_per_rank=fill)
+        fill_bytes_per_rank=fill, move_groups=n, kv_src_bytes_per_rank=held_src, kv_dst_bytes_per_rank=held_dst,
+        kv_union_bytes_per_rank=union, union_memory_bytes=w_max + union,
+        move_order="longest" if held_dst >= held_src else "shortest")
+
+
+def kv_recv_per_rank(tables: StepTimeTable, ledger, src: int, dst: int) -> list[float]:
+    """[T] KV bytes each rank receives moving src → dst at the loop's ledger (kv_ledger.KvLedger):
+    the plan's formula (`_kv_recv`) with each rank's own groups in place of the busiest ones, so the
+    ledger's move (`KvLedger.move_held_per_rank`) is the plan's, rank by rank."""
+    rate, t = ledger.rate, ledger.ranks
+    total = ledger.total * rate
+    per = [ledger.by_group(layout) for layout in range(len(ledger.groups))]
+    out = []
+    for r in range(t):
+        busy = [p[r * len(p) // t] * rate for p in per]
+        out.append(_kv_recv(tables, src, dst, total, busy))
+    return out
+
+
+def ledger_move_peak_bytes(tables: StepTimeTable, ledger, src: int, dst: int, groups: int, done: int = 0) -> float:
+    """The KV the fullest rank holds at the peak of the move src → dst in `groups` groups, `done`
+    landed, at the ledger's tokens now: what the plan's `peak_kv_bytes_per_rank` says of the same
+    state (equal where the busiest groups are the same ranks', and never above it)."""
+    recv = kv_recv_per_rank(tables, ledger, src, dst)
+    return max(ledger.move_held_per_rank(src, dst, recv, groups, done, peak=True))
 
 
 def all_plans(tables: StepTimeTable, kv_total_bytes: float, busy) -> list[TransitionPlan]:

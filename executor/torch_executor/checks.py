@@ -83,12 +83,14 @@ def kv_checksum(kv: dict[int, torch.Tensor]) -> str:
 def check_global_placement(runner) -> None:
     """Every logical page held by exactly its layout's holders, and each rank's slots accounted for."""
     runner.check_pages()
-    table = runner.state.table
-    mine = {(req, lp) for req, per in table.pages.items() for lp in per}
+    # NOTE: during an incremental move a landed request is served from the destination's table
+    # (runner.serving_table; transitions.py)
+    mine = {(req, lp) for req in runner.seq_lens for lp in runner.serving_table(req).pages.get(req, {})}
     gathered: list = [None] * runner.g.world_size
     dist.all_gather_object(gathered, mine, group=runner.g.ctrl)
     t = runner.g.world_size
     for req, n in runner.seq_lens.items():
+        table = runner.serving_table(req)
         for lp in range(pages_for(n, runner.dims.page_size)):
             have = tuple(k for k in range(t) if (req, lp) in gathered[k])
             want = holders(table.resolve(t), t, req, lp, table.owners)

@@ -9,6 +9,12 @@ sliced (replicated -> split) or gathered (split -> replicated, or re-split: TP's
 ways, all-gathered then sliced) — chunked so no rank receives more than `bytes_per_step` a step, with bytes and memory
 per rank and the commit step fixed in the plan; `switch_growth_pages` counts the pages a rank
 needs for both layouts' new tokens over the next steps (what a switch reserves before it begins).
+Incremental moves (Issue 27; runtime_policy/transitions.py): `move_groups` splits the requests into
+n groups in the order the plan says, `group_page_profile` counts the pages each rank holds while
+each group is in flight — the rest of the source + the landed groups in the destination + the group
+in flight in both — whose maximum is the move's peak (`IncrementalMove.peak_pages`); each group is
+then one `plan_page_moves` over its requests alone, planned when it starts (`move_weights`: only the
+first gathers or slices the head weights).
 What it does not do: move anything (transfer.py) or track a switch's state (transitions.py).
 """
 
@@ -82,12 +88,14 @@ def weight_move(src: ExecLayout, dst: ExecLayout) -> str:
 
 def plan_page_moves(src, dst, world_size: int, seq_lens: dict[int, int], src_owners: dict[int, int],
                     dims: MLADims, element_bytes: int, head_bytes_full: int, start_step: int,
-                    bytes_per_step: int, dst_owners: dict[int, int] | None = None) -> PageMovePlan:
+                    bytes_per_step: int, dst_owners: dict[int, int] | None = None,
+                    move_weights: bool = True) -> PageMovePlan:
     """Plan a switch src -> dst at the boundary before `start_step` (pure; same on every rank).
     src, dst: ExecLayouts, or registered names on `world_size` ranks (placement_kind.exec_layout).
     `dst_owners`: each request's owner rank under a destination with owner groups (None: kept from a
     source with owner groups, else balanced by KV bytes; a serving loop passes the owners it keeps
-    for every layout)."""
+    for every layout). `move_weights` False: a later group of an incremental
+    move, the head weights already moved by the first (`plan_incremental`)."""
     src, dst = exec_layout(src, world_size), exec_layout(dst, world_size)
     if src == dst:
         raise ValueError(f"switch from {src.name} to itself")
@@ -118,7 +126,7 @@ def plan_page_moves(src, dst, world_size: int, seq_lens: dict[int, int], src_own
                     rows.append((req, lp, old[(d + lp) % len(old)], d, min(page, n - lp * page)))
                     dest[d] += 1
     moves = np.array(rows, dtype=np.int64).reshape(-1, 5)
-    weights = weight_move(src, dst)
+    weights = weight_move(src, dst) if move_weights else "keep"  # a later group of an incremental move
     # a gather receives every other rank's slice (1/weight_split of the heads each): T-1 of them
     ws = src.weight_split
     got = head_bytes_full - head_bytes_full // t if ws == t else (t - 1) * (head_bytes_full // ws)
@@ -183,3 +191,86 @@ def switch_growth_pages(plan: "PageMovePlan", rank: int, seq_lens: Mapping[int, 
             elif rank in dst.holders(req, lp, plan.dst_owners):
                 dst_n += 1
     return src_n, dst_n
+
+
+def move_groups(seq_lens: Mapping[int, int], groups: int, order: str = "longest") -> list[list[int]]:
+    """The requests of an incremental move in `groups` groups (at most one a request): sorted by
+    length, longest first ("longest": the destination holds more per rank, so the peak is at the
+    last group, kept small) or shortest first ("shortest"), ties by id, cut into consecutive slices
+    of equal count (runtime_policy/transitions.py `TransitionPlan.move_order`)."""
+    if order not in ("longest", "shortest"):
+        raise ValueError(f"order={order!r} is not longest or shortest")
+    sign = -1 if order == "longest" else 1
+    reqs = sorted(seq_lens, key=lambda q: (sign * seq_lens[q], q))
+    n = max(1, min(int(groups), len(reqs)))
+    return [reqs[i * len(reqs) // n:(i + 1) * len(reqs) // n] for i in range(n)]
+
+
+def group_page_profile(src, dst, world_size: int, seq_lens: Mapping[int, int], src_owners: Mapping[int, int],
+                       dst_owners: Mapping[int, int], page_size: int, groups: list[list[int]]) -> list[list[int]]:
+    """[n][T] KV pages each rank holds while group k is in flight: the source's pages of the groups
+    after it, the destination's of the groups before it (landed: their source pages freed), and group
+    k's in both (a page both layouts put on the rank is one slot). The move's peak on a rank is the
+    largest of its column (runtime_policy/kv_ledger.py `move_held_bytes`, in pages)."""
+    src, dst = exec_layout(src, world_size), exec_layout(dst, world_size)
+    t = world_size
+    pages = {}  # req -> ([T] source pages, [T] destination pages, [T] pages of both held at once)
+    for q in (q for g in groups for q in g):
+        n = seq_lens[q]
+        a, b, u = [0] * t, [0] * t, [0] * t
+        for lp in range(pages_for(n, page_size)):
+            old = src.holders(q, lp, src_owners)
+            new = dst.holders(q, lp, dst_owners)
+            for k in range(t):
+                i, j = k in old, k in new
+                a[k] += i
+                b[k] += j
+                u[k] += i or j
+        pages[q] = (a, b, u)
+    out = []
+    for k in range(len(groups)):
+        held = [0] * t
+        for i, g in enumerate(groups):
+            part = 2 if i == k else (1 if i < k else 0)  # in flight: both; landed: destination; after: source
+            for q in g:
+                row = pages[q][part]
+                for r in range(t):
+                    held[r] += row[r]
+        out.append(held)
+    return out
+
+
+@dataclass(frozen=True)
+class IncrementalMove:
+    """An incremental switch's groups and memory, fixed at its start (the same on every rank)."""
+
+    groups: tuple[tuple[int, ...], ...]  # request ids, in the order they move
+    dst_owners: dict[int, int]
+    profile: tuple[tuple[int, ...], ...]  # [n][T] pages held while group k is in flight (at start lengths)
+    start_lens: dict[int, int]
+
+    @property
+    def peak_pages(self) -> tuple[int, ...]:
+        """[T] the most KV pages each rank holds during the move (at the lengths of its start)."""
+        return tuple(max(col) for col in zip(*self.profile)) if self.profile else ()
+
+
+def plan_incremental(src, dst, world_size: int, seq_lens: Mapping[int, int], src_owners: Mapping[int, int],
+                     page_size: int, groups: int, order: str = "longest",
+                     dst_owners: Mapping[int, int] | None = None) -> IncrementalMove:
+    """The groups of a switch src -> dst of the requests `seq_lens` (`move_groups`) and the pages each
+    rank holds while each is in flight (`group_page_profile`); destination owners as plan_page_moves
+    takes them."""
+    s, d = exec_layout(src, world_size), exec_layout(dst, world_size)
+    if d.owned:
+        if s.owned:
+            owners = dict(src_owners)
+        elif dst_owners is None:
+            owners = balance_owners(dict(seq_lens), world_size, d.groups)
+        else:
+            owners = {q: dst_owners[q] for q in seq_lens}
+    else:
+        owners = {}
+    gs = move_groups(seq_lens, groups, order)
+    prof = group_page_profile(s, d, world_size, seq_lens, src_owners, owners, page_size, gs)
+    return IncrementalMove(tuple(tuple(g) for g in gs), owners, tuple(tuple(x) for x in prof), dict(seq_lens))

@@ -55,6 +55,11 @@ def _drop_switch_locally(runner, reason: str, rollback: bool = True) -> str:
     sw = runner.switch
     if sw is None:
         return "no switch was in flight"
+    if sw.in_flight and any(q in runner.seq_lens for q in sw.landed):
+        # an incremental move whose landed groups serve in the destination (transitions.py): only
+        # the group in flight is dropped, and moved again (no collective: planning is pure)
+        sw._retry_group(runner, reason)  # noqa: SLF001
+        return f"the move {sw.plan.src_kind} -> {sw.plan.dst_kind} dropped its group in flight (moved again)"
     if sw.in_flight:
         sw.abort(runner, reason)
         return f"the switch {sw.plan.src_kind} -> {sw.plan.dst_kind} was aborted"

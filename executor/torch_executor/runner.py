@@ -133,13 +133,15 @@ class RankRunner:
         for req, n in lengths.items():
             if req in self.seq_lens:
                 raise ValueError(f"request {req} is already running")
+            if self.switch is not None and self.switch.in_flight:
+                self.switch.admitted(req)  # an incremental move writes it to both until the commit
             self.seq_lens[req] = n
             self.order.append(req)
             kept = self.saved.pop(req, None)
             if kept is not None and kept.shape[1] != n:
                 raise ValueError(f"request {req} was saved with {kept.shape[1]} tokens, admitted with {n}")
             for ti, table in enumerate(tables):
-                if ti and self.switch.mirror_table() is not table:
+                if ti and self._mirror() is not table:
                     continue  # the switch gave its pages back (or failed) admitting an earlier one
                 try:
                     for lp in range(pages_for(n, self.dims.page_size)):
@@ -181,6 +183,8 @@ class RankRunner:
         if req in self.seq_lens:
             raise ValueError(f"request {req} is already running")
         self._assign_owners({req: expected_tokens}, None if owner is None else {req: owner}, self._tables_written())
+        if self.switch is not None and self.switch.in_flight:
+            self.switch.admitted(req)
         self.seq_lens[req] = 0
         self.prefilled[req] = 0
 
@@ -234,9 +238,19 @@ class RankRunner:
         self.saved[req] = collect_request_kv(self, req)
         self.finish_request(req)
 
+    def _mirror(self) -> PageTable | None:
+        """The switch's other table while it is written: the destination's (an incremental move's
+        while requests serve in it, failed or not), or on probation the fallback's."""
+        sw = self.switch
+        if sw is None:
+            return None
+        if sw.inc is not None and sw.landed and sw.in_flight:
+            return sw.new.table
+        return sw.mirror_table()
+
     def _tables_written(self) -> list[PageTable]:
         """The serving layout's table, and the switch's other one while it is written."""
-        mirror = self.switch.mirror_table() if self.switch is not None else None
+        mirror = self._mirror()
         return [self.state.table] if mirror is None else [self.state.table, mirror]
 
     def _prepare_writes(self, tokens: list[tuple[int, int]]) -> tuple[list[int], list[int]]:
@@ -246,11 +260,16 @@ class RankRunner:
         page, t, r = self.dims.page_size, self.g.world_size, self.g.rank
         rows, toks = [], []
         tables = self._tables_written()
+        sw = self.switch
+        inc = sw is not None and sw.inc is not None and sw.in_flight
+        landed = sw.landed if inc else ()
         for table_i, table in enumerate(tables):
-            if table_i and self.switch.mirror_table() is not table:
+            if table_i and self._mirror() is not table:
                 break  # the switch gave its pages back for the serving layout's (transitions.surrender)
             for i, (req, pos) in enumerate(tokens):
                 lp = pos // page
+                if (req in landed) if not table_i else (inc and not sw.writes_new(req)):
+                    continue  # an incremental move: a landed request's source, or a later group's destination
                 if r not in table.layout.holders(req, lp, table.owners):
                     continue
                 slot = table.pages.get(req, {}).get(lp)
@@ -285,7 +304,15 @@ class RankRunner:
         b = len(dec)
         dec_w = ([i for i in rows if i < b], [s_ for i, s_ in zip(rows, slots) if i < b])
         ex = None
-        if b:
+        sw = self.switch
+        if b and sw is not None and sw.inc is not None and sw.in_flight and sw.landed:
+            # an incremental move (transitions.py): the landed requests' rows run the destination's
+            # executable, the others the source's. NOTE: decode rows are independent (each attends
+            # its own KV; the FFN is per row), so the two sub-batches are the one batch's step
+            split = self._split_rows(dec_w, sw)
+            if split is not None:
+                dec_w, ex = split
+        if b and ex is None:
             key, graphed = self.exec.key(self.order, self.seq_lens)
             ex = self.exec.get(key, graphed)
         ch = None
@@ -294,6 +321,26 @@ class RankRunner:
                              ([i - b for i in rows if i >= b], [s_ for i, s_ in zip(rows, slots) if i >= b]),
                              self.g.device)
         return dec_w, ex, ch
+
+    def _split_rows(self, dec_w, sw):
+        """(per sub-batch writes, per sub-batch (order, executable, batch rows)) of a step whose
+        decode rows serve in two layouts: the source's (rows not landed) and the destination's."""
+        parts = []
+        for cache, mine in ((self.exec, lambda q: not sw.serves_new(q)), (sw.new_exec, sw.serves_new)):
+            idx = [i for i, q in enumerate(self.order) if mine(q)]
+            if not idx:
+                continue
+            order = [self.order[i] for i in idx]
+            key, graphed = cache.key(order, self.seq_lens)
+            parts.append((order, cache.get(key, graphed), idx, cache))
+        if len(parts) == 1 and parts[0][3] is self.exec:
+            return None  # nothing landed decodes: the source's step
+        writes = []
+        for order, _, idx, _ in parts:
+            at = {i: j for j, i in enumerate(idx)}
+            w = [(at[i], s_) for i, s_ in zip(*dec_w) if i in at]
+            writes.append(([a for a, _ in w], [b for _, b in w]))
+        return writes, parts
 
     def build_exec(self, state: LayoutState, extra_pages: int = 0, prepare: bool = True) -> ExecCache:
         """The step executables of `state` (buckets.ExecCache); `prepare`: capture the current
@@ -433,7 +480,10 @@ class RankRunner:
         """The step's host work (agreed on through `sw` when it guards) and its device work: the
         decode executable of its bucket (replayed, or eager with the chunk rows), or the chunk alone."""
         work = (lambda: self._host_work(decode, chunks))
-        (rows, toks), ex, ch = sw.guard(self, work) if sw is not None else work()
+        w, ex, ch = sw.guard(self, work) if sw is not None else work()
+        if isinstance(ex, list):
+            return self._mixed_work(w, ex, ch)
+        rows, toks = w
         x = None
         if ex is not None:
             if ch is None and not ex.prepared and ex.prepare():
@@ -446,6 +496,30 @@ class RankRunner:
         nd = ex.inputs.rows if ex is not None else 0
         self.last_chunk_out = x[nd:] if ch is not None else None
         return x
+
+    def _mixed_work(self, writes: list, parts: list, ch):
+        """The device work of a step served in two layouts (`_split_rows`): each sub-batch's
+        executable over its rows (the prefill chunk, whose requests are the source's until the
+        commit, with the source's), the rows put back in `order`. -> [B + n, D]."""
+        b = len(self.order)
+        out = None
+        chunk_out = None
+        for (w_rows, w_toks), (order, ex, idx, cache) in zip(writes, parts):
+            with_chunk = ch is not None and cache is self.exec
+            if not with_chunk and not ex.prepared and ex.prepare():
+                cache.captures += 1
+            ex.inputs.fill(order, self.seq_lens, w_rows, w_toks)
+            x = ex.run_eager(ch) if with_chunk else ex.run()
+            if out is None:
+                out = torch.empty((b, x.shape[1]), dtype=x.dtype, device=x.device)
+            out[torch.tensor(idx, dtype=torch.int64, device=x.device)] = x[:len(order)]
+            if with_chunk:
+                chunk_out = x[ex.inputs.rows:]
+            self.last_exec = ex
+        if ch is not None and chunk_out is None:  # every decode row landed: the chunk alone, in the source
+            chunk_out = self._forward(None, ch)
+        self.last_chunk_out = chunk_out
+        return out if chunk_out is None else torch.cat([out, chunk_out])
 
     def _device_fault_layer(self) -> int:
         """The layer at which an injected device fault raises on this rank this step (-1: none)."""
@@ -471,10 +545,13 @@ class RankRunner:
         self.step_index += 1
 
     def switch_to(self, kind: str, bytes_per_step: int, faults=None, auto_commit: bool = True,
-                  after_commit: str = "rollback"):
+                  after_commit: str = "rollback", groups: int = 1, order: str = "longest"):
         """Plan and begin a switch to `kind` at this batch boundary; returns the Transition. An
         owner destination keeps each request's owner as admitted (`owner_of`). `after_commit`: what
-        a failure in the step after the commit does (transitions.py: "rollback" or "forward")."""
+        a failure in the step after the commit does (transitions.py: "rollback" or "forward").
+        `groups` > 1: an incremental move of that many groups of requests in `order` (the plan's
+        `move_groups` and `move_order`: runtime_policy/transitions.py; transitions.py here)."""
+        from .move_plan import plan_incremental
         from .transitions import Transition, plan_page_moves
 
         dst = self.resolve_layout(kind)
@@ -483,10 +560,16 @@ class RankRunner:
         if self.switch is not None and self.switch.probation:
             self.switch._end_probation(self)  # committed at this boundary, no step since
         owners = self.owner_of if all(q in self.owner_of for q in self.seq_lens) else None
-        plan = plan_page_moves(self.state.layout, dst, self.g.world_size, dict(self.seq_lens),
+        inc, lens = None, dict(self.seq_lens)
+        if groups > 1 and len(self.seq_lens) > 1:
+            inc = plan_incremental(self.state.layout, dst, self.g.world_size, lens, dict(self.state.table.owners),
+                                   self.dims.page_size, groups, order, owners)
+            owners = inc.dst_owners if dst.owned else owners
+            lens = {q: n for q, n in self.seq_lens.items() if q in inc.groups[0] or q in self.prefilled}
+        plan = plan_page_moves(self.state.layout, dst, self.g.world_size, lens,
                                dict(self.state.table.owners), self.dims, self.pool.element_size(),
                                self.head_bytes_full, self.step_index, bytes_per_step, owners)
-        self.switch = Transition(plan, faults, auto_commit, after_commit)
+        self.switch = Transition(plan, faults, auto_commit, after_commit, inc=inc)
         self.switch.begin(self)
         return self.switch
 
@@ -509,10 +592,18 @@ class RankRunner:
     # ---- checks ------------------------------------------------------------------------------
     def local_logical_kv(self) -> dict[int, tuple[list[int], torch.Tensor]]:
         """Held tokens of each request in logical order: req -> (held logical pages, [L, n, C+R] cpu)."""
-        table = self.state.table
-        return {q: (sorted(table.pages.get(q, {})),
-                    gather_logical_kv(self.pool, table, q, self.seq_lens[q]).cpu())
-                for q in self.seq_lens}  # decoding and being prefilled
+        out = {}
+        for q in self.seq_lens:  # decoding and being prefilled
+            table = self.serving_table(q)
+            out[q] = (sorted(table.pages.get(q, {})), gather_logical_kv(self.pool, table, q, self.seq_lens[q]).cpu())
+        return out
+
+    def serving_table(self, req: int) -> PageTable:
+        """The table `req` is served from: the destination's once an incremental move landed it."""
+        sw = self.switch
+        if sw is not None and sw.inc is not None and sw.in_flight and sw.serves_new(req):
+            return sw.new.table
+        return self.state.table
 
     def check_pages(self) -> None:
         """Raise unless every slot is exactly one of: free, reserved, or one logical page of a table."""
@@ -535,9 +626,10 @@ class RankRunner:
             raise AssertionError(f"slots lost: {len(free)} free + {len(reserved)} reserved + {len(used)} used "
                                  f"+ {len(deferred)} to free or spare != {self.alloc.num_slots}")
         for req, n in self.seq_lens.items():
+            table = self.serving_table(req)
             for lp in range(pages_for(n, self.dims.page_size)):
-                held = lp in self.state.table.pages.get(req, {})
-                if held != self.state.table.holds(self.g.rank, self.g.world_size, req, lp):
+                held = lp in table.pages.get(req, {})
+                if held != table.holds(self.g.rank, self.g.world_size, req, lp):
                     raise AssertionError(f"request {req} page {lp} held={held} disagrees with layout "
-                                         f"{self.state.kind}")
+                                         f"{table.kind}")
 

@@ -296,14 +296,18 @@ class TorchExecutor:
         # NOTE: "forward": once the loop has committed it serves the new layout (its capacity, its
         # admissions), so a failure in the step after the commit keeps that layout and retries
         # the step there (transitions.py); only a switch in flight is rolled back, by aborting it
-        sw = self.runner.switch_to(kind, self.options.bytes_per_step, faults, auto_commit=False, after_commit="forward")
+        # NOTE: the plan's groups (runtime_policy/transitions.py: the fewest whose peak fits) move one
+        # after another, each served in the destination once it lands (transitions.py, Issue 27)
+        sw = self.runner.switch_to(kind, self.options.bytes_per_step, faults, auto_commit=False, after_commit="forward",
+                                   groups=plan.move_groups, order=plan.move_order)
         self.transitions.append(sw)
         self._reported_abort = False
         if self.sim is not None:
             return self.sim.start_switch(plan)
         # NOTE: a chunk moves per step; the loop commits at the first boundary past this estimate at
         # which the switch is ready, so a low estimate costs a few 1-step runs, not a wrong commit
-        return sw.plan.num_chunks * self._last_step_s
+        groups = len(sw.inc.groups) if sw.inc is not None else 1
+        return (sw.plan.num_chunks + (2 if groups > 1 else 0)) * groups * self._last_step_s
 
     def poll_switch(self) -> SwitchStatus:
         """Agreed by every rank (the switch's agreement, one small all-reduce): a failure anywhere

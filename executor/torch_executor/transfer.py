@@ -104,7 +104,7 @@ def run_chunk(tr, runner, k: int) -> None:
     flat = runner.pool.view(dims.num_layers, -1, dims.latent_dim)  # [L, P*page, C+R]
     live = np.fromiter((int(q) in runner.seq_lens for q in plan.move_req), dtype=bool, count=len(plan.move_req))
     sel = np.nonzero((plan.move_chunk == k) & live)[0]  # moves of requests finished since: skipped
-    f = tr.faults
+    f = tr.chunk_faults
     sends, recvs = [], []  # (peer, data, checksum); (peer, token idx or None, data buffer, checksum buffer)
     try:
         if tr._failed is not None:  # failed since the last agreement: its tables may be gone, take part only

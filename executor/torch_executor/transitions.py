@@ -45,6 +45,23 @@ every rank computes every request's latent (kv_a and the residual are replicated
   seconds: while a switch is guarded, every collective's wait on a peer is bounded
   (dist.bounded_waits); the group then rolls back (or aborts) and runs the step again, or, a
   peer gone, each survivor drops the switch on its own and raises dist.GroupLost.
+- incremental (Issue 27; `inc`, move_plan.plan_incremental): the requests move in groups, one
+  `plan_page_moves` each, planned when the group starts (the first also moves the head weights).
+  `begin` reserves the first group's destination pages only; once a group's chunks have moved, been
+  verified and agreed on, the next boundary lands it (`before_step`: every rank alike): its requests
+  serve in the destination from that step (runner.py runs the step's landed rows with the
+  destination's executable and the rest with the source's: decode rows are independent, so a step
+  of two sub-batches is the step of one) and their source pages are freed, then the next group's
+  destination pages are taken. The rank's memory is then the rest of the source + the landed groups
+  in the destination + the group in flight in both (`IncrementalMove.peak_pages`, the ledger's
+  `move_held_bytes` in pages). Requests being prefilled at the start, and those admitted during the
+  move, are written to both layouts throughout and hand over at the commit with the last group.
+  A fault before the first group lands aborts as above (the source untouched). After it, requests
+  already moved stay in the destination and are served there: the group in flight is dropped (its
+  destination pages freed, its source pages never were) and moved again from the next boundary,
+  planned afresh at its lengths then (`MAX_GROUP_RETRIES`; an injected fault fires once). So at
+  every boundary each request's KV is whole in exactly one serving layout. The commit's fallback is
+  the old layout only while no group has landed (else a failure after it moves forward).
 What it does not do: choose when to switch (runtime_policy); admit a request the serving layout
 has no room for even with the switch's memory given back (the caller's accounting: it raises on
 that rank, as without a switch); or bring a dead rank back.
@@ -64,13 +81,14 @@ from .dist import agree_any, agree_flags, bounded_waits, first_reason, rebuild_s
 from .kv_pages import OutOfPages, PageTable, pages_for
 from .layers import HeadWeights
 from .layouts import LayoutState
-from .move_plan import PageMovePlan, plan_page_moves, switch_growth_pages
+from .move_plan import IncrementalMove, PageMovePlan, plan_page_moves, switch_growth_pages
 from .recovery import AgreedFailure
 from .transfer import run_chunk
 
 __all__ = ["AFTER_COMMIT", "Faults", "PageMovePlan", "SwitchState", "Transition", "plan_page_moves"]
 
 AFTER_COMMIT = ("rollback", "forward")
+MAX_GROUP_RETRIES = 3  # an incremental move's group that fails this many times in a row ends serving (AgreedFailure)
 
 
 def _only_in(a: list[int], b: list[int]) -> list[int]:
@@ -103,6 +121,7 @@ class Faults:
     fail_device_after_commit_rank: int | None = None  # that rank raises inside the device work of the step after the commit
     kill_rank: int | None = None  # that rank's process ends (os._exit) at `kill_at`: a dead rank
     kill_at: str = "copying"  # "copying": the first copy step's host work; "probation": the step after the commit
+    fail_group: int | None = None  # an incremental move: the transfer faults fire in that group only (None: any)
 
 
 @dataclass
@@ -137,6 +156,14 @@ class Transition:
     # chunk on the side stream may still be reading or writing them)
     deferred_free: list[int] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
+    inc: IncrementalMove | None = None  # an incremental move's groups (module docstring); None: all at once
+    group_i: int = 0  # the group in flight
+    landed: set = field(default_factory=set)  # requests served in the destination (their source pages freed)
+    held_back: set = field(default_factory=set)  # written to both layouts until the commit (prefilling, admitted)
+    _mirrored: set = field(default_factory=set)  # requests whose destination pages exist (written to both)
+    group_retries: int = 0  # consecutive failures of the group in flight
+    group_failures: list = field(default_factory=list)  # the reasons, in order
+    group_pages: list = field(default_factory=list)  # `move_pages` as each group starts (a retry: again)
 
     def __post_init__(self) -> None:
         if self.after_commit not in AFTER_COMMIT:
@@ -165,10 +192,38 @@ class Transition:
         return None
 
     @property
-    def ready(self) -> bool:
-        """Every chunk moved, verified and agreed on: the switch can commit at the next boundary."""
+    def group_moved(self) -> bool:
+        """The plan in flight (an incremental move: its group's) moved, verified and agreed on."""
         return (self.state == SwitchState.COPYING and self._failed is None and self._verified
                 and self._agreed_chunks >= self.plan.num_chunks)
+
+    @property
+    def ready(self) -> bool:
+        """Every chunk moved, verified and agreed on (an incremental move: its last group's): the
+        switch can commit at the next boundary."""
+        return self.group_moved and (self.inc is None or self.group_i >= len(self.inc.groups) - 1)
+
+    @property
+    def chunk_faults(self) -> Faults | None:
+        """The faults a chunk's transfer injects (transfer.py): an incremental move's only in `fail_group`."""
+        f = self.faults
+        if f is not None and self.inc is not None and f.fail_group is not None and f.fail_group != self.group_i:
+            return None
+        return f
+
+    def writes_new(self, req: int) -> bool:
+        """Whether `req`'s new tokens go to the destination's pages (every request unless incremental)."""
+        return self.inc is None or req in self._mirrored
+
+    def serves_new(self, req: int) -> bool:
+        """Whether `req` runs in the destination before the commit (a landed group's)."""
+        return req in self.landed
+
+    def admitted(self, req: int) -> None:
+        """`req` joined while the switch is in flight: written to both layouts until the commit."""
+        if self.inc is not None:
+            self.held_back.add(req)
+            self._mirrored.add(req)
 
     def fail(self, reason: str) -> None:
         """Record a local failure; all ranks act on it at the next agreement."""
@@ -199,7 +254,9 @@ class Transition:
         fallback's own pages on probation (no rollback any more)."""
         if runner.side_stream is not None:
             runner.side_stream.synchronize()  # a chunk may still write the pages given back
-        if self.state == SwitchState.COPYING and self.new is not None:
+        if self.state == SwitchState.COPYING and self.new is not None and self.landed:
+            self.fail(reason)  # the group in flight is dropped at the agreement (`_retry_group`)
+        elif self.state == SwitchState.COPYING and self.new is not None:
             old, new = runner.state, self.new
             keep = set(old.table.slots())
             for q in list(new.table.pages):
@@ -224,13 +281,18 @@ class Transition:
         bounded_waits(runner.g, True)  # NOTE: until the switch ends, no collective waits long on a peer
         self.mismatch = torch.zeros((), dtype=torch.int64, device=runner.g.device)
         dst = plan.dst_layout or runner.resolve_layout(plan.dst_kind)
-        new_table = PageTable(dst, dict(plan.dst_owners))
+        new_table = PageTable(dst, dict(self.inc.dst_owners if self.inc is not None else plan.dst_owners))
+        if self.inc is not None:  # the first group, and what is being prefilled (both until the commit)
+            self.held_back = set(runner.prefilled)
+            self._mirrored = set(self.inc.groups[0]) | self.held_back
         self.new = LayoutState(dst, new_table, old.heads, old.weight_slots)
         try:
             if self.faults is not None and self.faults.deny_pages_rank == r:
                 raise OutOfPages(f"injected: no memory for {plan.dest_pages[r]} destination pages on rank {r}")
             steps = plan.num_chunks + 2  # the copy steps, the one that agrees the last chunk, the probation step
-            src_growth, dst_growth = switch_growth_pages(plan, r, runner.seq_lens, old.table.owners, page, steps)
+            lens = runner.seq_lens if self.inc is None else {q: n for q, n in runner.seq_lens.items()
+                                                             if q in self._mirrored}
+            src_growth, dst_growth = switch_growth_pages(plan, r, lens, old.table.owners, page, steps)
             need = plan.memory_needed_pages(r) + src_growth + dst_growth
             if need > runner.alloc.num_free:
                 raise OutOfPages(
@@ -238,11 +300,7 @@ class Transition:
                     f"({plan.dest_pages[r]} destination pages, {plan.memory_needed_pages(r) - plan.dest_pages[r]} "
                     f"weight slots, {src_growth} + {dst_growth} pages for both layouts' new tokens over {steps} "
                     f"steps), has {runner.alloc.num_free}")
-            for req in sorted(runner.seq_lens):
-                for lp in range(pages_for(runner.seq_lens[req], page)):
-                    if r in dst.holders(req, lp, plan.dst_owners):
-                        slot = old.table.pages.get(req, {}).get(lp)
-                        new_table.add(req, lp, slot if slot is not None else runner.alloc.alloc(1)[0])
+            self._take_dest_pages(runner, new_table, sorted(q for q in runner.seq_lens if self.writes_new(q)))
             h0, hs = dst.head_range(r, runner.dims.num_heads)  # the destination's slice on this rank
             if plan.weights == "gather":  # every rank's slice all-gathered (transfer.py), then cut to [h0, h0 + hs)
                 self.new.weight_slots = runner.alloc.reserve(plan.weight_slots_after)
@@ -259,7 +317,8 @@ class Transition:
                     self.new.heads = [h.slice_heads(h0, hs) for h in old.heads]
             self.spare = runner.alloc.alloc(dst_growth)
             # Tokens grow by one per step until the commit: room for them (and headroom) in the inputs.
-            self.new_exec = runner.build_exec(self.new, extra_pages=pages_for(plan.num_chunks + 2, page),
+            n = len(self.inc.groups) if self.inc is not None else 1
+            self.new_exec = runner.build_exec(self.new, extra_pages=pages_for((plan.num_chunks + 3) * n, page),
                                               prepare=False)
         except Exception as e:  # noqa: BLE001 - any failure here is agreed on, never raised on one rank
             self.fail(str(e) if isinstance(e, OutOfPages) else f"rank {r}: {type(e).__name__}: {e}")
@@ -273,11 +332,92 @@ class Transition:
                     x.record_stream(main)
         runner.reap_retired()  # execs replaced before this switch whose last replays are done
         self.state = SwitchState.COPYING
+        if self.inc is not None:
+            self._note_pages(runner)
         cur = runner.prepare_current(self.new_exec)  # the bucket the commit steps into
         if cur is not None:
             self.new_exec.queue_neighbours(self.new_exec.key(runner.order, runner.seq_lens)[0])
         if self.faults is not None and self.faults.starve_rank == r:
             self.ballast = runner.alloc.alloc(runner.alloc.num_free)
+
+    def _take_dest_pages(self, runner, table: PageTable, reqs) -> None:
+        """Destination pages of `reqs` on this rank: the source's slot where both layouts put a
+        page here (one slot), else a free one."""
+        r, page, old = runner.g.rank, runner.dims.page_size, runner.state.table
+        for req in reqs:
+            for lp in range(pages_for(runner.seq_lens[req], page)):
+                if lp not in table.pages.get(req, {}) and r in table.layout.holders(req, lp, table.owners):
+                    slot = old.pages.get(req, {}).get(lp)
+                    table.add(req, lp, slot if slot is not None else runner.alloc.alloc(1)[0])
+
+    def move_pages(self, runner) -> int:
+        """Page slots this rank holds, in either layout's table (a slot both hold counts once), for the
+        pages the move started with (the requests and pages of `inc.start_lens`; new tokens' pages
+        are the spare's): what `IncrementalMove.profile` counts."""
+        page, lens = runner.dims.page_size, self.inc.start_lens
+        tables = [runner.state.table] + ([self.new.table] if self.new is not None and self.in_flight else [])
+        slots = set()
+        for table in tables:
+            for q, per in table.pages.items():
+                if q in lens:
+                    n = pages_for(lens[q], page)
+                    slots.update(x for lp, x in per.items() if lp < n)
+        return len(slots)
+
+    # ---- incremental moves ---------------------------------------------------------------------
+    def _land(self, runner) -> None:
+        """The group in flight has moved (agreed): its requests serve in the destination from this
+        step, their source pages freed; then the next group starts (module docstring)."""
+        old, new = runner.state.table, self.new.table
+        for q in self.inc.groups[self.group_i]:
+            if q in self.held_back or q not in runner.seq_lens:
+                continue  # hands over at the commit / finished (both tables' pages freed then)
+            keep = set(new.pages.get(q, {}).values())
+            runner.alloc.release([x for x in old.remove_request(q) if x not in keep])
+            self.landed.add(q)
+        self.group_i += 1
+        self.group_retries = 0
+        self._start_group(runner)
+
+    def _start_group(self, runner) -> None:
+        """Plan the group `group_i` at its lengths now and take its destination pages."""
+        old = runner.state.table
+        reqs = {q: runner.seq_lens[q] for q in self.inc.groups[self.group_i]
+                if q in runner.seq_lens and q not in self.held_back}
+        p = self.plan
+        self.plan = plan_page_moves(p.src_layout, p.dst_layout, p.world_size, reqs,
+                                    {q: old.owners[q] for q in reqs if q in old.owners}, runner.dims,
+                                    runner.pool.element_size(), runner.head_bytes_full, runner.step_index,
+                                    p.bytes_per_step, dict(self.inc.dst_owners), move_weights=False)
+        self._mirrored.update(reqs)
+        self._take_dest_pages(runner, self.new.table, sorted(reqs))
+        self._chunks_done, self._agreed_chunks, self._verified = 0, -1, False
+        self._note_pages(runner)
+
+    def _retry_group(self, runner, reason: str) -> None:
+        """A fault after a group landed: the landed ones stay (served in the destination), the group
+        in flight is dropped — its destination pages freed, its source pages untouched — and moved
+        again from this boundary (module docstring)."""
+        if runner.side_stream is not None:
+            runner.side_stream.synchronize()
+        self.group_failures.append(reason)
+        self.group_retries += 1
+        if self.group_retries > MAX_GROUP_RETRIES:
+            raise AgreedFailure(f"group {self.group_i} of the move to {self.plan.dst_kind} failed "
+                                f"{self.group_retries} times: {reason}")
+        old, new = runner.state.table, self.new.table
+        keep = set(old.slots())
+        for q in self.inc.groups[self.group_i]:
+            if q in self.held_back or q in self.landed:
+                continue
+            runner.alloc.release([x for x in new.remove_request(q) if x not in keep])
+            self._mirrored.discard(q)
+        self._failed = None
+        self.faults = None  # NOTE: an injected fault fires once (a transient fault); the retry is clean
+        self._start_group(runner)
+
+    def _note_pages(self, runner) -> None:
+        self.group_pages.append(self.move_pages(runner))
 
     def _side(self, runner):
         if runner.side_stream is None:
@@ -287,6 +427,8 @@ class Transition:
 
     # ---- per step ------------------------------------------------------------------------------
     def before_step(self, runner) -> None:
+        if self.inc is not None and self.group_moved and not self.ready:
+            self._land(runner)  # agreed at the last step: the same boundary on every rank
         if self.auto_commit and self.ready and runner.step_index >= self.plan.commit_step:
             self.commit(runner)
 
@@ -344,7 +486,9 @@ class Transition:
         if broken:
             rebuild_side(runner.g)
             self.side_broken = False
-        if self.in_flight:
+        if self.in_flight and self.landed:
+            self._retry_group(runner, reason)
+        elif self.in_flight:
             self.abort(runner, reason)
         elif self.after_commit == "rollback" and not lost:
             self._rollback(runner, reason)
@@ -364,6 +508,7 @@ class Transition:
                 run_chunk(self, runner, k)
             self._chunks_done = k + 1
 
+
     # ---- commit / probation / abort ------------------------------------------------------------
     def commit(self, runner) -> None:
         """The hand-off: a stream wait and two reference swaps (everything else was done before)."""
@@ -376,7 +521,8 @@ class Transition:
             runner.retire(runner.exec)
         runner.state, runner.exec = self.new, self.new_exec
         self.state = SwitchState.COMMITTED
-        self.probation = self._fallback = True
+        self.probation = True
+        self._fallback = not self.landed  # NOTE: landed groups' source pages are gone: no rollback then
         runner.alloc.release(self.deferred_free)
         self.deferred_free = []
 
@@ -425,6 +571,9 @@ class Transition:
     def abort(self, runner, reason: str) -> None:
         if not self.in_flight:
             raise RuntimeError(f"abort in state {self.state.value}")
+        if any(q in runner.seq_lens for q in self.landed):
+            raise RuntimeError(f"an incremental move with requests served in {self.plan.dst_kind} goes on "
+                               f"(it is retried, not aborted): {reason}")
         if runner.side_stream is not None:
             runner.side_stream.synchronize()
         old, new = runner.state, self.new
