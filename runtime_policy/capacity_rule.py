@@ -87,7 +87,7 @@ class CapacityRule:
             if blocked and (lite[i] + head) * share[i] * bpt > pool[i]:
                 continue  # no room for the head there either
             cut = 0.0
-            if not memory_fits(p.tables, cur, i, total * bpt, busy_b):
+            if not memory_fits(p.tables, cur, i, total * bpt, busy_b, b):  # in at most b groups (one request each)
                 fit_tokens = p._max_fit_bytes[cur][i] / bpt
                 if must or fit_tokens <= 0.0:
                     continue
@@ -108,6 +108,8 @@ class CapacityRule:
         if shed > 0.0:  # one-group layouts hold the total: less what is shed
             busy_b = [x - shed * bpt if p._groups[i] == 1 else x for i, x in enumerate(busy_b)]
         plan = plan_transition(p.tables, cur, best, (total - shed) * bpt, busy_b, b, t_cur, net_cur)
+        if not plan.feasible:  # the shed's plan: its peak in the groups b requests allow
+            return no_move if not must else None
         if shed > 0.0:
             # NOTE: the running set keeps decoding while the move runs: shed what it writes meanwhile too
             shed += b * (1.0 + plan.link_s / t_cur) if t_cur > 0 else b

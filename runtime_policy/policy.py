@@ -546,7 +546,7 @@ class LayoutPolicy:
                 continue
             if (lite[i] + head) * share[i] * bpt > pool[i]:
                 continue
-            if memory_fits(self.tables, cur, i, total * bpt, busy_b):
+            if memory_fits(self.tables, cur, i, total * bpt, busy_b, b):
                 best, best_t = i, steps[i]
         if best < 0:
             return None
