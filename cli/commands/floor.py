@@ -8,7 +8,10 @@ that does (planner.engines' `launch`) or why none does. The ★ of `compare`, an
 picks without `--attn`, is the fastest feasible layout the engine launches (any feasible layout with
 `--all-layouts`), ranked by the step model's predicted time where one prices the deployment (a shipped
 prior or `--calibration`: the tokens/s column) and by floor_max where none does; the documents say
-which ranked (`ranked_by`)."""
+which ranked (`ranked_by`).
+
+The documents are floorfirst.planning's (the Python API returns the same ones, typed): this module
+reads the options into a DeploymentSpec, calls it and renders."""
 
 from __future__ import annotations
 
