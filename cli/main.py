@@ -11,8 +11,6 @@ import time
 
 import typer
 
-from planner.errors import SpecError
-
 app = typer.Typer(
     name="floorfirst",
     help="Five-resource floors, walls and layout choice for serving large MoE/MLA models.",
@@ -22,18 +20,22 @@ app = typer.Typer(
 )
 
 
+def _print_version() -> None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        v = version("floorfirst")
+    except PackageNotFoundError:  # run from a checkout (python -m cli.main) without installing
+        import tomllib
+        from pathlib import Path
+
+        v = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]["version"]
+    sys.stdout.write(f"floorfirst {v}\n")
+
+
 def _version(value: bool) -> None:
     if value:
-        from importlib.metadata import PackageNotFoundError, version
-
-        try:
-            v = version("floorfirst")
-        except PackageNotFoundError:  # run from a checkout (python -m cli.main) without installing
-            import tomllib
-            from pathlib import Path
-
-            v = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]["version"]
-        sys.stdout.write(f"floorfirst {v}\n")
+        _print_version()
         raise typer.Exit()
 
 
@@ -77,12 +79,18 @@ def click_exceptions() -> tuple[type, type, type]:
 
 
 def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    if list(args) == ["--version"]:
+        # NOTE: answered before the commands load: they import planner, and with it numpy and pydantic,
+        # most of a planning call's start-up (python -X importtime -m cli.main floor)
+        _print_version()
+        sys.exit(0)
     from cli.documents import DocumentError
     from cli.errors import EXIT_USER, check_arguments, wants_json, write_error
+    from planner.errors import SpecError
 
     usage_error, no_args, abort = click_exceptions()
     _register_all()
-    args = sys.argv[1:] if argv is None else argv
     as_json = wants_json(args)
     t0 = time.monotonic()
     try:

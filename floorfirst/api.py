@@ -58,8 +58,10 @@ def _tier(host_tier: bool, hbm_budget_tokens: int, locality: float, host_page_ro
 def plan(model: str | None = None, hardware: str | None = None, gpus: int | None = None, *,
          spec: DeploymentSpec | None = None, launch: str | None = None, batch: int | None = None,
          context: Context = "32k", prefill_tokens: float = 0.0, prefill_context: Context = "0",
-         pricing: str = "datasheet", calibration: str | None = None, **knobs: Any) -> PlanResult:
-    """One operating point priced on one layout (`attn=`; default: the fastest layout whose KV fits):
+         pricing: str = "datasheet", calibration: str | None = None, all_layouts: bool = False,
+         **knobs: Any) -> PlanResult:
+    """One operating point priced on one layout (`attn=`; default: compare's recommendation, the
+    fastest layout whose KV fits and the engine launches, any that fits with `all_layouts=True`):
     the five resources of a step on the busiest rank, its floors, what binds, the predicted step
     and decode tokens/s — `floorfirst floor`. `context`: one length (32768 or "32k"), a list of
     per-request lengths, or a {length: requests} histogram; `batch` requests with one length."""
@@ -68,7 +70,7 @@ def plan(model: str | None = None, hardware: str | None = None, gpus: int | None
     s, _ = resolve(spec, launch, **_given(model, hardware, gpus, knobs))
     doc, _, _ = floor_document(s, _count("batch", batch, none=True), context_text(context),
                                _number("prefill_tokens", prefill_tokens), context_text(prefill_context, "prefill_context"),
-                               pricing, calibration)
+                               pricing, calibration, bool(all_layouts))
     return PlanResult.model_validate(doc)
 
 
@@ -77,9 +79,11 @@ def compare(model: str | None = None, hardware: str | None = None, gpus: int | N
             context: Context = "32k", prefill_tokens: float = 0.0, prefill_context: Context = "0",
             pricing: str = "datasheet", calibration: str | None = None, layouts: str | Sequence[str] | None = None,
             host_tier: bool = False, hbm_budget_tokens: int = 4096, locality: float = 0.8, host_page_rows: int = 1,
-            **knobs: Any) -> CompareResult:
+            all_layouts: bool = False, **knobs: Any) -> CompareResult:
     """Every layout the model can run, priced side by side at one operating point, those whose KV
-    fits first, fastest floor_max first — `floorfirst compare`. `moe=` keeps one MoE split,
+    fits first, the engine's launchable ones first among them (all alike with `all_layouts=True`),
+    fastest first by the step model (floor_max where none prices the deployment); `recommended` is
+    the CLI's ★ with its launch line — `floorfirst compare`. `moe=` keeps one MoE split,
     `layouts=["tp/ep", "dp/ep"]` only those; a launch line's own layout narrows nothing."""
     from floorfirst.planning import compare_document
 
@@ -92,7 +96,7 @@ def compare(model: str | None = None, hardware: str | None = None, gpus: int | N
     doc, _ = compare_document(s, _count("batch", batch, none=True), context_text(context),
                               _number("prefill_tokens", prefill_tokens), context_text(prefill_context, "prefill_context"),
                               pricing, calibration, narrow, layouts,
-                              _tier(host_tier, hbm_budget_tokens, locality, host_page_rows))
+                              _tier(host_tier, hbm_budget_tokens, locality, host_page_rows), bool(all_layouts))
     return CompareResult.model_validate(doc)
 
 

@@ -7,9 +7,12 @@ Infeasible is an answer: a deployment whose weights or reserve don't fit, or a s
 exceeds the pool, is a document with `feasible: false` and the reason in words, never a
 tokens/s figure.
 
-NOTE: cli/commands/floor.py still computes its documents with its own copy of these functions
-(another change was rewriting that file when this one was written); tests/floorfirst holds the
-two to the same documents until floor.py calls these.
+Every layout says whether the deployment's engine launches it, with the launch line that does
+(planner.engines' `launch`) or why none does. The layout `floor` picks without an attn, and
+compare's `recommended` (the CLI's ★), is the fastest feasible layout the engine launches (any
+feasible layout with `all_layouts`), ranked by the step model's predicted time where one prices the
+deployment (a shipped prior or a calibration) and by floor_max where none does; the documents say
+which ranked (`ranked_by`). cli/commands/floor.py renders these documents and computes none.
 
 Does not: render, plot or print (cli), parse a launch line (floorfirst.knobs).
 """
@@ -146,11 +149,43 @@ def cost_document(dep: planner.Deployment, cost: planner.StepCost, calibration=N
     doc["predicted_s"] = predicted
     doc["step_model"] = label
     doc["decode_tokens_per_s"] = doc["batch"] / predicted if feasible and predicted > 0 else None
+    doc.update(dep.engine_model.launch(dep).describe())
     if cost.engine is not None:
         e = cost.engine
         doc["engine_kernels"] = dep.kernels.describe()
         doc["engine_terms"] = {res: {k: scalar(v) for k, v in comp.items()} for res, comp in e.components().items()}
     return doc
+
+
+def ranked_by(step_model: str, all_layouts: bool) -> dict[str, Any]:
+    """How layouts are ranked: by the step model's predicted_s where a model prices them (a prior or
+    a calibration), else by floor_max_s; over the launchable layouts unless `all_layouts`."""
+    key = "floor_max_s" if step_model == DATASHEET_MIDPOINT else "predicted_s"
+    return {"key": key, "step_model": step_model if key == "predicted_s" else None, "launchable_only": not all_layouts}
+
+
+def rank_order(doc: dict[str, Any], ranking: dict[str, Any]) -> tuple:
+    """Sort key: feasible first, then the ones that may take the recommendation (launchable unless
+    all_layouts), then the ranking key, the floors breaking ties (DCP and DOP move the same HBM bytes)."""
+    eligible = doc["launchable"] or not ranking["launchable_only"]
+    return (not doc["feasible"], not eligible, doc[ranking["key"]], doc["floor_max_s"], doc["floor_sum_s"])
+
+
+def recommended(docs: list[dict[str, Any]], ranking: dict[str, Any]) -> dict[str, Any] | None:
+    """The recommendation (the CLI's ★): the first feasible, eligible layout of `docs` in rank order;
+    None when there is none."""
+    pick = min((d for d in docs if d["feasible"] and (d["launchable"] or not ranking["launchable_only"])),
+               key=lambda d: rank_order(d, ranking), default=None)
+    if pick is None:
+        return None
+    return {k: pick[k] for k in ("attn", "moe", "launchable", "launch_line", "launch_replicas", "launch_notes")}
+
+
+def ranking_words(ranking: dict[str, Any], engine: str) -> str:
+    """'fastest by <what> among the layouts <engine> launches', for the layout_choice and the CLI's lines."""
+    by = f"the {ranking['step_model']}" if ranking["key"] == "predicted_s" else "floor_max (no step model prices it)"
+    among = f"the layouts {engine} launches" if ranking["launchable_only"] else "all layouts (--all-layouts)"
+    return f"fastest by {by}, among {among} whose KV fits"
 
 
 def prefill_args(prefill_tokens: float, prefill_context: str) -> tuple[float, float]:
@@ -188,15 +223,26 @@ def valid_deployments(m, hw, spec: DeploymentSpec, moe: str | None = None, host_
     return deps, skipped
 
 
-def _auto_point(m, hw, spec: DeploymentSpec, batch, context, pre: float, pre_ctx: float, pricing):
-    """Every layout priced; the fastest feasible one by floor_max (the closest to fitting if none is)."""
+def _auto_point(m, hw, spec: DeploymentSpec, batch, context, pre: float, pre_ctx: float, pricing, cal=None,
+                calibration_path: str | None = None, all_layouts: bool = False):
+    """Every layout priced; compare's recommendation (`recommended`: the fastest feasible launchable
+    one, by the step model or the floors), else the fastest feasible one the engine does not launch,
+    else the closest to fitting. Returns (deployment, cost, why, ranking)."""
     deps, _ = valid_deployments(m, hw, spec, spec.moe)
     load = build_load(batch, context)
     priced = [(d, planner.step_cost(d, load, pre, pricing, prefill_context=pre_ctx)) for d in deps]
-    ok = [x for x in priced if bool(scalar(x[1].feasible))]
+    docs = [cost_document(d, c, cal, pre_ctx, pricing, calibration_path) for d, c in priced]
+    ranking = ranked_by(docs[0]["step_model"], all_layouts)
+    ok = [i for i, d in enumerate(docs) if d["feasible"]]
     if ok:
-        dep, cost = min(ok, key=lambda x: (scalar(x[1].floor_max_s), scalar(x[1].floor_sum_s)))
-        return dep, cost, f"fastest by floor_max of the {len(ok)} of {len(priced)} layouts that fit"
+        i = min(ok, key=lambda j: rank_order(docs[j], ranking))
+        dep, cost = priced[i]
+        n_launch = sum(docs[j]["launchable"] for j in ok)
+        why = f"{ranking_words(ranking, dep.engine)} ({len(ok)} of {len(priced)} fit, {n_launch} launchable)"
+        if not docs[i]["launchable"] and ranking["launchable_only"]:
+            why = (f"none of the {len(ok)} layouts that fit is one {dep.engine} launches; the fastest that fits "
+                   f"({ranking['key']}) is shown: {docs[i]['launch_reason']}")
+        return dep, cost, why, ranking
 
     # NOTE: with nothing feasible, show the layout that comes closest: among those with a pool the
     # smallest KV overrun, else the smallest weight deficit.
@@ -207,26 +253,30 @@ def _auto_point(m, hw, spec: DeploymentSpec, batch, context, pre: float, pre_ctx
         return (0, d.memory.kv_budget_bytes)
 
     dep, cost = max(priced, key=closeness)
-    return dep, cost, f"none of the {len(priced)} layouts fits; the closest, {dep.attn}/{dep.moe}, is shown"
+    return dep, cost, f"none of the {len(priced)} layouts fits; the closest, {dep.attn}/{dep.moe}, is shown", ranking
 
 
 def floor_document(spec: DeploymentSpec, batch: int | None = None, context: str = "32k", prefill_tokens: float = 0.0,
                    prefill_context: str = "0", pricing: str = "datasheet",
-                   calibration: str | None = None) -> tuple[dict[str, Any], planner.Deployment, planner.StepCost]:
+                   calibration: str | None = None,
+                   all_layouts: bool = False) -> tuple[dict[str, Any], planner.Deployment, planner.StepCost]:
     """`floorfirst floor`: (the document, the deployment, its priced step) of one operating point
-    on `spec.attn`, or on the fastest layout that fits when that is None."""
+    on `spec.attn`, or, when that is None, on compare's recommendation (the fastest feasible layout
+    the engine launches; any feasible layout with `all_layouts`)."""
     cal = load_calibration(calibration)
     m, hw = load_specs(spec.model, spec.hardware)
     pre, pre_ctx = prefill_args(prefill_tokens, prefill_context)
     pr = pricing_for(hw, pricing)
+    ranking = None
     if spec.attn is None:
-        dep, cost, why = _auto_point(m, hw, spec, batch, context, pre, pre_ctx, pr)
+        dep, cost, why, ranking = _auto_point(m, hw, spec, batch, context, pre, pre_ctx, pr, cal, calibration,
+                                              all_layouts)
     else:
         dep = make(spec, m, hw, spec.attn)
         load = build_load(batch, context)
         cost = planner.step_cost(dep, load, pre, pr, prefill_context=pre_ctx)
         why = "given by --attn"
-    doc = {"model": dep.model.name, "hardware": dep.hardware.name, "layout_choice": why,
+    doc = {"model": dep.model.name, "hardware": dep.hardware.name, "layout_choice": why, "ranked_by": ranking,
            **cost_document(dep, cost, cal, pre_ctx, pr, calibration)}
     return doc, dep, cost
 
@@ -234,10 +284,12 @@ def floor_document(spec: DeploymentSpec, batch: int | None = None, context: str 
 def compare_document(spec: DeploymentSpec, batch: int | None = None, context: str = "32k", prefill_tokens: float = 0.0,
                      prefill_context: str = "0", pricing: str = "datasheet", calibration: str | None = None,
                      moe: str | None = None, layouts: str | None = None,
-                     host_tier=None) -> tuple[dict[str, Any], list[planner.Deployment]]:
+                     host_tier=None, all_layouts: bool = False) -> tuple[dict[str, Any], list[planner.Deployment]]:
     """`floorfirst compare`: (the document, the deployments priced, in registry order) of every layout the model
-    can run (only `moe` if given, only `layouts` if given) at one operating point, those that fit
-    first, fastest floor_max first. `spec.attn` is not read (every layout is priced)."""
+    can run (only `moe` if given, only `layouts` if given) at one operating point: those that fit
+    first, the engine's launchable ones first among them (all alike with `all_layouts`), fastest
+    first by the step model where one prices the deployment, else by floor_max. `spec.attn` is not
+    read (every layout is priced)."""
     from planner.capacity import capacity as kv_capacity
 
     cal = load_calibration(calibration)
@@ -255,8 +307,10 @@ def compare_document(spec: DeploymentSpec, batch: int | None = None, context: st
             doc["host_tier"].update(requests_held_hbm_only=float(walls.hbm_only[0]), requests_held_tiered=float(walls.held[0]),
                                     tier_wall=str(walls.binding[0]))
     first = deps[0]
-    # NOTE: ranked, not listed: a layout that can't hold the load is no candidate, however fast.
-    docs.sort(key=lambda d: (not d["feasible"], d["floor_max_s"], d["floor_sum_s"]))
+    # NOTE: ranked, not listed: a layout that can't hold the load is no candidate, however fast, and one
+    # no flag of the engine launches is no recommendation unless all_layouts.
+    ranking = ranked_by(docs[0]["step_model"], all_layouts)
+    docs.sort(key=lambda d: rank_order(d, ranking))
     feasible = [d for d in docs if d["feasible"]]
     # NOTE: layouts that tie on one floor (DCP and DOP move the same HBM bytes) are ordered by the other
     best_max = min(feasible, key=lambda d: (d["floor_max_s"], d["floor_sum_s"])) if feasible else None
@@ -269,6 +323,7 @@ def compare_document(spec: DeploymentSpec, batch: int | None = None, context: st
         "out": [{"attn": d["attn"], "moe": d["moe"], "reason": d["infeasible_reason"]} for d in docs if not d["feasible"]],
         "best_by_max": {"attn": best_max["attn"], "moe": best_max["moe"]} if best_max else None,
         "best_by_sum": {"attn": best_sum["attn"], "moe": best_sum["moe"]} if best_sum else None,
+        "ranked_by": ranking, "recommended": recommended(docs, ranking),
     }
     return out, deps
 

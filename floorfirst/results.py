@@ -10,8 +10,14 @@ or infinity. Free-form parts (an engine's memory plan, per-component byte counts
 NOTE: the models allow keys they don't declare (`model_extra`), so a key a command adds reaches
 the caller instead of failing the call; tests/floorfirst fail until it is declared here.
 
-Does not: compute (floorfirst.planning, floorfirst.serving), or generate the JSON Schemas in
-schemas/ (they are still written by hand).
+The schemas of floor, compare and capacity are written from these models (schemas/generate.py,
+through schemas/from_models.py): a field's docstring is its key's description and `_kw(...)` its
+schema keywords (minimum, enum, a registry's names, or `part(...)`: the hand-written key-by-key
+contract of a free-form dict in schemas/parts/). A field without a docstring can't be written.
+SimulateResult's schema is still kept by hand (a field here must be declared there too).
+
+Does not: compute (floorfirst.planning, floorfirst.serving), or validate documents against the
+schemas (tests/agent does).
 """
 
 from __future__ import annotations
@@ -48,6 +54,28 @@ def _plain(x):
 Free = Annotated[dict[str, Any], BeforeValidator(_plain)]
 
 
+def _kw(**keywords: Any):
+    """JSON Schema keywords of a field (schemas/from_models.py writes them into the command's schema;
+    they validate nothing here): `minimum`, `minItems`, `x-registry` (its enum is a registry's names),
+    `x-part` (a free-form dict's key-by-key contract, schemas/parts/<name>.json)."""
+    return Field(json_schema_extra=keywords)
+
+
+Amount = Annotated[float, _kw(minimum=0)]  # a time, size, rate or count: never negative
+MaybeAmount = Annotated[Maybe, _kw(minimum=0)]
+Count = Annotated[int, _kw(minimum=1)]  # GPUs, nodes, replicas, page tokens
+Tally = Annotated[int, _kw(minimum=0)]
+AttnName = Annotated[str, _kw(**{"x-registry": "attention_layouts"})]
+MoeName = Annotated[str, _kw(**{"x-registry": "moe_splits"})]
+WeightDtype = Annotated[str, _kw(enum=["bf16", "fp8", "fp4"])]
+KvDtype = Annotated[str, _kw(enum=["bf16", "fp8", "fp8_dsa"])]
+
+
+def part(name: str):
+    """A free-form dict whose key-by-key contract is schemas/parts/<name>.json."""
+    return _kw(**{"x-part": name})
+
+
 class _Part(BaseModel):
     model_config = ConfigDict(extra="allow", frozen=True, use_attribute_docstrings=True, populate_by_name=True)
 
@@ -64,116 +92,223 @@ class Document(_Part):
 
 # ---- floor and compare: one priced operating point ---------------------------------------------
 
-class TimedBytes(_Part):
-    bytes: float
-    """Bytes the busiest rank moves in one step."""
-    time_s: float
-    """Their time at the pricing's rate, seconds."""
+class HbmBytes(_Part):
+    bytes: Amount
+    """HBM bytes read and written by the busiest rank."""
+    time_s: Amount
+    """bytes ÷ HBM bandwidth, seconds."""
+
+
+class HostLinkBytes(_Part):
+    bytes: Amount
+    """Fetched bytes (the misses' rows, page-amplified), busiest rank."""
+    time_s: Amount
+    """host_link time: contiguous-equivalent bytes at the host-link rate, seconds."""
 
 
 class Compute(_Part):
-    flops: float
-    """Floating-point operations on the busiest rank in one step."""
-    flops_by_dtype: dict[str, float]
-    """The same by the dtype they run in."""
-    time_s: float
-    """Their time at the pricing's peak per dtype, seconds."""
+    flops: Amount
+    """FLOPs on the busiest rank, all dtypes."""
+    flops_by_dtype: dict[str, Amount]
+    """FLOPs by dtype (bf16, fp8, fp4)."""
+    time_s: Amount
+    """Σ FLOPs(dtype) ÷ peak(dtype), seconds."""
 
 
-class NetworkBytes(TimedBytes):
-    bytes_by_tier: dict[str, float]
-    """Network bytes by tier (scaleup: NVLink inside a node; scaleout: the NIC between nodes)."""
+class NetworkBytes(_Part):
+    bytes: Amount
+    """Link bytes the busiest rank sends for collectives."""
+    time_s: Amount
+    """Σ over tiers bytes ÷ that tier's bandwidth, seconds."""
+    bytes_by_tier: Annotated[dict[str, float], part("bytes_by_tier")]
+    """Link bytes by network tier."""
 
 
 class NetworkMessages(_Part):
-    count: float
-    """Collective launches × latency steps on the busiest rank in one step."""
-    time_s: float
-    """Their time at the per-message latency, seconds."""
-    count_by_tier: dict[str, float]
-    """The same by tier."""
+    count: Amount
+    """Collective launches × latency steps."""
+    time_s: Amount
+    """Σ over tiers count × that tier's per-collective latency, seconds."""
+    count_by_tier: Annotated[dict[str, float], part("count_by_tier")]
+    """Collective launches by the tier whose latency they pay (a collective that spans nodes pays the scale-out
+    latency once)."""
 
 
 class KvCapacity(_Part):
-    resident_bytes: float
-    """KV bytes the busiest rank must hold."""
-    pool_bytes: float
-    """The engine's KV pool per GPU, bytes."""
+    resident_bytes: Amount
+    """KV bytes that must be resident on the busiest rank."""
+    pool_bytes: Amount
+    """KV pool per GPU as the engine sizes it, bytes; 0 when the weights or the reserve don't fit (never
+    negative)."""
     fits: bool
-    used_fraction: Maybe
-    """resident / pool (None: no pool)."""
+    """resident_bytes ≤ pool_bytes: whether the step is possible at all."""
+    used_fraction: MaybeAmount
+    """resident_bytes ÷ pool_bytes (null without a positive pool)."""
 
 
 class Resources(_Part):
-    hbm: TimedBytes
+    hbm: HbmBytes
+    """HBM traffic."""
     compute: Compute
+    """Arithmetic."""
     network_bytes: NetworkBytes
+    """Collective payload."""
     network_messages: NetworkMessages
-    host_link: TimedBytes
+    """Collective launches."""
+    host_link: HostLinkBytes
+    """A host KV tier's fetches over the host link (0 without a tier)."""
     kv_capacity: KvCapacity
+    """KV capacity: a wall, not a time."""
 
 
 class PricedLayout(_Part):
     """One layout priced at one operating point (floor's document, each of compare's `layouts`)."""
 
-    attn: str
-    """Attention layout."""
-    moe: str
-    """MoE split."""
-    gpus: int
-    replicas: int
-    ranks_per_group: int
-    nodes: int
-    nodes_per_group: int
+    attn: AttnName
+    """Attention layout: tp, cp (context parallel), dp (DP-attention) or dop (decoupled ownership)."""
+    moe: MoeName
+    """MoE split: ep (experts spread over ranks) or tp (every expert split over ranks); tp for dense models."""
+    gpus: Count
+    """GPUs in the deployment, all replicas."""
+    replicas: Count
+    """Replicas of the whole group."""
+    ranks_per_group: Count
+    """GPUs in one replica group (T)."""
+    nodes: Count
+    """Scale-up domains (nodes) the whole deployment spans."""
+    nodes_per_group: Count
+    """Nodes one group spans (> 1: its collectives cross the NIC)."""
     engine: str
-    weight_dtype: str
-    kv_dtype: str
-    page_tokens: int
-    pricing: str
-    """datasheet or achieved: the rates the floors are priced at."""
-    batch: int
-    """Concurrent decode requests, whole deployment."""
-    context_mean_tokens: float
-    prefill_tokens: float
-    """Prefill chunk tokens per group in the step."""
-    prefill_context_tokens: float
-    """Tokens the prefilling request already has cached, which its chunk attends to."""
+    """Engine memory model that sized the KV pool (sglang, vllm)."""
+    weight_dtype: WeightDtype
+    """Weight dtype priced."""
+    kv_dtype: KvDtype
+    """KV cache dtype priced."""
+    page_tokens: Count
+    """Tokens per KV page."""
+    pricing: Annotated[str, _kw(enum=["datasheet", "achieved"])]
+    """datasheet peaks or the hardware file's achieved efficiencies."""
+    batch: Tally
+    """Concurrent decode requests in the step, whole deployment."""
+    context_mean_tokens: Amount
+    """Mean context length of those requests, tokens."""
+    prefill_tokens: Amount
+    """Prefill tokens each group runs in the same step."""
+    prefill_context_tokens: Amount
+    """Tokens the prefilling request already has cached (the prefix its chunk attends to); 0 without prefill."""
     resources: Resources
-    """The five resources of one step on the busiest rank (and the host link)."""
-    weights_resident_bytes_per_gpu: float
+    """The five resources of one step on the busiest rank."""
+    weights_resident_bytes_per_gpu: Amount
+    """Weight bytes resident per GPU."""
     weights_fit: bool
+    """The engine's pool holds at least one page after weights and reserve."""
     kv_pool_gib_per_gpu: float
+    """KV pool per GPU as the engine sizes it, GiB; 0 when the weights or the reserve don't fit (weights_fit
+    false)."""
     feasible: bool
-    """The weights fit and the step's KV fits the pool."""
+    """The step can run: the engine's pool exists and the step's KV fits in it. False: no tokens/s is given."""
     infeasible_reason: str | None
-    """Why not, in words (None when feasible)."""
-    memory: Free
-    """The engine's memory plan: its fraction, reserve terms, pool and defaults."""
-    floor_max_s: float
-    """Optimistic floor: the slowest resource (perfect overlap), seconds."""
-    floor_sum_s: float
-    """Pessimistic floor: every resource in turn (no overlap), seconds."""
-    binding: str
-    """The resource of floor_max_s."""
-    decode_tokens_per_s_at_max: Maybe
-    decode_tokens_per_s_at_sum: Maybe
-    components: dict[str, dict[str, float]]
-    """Each resource's amount by component (hbm_bytes, flops, network_bytes, network_messages, latency_s)."""
-    engine_effects_s: dict[str, float]
-    """What the engine's kernels add, seconds at the pricing's rates (each overlaps the rest of its step)."""
+    """Why the step can't run, in words (weights or reserve don't fit, or KV exceeds the pool); null when
+    feasible."""
+    memory: Annotated[Free, part("memory_plan")]
+    """How the engine sized this GPU's memory: which engine model, its total, fraction, reserve and the KV pool
+    (per GPU of the busiest group)."""
+    floor_max_s: Amount
+    """Optimistic floor: max over the four timed resources (perfect overlap), seconds."""
+    floor_sum_s: Amount
+    """Pessimistic floor: their sum (no overlap), seconds."""
+    binding: Annotated[str, _kw(enum=["hbm", "compute", "network_bytes", "network_messages", "host_link", "kv_capacity"])]
+    """The resource that binds: the largest time, or kv_capacity when KV doesn't fit."""
+    decode_tokens_per_s_at_max: MaybeAmount
+    """batch ÷ floor_max_s: decode tokens/s at the optimistic floor. Null when feasible is false."""
+    decode_tokens_per_s_at_sum: MaybeAmount
+    """batch ÷ floor_sum_s: decode tokens/s at the pessimistic floor. Null when feasible is false."""
+    components: Annotated[dict[str, dict[str, float]], part("components")]
+    """Where each resource's amount comes from, by named component (weights, kv_read, experts, attn_allreduce,
+    …)."""
+    engine_effects_s: Annotated[dict[str, float], part("engine_effects")]
+    """Engine effects as seconds at the pricing's rates: DSA's indexer (key reads + scoring), top-k latency,
+    padded head rows of the decode kernel, attention weights a head-sharding layout can't split (each
+    overlaps the rest of the step)."""
     decode_kernel: str
-    host_tier: Free | None = None
-    """The host KV tier's traffic and walls (with a host tier)."""
-    predicted_s: float
-    """The step time the step model predicts, seconds."""
+    """The decode attention kernel whose head tile the step pads to (planner.models.attention.kernels)."""
+    host_tier: Annotated[Free | None, part("step_host_tier")] = None
+    """With --host-tier: the step's host KV tier on the busiest rank (planner/host_tier.py)."""
+    predicted_s: Amount
+    """Step time priced by the step model (`step_model`): a --calibration, else the shipped prior of the
+    deployment's (GPU, engine), else the datasheet midpoint, seconds."""
     step_model: str
-    """Which step model: a calibration, the shipped (GPU, engine) prior, or the datasheet midpoint."""
-    decode_tokens_per_s: Maybe
-    """batch / predicted_s (None when the step can't run)."""
-    engine_kernels: Free | None = None
-    """The engine's kernel choices (MoE dispatch, CUDA graphs, attention backends, per-step overhead)."""
+    """Which model priced predicted_s and decode_tokens_per_s: 'calibration: PATH', 'prior: GPU × ENGINE (…)'
+    or the datasheet midpoint."""
+    decode_tokens_per_s: MaybeAmount
+    """Decode tokens/s at predicted_s (batch / predicted_s); null where the step can't run."""
+    launchable: bool
+    """Whether the deployment's engine starts this layout with its own flags (planner.engines' launch);
+    false: no flag runs it (a layout that needs a switching runtime, or one the engine's code does not
+    run for this model)."""
+    launch_line: str | None
+    """The shell text that starts this layout on the deployment's engine: SGLang `python -m
+    sglang.launch_server …`, vLLM `vllm serve …`, TensorRT-LLM `trtllm-serve …` preceded by its extra LLM
+    API options YAML as a heredoc; planner.launch reads it back as this deployment (floorfirst
+    explain-launch). Null when not launchable."""
+    launch_reason: str | None
+    """Why no flag of the engine runs this layout (one line; 'needs a switching runtime' where no engine's
+    does); null when launchable."""
+    launch_replicas: Count
+    """Servers of launch_line to start, one per replica, behind a router: the replicas no flag of the line
+    expresses (1: the line is the whole deployment)."""
+    launch_notes: list[str]
+    """What the line leaves to the operator: per-node ranks and addresses, a router for copies, a checkpoint
+    for the weights priced."""
+    engine_kernels: Annotated[Free | None, part("engine_kernels")] = None
+    """What the engine's steps run here (planner/engines/kernels.py): MoE token movement for decode and prefill
+    steps, the expert GEMM, CUDA-graph capture and padding, attention backends, the per-step overhead and
+    its source."""
     engine_terms: dict[str, dict[str, float]] | None = None
-    """The engine's terms by resource and component."""
+    """The engine's terms of the step (planner.step EngineStepCost), resource -> component -> amount: hbm_bytes
+    (experts_narrow_gemm: the narrow expert GEMMs' extra streaming time as bytes), flops
+    (cuda_graph_padding), network_bytes and network_messages (the engine's own collectives, replacing the
+    layout's ideal ones in the step model), overhead_s (step_overhead, seconds). The datasheet floors leave
+    them out."""
+
+
+class LayoutRef(_Part):
+    attn: AttnName
+    """Attention layout: tp, cp (context parallel), dp (DP-attention) or dop (decoupled ownership)."""
+    moe: MoeName
+    """MoE split: ep (experts spread over ranks) or tp (every expert split over ranks); tp for dense models."""
+
+
+class Ranking(_Part):
+    """How the layouts were ranked for the recommendation (compare's ★, floor's layout without attn)."""
+
+    key: Annotated[str, _kw(enum=["predicted_s", "floor_max_s"])]
+    """The time ranked by: the step model's predicted_s where a model prices the deployment (a shipped (GPU,
+    engine) prior or --calibration: the tokens/s column), else floor_max_s."""
+    step_model: str | None
+    """The model that ranked (its label, as step_model); null when ranked by floor_max_s."""
+    launchable_only: bool
+    """True: only layouts the engine launches could be recommended (the default); false with --all-layouts."""
+
+
+class Recommended(LayoutRef):
+    """The recommended layout and how to launch it."""
+
+    launchable: bool
+    """Whether the deployment's engine starts this layout with its own flags (planner.engines' launch); false:
+    no flag runs it (a layout that needs a switching runtime, or one the engine's code does not run for this
+    model)."""
+    launch_line: str | None
+    """The shell text that starts this layout on the deployment's engine: SGLang `python -m
+    sglang.launch_server …`, vLLM `vllm serve …`, TensorRT-LLM `trtllm-serve …` preceded by its extra LLM
+    API options YAML as a heredoc; planner.launch reads it back as this deployment (floorfirst
+    explain-launch). Null when not launchable."""
+    launch_replicas: Count
+    """Servers of launch_line to start, one per replica, behind a router: the replicas no flag of the line
+    expresses (1: the line is the whole deployment)."""
+    launch_notes: list[str]
+    """What the line leaves to the operator: per-node ranks and addresses, a router for copies, a checkpoint
+    for the weights priced."""
 
 
 class PlanResult(PricedLayout, Document):
@@ -181,19 +316,29 @@ class PlanResult(PricedLayout, Document):
 
     command: ClassVar[str] = "floor"
     model: str
+    """Model name (built-in card name or the config.json's model name)."""
     hardware: str
+    """GPU name (built-in or from the hardware YAML)."""
     layout_choice: str
-    """Why this layout: given, or the fastest by floor_max of those that fit."""
-
-
-class LayoutRef(_Part):
-    attn: str
-    moe: str
+    """How the layout was chosen: 'given by --attn', or (no --attn) the fastest feasible one, or that none is
+    feasible."""
+    ranked_by: Ranking | None
+    """How the layouts were ranked for the recommendation (compare's ★, floor's layout without --attn); null
+    for floor with --attn."""
 
 
 class Skipped(LayoutRef):
+    """A layout the model can't run on this deployment."""
+
     reason: str
     """Why this layout can't run here (one line)."""
+
+
+class OutLayout(LayoutRef):
+    """A layout that runs the model but can't hold this load."""
+
+    reason: str
+    """Why, in words."""
 
 
 class CompareResult(Document):
@@ -201,24 +346,44 @@ class CompareResult(Document):
 
     command: ClassVar[str] = "compare"
     model: str
+    """Model name (built-in card name or the config.json's model name)."""
     hardware: str
-    gpus: int
-    nodes: int
+    """GPU name (built-in or from the hardware YAML)."""
+    gpus: Count
+    """GPUs in the deployment, all replicas."""
+    nodes: Count
+    """Scale-up domains the deployment spans."""
     engine: str
-    batch: int
-    context_mean_tokens: float
-    prefill_tokens: float
-    prefill_context_tokens: float
-    layouts: list[PricedLayout]
+    """Engine (sglang, vllm, trtllm): its memory model, scheduler, kernels and launch lines."""
+    batch: Tally
+    """Concurrent decode requests, whole deployment."""
+    context_mean_tokens: Amount
+    """Mean context, tokens."""
+    prefill_tokens: Amount
+    """Prefill tokens per group in the step."""
+    prefill_context_tokens: Amount
+    """Tokens the prefilling request already has cached (its prefix), which the prefill chunk attends to."""
+    layouts: Annotated[list[PricedLayout], _kw(minItems=1)]
+    """Every layout the model can run: feasible ones first, among them the ones that may be recommended
+    (launchable, or all with --all-layouts), each group fastest first by ranked_by.key."""
     skipped: list[Skipped]
-    """Layouts the model can't run on this deployment."""
+    """Layouts left out, with the reason."""
     step_model: str
-    out: list[Skipped]
-    """Layouts priced that can't hold the load, with the reason."""
+    """Which model priced every layout's predicted_s and decode_tokens_per_s (the first layout's; they share
+    hardware and engine)."""
+    out: list[OutLayout]
+    """Layouts that can run the model but not this load, with why."""
     best_by_max: LayoutRef | None
-    """Fastest by floor_max_s among the layouts whose KV fits (None: none fits)."""
+    """Fastest by floor_max_s among layouts whose KV fits, launchable or not (the floors' answer; the
+    recommendation is `recommended`); null if none fits."""
     best_by_sum: LayoutRef | None
-    """Fastest by floor_sum_s among the layouts whose KV fits."""
+    """Fastest by floor_sum_s among layouts whose KV fits, launchable or not; null if none fits."""
+    ranked_by: Ranking
+    """How the layouts were ranked for the recommendation (compare's ★, floor's layout without --attn); null
+    for floor with --attn."""
+    recommended: Recommended | None
+    """The ★: the fastest layout whose KV fits by ranked_by, among those the engine launches (any with
+    --all-layouts); null if none."""
 
     def best(self) -> PricedLayout | None:
         """The priced layout of best_by_max."""
@@ -229,41 +394,74 @@ class CompareResult(Document):
 # ---- capacity ------------------------------------------------------------------------------------
 
 class CapacityLayout(_Part):
-    attn: str
-    moe: str
-    gpus: int
-    replicas: int
-    nodes_per_group: int
-    kv_dtype: str
-    weight_dtype: str
-    page_tokens: int
-    weights_gib_per_gpu: float
+    """One layout's capacity."""
+
+    attn: AttnName
+    """Attention layout: tp, cp (context parallel), dp (DP-attention) or dop (decoupled ownership)."""
+    moe: MoeName
+    """MoE split: ep (experts spread over ranks) or tp (every expert split over ranks); tp for dense models."""
+    gpus: Count
+    """GPUs in the deployment, all replicas."""
+    replicas: Count
+    """Replicas of the group."""
+    nodes_per_group: Count
+    """Nodes one group spans."""
+    kv_dtype: KvDtype
+    """KV dtype."""
+    weight_dtype: WeightDtype
+    """Weight dtype."""
+    page_tokens: Count
+    """Tokens per KV page."""
+    weights_gib_per_gpu: Amount
+    """Resident weights per GPU, GiB."""
     weights_fit: bool
+    """Whether the weights resident on one GPU fit its memory budget (mem_fraction × HBM − reserve); if false,
+    kv_pool is ≤ 0 and no KV fits."""
     feasible: bool
+    """The pool holds at least one page after weights and the reserve."""
     infeasible_reason: str | None
+    """Why not, in words; null when feasible."""
     mem_fraction: float
-    """The engine's memory fraction as its formula gives it (may be < 0 where the plan is infeasible)."""
-    reserve_gib_per_gpu: float
-    kv_pool_gib_per_gpu: float
-    kv_pool_tokens_per_gpu: float
-    kv_bytes_per_token: float
-    kv_replication: float
-    """Copies of each token's KV across the group."""
-    distinct_tokens: float
-    """Tokens of KV the group holds, each counted once."""
-    context_tokens: float
-    max_concurrency: int
-    """Requests of the context (or mix) that fit at once."""
-    state_bytes_per_request: float
-    binding_memory: str
-    """Which memory binds: kv_pages or state slots."""
-    memory: Free
-    host_tier: Free | None = None
+    """The engine fraction this layout runs with (SGLang mem_fraction_static: its default depends on the GPU
+    and on DP attention)."""
+    reserve_gib_per_gpu: Amount
+    """GiB per GPU kept out of weights + KV."""
+    kv_pool_gib_per_gpu: Amount
+    """KV pool per GPU, GiB (0 when the weights don't fit)."""
+    kv_pool_tokens_per_gpu: Amount
+    """Tokens the pool holds per GPU (whole pages)."""
+    kv_bytes_per_token: Amount
+    """KV bytes one token stores (all layers)."""
+    kv_replication: Amount
+    """Copies of each token's KV across the group (T for TP with MLA, 1 for owner layouts)."""
+    distinct_tokens: Amount
+    """Distinct tokens the deployment's pools hold."""
+    context_tokens: Amount
+    """Context per request, tokens (the mix's mean)."""
+    max_concurrency: Tally
+    """Requests that fit at once (the KV wall): of context_tokens, or of the mix in its proportions (N·Σ
+    f_i/n_i ≤ 1, n_i the requests of length i alone)."""
+    state_bytes_per_request: Amount
+    """Fixed bytes per request over all layers, one full copy (recurrent states, compressor rings); 0 for a
+    model without them."""
+    binding_memory: Annotated[str, _kw(enum=["kv_pages", "state_slots", "shared_pool", "full_attention_pool", "sliding_window_pool", "none"])]
+    """The memory one more request would overflow at this context: kv_pages (the per-token pool), state_slots
+    (a separate state pool or its running-request cap), shared_pool (one pool for both), full_attention_pool
+    / sliding_window_pool (SGLang's hybrid SWA pools), none (no pool)."""
+    memory: Annotated[Free, part("memory_plan")]
+    """How the engine sized this GPU's memory: which engine model, its total, fraction, reserve and the KV pool
+    (per GPU of the busiest group)."""
+    host_tier: Annotated[Free | None, part("capacity_host_tier")] = None
+    """With --host-tier: requests held at the context by wall (planner/host_capacity.py)."""
 
 
 class ContextShare(_Part):
-    context_tokens: float
-    requests: int
+    """One length of the mix."""
+
+    context_tokens: Annotated[float, _kw(exclusiveMinimum=0)]
+    """Context of these requests, tokens."""
+    requests: Count
+    """Requests of this length in the mix."""
 
 
 class CapacityResult(Document):
@@ -272,22 +470,36 @@ class CapacityResult(Document):
 
     command: ClassVar[str] = "capacity"
     model: str
+    """Model name (built-in card name or the config.json's model name)."""
     hardware: str
-    gpus: int
-    nodes: int
+    """GPU name (built-in or from the hardware YAML)."""
+    gpus: Count
+    """GPUs in the deployment, all replicas."""
+    nodes: Count
+    """Scale-up domains the deployment spans."""
     engine: str
+    """Engine memory model that sized the pools (sglang, vllm)."""
     mem_fraction: float | None
-    """The memory fraction given (None: each layout's engine default)."""
+    """The --mem-fraction given; null: each layout's engine default (see layouts[].mem_fraction)."""
     swa_full_tokens_ratio: float | None
-    page_tokens: int
-    datasheet_hbm_bytes_per_gpu: float
-    usable_hbm_bytes_per_gpu: float
-    context_tokens: float
-    """The mean context, tokens."""
-    layouts: list[CapacityLayout]
+    """The --swa-full-tokens-ratio given (SGLang's hybrid SWA split: sliding-pool tokens per full-pool token);
+    null: the engine default (SGLang 0.8; the ratio each split layout ran with is
+    layouts[].memory.defaults.swa_full_tokens_ratio)."""
+    page_tokens: Count
+    """Tokens per KV page (the engine's default unless --page-tokens)."""
+    datasheet_hbm_bytes_per_gpu: Amount
+    """The datasheet HBM per GPU, bytes."""
+    usable_hbm_bytes_per_gpu: Amount
+    """HBM per GPU as torch reports it (total_memory), bytes: what the pools are sized from."""
+    context_tokens: Amount
+    """Context per request, tokens (with a list or histogram --context, the mean of the mix)."""
+    layouts: Annotated[list[CapacityLayout], _kw(minItems=1)]
+    """One entry per layout."""
     skipped: list[Skipped]
+    """Layouts left out, with the reason."""
     context_mix: list[ContextShare] | None = None
-    """The context mix, when more than one length was given."""
+    """The --context mix when it is a list or a histogram: each length and its requests (absent for one
+    length)."""
 
     def layout(self, attn: str, moe: str | None = None) -> CapacityLayout:
         """The row of attn (and moe, when the model runs several)."""

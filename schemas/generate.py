@@ -1,4 +1,6 @@
-"""Fill the registry-made parts of schemas/*.schema.json from the planner's registries.
+"""Write schemas/*.schema.json: the typed documents' schemas from their pydantic models
+(schemas/from_models.py: floor, compare, capacity), and the registry-made parts of every schema
+from the planner's registries.
 
 A schema names a registry where its choices come from one, and this script writes the choices:
 - `"x-registry": "attention_layouts"` on a string key: its `enum` is the registry's names (a
@@ -12,8 +14,11 @@ simulate/serve policies, attention and MLP variants), so a new layout or variant
 schema edit: `python schemas/generate.py` rewrites the files, and tests/agent/test_docs.py fails
 when a committed schema differs from what this writes (or a test's toy layout is missing from it).
 
-The rest of each schema (keys, types, units, descriptions) is written by hand; docs/json-contracts.md's
-reference is rendered from the result (schemas/render_docs.py).
+A schema of a typed document is written whole from its model (floorfirst/results.py: keys, types,
+nulls, descriptions, keywords; the free-form dicts' contracts from schemas/parts/); the other
+commands' schemas are still written by hand around their registry parts. tests/agent/test_docs.py
+fails when a committed schema differs from what this writes; docs/json-contracts.md's reference is
+rendered from the result (schemas/render_docs.py).
 """
 
 from __future__ import annotations
@@ -33,6 +38,17 @@ def _registries() -> dict:
     from cli.registry_options import REGISTRIES
 
     return {k: tuple(f()) for k, f in REGISTRIES.items()}
+
+
+def _from_models():
+    import importlib.util
+
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    spec = importlib.util.spec_from_file_location("schemas_from_models", HERE / "from_models.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def _fill(node, names: dict) -> None:
@@ -68,9 +84,11 @@ def generate(names: dict | None = None) -> dict[str, str]:
     """{file name: text} of every schema with its registry parts filled from `names` (default: the
     registries as they are now)."""
     names = names or _registries()
+    from_models = _from_models()
     out = {}
     for path in sorted(HERE.glob("*.schema.json")):
-        schema = json.loads(path.read_text())
+        command = path.name.removesuffix(".schema.json")
+        schema = from_models.schema_of(command) if command in from_models.MODELS else json.loads(path.read_text())
         _fill(schema, names)
         out[path.name] = json.dumps(schema, indent=2, ensure_ascii=False) + "\n"
     return out

@@ -8,11 +8,14 @@ that does (planner.engines' `launch`) or why none does. The ★ of `compare`, an
 picks without `--attn`, is the fastest feasible layout the engine launches (any feasible layout with
 `--all-layouts`), ranked by the step model's predicted time where one prices the deployment (a shipped
 prior or `--calibration`: the tokens/s column) and by floor_max where none does; the documents say
-which ranked (`ranked_by`)."""
+which ranked (`ranked_by`).
+
+The documents are floorfirst.planning's (the Python API returns the same ones, typed): this module
+reads the options into a DeploymentSpec, calls it and renders."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import numpy as np
 import typer
@@ -20,203 +23,51 @@ from rich.markup import escape
 from rich.table import Table
 
 import planner
-from cli.common import (console, title, DEFAULTS, AttnOpt, WideOpt, LayoutsOpt, select_layouts, BatchOpt, CalibrationOpt, ContextOpt, EngineOpt, GpusOpt, HardwareOpt,
-                        JsonOpt, KvDtypeOpt, MemFractionOpt, ModelOpt, MoeOpt, NodesOpt, PageOpt, PrefillContextOpt,
-                        PrefillOpt, PricingChoice, PricingOpt, ReplicasOpt, ReserveOpt, SwaRatioOpt, WeightDtypeOpt, AttnGroupsOpt, build_load,
-                        deployment, emit_json, fmt_bytes, fmt_gib, fmt_flops, fmt_ms, fmt_tokens, load_calibration, load_specs,
-                        parse_tokens, pricing_for, scalar)
-from cli.host_tier_options import (BudgetOpt, HostPageOpt, HostTierOpt, LocalityOpt, host_tier_spec, tier_document,
-                                   tier_line)
+from cli.common import (console, title, DEFAULTS, WideOpt, LayoutsOpt, BatchOpt, CalibrationOpt, ContextOpt, EngineOpt,
+                        GpusOpt, HardwareOpt, JsonOpt, KvDtypeOpt, MemFractionOpt, ModelOpt, MoeOpt, NodesOpt, PageOpt,
+                        PrefillContextOpt, PrefillOpt, PricingChoice, PricingOpt, ReplicasOpt, ReserveOpt, SwaRatioOpt,
+                        WeightDtypeOpt, AttnGroupsOpt, build_load, emit_json, fmt_bytes, fmt_gib, fmt_flops, fmt_ms,
+                        fmt_tokens, load_specs, pricing_for)
+from cli.host_tier_options import BudgetOpt, HostPageOpt, HostTierOpt, LocalityOpt, host_tier_spec, tier_line
 from cli.launch import planning
-from cli.registry_options import LAYOUTS, layout_names, live, moe_names
-from cli.rendering import (capacity_table, compare_table, launch_sentence, launch_words, deployment_title, infeasible_reason,
-                           memory_line, unlaunchable_lines)
-from planner.capacity import capacity as kv_capacity
-from planner.errors import SpecError
-from planner.host_tier import tiered_groups
-from planner.layouts.base import SCALEOUT, SCALEUP
+from cli.registry_options import LAYOUTS, live
+from cli.rendering import (capacity_table, compare_table, launch_sentence, launch_words, deployment_title, memory_line,
+                           unlaunchable_lines)
+# NOTE: the documents are floorfirst's (floorfirst.planning); this module parses options and renders.
+# prefill_args and mix_concurrency are re-exported for triage and tests/cli/test_context_forms.py.
+from floorfirst.planning import (capacity_document, compare_document, floor_document, make,  # noqa: F401
+                                 mix_concurrency, prefill_args, ranking_words)
+from floorfirst.planning import valid_deployments as _valid_deployments
 from planner.units import GiB
+
+if TYPE_CHECKING:  # NOTE: imported when a command runs: building the pydantic model costs the CLI's start ~40 ms
+    from floorfirst.knobs import DeploymentSpec
 
 AutoAttnOpt = Annotated[Optional[str], typer.Option("--attn", help="Attention layout. Default: the fastest layout whose KV fits and the engine launches (all are priced)."), LAYOUTS]
 AllLayoutsOpt = Annotated[bool, typer.Option("--all-layouts", help="Let a layout no engine flag launches (it needs a switching runtime) take the recommendation.")]
 
 
-DATASHEET_MIDPOINT = "datasheet midpoint: floor_max + 0.5*(floor_sum - floor_max), no overhead"
+def _spec(model, hardware, gpus, replicas, weight_dtype, kv_dtype, mem_fraction, page_tokens, reserve_gib,
+          engine=DEFAULTS["engine"], nodes=None, swa_ratio=None, attn_groups=None, attn=None, moe=None) -> DeploymentSpec:
+    """The options as the one frozen knobs object floorfirst's document functions read."""
+    from floorfirst.knobs import DeploymentSpec
 
-
-def step_model_for(dep: planner.Deployment, calibration=None, calibration_path: str | None = None):
-    """(the calibration that prices `dep`'s steps or None, its label): a given --calibration, else the
-    shipped prior of the deployment's (GPU, engine) (calibration/priors), else the datasheet midpoint
-    (issue 26: every tokens/s figure is priced by the default model and says which)."""
-    if calibration is not None:
-        return calibration, f"calibration: {calibration_path or 'given'}"
-    try:
-        from calibration.priors import SOURCE_WHEEL, prior_for
-    except ImportError:  # pragma: no cover - the calibration package is part of the install
-        return None, DATASHEET_MIDPOINT
-    prior = prior_for(dep.hardware.name, dep.engine) if dep.engine_kernels else None
-    if prior is None:
-        return None, DATASHEET_MIDPOINT
-    return prior, f"prior: {dep.hardware.name} × {dep.engine} ({SOURCE_WHEEL} per-kernel tables)"
-
-
-def cost_document(dep: planner.Deployment, cost: planner.StepCost, calibration=None,
-                  prefill_context: float = 0.0, pricing: planner.Pricing | None = None,
-                  calibration_path: str | None = None) -> dict[str, Any]:
-    """The JSON view of one priced point (index 0)."""
-    from planner.effects import effect_times_s
-
-    t = cost.times
-    fits = bool(scalar(cost.kv_fits))
-    feasible = bool(scalar(cost.feasible))
-    doc: dict[str, Any] = {
-        "attn": dep.attn,
-        "moe": dep.moe,
-        "gpus": dep.gpus,
-        "replicas": dep.replicas,
-        "ranks_per_group": dep.ranks,
-        "nodes": dep.nodes,
-        "nodes_per_group": dep.group_nodes,
-        "engine": dep.engine,
-        "weight_dtype": dep.weight_dtype,
-        "kv_dtype": dep.kv_dtype,
-        "page_tokens": dep.page_tokens,
-        "pricing": cost.pricing,
-        "batch": int(round(scalar(cost.batch))),
-        "context_mean_tokens": scalar(cost.mean_context),
-        "prefill_tokens": scalar(cost.prefill_tokens),
-        "prefill_context_tokens": prefill_context,
-        "resources": {
-            "hbm": {"bytes": scalar(cost.hbm_bytes), "time_s": scalar(t.hbm_s)},
-            "compute": {"flops": scalar(cost.flops), "flops_by_dtype": {k: scalar(v) for k, v in cost.flops_by_dtype.items()},
-                        "time_s": scalar(t.compute_s)},
-            "network_bytes": {"bytes": scalar(cost.network_bytes), "time_s": scalar(t.network_bytes_s),
-                              "bytes_by_tier": {k: scalar(cost.network_bytes_by_tier[k]) for k in (SCALEUP, SCALEOUT)}},
-            "network_messages": {"count": scalar(cost.network_messages), "time_s": scalar(t.network_messages_s),
-                                 "count_by_tier": {k: scalar(cost.network_messages_by_tier[k]) for k in (SCALEUP, SCALEOUT)}},
-            "host_link": {"bytes": scalar(cost.host_tier.host_link_bytes) if cost.host_tier is not None else 0.0,
-                          "time_s": scalar(t.host_link_s)},
-            "kv_capacity": {"resident_bytes": scalar(cost.kv_resident_bytes), "pool_bytes": cost.kv_pool_bytes,
-                            "fits": fits,
-                            "used_fraction": scalar(cost.kv_resident_bytes) / cost.kv_pool_bytes if cost.kv_pool_bytes > 0 else None},
-        },
-        "weights_resident_bytes_per_gpu": cost.weights_resident_bytes,
-        "weights_fit": bool(cost.memory_feasible),
-        "kv_pool_gib_per_gpu": cost.kv_pool_bytes / GiB,
-        "feasible": feasible,
-        "infeasible_reason": None if feasible else infeasible_reason(cost),
-        "memory": dep.memory.describe(),
-        "floor_max_s": scalar(cost.floor_max_s),
-        "floor_sum_s": scalar(cost.floor_sum_s),
-        "binding": str(cost.binding[0]),
-        "decode_tokens_per_s_at_max": scalar(cost.decode_tokens_per_s_at_max),
-        "decode_tokens_per_s_at_sum": scalar(cost.decode_tokens_per_s_at_sum),
-        "components": {res: {k: scalar(v) for k, v in comp.items()} for res, comp in cost.components.items()},
-        "engine_effects_s": {k: scalar(v) for k, v in
-                             effect_times_s(cost, pricing or planner.Pricing.datasheet(dep.hardware)).items()},
-        "decode_kernel": dep.decode_kernel.name,
-    }
-    if cost.host_tier is not None:
-        doc["host_tier"] = tier_document(cost)
-    model, label = step_model_for(dep, calibration, calibration_path)
-    predicted = (scalar(model.predict_s(cost)) if model is not None
-                 else doc["floor_max_s"] + 0.5 * (doc["floor_sum_s"] - doc["floor_max_s"]))
-    doc["predicted_s"] = predicted
-    doc["step_model"] = label
-    doc["decode_tokens_per_s"] = doc["batch"] / predicted if feasible and predicted > 0 else None
-    doc.update(dep.engine_model.launch(dep).describe())
-    if cost.engine is not None:
-        e = cost.engine
-        doc["engine_kernels"] = dep.kernels.describe()
-        doc["engine_terms"] = {res: {k: scalar(v) for k, v in comp.items()} for res, comp in e.components().items()}
-    return doc
-
-
-def ranked_by(step_model: str, all_layouts: bool) -> dict[str, Any]:
-    """How layouts are ranked: by the step model's predicted_s where a model prices them (a prior or
-    a calibration), else by floor_max_s; over the launchable layouts unless `all_layouts`."""
-    key = "floor_max_s" if step_model == DATASHEET_MIDPOINT else "predicted_s"
-    return {"key": key, "step_model": step_model if key == "predicted_s" else None, "launchable_only": not all_layouts}
-
-
-def rank_order(doc: dict[str, Any], ranking: dict[str, Any]) -> tuple:
-    """Sort key: feasible first, then the ones that may take the ★ (launchable unless --all-layouts),
-    then the ranking key, the floors breaking ties (DCP and DOP move the same HBM bytes)."""
-    eligible = doc["launchable"] or not ranking["launchable_only"]
-    return (not doc["feasible"], not eligible, doc[ranking["key"]], doc["floor_max_s"], doc["floor_sum_s"])
-
-
-def recommended(docs: list[dict[str, Any]], ranking: dict[str, Any]) -> dict[str, Any] | None:
-    """The ★: the first feasible, eligible layout of `docs` in rank order; None when there is none."""
-    pick = min((d for d in docs if d["feasible"] and (d["launchable"] or not ranking["launchable_only"])),
-               key=lambda d: rank_order(d, ranking), default=None)
-    if pick is None:
-        return None
-    return {k: pick[k] for k in ("attn", "moe", "launchable", "launch_line", "launch_replicas", "launch_notes")}
-
-
-def ranking_words(ranking: dict[str, Any], engine: str) -> str:
-    """'fastest by <what> among the layouts <engine> launches' for the CLI's lines."""
-    by = f"the {ranking['step_model']}" if ranking["key"] == "predicted_s" else "floor_max (no step model prices it)"
-    among = f"the layouts {engine} launches" if ranking["launchable_only"] else "all layouts (--all-layouts)"
-    return f"fastest by {by}, among {among} whose KV fits"
-
-
-def prefill_args(prefill_tokens: float, prefill_context: str) -> tuple[float, float]:
-    if not np.isfinite(prefill_tokens) or prefill_tokens < 0:
-        raise SpecError(f"prefill_tokens={prefill_tokens} must be ≥ 0")
-    ctx = 0.0 if prefill_context.strip() in ("", "0") else parse_tokens(prefill_context, "prefill_context")
-    if ctx > 0 and prefill_tokens == 0:
-        raise SpecError("--prefill-context needs --prefill-tokens (the chunk that attends to it)")
-    return float(prefill_tokens), ctx
+    return DeploymentSpec.of(model=model, hardware=hardware, gpus=gpus, replicas=replicas, weight_dtype=weight_dtype,
+                             kv_dtype=kv_dtype, mem_fraction=mem_fraction, page_tokens=page_tokens,
+                             reserve_gib=reserve_gib, engine=engine, nodes=nodes, swa_full_tokens_ratio=swa_ratio,
+                             attn_groups=attn_groups, attn=attn, moe=moe)
 
 
 def _point(model, hardware, attn, moe, gpus, replicas, batch, context, prefill_tokens, kv_dtype, weight_dtype,
            mem_fraction, page_tokens, reserve_gib, pricing, prefill_context="0", engine=DEFAULTS["engine"], nodes=None,
            swa_ratio=None, attn_groups=None):
+    """(deployment, priced step) of one point on `attn` (triage reads it)."""
+    spec = _spec(model, hardware, gpus, replicas, weight_dtype, kv_dtype, mem_fraction, page_tokens, reserve_gib, engine,
+                 nodes, swa_ratio, attn_groups, attn, moe)
     m, hw = load_specs(model, hardware)
     pre, pre_ctx = prefill_args(prefill_tokens, prefill_context)
-    dep = deployment(m, hw, attn, moe, gpus, replicas, weight_dtype, kv_dtype, mem_fraction, page_tokens, reserve_gib,
-                     engine, nodes, swa_ratio=swa_ratio, attn_groups=attn_groups)
-    load = build_load(batch, context)
-    return dep, planner.step_cost(dep, load, pre, pricing_for(hw, pricing), prefill_context=pre_ctx)
-
-
-def _auto_point(model, hardware, moe, gpus, replicas, batch, context, prefill_tokens, kv_dtype, weight_dtype,
-                mem_fraction, page_tokens, reserve_gib, pricing, prefill_context, engine, nodes, swa_ratio=None,
-                attn_groups=None, cal=None, calibration_path=None, all_layouts=False):
-    """Every layout priced; the ★ of compare (`recommended`: the fastest feasible launchable one, by
-    the step model or the floors), else the fastest feasible one the engine does not launch, else
-    the closest to fitting. Returns (deployment, cost, why, ranking)."""
-    m, hw = load_specs(model, hardware)
-    pre, pre_ctx = prefill_args(prefill_tokens, prefill_context)
-    deps, _ = valid_deployments(m, hw, gpus, replicas, weight_dtype, kv_dtype, mem_fraction, page_tokens, reserve_gib,
-                                engine, nodes, moe, swa_ratio=swa_ratio, attn_groups=attn_groups)
-    load = build_load(batch, context)
-    pr = pricing_for(hw, pricing)
-    priced = [(d, planner.step_cost(d, load, pre, pr, prefill_context=pre_ctx)) for d in deps]
-    docs = [cost_document(d, c, cal, pre_ctx, pr, calibration_path) for d, c in priced]
-    ranking = ranked_by(docs[0]["step_model"], all_layouts)
-    ok = [i for i, d in enumerate(docs) if d["feasible"]]
-    if ok:
-        i = min(ok, key=lambda j: rank_order(docs[j], ranking))
-        dep, cost = priced[i]
-        n_launch = sum(docs[j]["launchable"] for j in ok)
-        why = f"{ranking_words(ranking, dep.engine)} ({len(ok)} of {len(priced)} fit, {n_launch} launchable)"
-        if not docs[i]["launchable"] and ranking["launchable_only"]:
-            why = (f"none of the {len(ok)} layouts that fit is one {dep.engine} launches; the fastest that fits "
-                   f"({ranking['key']}) is shown: {docs[i]['launch_reason']}")
-        return dep, cost, why, ranking
-    # NOTE: with nothing feasible, show the layout that comes closest: among those with a pool the
-    # smallest KV overrun, else the smallest weight deficit.
-    def closeness(x):
-        d, c = x
-        if d.memory.feasible:
-            return (1, -scalar(c.kv_resident_bytes) / c.kv_pool_bytes)
-        return (0, d.memory.kv_budget_bytes)
-
-    dep, cost = max(priced, key=closeness)
-    return dep, cost, f"none of the {len(priced)} layouts fits; the closest, {dep.attn}/{dep.moe}, is shown", ranking
+    dep = make(spec, m, hw, attn)
+    return dep, planner.step_cost(dep, build_load(batch, context), pre, pricing_for(hw, pricing), prefill_context=pre_ctx)
 
 
 def floor(
@@ -230,21 +81,11 @@ def floor(
     json_out: JsonOpt = False,
 ) -> None:
     """The five-resource vector of one step on the busiest rank, its floors and what binds."""
-    cal = load_calibration(calibration)
-    ranking = None
-    if attn is None:
-        dep, cost, why, ranking = _auto_point(model, hardware, moe, gpus, replicas, batch, context,
-                                              prefill_tokens, kv_dtype, weight_dtype, mem_fraction, page_tokens,
-                                              reserve_gib, pricing, prefill_context, engine, nodes,
-                                              swa_full_tokens_ratio, attn_groups, cal, calibration, all_layouts)
-    else:
-        dep, cost = _point(model, hardware, attn, moe, gpus, replicas, batch, context,
-                           prefill_tokens, kv_dtype, weight_dtype, mem_fraction, page_tokens, reserve_gib, pricing,
-                           prefill_context, engine, nodes, swa_full_tokens_ratio, attn_groups)
-        why = "given by --attn"
-    doc = {"model": dep.model.name, "hardware": dep.hardware.name, "layout_choice": why, "ranked_by": ranking,
-           **cost_document(dep, cost, cal, prefill_args(prefill_tokens, prefill_context)[1], pricing_for(dep.hardware, pricing),
-                           calibration)}
+    spec = _spec(model, hardware, gpus, replicas, weight_dtype, kv_dtype, mem_fraction, page_tokens, reserve_gib, engine,
+                 nodes, swa_full_tokens_ratio, attn_groups, attn, moe)
+    doc, dep, cost = floor_document(spec, batch, context, prefill_tokens, prefill_context, pricing, calibration,
+                                    all_layouts)
+    why = doc["layout_choice"]
     if json_out:
         emit_json("floor", doc)
         return
@@ -300,24 +141,11 @@ def floor(
 def valid_deployments(m, hw, gpus, replicas, weight_dtype, kv_dtype, mem_fraction, page_tokens, reserve_gib,
                       engine=DEFAULTS["engine"], nodes=None, moe: str | None = None, host_tier=None, swa_ratio=None,
                       attn_groups=None):
-    """Every (attn, moe) the model can run here (only `moe` if given), and the ones it can't
-    with the reason. `attn_groups` applies to the layouts that take a group count (the others
-    have their own)."""
-    from planner.layouts import attention_layouts
-
-    deps, skipped = [], []
-    takes_groups = {n for n, x in attention_layouts().items() if x.group_rule == "given"}
-    for a in layout_names():
-        for mo in ([moe] if moe else moe_names()):
-            try:
-                deps.append(deployment(m, hw, a, mo, gpus, replicas, weight_dtype, kv_dtype, mem_fraction, page_tokens,
-                                       reserve_gib, engine, nodes, host_tier, swa_ratio,
-                                       attn_groups if a in takes_groups else None))
-            except SpecError as exc:
-                skipped.append({"attn": a, "moe": mo, "reason": str(exc)})
-    if not deps:
-        raise SpecError(f"no layout can run: {skipped[0]['reason']}")
-    return deps, skipped
+    """Every (attn, moe) the model can run here, and the ones it can't with the reason (walls reads
+    it): floorfirst.planning.valid_deployments."""
+    spec = _spec(m.name, hw.name, gpus, replicas, weight_dtype, kv_dtype, mem_fraction, page_tokens, reserve_gib, engine,
+                 nodes, swa_ratio, attn_groups)
+    return _valid_deployments(m, hw, spec, moe, host_tier)
 
 
 def compare(
@@ -338,41 +166,14 @@ def compare(
 ) -> None:
     """Every layout side by side at one operating point: those that fit first, the engine's launchable ones
     first among them, fastest first (by the step model where one prices the deployment, else floor_max)."""
-    cal = load_calibration(calibration)
-    m, hw = load_specs(model, hardware)
-    pre, pre_ctx = prefill_args(prefill_tokens, prefill_context)
+    spec = _spec(model, hardware, gpus, replicas, weight_dtype, kv_dtype, mem_fraction, page_tokens, reserve_gib, engine,
+                 nodes, swa_full_tokens_ratio, attn_groups)
     tier = host_tier_spec(host_tier, hbm_budget_tokens, locality, host_page_rows)
-    deps, skipped = valid_deployments(m, hw, gpus, replicas, weight_dtype, kv_dtype, mem_fraction, page_tokens,
-                                      reserve_gib, engine, nodes, moe, host_tier=tier, swa_ratio=swa_full_tokens_ratio,
-                                      attn_groups=attn_groups)
-    deps = select_layouts(deps, layouts)
-    load = build_load(batch, context)
-    pr = pricing_for(hw, pricing)
-    docs = [cost_document(d, planner.step_cost(d, load, pre, pr, prefill_context=pre_ctx), cal, pre_ctx, pr, calibration)
-            for d in deps]
-    if tier is not None:
-        for d, doc in zip(deps, docs):  # requests held at the load's mean context, with and without the tier
-            walls = kv_capacity(d, [doc["context_mean_tokens"]]).host_tier
-            doc["host_tier"].update(requests_held_hbm_only=float(walls.hbm_only[0]), requests_held_tiered=float(walls.held[0]),
-                                    tier_wall=str(walls.binding[0]))
-    # NOTE: ranked, not listed: a layout that can't hold the load is no candidate, however fast, and one
-    # no flag of the engine launches is no recommendation unless --all-layouts.
-    ranking = ranked_by(docs[0]["step_model"], all_layouts)
-    docs.sort(key=lambda d: rank_order(d, ranking))
+    out, deps = compare_document(spec, batch, context, prefill_tokens, prefill_context, pricing, calibration, moe, layouts,
+                                 tier, all_layouts)
+    docs, skipped, ranking = out["layouts"], out["skipped"], out["ranked_by"]
     feasible = [d for d in docs if d["feasible"]]
-    # NOTE: layouts that tie on one floor (DCP and DOP move the same HBM bytes) are ordered by the other
-    best_max = min(feasible, key=lambda d: (d["floor_max_s"], d["floor_sum_s"])) if feasible else None
-    best_sum = min(feasible, key=lambda d: (d["floor_sum_s"], d["floor_max_s"])) if feasible else None
-    out = {
-        "model": m.name, "hardware": hw.name, "gpus": gpus, "nodes": deps[0].nodes, "engine": deps[0].engine,
-        "batch": docs[0]["batch"],
-        "context_mean_tokens": docs[0]["context_mean_tokens"], "prefill_tokens": pre, "prefill_context_tokens": pre_ctx,
-        "layouts": docs, "skipped": skipped, "step_model": docs[0]["step_model"],
-        "out": [{"attn": d["attn"], "moe": d["moe"], "reason": d["infeasible_reason"]} for d in docs if not d["feasible"]],
-        "best_by_max": {"attn": best_max["attn"], "moe": best_max["moe"]} if best_max else None,
-        "best_by_sum": {"attn": best_sum["attn"], "moe": best_sum["moe"]} if best_sum else None,
-        "ranked_by": ranking, "recommended": recommended(docs, ranking),
-    }
+    pr = pricing_for(deps[0].hardware, pricing)
     if json_out:
         emit_json("compare", out)
         return
@@ -422,50 +223,11 @@ def capacity(
     locality: LocalityOpt = 0.8, host_page_rows: HostPageOpt = 1, json_out: JsonOpt = False,
 ) -> None:
     """KV pool per GPU (as the engine sizes it), distinct tokens and max concurrency at a context length, every layout."""
-    m, hw = load_specs(model, hardware)
-    mix = context_mix(context)
-    ctx = float(np.average(mix[:, 0], weights=mix[:, 1]))
+    spec = _spec(model, hardware, gpus, replicas, weight_dtype, kv_dtype, mem_fraction, page_tokens, reserve_gib, engine,
+                 nodes, swa_full_tokens_ratio, attn_groups)
     tier = host_tier_spec(host_tier, hbm_budget_tokens, locality, host_page_rows)
-    deps, skipped = valid_deployments(m, hw, gpus, replicas, weight_dtype, kv_dtype, mem_fraction, page_tokens,
-                                      reserve_gib, engine, nodes, host_tier=tier, swa_ratio=swa_full_tokens_ratio,
-                                      attn_groups=attn_groups)
-    docs = []
-    for d in deps:
-        c = kv_capacity(d, mix[:, 0])
-        plan = c.memory
-        docs.append({
-            "attn": d.attn, "moe": d.moe, "gpus": d.gpus, "replicas": d.replicas, "nodes_per_group": d.group_nodes,
-            "kv_dtype": d.kv_dtype, "weight_dtype": d.weight_dtype, "page_tokens": d.page_tokens,
-            "weights_gib_per_gpu": c.weights_resident_bytes_per_gpu / GiB,
-            "weights_fit": plan.feasible,
-            "feasible": plan.feasible,
-            "infeasible_reason": plan.reason or None,
-            "mem_fraction": plan.fraction,
-            "reserve_gib_per_gpu": plan.reserve_bytes / GiB,
-            "kv_pool_gib_per_gpu": c.kv_pool_bytes_per_gpu / GiB,
-            "kv_pool_tokens_per_gpu": plan.kv_pool_tokens,
-            "kv_bytes_per_token": c.kv_bytes_per_token,
-            "kv_replication": c.kv_replication,
-            "distinct_tokens": c.distinct_tokens,
-            "context_tokens": ctx,
-            "max_concurrency": int(mix_concurrency(c.max_concurrency, mix[:, 1])),
-            "state_bytes_per_request": c.state_bytes_per_request,
-            "binding_memory": c.binding_memory[int(np.argmax(mix[:, 1]))],  # at the mix's most frequent length
-            "memory": plan.describe(),
-        })
-        if c.host_tier is not None:
-            w = c.host_tier
-            docs[-1]["host_tier"] = {"hbm_budget_tokens": w.budget_tokens, "host_memory_bytes_per_gpu": w.host_memory_bytes_per_gpu,
-                                     "requests_held_hbm_only": float(w.hbm_only[0]), "hbm_wall_requests": float(w.hbm_wall[0]),
-                                     "host_wall_requests": float(w.host_wall[0]), "requests_held_tiered": float(w.held[0]),
-                                     "binding_wall": str(w.binding[0]),
-                                     "tiered_groups": [f"{v.describe()}×{n}" for v, n, _ in tiered_groups(d.model)]}
-    out = {"model": m.name, "hardware": hw.name, "gpus": gpus, "nodes": deps[0].nodes, "engine": deps[0].engine,
-           "mem_fraction": mem_fraction, "swa_full_tokens_ratio": swa_full_tokens_ratio, "page_tokens": deps[0].page_tokens,
-           "datasheet_hbm_bytes_per_gpu": hw.peak.hbm_bytes, "usable_hbm_bytes_per_gpu": hw.usable_hbm_bytes,
-           "context_tokens": ctx, "layouts": docs, "skipped": skipped}
-    if len(mix) > 1:
-        out["context_mix"] = [{"context_tokens": float(l), "requests": int(n)} for l, n in mix]
+    out, deps = capacity_document(spec, context, tier)
+    docs, skipped = out["layouts"], out["skipped"]
     if json_out:
         emit_json("capacity", out)
         return
@@ -500,29 +262,6 @@ def capacity(
                   "the walls above are what memory holds")
     for s in skipped:
         con.print(f"[dim]skipped {s['attn']}/{s['moe']}: {s['reason']}[/]")
-
-
-def context_mix(context: str) -> np.ndarray:
-    """--context as [[length, requests], …] (one length, a list, or a histogram)."""
-    load = build_load(None, context) if ("," in context or "*" in context) else None
-    if load is None:
-        return np.array([[parse_tokens(context), 1.0]])
-    lengths, counts = np.asarray(load.lengths[0]), np.asarray(load.counts[0])
-    out: dict[float, float] = {}
-    for l, n in zip(lengths, counts):
-        out[float(l)] = out.get(float(l), 0.0) + float(n)
-    return np.array(sorted(out.items()))
-
-
-def mix_concurrency(alone: np.ndarray, requests: np.ndarray) -> float:
-    """Requests of a context mix that fit at once. NOTE: a request of length L_i takes 1/n_i of the
-    pool, n_i being how many of that length alone fit (page rounding and the busiest rank included),
-    so N requests in the mix's shares f_i fit while N·Σ f_i/n_i ≤ 1; one length gives n_1."""
-    alone = np.asarray(alone, dtype=np.float64)
-    f = np.asarray(requests, dtype=np.float64) / float(np.sum(requests))
-    if np.any(alone <= 0):
-        return 0.0
-    return float(np.floor(1.0 / np.sum(f / alone) + 1e-9))
 
 
 def register(app: typer.Typer) -> None:

@@ -15,7 +15,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from cli.common import (DEFAULTS, GpusOpt, HardwareOpt, JsonOpt, KvDtypeOpt, MemFractionOpt, ModelOpt,
+from cli.common import (DEFAULTS, EngineOpt, GpusOpt, HardwareOpt, JsonOpt, KvDtypeOpt, MemFractionOpt, ModelOpt,
                         MoeOpt, PlotOpt, ReplicasOpt, console, emit_json)
 from cli.host_tier_options import BudgetOpt, HostPageOpt, HostTierOpt, LocalityOpt, host_tier_spec
 from cli.launch import planning
@@ -106,6 +106,7 @@ def simulate_cmd(
     json_out: JsonOpt = False, plot: PlotOpt = None,
     moe: MoeOpt = None, replicas: ReplicasOpt = 1, kv_dtype: KvDtypeOpt = None,
     mem_fraction: MemFractionOpt = DEFAULTS["mem_fraction"],
+    engine: EngineOpt = DEFAULTS["engine"],
     rate: Annotated[Optional[float], typer.Option("--rate", help="Mean arrival rate of chat/bursty/longprompt/reasoning, requests/s (rollout and agentic arrive as a batch).")] = None,
     noise: Annotated[float, typer.Option("--noise", help="Relative σ of seeded step-time noise.")] = 0.0,
     boost: Annotated[Optional[float], typer.Option("--boost", help="The boost ordering's knob β: 0 = FCFS, large = shortest expected first.")] = None,
@@ -120,7 +121,7 @@ def simulate_cmd(
     from floorfirst.serving import simulate_document
 
     spec = DeploymentSpec.of(model=model, hardware=hardware, gpus=gpus, moe=moe, replicas=replicas, kv_dtype=kv_dtype,
-                             mem_fraction=mem_fraction)
+                             mem_fraction=mem_fraction, engine=engine)
     tier = host_tier_spec(host_tier, hbm_budget_tokens, locality, host_page_rows)
     bar, task = None, None
     if not json_out and sys.stderr.isatty():

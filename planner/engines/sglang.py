@@ -164,7 +164,7 @@ def swa_full_tokens_ratio(dep: "Deployment") -> float:
 # NOTE: sgl-project/sglang python/sglang/srt/arg_groups/deepseek_v4_hook.py `apply_deepseek_v4_defaults`:
 # max_running_requests defaults to 256 for DeepseekV4ForCausalLM (the whole engine: 256 // dp_size per
 # DP-attention rank). Recorded in the plan's defaults and reported by `capacity`; the KV walls here
-# stay what memory holds (its DSV4PoolConfigurator sizing is not modelled: README, host tier).
+# stay what memory holds (its DSV4PoolConfigurator sizing is not modelled: docs/worked-examples.md, host tier).
 DSV4_MAX_RUNNING_REQUESTS = 256
 
 

@@ -92,11 +92,10 @@ def test_a_launch_line_and_the_same_model_give_one_deployment():
     files, _ = _floor(["--model", str(FIXTURES / "Qwen--Qwen3-235B-A22B-FP8"), "--gpus", "8", "--attn", "tp",
                        "--moe", "ep", "--engine", "vllm"])
     bf16, _ = _floor(["--model", "Qwen/Qwen3-235B-A22B", "--gpus", "8", "--attn", "tp", "--moe", "ep", "--engine", "vllm"])
-    # a local checkpoint launches from its folder: the one field that names where the weights are
-    folder = str(FIXTURES / "Qwen--Qwen3-235B-A22B-FP8")
-    assert files["launch_line"] == line["launch_line"].replace("Qwen/Qwen3-235B-A22B-FP8", folder)
-    files = {**files, "launch_line": line["launch_line"]}
-    assert line == flags == files and by_line_model == by_flags_model == "Qwen/Qwen3-235B-A22B-FP8"
+    # the launch line names the model as it was given (a folder for the files): the rest is one deployment
+    assert files.pop("launch_line") == flags["launch_line"].replace("Qwen/Qwen3-235B-A22B-FP8", str(FIXTURES / "Qwen--Qwen3-235B-A22B-FP8"))
+    assert line == flags and {k: v for k, v in flags.items() if k != "launch_line"} == files
+    assert by_line_model == by_flags_model == "Qwen/Qwen3-235B-A22B-FP8"
     assert line["weight_dtype"] == "fp8" and bf16["weight_dtype"] == "bf16"
     # B=32 at 32k on 8 × H200: the experts' and attention's weights halve (51.4 → 25.7 GB a rank)
     assert bf16["floor_max_s"] - line["floor_max_s"] == pytest.approx(5.34e-3, abs=0.01e-3)

@@ -1,0 +1,68 @@
+"""The typed documents' schemas are written from their pydantic models (schemas/from_models.py), not
+kept by hand: the committed files are what the generator writes, every model field is a schema key
+with the model's docstring, and a document that strays from its model fails its schema."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import jsonschema
+import pytest
+from pydantic import create_model
+
+import floorfirst
+import floorfirst.results as results
+from tests.agent.contracts import SCHEMAS, closed, load_schema
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(name, SCHEMAS / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+FROM_MODELS = _load("from_models")
+GENERATE = _load("generate")
+
+
+@pytest.mark.parametrize("command", sorted(FROM_MODELS.MODELS))
+def test_the_committed_schema_is_the_models(command):
+    written = GENERATE.generate()[f"{command}.schema.json"]
+    assert (SCHEMAS / f"{command}.schema.json").read_text() == written, \
+        f"schemas/{command}.schema.json is not what its model writes: run python schemas/generate.py"
+
+
+@pytest.mark.parametrize("command", sorted(FROM_MODELS.MODELS))
+def test_every_model_field_is_a_described_key(command):
+    model = getattr(results, FROM_MODELS.MODELS[command][0])
+    schema = load_schema(command)
+    for name, field in model.model_fields.items():
+        key = field.alias or name
+        assert key in schema["properties"], f"{command}: {key}"
+        assert schema["properties"][key]["description"] == " ".join(field.description.split())
+        assert (key in schema["required"]) == field.is_required(), f"{command}: {key}"
+
+
+def test_a_field_a_model_gains_is_in_its_schema_and_one_without_a_docstring_is_refused():
+    grown = create_model("Grown", __base__=results.PlanResult, new_thing_s=(float, ...))
+    with pytest.raises(ValueError, match="no docstring"):
+        FROM_MODELS.model_node(grown)
+    grown.model_fields["new_thing_s"].description = "A new time, seconds."
+    node = FROM_MODELS.model_node(grown)
+    assert node["properties"]["new_thing_s"] == {"type": "number", "description": "A new time, seconds."}
+    assert "new_thing_s" in node["required"]
+
+
+def test_a_document_that_strays_from_its_model_fails_its_schema():
+    doc = floorfirst.plan(batch=16, context="8k").document()
+    validator = jsonschema.Draft202012Validator(closed(load_schema("floor")))
+    validator.validate(doc)
+    for broken in ({**doc, "undeclared_s": 1.0},                                    # a key the model lacks
+                   {k: v for k, v in doc.items() if k != "predicted_s"},            # a key the model requires
+                   {**doc, "launch_replicas": 0},                                   # below its minimum
+                   {**doc, "memory": {**doc["memory"], "fraction": "high"}}):       # a part's key, wrong type
+        with pytest.raises(jsonschema.ValidationError):
+            validator.validate(broken)
+    assert json.loads(json.dumps(doc)) == doc
