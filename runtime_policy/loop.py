@@ -116,6 +116,7 @@ class ServingLoop:
         self.first = [math.nan] * n
         self.finish = [math.nan] * n
         self.preempted = [0] * n
+        self.admitted = [math.nan] * n  # when each request was first admitted (its KV allocated)
         self.queued = arr.copy()  # [n] when each request last joined the waiting queue
         self.owner = [0] * n
         self.pre_left = [0] * n  # prompt tokens still to prefill
