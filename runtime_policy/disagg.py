@@ -91,6 +91,7 @@ class Pool:
     tables: StepTimeTable
     layout: str
     instances: int
+    max_batch: int | None = None  # requests holding KV at once per instance (None: the LoopConfig's)
 
     @property
     def gpus(self) -> int:
@@ -182,7 +183,7 @@ def serve_disagg(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens:
     status = np.full(n, DONE, dtype=np.int8)
     pre_results, pre_counts = [], []
     p_inst = np.arange(n) % x
-    pre_cfg = replace(config, handoff_recompute_tokens=None)
+    pre_cfg = replace(config, handoff_recompute_tokens=None, max_batch=prefill.max_batch or config.max_batch)
     for p in range(x):
         ids = np.flatnonzero(p_inst == p)
         pre_counts.append(int(ids.size))
@@ -219,11 +220,12 @@ def serve_disagg(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens:
         ready[i] = max(end_p, end_d)
     # 3. the decode pool: each instance admits its hand-offs in the order they are ready
     first = np.full(n, np.nan)
-    finish = np.where(status == ABORTED, np.nan, np.nan)
+    finish = np.full(n, np.nan)
     preempt = np.zeros(n, dtype=np.int64)
     admitted = np.full(n, np.nan)
     dec_results, dec_counts = [], []
-    dec_cfg = replace(config, handoff_recompute_tokens=1 if be.decode_step_in_ttft else 0)
+    dec_cfg = replace(config, handoff_recompute_tokens=1 if be.decode_step_in_ttft else 0,
+                      max_batch=decode.max_batch or config.max_batch)
     for d in range(y):
         ids = np.flatnonzero((d_inst == d) & np.isfinite(ready))
         dec_counts.append(int(ids.size))

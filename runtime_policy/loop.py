@@ -263,6 +263,10 @@ class ServingLoop:
                 x = math.ceil((self.ready_s - self.t) / est)  # the switch's hand-off
                 if x < k:
                     k = x if x > 1 else 1
+        elif queues is None and self.nxt < self.n:
+            # NOTE: no step priced yet and no prefill to cut the run: only a disaggregated decode pool's
+            # first hand-off (runtime_policy/disagg.py) decodes before any prefill; one step prices it
+            k = 1
         if k < 1:
             k = 1
         dur, chunk_stats, sat_out, done_by = self._run(k, queues)
