@@ -202,3 +202,18 @@ def test_a_pool_that_cannot_hold_one_request_says_so(pools):
     big = int(1.2 * float(info.kv_pool_bytes[0]) / (d.tables.kv_bytes_per_token * float(info.group_share[0])))
     with pytest.raises(SpecError, match="decode pool .* can't hold one request"):
         serve_disagg(np.zeros(1), np.array([big // 2]), np.array([big]), p, d, _executors(), _pricing(p))
+
+
+@pytest.mark.parametrize("split", ["1P2D", "2P1D"])
+def test_hand_offs_queue_on_the_nics(pools, split):
+    """Two prompts finish their prefill together; one sending instance's NICs (1P2D: one prefill
+    instance, two decode) or one receiving instance's (2P1D) carry their hand-offs one after the other:
+    the second is ready one transfer (1.6844 ms) after the first."""
+    x, y = parse_xpyd(split)
+    p, d = replace(pools["prefill"], instances=x), replace(pools["decode"], instances=y)
+    run = serve_disagg(np.zeros(2), np.array([1000, 1000]), np.array([4, 4]), p, d, _executors(), _pricing(p))
+    assert run.handoff.prefill_done_s[0] == run.handoff.prefill_done_s[1]
+    transfer = 327_680 * 1000 / 4 / 50e9 + 46e-6
+    a, b = np.sort(run.handoff.ready_s)
+    assert b - a == pytest.approx(transfer, rel=1e-9)
+    assert sorted(run.handoff.nic_wait_s.tolist()) == pytest.approx([0.0, transfer], rel=1e-9, abs=1e-15)
