@@ -9,7 +9,7 @@ decode pool pays (+46–66 % at 1,024-token prompts, sglang-omni #1760) and 1P:1
 moves toward prefill. benchmarks/disagg_ratio.py answers from the planner's rates (no queues); this
 one serves a workload through the queues and the engines' schedulers.
 
-Conditions: a batch of `--requests` requests of one prompt length and 1,024 output tokens, all
+Conditions: a batch of at least `--requests` requests of one (prompt, output) length, all
 arriving at t = 0 (saturation: throughput = output tokens / makespan), FCFS, SGLang (its role memory,
 schedulers and Mooncake hand-off), DeepSeek-V3.2 prefill TP + EP and decode DP attention + EP,
 Llama-3.1-70B TP both; each decode instance's running requests capped at the batch the planner finds
@@ -39,8 +39,9 @@ import numpy as np  # noqa: E402
 
 import planner  # noqa: E402
 
-INPUTS = [1024, 4096, 8192]
-OUTPUT = 1024
+# (prompt, output) tokens: the users' 1K and 8K prompts at 1K outputs, 4K between, and 1K prompts at 4K
+# outputs (prefill a smaller share of a request's GPU time: the case for "1P:1D is the worst ratio")
+ROWS = [(1024, 1024), (4096, 1024), (8192, 1024), (1024, 4096)]
 TPOT_S = 0.05
 SPLITS = ["1P1D", "1P2D", "1P3D", "2P1D", "3P1D"]
 CASES = [
@@ -50,7 +51,7 @@ CASES = [
 ]
 
 
-def pools(model: str, gpus: int, p_layout: str, d_layout: str, isl: int):
+def pools(model: str, gpus: int, p_layout: str, d_layout: str, isl: int, osl: int):
     from executor.sim import engine_chunk_tokens
     from floorfirst.disagg_serving import role_deployment
     from floorfirst.knobs import DeploymentSpec
@@ -70,7 +71,7 @@ def pools(model: str, gpus: int, p_layout: str, d_layout: str, isl: int):
         lp = LayoutPolicy.compile(dep, sm, PolicyKnobs(), max_prefill_tokens=engine_chunk_tokens(dep, LoopConfig()))
         cap = None
         if role == "decode":
-            cap = max(decode_pool(dep, isl, OUTPUT, TPOT_S).batch, 1)
+            cap = max(decode_pool(dep, isl, osl, TPOT_S).batch, 1)
         out.append((Pool(role, dep, lp.tables, lay, 1, cap), sm.label))
     return out
 
@@ -91,7 +92,7 @@ def sustained_rate(run) -> tuple[float, list[float]]:
     return float(((out - 1.0) * inside / span).sum() / (t1 - t0)), [t0, t1]
 
 
-def run_split(pp, dp, split: str, isl: int, n: int) -> dict:
+def run_split(pp, dp, split: str, isl: int, osl: int, n: int) -> dict:
     from executor.sim import SimExecutor
     from planner.resources.vector import Pricing
     from runtime_policy.disagg import parse_xpyd, serve_disagg, summarize_disagg
@@ -100,7 +101,7 @@ def run_split(pp, dp, split: str, isl: int, n: int) -> dict:
     p, d = replace(pp, instances=x), replace(dp, instances=y)
     arr = np.zeros(n)
     inp = np.full(n, isl, dtype=np.int64)
-    out = np.full(n, OUTPUT, dtype=np.int64)
+    out = np.full(n, osl, dtype=np.int64)
     t0 = time.perf_counter()
     run = serve_disagg(arr, inp, out, p, d, lambda tables, k: SimExecutor(tables, 0.0, k),
                        Pricing.datasheet(p.dep.hardware))
@@ -119,39 +120,38 @@ def run_split(pp, dp, split: str, isl: int, n: int) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=None, help="folder for disagg_sim.json/.txt (default: a temporary one)")
-    ap.add_argument("--requests", type=int, default=2048, help="at least; each row takes 12 × the decode cap if more")
+    ap.add_argument("--requests", type=int, default=2048, help="at least; each row takes 6 × the decode cap if more")
     a = ap.parse_args()
     out_dir = Path(a.out or tempfile.mkdtemp(prefix="disagg_sim_"))
     out_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     cases, lines = [], []
-    lines.append(f"disagg_sim: {a.requests} requests at t = 0, output {OUTPUT} tokens, FCFS, SGLang; decode running cap "
+    lines.append(f"disagg_sim: >= {a.requests} requests at t = 0, FCFS, SGLang; decode running cap "
                  f"at the planner's TPOT <= {TPOT_S * 1e3:.0f} ms batch; output tok/s per GPU of each xPyD shape "
                  "(+2nd D: 1P2D over 1P1D)")
     for name, model, size, pl, dl in CASES:
         lines.append("")
         lines.append(f"{model} on H200, {size} GPUs per instance, prefill {pl}, decode {dl}")
-        lines.append("input    " + "".join(f"{s:>8}" for s in SPLITS) + "   best   worst  +2nd D  hand-off q p50 (1P1D, ms)")
+        lines.append("in/out     " + "".join(f"{s:>7}" for s in SPLITS) + "   best  worst  +2nd D  worst 1PyD")
         rows = []
-        for isl in INPUTS:
-            (pp, label_p), (dp, label_d) = pools(model, size, pl, dl, isl)
+        for isl, osl in ROWS:
+            (pp, label_p), (dp, label_d) = pools(model, size, pl, dl, isl, osl)
             # NOTE: enough requests to keep the largest decode pool full for several request lifetimes
-            n = max(a.requests, 4 * 3 * dp.max_batch)
-            shapes = {s: run_split(pp, dp, s, isl, n) for s in SPLITS}
+            n = max(a.requests, 2 * 3 * dp.max_batch)
+            shapes = {s: run_split(pp, dp, s, isl, osl, n) for s in SPLITS}
             per = {s: v["output_tokens_per_s_per_gpu"] for s, v in shapes.items()}
             best, worst = max(per, key=per.get), min(per, key=per.get)
             gain = shapes["1P2D"]["output_tokens_per_s"] / shapes["1P1D"]["output_tokens_per_s"] - 1.0
             worst_1py = min(("1P1D", "1P2D", "1P3D"), key=per.get)
-            rows.append({"input_tokens": isl, "shapes": shapes, "best": best, "worst": worst,
+            rows.append({"input_tokens": isl, "output_tokens": osl, "shapes": shapes, "best": best, "worst": worst,
                          "worst_of_1PyD": worst_1py, "second_decode_gain_pct": 100 * gain,
                          "decode_max_batch": dp.max_batch, "step_time_model": label_d})
-            q = shapes["1P1D"]["handoff_queue_p50_s"]
-            lines.append(f"{isl:>6}   " + "".join(f"{per[s]:>8.0f}" for s in SPLITS)
-                         + f"   {best:>5}  {worst:>5}  {100 * gain:+5.0f}%  {q * 1e3:10.1f}")
+            lines.append(f"{isl:>5}/{osl:<4}" + "".join(f"{per[s]:>7.0f}" for s in SPLITS)
+                         + f"   {best:>4}   {worst:>4}  {100 * gain:+5.0f}%   {worst_1py:>4}")
             print(lines[-1], file=sys.stderr, flush=True)
         cases.append({"case": name, "model": model, "gpus_per_instance": size, "prefill_layout": pl,
                       "decode_layout": dl, "rows": rows})
-    doc = {"benchmark": "disagg_sim", "issue": 29, "requests": a.requests, "output_tokens": OUTPUT, "tpot_cap_s": TPOT_S,
+    doc = {"benchmark": "disagg_sim", "issue": 29, "requests_at_least": a.requests, "rows": ROWS, "tpot_cap_s": TPOT_S,
            "arrivals": "all at t = 0", "order": "fcfs", "engine": "sglang", "hardware": "h200", "cases": cases,
            "conditions": {"python": platform.python_version(), "numpy": np.__version__, "machine": platform.machine(),
                           "system": platform.system(), "planner": getattr(planner, "__version__", "")},
