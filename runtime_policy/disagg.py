@@ -7,8 +7,10 @@ A request's life:
    sgl-router PD mode and vLLM's disaggregated proxy example both spread by request). That instance is
    the colocated serving loop (loop.py, its engine's schedulers per owner group, chunked prefill,
    admission at its KV pool) serving the prompt with one output token: the prefill computes the first
-   token (SGLang's prefill server returns it with the KV: disaggregation/prefill.py
-   `process_batch_result_disagg_prefill`; vLLM's prefill instance runs max_tokens=1).
+   token (SGLang's prefill server sets max_new_tokens = 1, disaggregation/prefill.py
+   `PrefillBootstrapQueue._process_req`, and sends the token with the KV,
+   `process_batch_result_disagg_prefill`; vLLM's NIXL proxy sends the prefill instance max_tokens = 1,
+   tests/v1/kv_connector/nixl_integration/toy_proxy_server.py `send_request_to_service`).
 2. **Hand-off.** Its KV goes to decode instance i mod y over the scale-out tier, priced by the
    planner's hand-off (planner/disagg/handoff.py `plan_handoff`: the decode pool's KV record × the
    prompt, rank by rank between the two placements, the busiest NIC plus the engine's round trips).
