@@ -66,7 +66,7 @@ def simulate_disagg(model, hardware, gpus, workload, requests, seed, policy, ord
                 f"({doc['requests']} requests), prefill {p['layout']}, decode {d['layout']}, order {order}")
     con = console()
     for name, x in (("prefill", p), ("decode", d)):
-        con.print(f"{name} pool: {x['instances']} × {x['gpus_per_instance']} GPUs ({x['gpus']}), {x['layout']}, "
+        con.print(f"{name} pool: {x['instances_count']} × {x['gpus_per_instance']} GPUs ({x['gpus']}), {x['layout']}, "
                   f"MoE {x['moe']}, KV pool {x['kv_pool_bytes_per_rank'] / 2**30:.1f} GiB per rank; {x['memory_rule']}")
     con.print(f"throughput {doc['throughput_tokens_per_s'] / doc['gpus']:.0f} output tokens/s per GPU "
               f"({doc['gpus']} GPUs)")

@@ -91,7 +91,7 @@ def simulate_disagg_document(spec: "DeploymentSpec", disagg: str, prefill_layout
     pool_docs = {}
     for p, mem, label in zip(pools, memories, labels):
         i = p.tables.layouts.index(p.layout)
-        pool_docs[p.role] = {"instances": p.instances, "gpus_per_instance": int(p.dep.gpus), "gpus": p.gpus,
+        pool_docs[p.role] = {"instances_count": p.instances, "gpus_per_instance": int(p.dep.gpus), "gpus": p.gpus,
                              "layout": p.layout, "moe": p.dep.moe,
                              "kv_pool_bytes_per_rank": float(p.tables.info.kv_pool_bytes[i]),
                              "memory_rule": mem.rule, "step_time_model": label}
