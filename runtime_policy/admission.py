@@ -87,20 +87,27 @@ def admit(loop: "ServingLoop") -> float:
                 continue
             break
         waiting.pos += 1
-        _start_prefill(loop, i, r, need)
-        total += need
+        total += _start_prefill(loop, i, r, need)
     loop.skip_admit = False
     if displaced:
         dec.first_to_finish()
     return total
 
 
-def _start_prefill(loop: "ServingLoop", i: int, r: int, need: float) -> None:
-    """Request i, admitted on owner rank r with `need` ledger tokens, joins the prefill queue."""
+def _start_prefill(loop: "ServingLoop", i: int, r: int, need: float) -> float:
+    """Request i, admitted on owner rank r with `need` ledger tokens, joins the prefill queue (or, its
+    prompt handed off from a prefill pool, decodes at once: LoopConfig.handoff_recompute_tokens).
+    Returns the ledger tokens it added."""
     c = loop.ctx[i]
     loop.owner[i] = r
     loop.kv.add(r, need, loop.inp_l[i], loop.end_at[i] + loop.slack)
-    loop.pre_left[i] = int(c)
+    if loop.admitted[i] != loop.admitted[i]:  # NaN: its first admission
+        loop.admitted[i] = loop.t
+    pre = int(c)
+    handed = loop.config.handoff_recompute_tokens
+    if handed is not None and c == loop.inp_l[i] and handed < pre:
+        pre = handed  # the prompt's KV came from the prefill pool (runtime_policy/disagg.py)
+    loop.pre_left[i] = pre
     loop.status[i] = PREFILL
     loop.prefill_q.append(i)
     loop.pq_s2 += c
@@ -109,6 +116,11 @@ def _start_prefill(loop: "ServingLoop", i: int, r: int, need: float) -> None:
     if loop.bound[i] >= 0:
         loop.bound_wait[loop.bound[i]] -= 1
         loop.bound[i] = -1
+    if pre == 0:  # SGLang's prebuilt batch: the first token (the prefill pool's) is out, it decodes
+        before = loop.kv.total
+        prefill_progress(loop, [i])
+        return need + (loop.kv.total - before)
+    return need
 
 
 def admit_groups(loop: "ServingLoop", total: float) -> float:
@@ -182,10 +194,9 @@ def admit_groups(loop: "ServingLoop", total: float) -> float:
                     fits = kv.held_bytes(dst, need + kv.extra[dst], -1 if dst_g == 1 else r) <= dst_pool
                 if fits:
                     taken.append(idx)
-                    _start_prefill(loop, i, r, need)
+                    total += _start_prefill(loop, i, r, need)
                     running[g] += 1
                     run_total += 1
-                    total += need
                     idx += 1
                     continue
                 if not loop.dec.b and not loop.prefill_q and loop.inflight is None and not fits_somewhere(

@@ -116,6 +116,7 @@ class ServingLoop:
         self.first = [math.nan] * n
         self.finish = [math.nan] * n
         self.preempted = [0] * n
+        self.admitted = [math.nan] * n  # when each request was first admitted (its KV allocated)
         self.queued = arr.copy()  # [n] when each request last joined the waiting queue
         self.owner = [0] * n
         self.pre_left = [0] * n  # prompt tokens still to prefill
@@ -273,6 +274,10 @@ class ServingLoop:
                 x = math.ceil((self.hand_off_s - self.t) / est)  # the switch's (next group's) hand-off
                 if x < k:
                     k = x if x > 1 else 1
+        elif queues is None and self.nxt < self.n:
+            # NOTE: no step priced yet and no prefill to cut the run: only a disaggregated decode pool's
+            # first hand-off (runtime_policy/disagg.py) decodes before any prefill; one step prices it
+            k = 1
         if k < 1:
             k = 1
         dur, chunk_stats, sat_out, done_by = self._run(k, queues)

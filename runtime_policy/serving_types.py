@@ -27,6 +27,11 @@ class LoopConfig:
     # "separate": a group prefills or decodes in a step (SGLang); "mixed": both (vLLM, TRT-LLM);
     # None: the engine's. NOTE: the torch executor runs a step's decodes and chunk together: mixed
     prefill_mode: str | None = None
+    # None: colocated (a request's prompt is prefilled here). A number: this loop is the decode pool of
+    # a disaggregated deployment (runtime_policy/disagg.py): a request arrives with its prompt's KV
+    # handed off and recomputes only its last `handoff_recompute_tokens` prompt tokens (SGLang 0: the
+    # prebuilt batch; vLLM 1: the last prompt token), unless it was preempted here (then all of it)
+    handoff_recompute_tokens: int | None = None
 
     def check(self, tables: StepTimeTable) -> None:
         if not 1 <= self.max_batch <= tables.max_tokens - tables.max_prefill_tokens:
@@ -37,6 +42,8 @@ class LoopConfig:
             raise SpecError(f"max_run_steps={self.max_run_steps} must be ≥ 1")
         if self.prefill_mode not in (None, "separate", "mixed"):
             raise SpecError(f"prefill_mode={self.prefill_mode!r} must be separate or mixed")
+        if self.handoff_recompute_tokens is not None and self.handoff_recompute_tokens < 0:
+            raise SpecError(f"handoff_recompute_tokens={self.handoff_recompute_tokens} must be ≥ 0")
 
     def group_chunks(self, tables: StepTimeTable) -> list[int]:
         """[L] each layout's prompt tokens per owner group per step (0 where the model can't run it)."""

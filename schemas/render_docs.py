@@ -17,7 +17,7 @@ DOC = HERE.parent / "docs" / "json-contracts.md"
 BEGIN = "<!-- BEGIN GENERATED: python schemas/render_docs.py -->"
 END = "<!-- END GENERATED -->"
 ORDER = ["models", "hardware", "floor", "compare", "capacity", "walls", "regimes", "triage", "triage_profile",
-         "calibrate", "calibrate_kernel_db", "validate", "microbench", "simulate", "serve", "explain_launch", "follow",
+         "calibrate", "calibrate_kernel_db", "validate", "microbench", "simulate", "simulate_disagg", "serve", "explain_launch", "follow",
          "thresholds", "disagg", "error"]
 
 

@@ -115,8 +115,20 @@ def simulate_cmd(
     host_page_rows: HostPageOpt = 1,
     tier_choice: Annotated[bool, typer.Option("--tier-choice", help="With --host-tier and --policy dynamic: the policy may also turn the tier on and off (each layout gets a '+host' twin).")] = False,
     requests_csv: RequestsCsvOpt = None,
+    disagg: Annotated[Optional[str], typer.Option("--disagg", help="Disaggregated: xPyD, x prefill and y decode instances of --gpus GPUs each (e.g. 1P1D, 1P3D, 3P1D), a hand-off queue between them (runtime_policy/disagg.py).")] = None,
+    prefill_layout: Annotated[Optional[str], typer.Option("--prefill-layout", help="With --disagg: the prefill instances' layout (default: --policy if it names one, else tp).")] = None,
+    decode_layout: Annotated[Optional[str], typer.Option("--decode-layout", help="With --disagg: the decode instances' layout (default: --policy if it names one, else tp).")] = None,
+    prefill_gpus: Annotated[Optional[int], typer.Option("--prefill-gpus", help="With --disagg: GPUs per prefill instance (default --gpus).")] = None,
+    decode_gpus: Annotated[Optional[int], typer.Option("--decode-gpus", help="With --disagg: GPUs per decode instance (default --gpus).")] = None,
 ) -> None:
     """Serve a workload with the simulated executor: dynamic or fixed layout, and an ordering."""
+    if disagg is not None or any(v is not None for v in (prefill_layout, decode_layout, prefill_gpus, decode_gpus)):
+        from cli.disagg_simulate import simulate_disagg
+
+        return simulate_disagg(model, hardware, gpus, workload, requests, seed, getattr(policy, "value", policy),
+                               order.value, calibration, json_out, plot, moe, replicas, kv_dtype, mem_fraction, rate,
+                               noise, boost, max_batch, host_tier or tier_choice, requests_csv, disagg, prefill_layout,
+                               decode_layout, prefill_gpus, decode_gpus)
     from floorfirst.knobs import DeploymentSpec
     from floorfirst.serving import simulate_document
 

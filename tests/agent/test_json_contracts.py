@@ -40,6 +40,8 @@ CASES = {
     "triage_profile": [["triage", "--profile", str(PROFILE)]],
     "microbench": [["microbench", "--from", str(MICROBENCH)]],
     "simulate": [["simulate", "--requests", "40"], ["simulate", "--requests", "60", "--workload", "shrinking", "--policy", "tp"]],
+    "simulate_disagg": [["simulate", "--requests", "30", "--disagg", "1P2D", "--decode-layout", "dp"],
+                        ["simulate", "--model", "llama-3.1-70b", "--gpus", "4", "--requests", "20", "--disagg", "2P1D"]],
     "serve": [["serve", "--executor", "sim", "--requests", "12"]],  # the torch executor: tests/cli/test_serve_cli.py
     "follow": [["follow", "--engine-args", LAUNCH, "--once", str(FPM_STREAM), "--refit-every", "64", "--window", "128"]],
     "thresholds": [["thresholds", "--engine-args", LAUNCH], ["thresholds", "--engine-args", LAUNCH, "--floor", "sum", "--batch", "16"]],
