@@ -35,7 +35,11 @@ MODELS = {
     "floor": ("PlanResult", {}),
     "compare": ("CompareResult", {"PricedLayout": "point"}),
     "capacity": ("CapacityResult", {}),
+    "simulate": ("SimulateResult", {}),
+    "simulate_disagg": ("SimulateDisaggResult", {"DisaggPool": "pool"}),
 }
+# command → its schema's title, where the command line is not `floorfirst <command> --json`
+TITLES = {"simulate_disagg": "floorfirst simulate --disagg xPyD --json"}
 _SCALARS = {int: "integer", float: "number", str: "string", bool: "boolean"}
 
 
@@ -112,6 +116,8 @@ def field_node(field, defs: dict[str, str], used: dict[str, dict]) -> tuple[dict
         node["type"] = [t for t in node["type"] if t != "null"]  # absent rather than null
         if len(node["type"]) == 1:
             node["type"] = node["type"][0]
+    if "x-registry-keys" in extras:  # one key per registry name (generate.py writes them): no other key
+        node.pop("additionalProperties", None)
     part = extras.pop("x-part", None)
     if part is not None:
         node = {"type": node.get("type", "object"), **_part(part)}
@@ -131,6 +137,8 @@ def model_node(cls, defs: dict[str, str] | None = None, used: dict[str, dict] | 
     used = {} if used is None else used
     props, required = {}, []
     for name, field in cls.model_fields.items():
+        if field.exclude:  # carried by the result, not a key of the document (SimulateResult.timeline)
+            continue
         key = field.alias or name
         props[key], always = field_node(field, defs, used)
         if always:
@@ -153,7 +161,7 @@ def schema_of(command: str) -> dict[str, Any]:
     body = model_node(cls, defs, used)
     out = {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "title": f"floorfirst {command} --json",
+        "title": TITLES.get(command, f"floorfirst {command} --json"),
         "description": " ".join(inspect.cleandoc(cls.__doc__ or "").split()),
         "type": "object",
         "properties": {"schema": {"const": schema_name(command), "description": SCHEMA_KEY}, **body["properties"]},

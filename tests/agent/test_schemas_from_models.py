@@ -13,7 +13,7 @@ from pydantic import create_model
 
 import floorfirst
 import floorfirst.results as results
-from tests.agent.contracts import SCHEMAS, closed, load_schema
+from tests.agent.contracts import SCHEMAS, closed, load_schema, run_cli
 
 
 def _load(name: str):
@@ -39,6 +39,9 @@ def test_every_model_field_is_a_described_key(command):
     model = getattr(results, FROM_MODELS.MODELS[command][0])
     schema = load_schema(command)
     for name, field in model.model_fields.items():
+        if field.exclude:  # carried by the result (SimulateResult.per_request), not a key of the document
+            assert name not in schema["properties"], f"{command}: {name}"
+            continue
         key = field.alias or name
         assert key in schema["properties"], f"{command}: {key}"
         assert schema["properties"][key]["description"] == " ".join(field.description.split())
@@ -66,3 +69,39 @@ def test_a_document_that_strays_from_its_model_fails_its_schema():
         with pytest.raises(jsonschema.ValidationError):
             validator.validate(broken)
     assert json.loads(json.dumps(doc)) == doc
+
+
+def _undeclared(m, path="") -> list[str]:
+    """Keys a model holds that it doesn't declare, anywhere below it."""
+    out = [f"{path}{k}" for k in (m.model_extra or {})]
+    for name in type(m).model_fields:
+        v = getattr(m, name)
+        for i, x in enumerate(v if isinstance(v, list) else [v]):
+            if isinstance(x, results.BaseModel):
+                out += _undeclared(x, f"{path}{name}[{i}].")
+    return out
+
+
+SERVED = {  # command → (argv of a --json run with switches or pools in it, its model)
+    "simulate": (["simulate", "--requests", "60", "--json"], results.SimulateResult),
+    "simulate_disagg": (["simulate", "--requests", "30", "--disagg", "1P2D", "--decode-layout", "dp", "--json"],
+                        results.SimulateDisaggResult),
+}
+
+
+@pytest.mark.parametrize("command", sorted(SERVED))
+def test_a_served_document_is_its_model_and_one_that_strays_fails_its_schema(command):
+    argv, model = SERVED[command]
+    doc = run_cli(argv)
+    typed = model.model_validate({k: v for k, v in doc.items() if k != "schema"})
+    assert _undeclared(typed) == [] and typed.document() == doc
+    validator = jsonschema.Draft202012Validator(closed(load_schema(command)))
+    validator.validate(doc)
+    first = "prefill_pool" if command == "simulate_disagg" else "layout_time_s"
+    for broken in ({**doc, "undeclared_s": 1.0},
+                   {k: v for k, v in doc.items() if k != "verdict"},
+                   {**doc, "makespan_s": None},                                   # not nullable
+                   {**doc, "ttft_p50_by_arrival_quarter_s": [1.0]},               # four quarters
+                   {**doc, first: {**doc[first], "x": 1}}):                       # a part's undeclared key
+        with pytest.raises(jsonschema.ValidationError):
+            validator.validate(broken)
