@@ -20,7 +20,7 @@ _EXPORTS = {
     "DeploymentSpec": "floorfirst.knobs",
     "Policy": "floorfirst.policy", "BatchState": "floorfirst.policy", "Decision": "floorfirst.policy",
     "PlanResult": "floorfirst.results", "CompareResult": "floorfirst.results", "CapacityResult": "floorfirst.results",
-    "SimulateResult": "floorfirst.results",
+    "SimulateResult": "floorfirst.served",
     "SpecError": "planner.errors",
 }
 __all__ = sorted(_EXPORTS)

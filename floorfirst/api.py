@@ -20,7 +20,8 @@ from typing import Any, Sequence
 
 from floorfirst.knobs import DeploymentSpec, resolve
 from floorfirst.points import context_text, host_tier_spec
-from floorfirst.results import CapacityResult, CompareResult, PlanResult, SimulateResult
+from floorfirst.results import CapacityResult, CompareResult, PlanResult
+from floorfirst.served import SimulateResult
 from planner.errors import SpecError
 
 Context = int | float | str | Sequence[float] | dict

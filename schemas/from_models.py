@@ -1,7 +1,7 @@
-"""The JSON Schemas of the commands whose documents are typed (floorfirst/results.py), written from
-those pydantic models: every key, its type, whether it may be null, whether it is always there, and
-its description (the field's docstring) come from the model, so a document, its model and its schema
-can't disagree.
+"""The JSON Schemas of the commands whose documents are typed (floorfirst/results.py,
+floorfirst/served.py), written from those pydantic models: every key, its type, whether it may be
+null, whether it is always there, and its description (the field's docstring) come from the model,
+so a document, its model and its schema can't disagree.
 
 How a model field becomes a schema node:
 - `int`, `float`, `str`, `bool` → integer, number, string, boolean; `Literal[...]` → an enum;
@@ -148,15 +148,23 @@ def model_node(cls, defs: dict[str, str] | None = None, used: dict[str, dict] | 
     return {"type": "object", **head, "properties": props, "required": required}
 
 
+def model_of(command: str):
+    """The model class of `command`'s document (floorfirst/results.py or floorfirst/served.py)."""
+    import floorfirst.results as results
+    import floorfirst.served as served
+
+    name = MODELS[command][0]
+    return getattr(results, name, None) or getattr(served, name)
+
+
 def schema_of(command: str) -> dict[str, Any]:
     """The JSON Schema of `command`'s document, from its model (MODELS)."""
     import inspect
 
-    import floorfirst.results as results
     from floorfirst.contracts import schema_name
 
-    model_name, defs = MODELS[command]
-    cls = getattr(results, model_name)
+    cls = model_of(command)
+    defs = MODELS[command][1]
     used: dict[str, dict] = {}
     body = model_node(cls, defs, used)
     out = {

@@ -14,7 +14,7 @@ simulate/serve policies, attention and MLP variants), so a new layout or variant
 schema edit: `python schemas/generate.py` rewrites the files, and tests/agent/test_docs.py fails
 when a committed schema differs from what this writes (or a test's toy layout is missing from it).
 
-A schema of a typed document is written whole from its model (floorfirst/results.py: keys, types,
+A schema of a typed document is written whole from its model (floorfirst/results.py, floorfirst/served.py: keys, types,
 nulls, descriptions, keywords; the free-form dicts' contracts from schemas/parts/); the other
 commands' schemas are still written by hand around their registry parts. tests/agent/test_docs.py
 fails when a committed schema differs from what this writes; docs/json-contracts.md's reference is

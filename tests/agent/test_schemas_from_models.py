@@ -9,10 +9,11 @@ import json
 
 import jsonschema
 import pytest
-from pydantic import create_model
+from pydantic import BaseModel, create_model
 
 import floorfirst
 import floorfirst.results as results
+import floorfirst.served as served
 from tests.agent.contracts import SCHEMAS, closed, load_schema, run_cli
 
 
@@ -36,7 +37,7 @@ def test_the_committed_schema_is_the_models(command):
 
 @pytest.mark.parametrize("command", sorted(FROM_MODELS.MODELS))
 def test_every_model_field_is_a_described_key(command):
-    model = getattr(results, FROM_MODELS.MODELS[command][0])
+    model = FROM_MODELS.model_of(command)
     schema = load_schema(command)
     for name, field in model.model_fields.items():
         if field.exclude:  # carried by the result (SimulateResult.per_request), not a key of the document
@@ -77,15 +78,15 @@ def _undeclared(m, path="") -> list[str]:
     for name in type(m).model_fields:
         v = getattr(m, name)
         for i, x in enumerate(v if isinstance(v, list) else [v]):
-            if isinstance(x, results.BaseModel):
+            if isinstance(x, BaseModel):
                 out += _undeclared(x, f"{path}{name}[{i}].")
     return out
 
 
 SERVED = {  # command → (argv of a --json run with switches or pools in it, its model)
-    "simulate": (["simulate", "--requests", "60", "--json"], results.SimulateResult),
+    "simulate": (["simulate", "--requests", "60", "--json"], served.SimulateResult),
     "simulate_disagg": (["simulate", "--requests", "30", "--disagg", "1P2D", "--decode-layout", "dp", "--json"],
-                        results.SimulateDisaggResult),
+                        served.SimulateDisaggResult),
 }
 
 
