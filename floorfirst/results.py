@@ -12,11 +12,11 @@ NOTE: the models allow keys they don't declare (`model_extra`), so a key a comma
 the caller instead of failing the call; tests/floorfirst fail until it is declared here.
 
 The schemas of floor, compare, capacity, simulate and simulate --disagg are written from these
-models and floorfirst/served.py's (schemas/generate.py, through schemas/from_models.py): a field's docstring
-is its key's description and `_kw(...)` its schema keywords (minimum, enum, a registry's names, or
-`part(...)`: the hand-written key-by-key contract of a free-form dict in schemas/parts/). A field
-without a docstring can't be written; a field with `exclude=True` (per_request, timeline) is carried
-by the result but is no key of the document.
+models and floorfirst/served.py's (schemas/generate.py, through schemas/from_models.py): a field's
+docstring is its key's description and `_kw(...)` its schema keywords (minimum, enum, a registry's
+names, or `part(...)`: the hand-written key-by-key contract of a free-form dict in schemas/parts/).
+A field without a docstring can't be written; a field with `exclude=True` (per_request, timeline)
+is carried by the result but is no key of the document.
 
 Does not: compute (floorfirst.planning, floorfirst.serving), or validate documents against the
 schemas (tests/agent does).
