@@ -66,34 +66,10 @@ class AbortedSwitch(_Part):
     """Why it was aborted."""
 
 
-class SimulateResult(Document):
-    """`floorfirst simulate`: a workload served with the simulated executor under a fixed layout or the
-    dynamic policy: throughput, latency percentiles and the layout switches made."""
+class _ServedMetrics(_Part):
+    """The served-load metrics both simulate documents carry, in their order (runtime_policy/metrics.py
+    `summarize`; the disaggregated run's are of its merged per-request record)."""
 
-    command: ClassVar[str] = "simulate"
-    model: str
-    """Model name (built-in card name or the config.json's model name)."""
-    hardware: str
-    """GPU name (built-in or from the hardware YAML)."""
-    gpus: Count
-    """GPUs in the deployment, all replicas."""
-    replicas: Count
-    """Replicas."""
-    moe: MoeName
-    """MoE split: ep (experts spread over ranks) or tp (every expert split over ranks); tp for dense
-    models."""
-    kv_dtype: KvDtype
-    """KV dtype."""
-    workload: str
-    """Workload name (chat, shrinking, bursty) or trace path."""
-    workload_params: Free
-    """The workload generator's parameters (depend on the workload)."""
-    seed: int
-    """Seed of the workload and the step-time noise."""
-    policy: Annotated[str, _kw(**{'x-registry': 'policies'})]
-    """Fixed attention layout or dynamic switching."""
-    order: Order
-    """Request ordering."""
     requests: Tally
     """Requests in the workload."""
     completed: Tally
@@ -190,6 +166,41 @@ class SimulateResult(Document):
     verdict: str
     """The verdict in words: 'overloaded: …', 'keeps up (…)' or 'not judged: …', with the waits it rests
     on."""
+
+
+class _SimulateHeader(_Part):
+    """What `floorfirst simulate` served: the deployment, the workload and the policy."""
+
+    model: str
+    """Model name (built-in card name or the config.json's model name)."""
+    hardware: str
+    """GPU name (built-in or from the hardware YAML)."""
+    gpus: Count
+    """GPUs in the deployment, all replicas."""
+    replicas: Count
+    """Replicas."""
+    moe: MoeName
+    """MoE split: ep (experts spread over ranks) or tp (every expert split over ranks); tp for dense
+    models."""
+    kv_dtype: KvDtype
+    """KV dtype."""
+    workload: str
+    """Workload name (chat, shrinking, bursty) or trace path."""
+    workload_params: Free
+    """The workload generator's parameters (depend on the workload)."""
+    seed: int
+    """Seed of the workload and the step-time noise."""
+    policy: Annotated[str, _kw(**{'x-registry': 'policies'})]
+    """Fixed attention layout or dynamic switching."""
+    order: Order
+    """Request ordering."""
+
+
+class SimulateResult(_ServedMetrics, _SimulateHeader, Document):
+    """`floorfirst simulate`: a workload served with the simulated executor under a fixed layout or the
+    dynamic policy: throughput, latency percentiles and the layout switches made."""
+
+    command: ClassVar[str] = "simulate"
     per_request: Free | None = Field(None, exclude=True)
     """One column per key (request, arrival_s, first_token_s, finish_s, input_tokens, output_tokens,
     status, preemptions), one row per request: what --requests-csv writes (not in the JSON document)."""
@@ -237,14 +248,9 @@ class TtftParts(_Part):
     recomputed)."""
 
 
-class SimulateDisaggResult(Document):
-    """`floorfirst simulate --disagg xPyD`: a workload served by x prefill and y decode instances
-    (runtime_policy/disagg.py): the colocated simulate's metrics of the merged per-request record (TTFT from
-    arrival to the first token the decode instance streams, TPOT and finish from the decode instance), the
-    two pools, and the KV hand-off between them: its transfer, the part the prefill does not hide, its NIC
-    queue and the queue for decode KV room."""
+class _DisaggHeader(_Part):
+    """What `floorfirst simulate --disagg` served: the split's GPUs, the workload and the pools' layouts."""
 
-    command: ClassVar[str] = "simulate_disagg"
     model: str
     """Model name (built-in card name or the config.json's model name)."""
     hardware: str
@@ -263,102 +269,18 @@ class SimulateDisaggResult(Document):
     """The pools' fixed layouts, prefill>decode (e.g. tp>dp)."""
     order: Order
     """Request ordering."""
-    requests: Tally
-    """Requests in the workload."""
-    completed: Tally
-    """Requests finished."""
-    aborted: Tally
-    """Requests aborted (could never fit)."""
-    output_tokens: Tally
-    """Decode tokens produced."""
-    makespan_s: Amount
-    """First arrival to last completion, seconds."""
-    throughput_tokens_per_s: MaybeAmount
-    """output_tokens ÷ makespan_s."""
-    requests_per_s: MaybeAmount
-    """completed ÷ makespan_s."""
-    ttft_p50_s: MaybeAmount
-    """p50 time to first token, seconds (null when no request completed)."""
-    ttft_p90_s: MaybeAmount
-    """p90 time to first token, seconds (null when no request completed)."""
-    ttft_p99_s: MaybeAmount
-    """p99 time to first token, seconds (null when no request completed)."""
-    tpot_p50_s: MaybeAmount
-    """p50 time per output token, seconds (null when no request completed)."""
-    tpot_p90_s: MaybeAmount
-    """p90 time per output token, seconds (null when no request completed)."""
-    tpot_p99_s: MaybeAmount
-    """p99 time per output token, seconds (null when no request completed)."""
-    ttlt_p50_s: MaybeAmount
-    """p50 time to last token, seconds (null when no request completed)."""
-    ttlt_p90_s: MaybeAmount
-    """p90 time to last token, seconds (null when no request completed)."""
-    ttlt_p99_s: MaybeAmount
-    """p99 time to last token, seconds (null when no request completed)."""
-    ttlt_mean_s: MaybeAmount
-    """Mean time to last token, seconds (null when no request completed)."""
-    preemptions: Tally
-    """Requests preempted when KV ran short."""
-    steps: Tally
-    """Steps run (decode and prefill)."""
-    decode_steps: Tally
-    """Steps with decode work."""
+
+
+class SimulateDisaggResult(_ServedMetrics, _DisaggHeader, Document):
+    """`floorfirst simulate --disagg xPyD`: a workload served by x prefill and y decode instances
+    (runtime_policy/disagg.py): the colocated simulate's metrics of the merged per-request record (TTFT from
+    arrival to the first token the decode instance streams, TPOT and finish from the decode instance), the
+    two pools, and the KV hand-off between them: its transfer, the part the prefill does not hide, its NIC
+    queue and the queue for decode KV room."""
+
+    command: ClassVar[str] = "simulate_disagg"
     layout_time_s: SecondsByLayout
     """Time the decode instances spent in each attention layout, seconds (summed over instances)."""
-    switches: list[Switch]
-    """Switches in time order."""
-    switch_cost_total_s: Amount
-    """Σ cost_s, seconds."""
-    step_time_model: str
-    """Which step-time model priced the steps (datasheet midpoint or a calibration)."""
-    aborted_switches: list[AbortedSwitch]
-    """Switches the executor aborted (a fault, or the destination's KV filled while the move ran); the old
-    layout kept serving."""
-    cant_decide: Tally
-    """Times the policy answered CANT_DECIDE (a state it refused or an internal error; it stayed put)."""
-    offered_requests_per_s: MaybeAmount
-    """Requests offered per second: arrival gaps over the arrival span ((requests − 1) / arrival_span_s); null
-    when every request arrives at once."""
-    served_requests_per_s: Amount
-    """Requests completed per second over the makespan, the drain after the last arrival included (=
-    requests_per_s)."""
-    offered_input_tokens_per_s: MaybeAmount
-    """Prompt tokens offered per second: offered_requests_per_s × the mean prompt; null when every request
-    arrives at once."""
-    served_input_tokens_per_s: Amount
-    """Prompt tokens of the completed requests per second of the makespan."""
-    offered_output_tokens_per_s: MaybeAmount
-    """Output tokens offered per second: offered_requests_per_s × the mean output; null when every request
-    arrives at once."""
-    served_output_tokens_per_s: Amount
-    """Output tokens of the completed requests per second of the makespan (= throughput_tokens_per_s)."""
-    arrival_span_s: Amount
-    """Seconds from the first arrival to the last."""
-    queue_p50_requests: Amount
-    """Time-weighted p50 of the queue: requests arrived with no first token yet (waiting, or in their
-    prefill)."""
-    queue_p90_requests: Amount
-    """Time-weighted p90 of the queue (requests arrived with no first token yet)."""
-    queue_p99_requests: Amount
-    """Time-weighted p99 of the queue (requests arrived with no first token yet)."""
-    queue_max_requests: Tally
-    """The longest the queue (requests arrived with no first token yet) grew."""
-    queue_at_last_arrival_requests: Tally
-    """Requests with no first token yet at the last arrival."""
-    ttft_p50_by_arrival_quarter_s: Annotated[list[MaybeAmount], _kw(minItems=4, maxItems=4)]
-    """Median wait for the first token (TTFT) of each quarter of the requests by arrival, seconds (null: no
-    request of that quarter got one). Rising across the run is the overload rule's evidence."""
-    kv_full_time_fraction: Annotated[MaybeAmount, _kw(maximum=1)]
-    """Share of the run's time the KV pool was at least 99 % used (with replicas, the first group's); null for
-    a run too short to have a timeline."""
-    overloaded: bool | None
-    """The load is beyond what the deployment serves: the queue grows without bound, shown as the median wait
-    for the first token of the last quarter of arrivals above 2 × that of the second quarter and at least 1 s
-    longer (runtime_policy/metrics.py). Null: not judged (fewer than 20 requests, or every request at
-    once)."""
-    verdict: str
-    """The verdict in words: 'overloaded: …', 'keeps up (…)' or 'not judged: …', with the waits it rests
-    on."""
     disagg: Annotated[str, _kw(pattern='^[1-9][0-9]*P[1-9][0-9]*D$')]
     """The split: x prefill and y decode instances (xPyD)."""
     engine: Annotated[str, _kw(**{'x-registry': 'engines'})]
