@@ -375,15 +375,8 @@ def twin(exec_dir: str, out_dir: str, hardware: str, smoke: bool = False, fit_on
     ("served": in-sample to the workloads), simulate, compare with exec_dir's executor runs (CPU)."""
     rows = (json.load(open(os.path.join(exec_dir, "engine_rows.json")))["rows"] if fit_on == "rows"
             else served_rows(exec_dir))
-    prof = os.path.join(out_dir, "step_profile_twin.csv")
-    if smoke:
-        dims = stack_dims(True)
-        write_profile(prof, rows, hardware, stack_config(dims, os.path.join(out_dir, "stack-config.json")),
-                      dims.num_layers)
-    else:
-        write_profile(prof, rows, hardware)
+    fitted = fit_rows(rows, out_dir, hardware, smoke)
     cal_path = os.path.join(out_dir, "executor-calibration-twin.json")
-    fitted = fit(prof, cal_path)
     sim = simulate(tables_for(hardware, cal_path, smoke), smoke)
     ex = {n: json.load(open(os.path.join(exec_dir, f"executor_{n}.json"))) for n in WORKLOADS
           if os.path.exists(os.path.join(exec_dir, f"executor_{n}.json"))}
@@ -457,9 +450,9 @@ def main() -> None:
                       "within_10pct": {k: v["within_10pct"] for k, v in doc["twin"].items()}}))
 
 
-def twin_fit_only(out_dir: str, hardware: str, smoke: bool) -> dict:
-    """The calibration the executor's own tables use while it serves (the same fit `twin` makes)."""
-    rows = json.load(open(os.path.join(out_dir, "engine_rows.json")))["rows"]
+def fit_rows(rows: list[dict], out_dir: str, hardware: str, smoke: bool) -> dict:
+    """Step rows written as a profile (step_profile_twin.csv) and fitted into
+    executor-calibration-twin.json, both in out_dir."""
     prof = os.path.join(out_dir, "step_profile_twin.csv")
     if smoke:
         dims = stack_dims(True)
@@ -468,6 +461,11 @@ def twin_fit_only(out_dir: str, hardware: str, smoke: bool) -> dict:
     else:
         write_profile(prof, rows, hardware)
     return fit(prof, os.path.join(out_dir, "executor-calibration-twin.json"))
+
+
+def twin_fit_only(out_dir: str, hardware: str, smoke: bool) -> dict:
+    """The calibration the executor's own tables use while it serves (the same fit `twin` makes)."""
+    return fit_rows(json.load(open(os.path.join(out_dir, "engine_rows.json")))["rows"], out_dir, hardware, smoke)
 
 
 if __name__ == "__main__":
