@@ -72,15 +72,22 @@ def serve(arrival_s: np.ndarray, input_tokens: np.ndarray, output_tokens: np.nda
           policy, ordering: Ordering, executor: Executor, config: LoopConfig = LoopConfig(),
           progress: Callable[[int, int], None] | None = None) -> ServeResult:
     """Serve the requests (sorted by arrival) to completion; see the module docstring."""
+    return make_loop(arrival_s, input_tokens, output_tokens, tables, policy, ordering, executor, config,
+                     progress).run()
+
+
+def make_loop(arrival_s, input_tokens, output_tokens, tables: StepTimeTable, policy, ordering: Ordering,
+              executor: Executor, config: LoopConfig, progress: Callable[[int, int], None] | None = None
+              ) -> "ServingLoop":
+    """The loop `serve` runs, its inputs checked (SpecError: no requests, or arrivals not sorted)."""
     config.check(tables)
     arr = np.asarray(arrival_s, dtype=np.float64)
     if arr.size == 0:
         raise SpecError("the workload has no requests")
     if not np.all(np.isfinite(arr)) or np.any(np.diff(arr) < 0):
         raise SpecError("requests must be sorted by arrival_s (finite times)")
-    loop = ServingLoop(arr, np.asarray(input_tokens, dtype=np.int64), np.asarray(output_tokens, dtype=np.int64),
+    return ServingLoop(arr, np.asarray(input_tokens, dtype=np.int64), np.asarray(output_tokens, dtype=np.int64),
                        tables, policy, ordering, executor, config, progress)
-    return loop.run()
 
 
 class ServingLoop:

@@ -119,16 +119,9 @@ def serve_loop(arrival_s, input_tokens, output_tokens, tables: StepTimeTable, po
     loop prefills, in its order. NOTE: reads the loop's queue state (`ServingLoop.prefill_q`,
     `pre_left`, `ctx`, `owner`) because the Executor protocol hands over a chunk's size, not its
     requests; a protocol that passed the (request, tokens) pieces would need no binding."""
-    from runtime_policy.loop import ServingLoop
+    from runtime_policy.loop import make_loop
 
-    config.check(tables)
-    arr = np.asarray(arrival_s, dtype=np.float64)
-    if arr.size == 0:
-        raise SpecError("the workload has no requests")
-    if not np.all(np.isfinite(arr)) or np.any(np.diff(arr) < 0):
-        raise SpecError("requests must be sorted by arrival_s (finite times)")
-    loop = ServingLoop(arr, np.asarray(input_tokens, dtype=np.int64), np.asarray(output_tokens, dtype=np.int64),
-                       tables, policy, ordering, executor, config, None)
+    loop = make_loop(arrival_s, input_tokens, output_tokens, tables, policy, ordering, executor, config)
     executor.bind_prefill_queue(lambda: [(i, loop.pre_left[i], int(loop.ctx[i]), loop.owner[i])
                                          for i in loop.prefill_q])
     return loop.run()
