@@ -32,6 +32,7 @@ CUDA graph (a step with a chunk runs eagerly, as SGLang's extend batches do by d
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import numpy as np
@@ -140,18 +141,14 @@ def mha_prefill(q_lat: torch.Tensor, kv: torch.Tensor, positions: torch.Tensor, 
         # NOTE: values padded to the key width: torch's flash kernel (the one that takes the
         # lower-right causal mask without materializing it) wants one head width for q, k and v
         v = F.pad(v, (0, k.shape[-1] - vdim))
-    if q.is_cuda:
-        # NOTE: cuDNN's SDPA (torch 2.11 picks it first on sm90) builds an execution plan per new
-        # (n, L) shape: ~14 ms of host time per call, measured (benchmarks/results/executor_gpu/
-        # twin_1gpu/README.md, the prefill diagnostic), and serving makes a new shape every chunk,
-        # which made served prefill steps 5-10x their step rows. Engines run a ragged prefill
-        # kernel with no per-shape build (SGLang: FlashInfer BatchPrefillWithRaggedKVCacheWrapper,
-        # python/sglang/srt/layers/attention/flashinfer_mla_backend.py), so the flash and
-        # memory-efficient kernels stand in for it here.
-        with sdpa_kernel(_PREFILL_BACKENDS):
-            o = F.scaled_dot_product_attention(q.transpose(0, 1)[None], k[None], v[None],
-                                               attn_mask=causal_lower_right(n, seq), scale=dims.softmax_scale)[0]
-    else:
+    # NOTE: on CUDA, cuDNN's SDPA (torch 2.11 picks it first on sm90) builds an execution plan per new
+    # (n, L) shape: ~14 ms of host time per call, measured (benchmarks/results/executor_gpu/
+    # twin_1gpu/README.md, the prefill diagnostic), and serving makes a new shape every chunk,
+    # which made served prefill steps 5-10x their step rows. Engines run a ragged prefill
+    # kernel with no per-shape build (SGLang: FlashInfer BatchPrefillWithRaggedKVCacheWrapper,
+    # python/sglang/srt/layers/attention/flashinfer_mla_backend.py), so the flash and
+    # memory-efficient kernels stand in for it here.
+    with sdpa_kernel(_PREFILL_BACKENDS) if q.is_cuda else nullcontext():
         o = F.scaled_dot_product_attention(q.transpose(0, 1)[None], k[None], v[None],
                                            attn_mask=causal_lower_right(n, seq), scale=dims.softmax_scale)[0]  # [Hs, n, V]
     return o[..., :vdim].transpose(0, 1).reshape(n, -1) @ heads.w_o.reshape(-1, heads.w_o.shape[-1])  # [n, D]
