@@ -13,28 +13,13 @@ from rich.markup import escape
 from rich.table import Table
 
 import planner
-from cli.common import fmt_gib, fmt_ms, fmt_tokens, scalar, title
+from cli.common import fmt_ms, fmt_tokens, title
 from planner.units import GiB
 
 
 def deployment_title(dep: planner.Deployment) -> str:
     span = f" ({dep.nodes} nodes of {dep.gpus_per_node})" if dep.nodes > 1 else ""
     return f"{dep.model.name} on {dep.gpus} × {dep.hardware.name}{span}"
-
-
-def infeasible_reason(cost: planner.StepCost) -> str:
-    """Why point 0 of a priced step can't run, in words ('' if it can)."""
-    if not cost.memory_feasible:
-        return cost.infeasible_reason
-    res, pool = scalar(cost.kv_resident_bytes), cost.kv_pool_bytes
-    if res > pool:
-        return f"KV {fmt_gib(res)} on the busiest rank exceeds its pool {fmt_gib(pool)} ({res / pool:.1f}×)"
-    tier = cost.host_tier
-    if tier is not None and not bool(tier.host_fits[0]):
-        host = float(tier.host_kv_resident_bytes[0])
-        return (f"host-tier KV {fmt_gib(host)} on the busiest rank exceeds its host memory "
-                f"{fmt_gib(tier.host_pool_bytes)} ({host / tier.host_pool_bytes:.1f}×)")
-    return ""
 
 
 def memory_line(dep: planner.Deployment) -> str:
