@@ -61,13 +61,9 @@ def stack_dims(smoke: bool):
 
 def stack_config(dims, path: str) -> str:
     """The config.json of the stack `dims` describes (serve.stack_deployment's model), for the rows."""
-    cfg = {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "hidden_size": dims.hidden_size,
-           "intermediate_size": dims.intermediate_size, "num_hidden_layers": dims.num_layers,
-           "num_attention_heads": dims.num_heads, "num_key_value_heads": dims.num_heads,
-           "q_lora_rank": dims.q_lora_rank, "kv_lora_rank": dims.kv_lora_rank,
-           "qk_nope_head_dim": dims.qk_nope_head_dim, "qk_rope_head_dim": dims.qk_rope_head_dim,
-           "v_head_dim": dims.v_head_dim, "vocab_size": 1024}
-    json.dump(cfg, open(path, "w"), indent=1)
+    from executor.torch_executor.serve import stack_hf_config
+
+    json.dump(stack_hf_config(dims), open(path, "w"), indent=1)
     return path
 
 

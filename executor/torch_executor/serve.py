@@ -33,16 +33,21 @@ from .serving import TorchServeOptions, executor_tables, table_refusals
 DTYPES = {"float32": 4, "bfloat16": 2}
 
 
+def stack_hf_config(dims: MLADims) -> dict:
+    """The Hugging Face config.json of the stack the executor runs (no LM head: vocab 1024, the
+    executor's next inputs come from `layers.token_embeddings`)."""
+    return {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "hidden_size": dims.hidden_size,
+            "intermediate_size": dims.intermediate_size, "num_hidden_layers": dims.num_layers,
+            "num_attention_heads": dims.num_heads, "num_key_value_heads": dims.num_heads,
+            "q_lora_rank": dims.q_lora_rank, "kv_lora_rank": dims.kv_lora_rank,
+            "qk_nope_head_dim": dims.qk_nope_head_dim, "qk_rope_head_dim": dims.qk_rope_head_dim,
+            "v_head_dim": dims.v_head_dim, "vocab_size": 1024}
+
+
 def stack_deployment(dims: MLADims, hardware: planner.HardwareSpec, ranks: int) -> planner.Deployment:
     """The planner's deployment of the stack the executor runs: `dims` as an MLA model with a dense
     FFN (what layers.py computes), on `ranks` GPUs of `hardware`, pages of `dims.page_size`."""
-    cfg = {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "hidden_size": dims.hidden_size,
-           "intermediate_size": dims.intermediate_size, "num_hidden_layers": dims.num_layers,
-           "num_attention_heads": dims.num_heads, "num_key_value_heads": dims.num_heads,
-           "q_lora_rank": dims.q_lora_rank, "kv_lora_rank": dims.kv_lora_rank,
-           "qk_nope_head_dim": dims.qk_nope_head_dim, "qk_rope_head_dim": dims.qk_rope_head_dim,
-           "v_head_dim": dims.v_head_dim, "vocab_size": 1024}
-    model = model_from_hf_config(cfg, f"mla-stack-{dims.num_layers}l-{dims.num_heads}h")
+    model = model_from_hf_config(stack_hf_config(dims), f"mla-stack-{dims.num_layers}l-{dims.num_heads}h")
     # NOTE: floorfirst's own executor runs these steps, no serving engine: the layout's ideal kernels
     # (no engine terms, planner/engines/kernels.py), so no engine's prior prices its tables
     return planner.make_deployment(model, hardware, attn="tp", moe="tp", gpus=ranks, page_tokens=dims.page_size,
