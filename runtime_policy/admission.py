@@ -43,14 +43,10 @@ def admit(loop: "ServingLoop") -> float:
     # NOTE: a move that shed KV to fit admits nothing in the old layout until its commit; any
     # other move admits only what also fits its destination (the move's memory was checked for
     # the running set at its start; what joins meanwhile must fit where it is going too)
-    dst = -1
-    if loop.inflight is not None:
-        # NOTE: an incremental move (Issue 27) was planned for the running set with one group of
-        # headroom: nothing joins until it lands (runtime_policy/switching.py)
-        if loop.inflight.shed_kv_tokens > 0 or loop.inflight.plan.move_groups > 1:
-            return total
-        dst = loop.inflight.layout
-        dst_g, dst_pool = loop.groups[dst], loop.pools[dst] * loop.watermark
+    gate = _move_destination(loop)
+    if gate is None:
+        return total
+    dst, dst_g, dst_pool = gate
     while waiting.pos < len(wids):
         i = wids[waiting.pos]
         if dec.b + len(prefill_q) >= max_batch:
@@ -145,14 +141,10 @@ def admit_groups(loop: "ServingLoop", total: float) -> float:
     # included) + the request's need and extra slack, at the share a rank stores, against the pool
     gtok, greq, x = kv.group_tokens(layout), kv.group_requests(layout), kv.extra[layout]
     share, rate, lim = kv.share[layout], kv.rate, kv.pool[layout] * loop.watermark
-    dst = -1
-    if loop.inflight is not None:
-        # NOTE: an incremental move (Issue 27) was planned for the running set with one group of
-        # headroom: nothing joins until it lands (runtime_policy/switching.py)
-        if loop.inflight.shed_kv_tokens > 0 or loop.inflight.plan.move_groups > 1:
-            return total
-        dst = loop.inflight.layout
-        dst_g, dst_pool = loop.groups[dst], loop.pools[dst] * loop.watermark
+    gate = _move_destination(loop)
+    if gate is None:
+        return total
+    dst, dst_g, dst_pool = gate
     blocked: set[int] = set()
     ids, start = waiting.ids, waiting.pos
     n = len(ids)
@@ -370,3 +362,20 @@ def fits_somewhere(need_bytes: float, policy, tables: StepTimeTable, watermark: 
         if per_rank <= float(info.kv_pool_bytes[i]) * watermark:
             return True
     return False
+
+
+_NO_MOVE = (-1, 0, 0.0)
+
+
+def _move_destination(loop: "ServingLoop") -> tuple[int, int, float] | None:
+    """The move in flight's destination for admission: (its layout, group count, pool at the
+    watermark), `_NO_MOVE` (-1) with none, None while nothing may join. NOTE: an incremental move
+    (Issue 27) was planned for the running set with one group of headroom: nothing joins until it
+    lands, nor while a move that sheds KV runs (runtime_policy/switching.py)."""
+    mv = loop.inflight
+    if mv is None:
+        return _NO_MOVE
+    if mv.shed_kv_tokens > 0 or mv.plan.move_groups > 1:
+        return None
+    dst = mv.layout
+    return dst, loop.groups[dst], loop.pools[dst] * loop.watermark
