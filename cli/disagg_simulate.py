@@ -11,24 +11,19 @@ from planner.errors import SpecError
 
 def simulate_disagg(model, hardware, gpus, workload, requests, seed, policy, order, calibration, json_out, plot, moe,
                     replicas, kv_dtype, mem_fraction, rate, noise, boost, max_batch, host_tier, requests_csv, disagg,
-                    prefill_layout, decode_layout, prefill_gpus, decode_gpus) -> None:
+                    prefill_layout, decode_layout, prefill_gpus, decode_gpus, engine=None) -> None:
     from cli.commands.simulate import _plot, render, write_requests_csv
     from cli.common import console, emit_json
-    from floorfirst.disagg_serving import simulate_disagg_document
+    from floorfirst.disagg_serving import disagg_inputs, simulate_disagg_document
     from floorfirst.knobs import DeploymentSpec
 
     if disagg is None:
         raise SpecError("--prefill-layout, --decode-layout, --prefill-gpus and --decode-gpus need --disagg xPyD")
-    if replicas != 1:
-        raise SpecError(f"--replicas {replicas} with --disagg: the split says the instances (xPyD)")
     if host_tier:
         raise SpecError("--host-tier and --tier-choice are not simulated with --disagg")
-    for name, v in (("--prefill-gpus", prefill_gpus), ("--decode-gpus", decode_gpus)):
-        if v is not None and v < 1:
-            raise SpecError(f"{name} {v} must be ≥ 1")
-    fixed = policy if policy != "dynamic" else "tp"  # NOTE: each pool runs one layout (no switching across pools)
-    spec = DeploymentSpec.of(model=model, hardware=hardware, gpus=gpus, moe=moe, kv_dtype=kv_dtype,
-                             mem_fraction=mem_fraction)
+    spec = DeploymentSpec.of(model=model, hardware=hardware, gpus=gpus, moe=moe, replicas=replicas, kv_dtype=kv_dtype,
+                             mem_fraction=mem_fraction, **({"engine": engine} if engine is not None else {}))
+    p_lay, d_lay = disagg_inputs(spec, policy, prefill_layout, decode_layout, prefill_gpus, decode_gpus)
     bar = None
     if not json_out and sys.stderr.isatty():
         from rich.console import Console
@@ -46,7 +41,7 @@ def simulate_disagg(model, hardware, gpus, workload, requests, seed, policy, ord
         bar.update(tasks[key], completed=done)
 
     try:
-        doc = simulate_disagg_document(spec, disagg, prefill_layout or fixed, decode_layout or fixed, prefill_gpus,
+        doc = simulate_disagg_document(spec, disagg, p_lay, d_lay, prefill_gpus,
                                        decode_gpus, workload, requests, seed, order, calibration, rate, noise, boost,
                                        max_batch, progress=progress if bar else None)
     finally:

@@ -21,6 +21,7 @@ _EXPORTS = {
     "Policy": "floorfirst.policy", "BatchState": "floorfirst.policy", "Decision": "floorfirst.policy",
     "PlanResult": "floorfirst.results", "CompareResult": "floorfirst.results", "CapacityResult": "floorfirst.results",
     "SimulateResult": "floorfirst.served",
+    "simulate_disagg": "floorfirst.disagg_serving", "SimulateDisaggResult": "floorfirst.served",
     "SpecError": "planner.errors",
 }
 __all__ = sorted(_EXPORTS)

@@ -4,6 +4,11 @@ fixed layout with its engine's role memory (planner/disagg/roles.py); the docume
 --json` prints: the colocated simulate's metrics of the merged record plus the pools, the GPUs and the
 hand-off (queue wait, transfer, TTFT's parts).
 
+`simulate_disagg` is the same as the public API's function (floorfirst.simulate_disagg): the CLI's
+options as keyword arguments, the deployment as knobs, a `spec=` or a `launch=` line, the typed
+document returned (floorfirst.served.SimulateDisaggResult; `per_request` and `timeline` ride along,
+out of the document, as for floorfirst.simulate).
+
 Does not: render or plot (cli/commands/simulate.py), or search splits (`floorfirst disagg`).
 """
 
@@ -18,6 +23,21 @@ from planner.errors import SpecError
 
 if TYPE_CHECKING:
     from floorfirst.knobs import DeploymentSpec
+    from floorfirst.served import SimulateDisaggResult
+
+
+def disagg_inputs(spec: "DeploymentSpec", policy: str | None, prefill_layout: str | None, decode_layout: str | None,
+                  prefill_gpus: int | None, decode_gpus: int | None) -> tuple[str, str]:
+    """The pools' layouts (each: its own, else `policy` if it names a layout, else the spec's attn,
+    else tp), after the checks the CLI and the API share (SpecError: one line)."""
+    if spec.replicas != 1:
+        raise SpecError(f"--replicas {spec.replicas} with --disagg: the split says the instances (xPyD)")
+    for name, v in (("--prefill-gpus", prefill_gpus), ("--decode-gpus", decode_gpus)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+            raise SpecError(f"{name} {v} must be a whole number ≥ 1")
+    # NOTE: each pool runs one layout (no switching across pools), so "dynamic" names none
+    fixed = policy if policy not in (None, "dynamic") else (spec.attn or "tp")
+    return prefill_layout or fixed, decode_layout or fixed
 
 
 def role_deployment(spec: "DeploymentSpec", m, hw, role: str, attn: str, gpus: int):
@@ -103,3 +123,35 @@ def simulate_disagg_document(spec: "DeploymentSpec", disagg: str, prefill_layout
             "handoff_overlap": be.overlap, "prefill_pool": pool_docs["prefill"], "decode_pool": pool_docs["decode"],
             "workload": w.name, "workload_params": w.params, "seed": seed, "policy": f"{prefill.layout}>{decode.layout}",
             "order": order, "step_time_model": labels[1], **{k: v for k, v in doc.items() if k != "step_time_model"}}
+
+
+def simulate_disagg(model: str | None = None, hardware: str | None = None, gpus: int | None = None, *,
+                    disagg: str, spec: "DeploymentSpec | None" = None, launch: str | None = None,
+                    prefill_layout: str | None = None, decode_layout: str | None = None,
+                    prefill_gpus: int | None = None, decode_gpus: int | None = None, workload: str = "chat",
+                    requests: int = 1000, seed: int = 0, policy: str | None = None, order: str = "fcfs",
+                    calibration: str | None = None, rate: float | None = None, noise: float = 0.0,
+                    boost: float | None = None, max_batch: int = 4096, **knobs: Any) -> "SimulateDisaggResult":
+    """Serve a workload on x prefill and y decode instances (`disagg="1P3D"`), each of `gpus` GPUs
+    (or `prefill_gpus` / `decode_gpus`) on one fixed layout (`prefill_layout`, `decode_layout`;
+    default `policy` if it names a layout, else the spec's or launch line's, else tp) — `floorfirst
+    simulate --disagg xPyD`: the same document `--json` prints for the same arguments. The result
+    also carries `per_request` (what --requests-csv writes) and `timeline` (the first decode
+    instance's, what --plot draws)."""
+    from floorfirst.api import _count, _given, _number
+    from floorfirst.knobs import resolve
+    from floorfirst.served import SimulateDisaggResult
+
+    s, _ = resolve(spec, launch, **_given(model, hardware, gpus, knobs))
+    for name, v in (("disagg", disagg), ("order", order), ("workload", workload)):
+        if not isinstance(v, str):
+            raise SpecError(f"{name}={v!r} must be a name (str)")
+    for name, v in (("policy", policy), ("prefill_layout", prefill_layout), ("decode_layout", decode_layout)):
+        if v is not None and not isinstance(v, str):
+            raise SpecError(f"{name}={v!r} must be a layout name (str)")
+    p_lay, d_lay = disagg_inputs(s, policy, prefill_layout, decode_layout, prefill_gpus, decode_gpus)
+    doc = simulate_disagg_document(s, disagg, p_lay, d_lay, prefill_gpus, decode_gpus, workload,
+                                   _count("requests", requests), _count("seed", seed, low=0), order, calibration,
+                                   _number("rate", rate, none=True), _number("noise", noise),
+                                   _number("boost", boost, none=True), _count("max_batch", max_batch))
+    return SimulateDisaggResult.model_validate(doc)

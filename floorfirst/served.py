@@ -332,5 +332,9 @@ class SimulateDisaggResult(_ServedMetrics, _DisaggHeader, Document):
     """p90 hand-off wait behind others on the instances' NICs, seconds (null when no request completed)."""
     handoff_nic_queue_p99_s: MaybeAmount
     """p99 hand-off wait behind others on the instances' NICs, seconds (null when no request completed)."""
+    per_request: Free | None = Field(None, exclude=True)
+    """One column per key (request, arrival_s, first_token_s, finish_s, input_tokens, output_tokens,
+    status, preemptions), one row per request of the merged record: what --requests-csv writes (not in
+    the JSON document)."""
     timeline: Free | None = Field(None, exclude=True)
     """The decode pool's run over time: what --plot draws (not in the JSON document)."""

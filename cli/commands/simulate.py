@@ -128,7 +128,7 @@ def simulate_cmd(
         return simulate_disagg(model, hardware, gpus, workload, requests, seed, getattr(policy, "value", policy),
                                order.value, calibration, json_out, plot, moe, replicas, kv_dtype, mem_fraction, rate,
                                noise, boost, max_batch, host_tier or tier_choice, requests_csv, disagg, prefill_layout,
-                               decode_layout, prefill_gpus, decode_gpus)
+                               decode_layout, prefill_gpus, decode_gpus, engine=getattr(engine, "value", engine))
     from floorfirst.knobs import DeploymentSpec
     from floorfirst.serving import simulate_document
 
