@@ -160,24 +160,29 @@ def engine_rows(g, out_dir: str, smoke: bool = False) -> dict:
             r.finish_request(q)
 
     def prefill_steps(pieces_len: list[int], decode: bool, reps: int, prefix: int = 0) -> list[float]:
-        """`reps` chunks of fresh prompts (pieces of `pieces_len` tokens each), each step timed between
-        steps like it (prefill-only) or between decode steps (mixed), chained as in serving."""
+        """`reps` chunks of fresh prompts (pieces of `pieces_len` tokens each), alone (prefill-only)
+        or beside the decodes (mixed, a decode step between chunks), each timed as a serving run's
+        first step (the NOTE below)."""
         ids = [[new_id() for _ in pieces_len] for _ in range(reps)]
         for group in ids:
             for q in group:
                 r.begin_prefill(q)
                 if prefix:
                     r.step([(q, prefix)], decode=False)  # the cached prefix, by a prefill of its own
-        fns = []
+        ms = []
         for group in ids:
             if decode:
-                fns.append(r.step)
-            fns.append(lambda group=group: r.step(list(zip(group, pieces_len)), decode=decode))
-        ms = _chained(r, fns)
+                _chained(r, [r.step])  # a decode step between chunks, as serving interleaves them
+            # NOTE: each chunk step timed as the first step of a serving run: from an idle device, its
+            # host work included. The serve loop waits for a run's last event before it schedules
+            # the next (serving.py TorchExecutor.run_steps), and an admission starts a new run, so a
+            # served prefill or mixed step doesn't hide its host work behind the step before it; a
+            # chained row did, and ran 8-14 ms under the served steps (H200, the twin's run.log)
+            ms += _chained(r, [lambda group=group: r.step(list(zip(group, pieces_len)), decode=decode)])
         for group in ids:
             for q in group:
                 r.finish_request(q)
-        return ms[1::2] if decode else ms
+        return ms
 
     cap_tokens = KV_PAGES * dims.page_size
     for b in ((1, 3, 8, 13, 20, 32) if smoke else (1, 3, 8, 13, 20, 32, 48, 64, 96, 128)):

@@ -253,10 +253,14 @@ class RankRunner:
         mirror = self._mirror()
         return [self.state.table] if mirror is None else [self.state.table, mirror]
 
-    def _prepare_writes(self, tokens: list[tuple[int, int]]) -> tuple[list[int], list[int]]:
-        """Allocate pages for this step's tokens, (request, position) each; return (row [n] into
-        `tokens`, flat token idx [n]) of the latents this rank stores. A page both tables hold shares
-        one slot, written once."""
+    def _prepare_writes(self, runs: list[tuple[int, int, int]]) -> tuple[list[int], list[int]]:
+        """Allocate pages for this step's tokens, given as runs (request, first position, count)
+        laid out row after row; return (row [n] into those rows, flat token idx [n]) of the latents
+        this rank stores. A page both tables hold shares one slot, written once.
+        NOTE: every decision (holders, slot, a move's landed set) is per (request, page), so a run
+        is walked page by page, not token by token: a 2,048-token chunk was ~5 ms of host time
+        per step token by token (benchmarks/results/executor_gpu/twin_1gpu/
+        prefill_diag_h100_after_fix.json, the profile's `_prepare_writes` and `holders`)."""
         page, t, r = self.dims.page_size, self.g.world_size, self.g.rank
         rows, toks = [], []
         tables = self._tables_written()
@@ -266,27 +270,37 @@ class RankRunner:
         for table_i, table in enumerate(tables):
             if table_i and self._mirror() is not table:
                 break  # the switch gave its pages back for the serving layout's (transitions.surrender)
-            for i, (req, pos) in enumerate(tokens):
-                lp = pos // page
+            row = 0
+            lost = False
+            for req, pos0, n in runs:
+                run_row, end = row, pos0 + n
+                row += n
                 if (req in landed) if not table_i else (inc and not sw.writes_new(req)):
                     continue  # an incremental move: a landed request's source, or a later group's destination
-                if r not in table.layout.holders(req, lp, table.owners):
-                    continue
-                slot = table.pages.get(req, {}).get(lp)
-                shared = tables[0].pages.get(req, {}).get(lp) if table_i else None
-                if slot is None:
-                    try:
-                        slot = shared if shared is not None else self._new_slot(table_i > 0)
-                    except OutOfPages as e:
-                        if table_i == 0:
-                            raise
-                        self._mirror_lost(f"no memory for a new page of {table.kind}: {e}")
-                        break
-                    table.add(req, lp, slot)
-                if shared is not None and shared == slot:
-                    continue  # a slot both tables hold: written once, through the serving table
-                rows.append(i)
-                toks.append(slot * page + pos % page)
+                held = table.pages.get(req, {})
+                for lp in range(pos0 // page, (end - 1) // page + 1):
+                    if r not in table.layout.holders(req, lp, table.owners):
+                        continue
+                    slot = held.get(lp)
+                    shared = tables[0].pages.get(req, {}).get(lp) if table_i else None
+                    if slot is None:
+                        try:
+                            slot = shared if shared is not None else self._new_slot(table_i > 0)
+                        except OutOfPages as e:
+                            if table_i == 0:
+                                raise
+                            self._mirror_lost(f"no memory for a new page of {table.kind}: {e}")
+                            lost = True
+                            break
+                        table.add(req, lp, slot)
+                        held = table.pages.get(req, {})
+                    if shared is not None and shared == slot:
+                        continue  # a slot both tables hold: written once, through the serving table
+                    lo, hi = max(pos0, lp * page), min(end, (lp + 1) * page)
+                    rows.extend(range(run_row + lo - pos0, run_row + hi - pos0))
+                    toks.extend(range(slot * page + lo - lp * page, slot * page + hi - lp * page))
+                if lost:
+                    break
         return rows, toks
 
     def _host_work(self, decode: bool, chunks: list[tuple[int, int]]):
@@ -299,8 +313,7 @@ class RankRunner:
             if q not in self.prefilled:
                 raise ValueError(f"request {q} is not being prefilled")
             pieces.append((q, self.prefilled[q], int(n)))
-        toks = dec + [(q, start + j) for q, start, n in pieces for j in range(n)]
-        rows, slots = self._prepare_writes(toks)
+        rows, slots = self._prepare_writes([(q, pos, 1) for q, pos in dec] + pieces)
         b = len(dec)
         dec_w = ([i for i in rows if i < b], [s_ for i, s_ in zip(rows, slots) if i < b])
         ex = None

@@ -142,12 +142,34 @@ def serve_rank(groups, spec: TorchServeSpec) -> dict:
     if spec.options.capture_at_start and groups.is_cuda:  # engines capture every bucket before serving
         longest = int(np.max(np.asarray(spec.input_tokens) + np.asarray(spec.output_tokens)))
         captured = ex.runner.prepare_buckets(spec.loop.max_batch, longest)
+        if ex.options.prefill == "real":
+            warm_prefill(ex.runner, spec.loop.prefill_chunk_tokens)
     res = serve_loop(spec.arrival_s, spec.input_tokens, spec.output_tokens, spec.tables, policy,
                      Ordering(spec.order), ex, spec.loop)
     if groups.rank != 0:
         return {}
     return {**summarize(res), "measured": {**measured_summary(ex), "graphs_at_start_count": captured},
             "step_time_model": spec.tables.model_label}
+
+
+WARMUP_REQUEST = 1 << 40  # a request id no workload uses
+
+
+def warm_prefill(runner, tokens: int) -> None:
+    """One prefill chunk of `tokens` on a request never served, run and freed before serving, so the
+    first served prefill doesn't pay the kernels' first-use loading (it took 117 ms against 27 ms
+    for the next, measured on H200: benchmarks/results/executor_gpu/twin_1gpu/README.md).
+    NOTE: engines run a full-size forward before they serve: vLLM's GPUModelRunner.profile_run
+    (vllm/v1/worker/gpu_model_runner.py: `_dummy_run(self.max_num_tokens)`, the token budget of
+    one step) and SGLang's warm-up request (python/sglang/srt/entrypoints/http_server.py
+    `_execute_server_warmup`)."""
+    import torch
+
+    runner.begin_prefill(WARMUP_REQUEST)
+    runner.step([(WARMUP_REQUEST, int(tokens))], decode=False)
+    runner.finish_request(WARMUP_REQUEST)
+    if runner.g.is_cuda:
+        torch.cuda.synchronize(runner.g.device)
 
 
 def measured_summary(ex) -> dict:

@@ -78,8 +78,8 @@ def _run(g, dims, src, dst, slots, groups, faults=None):
     return runner, sw, outs, mixed
 
 
-def scenario_incremental(g) -> dict:
-    dims = tiny_dims(num_heads=8)
+def scenario_incremental(g, dims=None) -> dict:
+    dims = dims or tiny_dims(num_heads=8)
     out: dict = {}
     ref = ReferenceDecoder(dims, seed=INC_SEED, device=g.device)
     ref.add_requests(dict(INC_LENGTHS))
