@@ -7,8 +7,16 @@ takes the fastest, with free, instant switches. This script records the oracle's
 fixed layout `layout_dynamic_sweep.py` reports as `oracle_trajectory`), picks the fastest layout per
 step the same way (KV feasibility left out: an upper count of changes), and counts the changes.
 
-Usage: python benchmarks/oracle_alternation.py [--out DIR]   (writes oracle_alternation.json; one
-JSON document printed last; ~1 min on one core)
+NOTE: a count of per-step changes, not what they are worth: the priced oracle
+(executor/priced_oracle.py, layout_dynamic_sweep.py) keeps nearly all of the free oracle's gain with
+9-565 priced switches on these rows (benchmarks/results/layout_dynamic_workloads.txt).
+
+`--batches` also serves, for each row, the trajectory the priced oracle's largest bound came from
+and the dynamic policy's, and counts their steps and mean decode batch (`trajectory_batches`): a
+slower layout queues the open arrivals and runs them in fewer, larger batches.
+
+Usage: python benchmarks/oracle_alternation.py [--out DIR] [--batches]   (writes
+oracle_alternation.json; one JSON document printed last; ~1 min on one core, ~2 more with --batches)
 """
 from __future__ import annotations
 
@@ -60,9 +68,35 @@ def case(model: str, hw: str, wl: str, traj: str) -> dict:
             "best_on_decode_only_steps": {names[i]: int(((seq == i) & ~pf).sum()) for i in usable if ((seq == i) & ~pf).any()}}
 
 
+# (model, hardware, workload, the trajectory the sweep's priced oracle took its largest bound from)
+BATCH_CASES = (("deepseek-v3.2", "h200", "reasoning", "cp"), ("deepseek-v3.2", "h200", "chat", "dop"),
+               ("glm-5", "b200", "reasoning", "cp"), ("glm-5", "b200", "chat", "cp"))
+
+
+def trajectory_batches(model: str, hw: str, wl: str, other: str) -> dict:
+    """Steps, mean decode batch (step-weighted) and makespan of `other`'s fixed-layout run and of the
+    dynamic policy's run on one row."""
+    dep = S.deployment(model, hw)
+    w = make_workload(wl, dict(S.WORKLOADS)[wl], S.SEED)
+    cfg = LoopConfig()
+    lp = LayoutPolicy.compile(dep, datasheet_model(), PolicyKnobs(), max_prefill_tokens=engine_chunk_tokens(dep, cfg))
+    t = lp.tables
+    out = {"model": model, "hardware": hw, "workload": wl}
+    for name in (other, "dynamic"):
+        pol = LayoutPolicy(t, lp.knobs) if name == "dynamic" else FixedPolicy(t.layouts.index(name))
+        rec = RecordingExecutor(SimExecutor(t))
+        res = serve(w.arrival_s, w.input_tokens, w.output_tokens, t, pol, Ordering("fcfs"), rec, cfg)
+        k = np.array([len(r.durations_s) for r in rec.runs])
+        b = np.array([len(r.context_tokens) for r in rec.runs])
+        out[name] = {"steps": int(k.sum()), "mean_decode_batch": float((k * b).sum() / k.sum()),
+                     "makespan_s": float(res.finish_s.max() - res.arrival_s.min())}
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=None, help="folder for oracle_alternation.json (default: a temporary one)")
+    ap.add_argument("--batches", action="store_true", help="also count each row's trajectories' steps and batches")
     a = ap.parse_args()
     out = a.out or tempfile.mkdtemp(prefix="oracle_alternation_")
     os.makedirs(out, exist_ok=True)
@@ -75,6 +109,14 @@ def main() -> int:
               f"prefill steps best in {r['best_on_prefill_steps']}, decode-only in {r['best_on_decode_only_steps']}",
               file=sys.stderr, flush=True)
     doc = {"benchmark": "oracle_alternation", "step_model": "datasheet", "seed": S.SEED, "rows": rows}
+    if a.batches:
+        doc["trajectory_batches"] = []
+        for c in BATCH_CASES:
+            x = trajectory_batches(*c)
+            doc["trajectory_batches"].append(x)
+            print(f"{c[0]} {c[2]}: " + "; ".join(f"{k} {v['steps']} steps, mean batch {v['mean_decode_batch']:.1f}, "
+                                                 f"makespan {v['makespan_s']:.0f} s" for k, v in x.items()
+                                                 if isinstance(v, dict)), file=sys.stderr, flush=True)
     with open(os.path.join(out, "oracle_alternation.json"), "w") as f:
         json.dump(doc, f, indent=1)
     print(json.dumps(doc))

@@ -110,5 +110,13 @@ class Executor(Protocol):
         ...
 
     def abort_switch(self, plan: TransitionPlan) -> None:
-        """Drop the switch in flight; the old layout keeps serving, its KV untouched."""
+        """Drop the switch in flight; the old layout keeps serving, its KV untouched. Called only
+        while nothing of an incremental move has landed (see `unmoved_requests`)."""
         ...
+
+    # Optional, for executors that land an incremental move's groups on their own schedule (the torch
+    # executor); without them the loop keeps the account itself (runtime_policy/switching.py):
+    #   unmoved_requests() -> list[int] | None: the running requests the destination of the move in
+    #     flight lacks once a group has landed (None: nothing landed, the switch can still abort);
+    #   finish_switch(plan) -> float: commit the move with what has landed, every request it
+    #     lacks already retired (switching.finish_move); the stall in seconds.

@@ -48,21 +48,35 @@ def kv_wall(loop: "ServingLoop", total: float) -> int:
     """Steps the decoders can take before KV runs out; at the wall, preempt (the ordering's
     victims) until they can take one. −1: preempted with victims to re-sort (decide again)."""
     layout = loop.layout
+    finished = False
     k_kv = kv_steps(loop, total) if loop.groups[layout] > 1 or loop.kv.extra[layout] else \
         int(math.floor((loop.cap[layout] - total) / loop.dec.b))
     if loop.inflight is not None:
         # NOTE: a move holds the running set in both layouts until its commit, and what decodes
         # meanwhile grows in both: the run stops where the destination is full, and a move
-        # whose destination can't take one more step is abandoned (its memory no longer fits)
+        # whose destination can't take one more step ends: aborted while nothing has landed, else
+        # committed with what has landed, the rest preempted (switching.py `finish_move`)
         k_dst = kv_steps(loop, total, loop.inflight.layout)
         if k_dst < 1:
-            from runtime_policy.switching import end_switch  # NOTE: switching imports this module (shed)
+            # NOTE: switching imports this module (shed)
+            from runtime_policy.switching import end_switch, finish_move
 
-            loop.executor.abort_switch(loop.inflight.plan)
-            end_switch(loop, aborted="the destination's KV pool filled while the move ran")
+            why = "the destination's KV pool filled while the move ran"
+            if finish_move(loop, why):  # groups had landed: committed with them, the rest preempted
+                if not loop.dec.b:
+                    return -1  # NOTE: no skip_admit: with nothing running the queue must be admitted
+                layout = loop.layout
+                k_kv = kv_steps(loop, loop.kv.total)
+                finished = True
+            else:
+                loop.executor.abort_switch(loop.inflight.plan)
+                end_switch(loop, aborted=why)
         else:
             k_kv = min(k_kv, k_dst)
     if k_kv >= 1:
+        if finished:
+            loop.skip_admit = True  # NOTE: re-admitting the requests it preempted at once would undo it
+            return -1
         return k_kv
     dec = loop.dec
     decoding = dec.in_join_order()

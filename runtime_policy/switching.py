@@ -8,11 +8,24 @@ Incremental moves (transitions.py, Issue 27): a plan of n > 1 groups lands its g
 another, group k at 1/n of the link time each; the ledger accounts each rank as the plan does
 (kv_ledger.KvLedger.move_held_per_rank: the rest of the old + the landed groups in the new + the
 group in flight in both), recorded per switch in `loop.moves` at its start and at every batch
-boundary while it runs. While such a move runs, nothing new is admitted (admission.py): it was
-planned for the running set, with one group of headroom. An abort (a fault, the destination
-filling) keeps every request whole in one layout: the executor drops the group in flight (its
-source pages were never freed) and brings back the groups already landed (executor.sim: nothing
-to move back; executor/torch_executor: see its transitions.py), so the old layout serves them all.
+boundary while it runs, with the groups' members (transitions.move_members, the executor's rule).
+While such a move runs, nothing new is admitted (admission.py): it was planned for the running set,
+with one group of headroom.
+How a move ends early, keeping every request's KV whole in exactly one layout:
+- nothing landed yet (a fault, or the destination filling): aborted, the old layout keeps serving,
+  untouched (the group in flight is dropped; its source pages were never freed);
+- a fault after a group landed: the executor drops the group in flight and moves it again (the
+  torch executor's transitions.py); it reports ABORTED only with nothing landed;
+- the destination's pool filling after a group landed (preemption.kv_wall): `finish_move` — the
+  move commits with what has landed, and the running requests the destination lacks are preempted
+  (the engine's victim rule orders them; they keep their tokens and are prefilled again, in the new
+  layout). NOTE: not a rollback: a landed group's source pages were freed and reused (the next
+  groups' destination pages, the new tokens), so taking it back needs room the ledger never
+  reserved and a copy back; finishing allocates nothing (the landed requests are where they serve),
+  so it always fits, and the ledger's new layout holds exactly the executor's pages. An engine does
+  the same: a request handed over is the receiver's (SGLang PD disaggregation, decode.py
+  `DecodeTransferQueue.pop_transferred`), and one that can't run is retracted
+  (schedule_batch.py `retract_decode`).
 
 Does not: decide (the policy), price or move anything (the executor).
 """
@@ -28,7 +41,7 @@ from runtime_policy.executor import SwitchStatus
 from runtime_policy.preemption import shed
 from runtime_policy.projection import project_growth
 from runtime_policy.serving_types import SwitchRecord
-from runtime_policy.transitions import kv_recv_per_rank
+from runtime_policy.transitions import kv_recv_per_rank, move_members
 
 if TYPE_CHECKING:
     from runtime_policy.loop import ServingLoop
@@ -99,7 +112,10 @@ def begin_move(loop: "ServingLoop", d) -> None:
     kv, src, dst, n = loop.kv, loop.layout, d.layout, d.plan.move_groups
     recv = kv_recv_per_rank(loop.tables, kv, src, dst)
     peak = max(kv.move_held_per_rank(src, dst, recv, n, 0, peak=True))
+    ids, c0, _ = loop.dec.arrays()
+    lens = dict(zip((int(q) for q in ids), (int(c) for c in c0 + loop.dec.dsteps)))
     loop.moves.append({"src": src, "dst": dst, "groups": n, "plan_peak_kv_bytes": d.plan.peak_kv_bytes_per_rank,
+                       "members": move_members(lens, n, d.plan.move_order), "finished_early": None,
                        "ledger_peak_kv_bytes": peak, "held_max_kv_bytes": 0.0, "landed": 0,
                        "budget_kv_bytes": d.plan.memory_budget_bytes - (d.plan.memory_needed_bytes
                                                                       - d.plan.peak_kv_bytes_per_rank)})
@@ -133,12 +149,61 @@ def settle_switch(loop: "ServingLoop") -> None:
         end_switch(loop)
 
 
-def end_switch(loop: "ServingLoop", aborted: str = "") -> None:
-    """The switch in flight ends: committed (the executor's stall, the new layout) or aborted (the
-    old layout stays); either way it is recorded and the throughput rule's cooldown restarts."""
+def unmoved_requests(loop: "ServingLoop") -> list[int] | None:
+    """The running requests the destination of the move in flight lacks, once a group of it has
+    landed (and a landed request still runs); None while the move can still be aborted with the old
+    layout whole. The executor's own account where it keeps one (`Executor.unmoved_requests`: the
+    torch executor lands groups as its copies finish), else the loop's: the groups landed by the
+    clock (`account_move`), their members as the move started; a request that started decoding
+    during the move was written to both layouts and is in neither list (as in the torch executor)."""
+    ask = getattr(loop.executor, "unmoved_requests", None)
+    if ask is not None:
+        out = ask()
+        return None if out is None else [int(q) for q in out]
+    if not loop.moves or loop.inflight is None or loop.inflight.plan.move_groups <= 1:
+        return None
+    m = loop.moves[-1]
+    slot, members = loop.dec.slot, m["members"]
+    done = m["landed"] * len(members) // m["groups"]  # NOTE: fewer members than groups: the plan's n capped
+    if not any(slot[q] >= 0 for g in members[:done] for q in g):
+        return None
+    return [q for g in members[done:] for q in g if slot[q] >= 0]
+
+
+def finish_move(loop: "ServingLoop", reason: str) -> bool:
+    """End the move in flight with what has landed (module docstring): preempt the running
+    requests the destination lacks, in the order of the engine's victim rule, and commit. False
+    (nothing done) when nothing landed: the caller aborts instead."""
+    from runtime_policy.preemption import preempt, victim, write_back_contexts
+
+    rest = unmoved_requests(loop)
+    if rest is None:
+        return False
+    m = loop.moves[-1]
+    write_back_contexts(loop)
+    left = list(rest)
+    while left:
+        v = left.pop(victim(loop, left))
+        preempt(loop, v)
+    m["finished_early"] = {"reason": reason, "preempted": len(rest), "kept": loop.dec.b + len(loop.prefill_q),
+                           "at_s": loop.t}
+    end_switch(loop, finished=True)
+    return True
+
+
+def end_switch(loop: "ServingLoop", aborted: str = "", finished: bool = False) -> None:
+    """The switch in flight ends: committed (the executor's stall, the new layout), finished with
+    what has landed (`finish_move`: committed, by the executor's `finish_switch` where it has one)
+    or aborted (the old layout stays); either way it is recorded and the throughput rule's cooldown
+    restarts."""
     d, state = loop.inflight, loop.state
     plan = d.plan
-    stall = 0.0 if aborted else loop.executor.commit_switch(plan)
+    if aborted:
+        stall = 0.0
+    elif finished and hasattr(loop.executor, "finish_switch"):
+        stall = loop.executor.finish_switch(plan)
+    else:
+        stall = loop.executor.commit_switch(plan)
     loop.t += stall
     names = loop.tables.layouts
     rec = SwitchRecord(names[loop.layout], names[d.layout], loop.started_s, loop.t, plan.link_s, plan.cost_s,

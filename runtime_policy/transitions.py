@@ -382,6 +382,21 @@ def ledger_move_peak_bytes(tables: StepTimeTable, ledger, src: int, dst: int, gr
     return max(ledger.move_held_per_rank(src, dst, recv, groups, done, peak=True))
 
 
+def move_members(lengths, groups: int, order: str = "longest") -> list[list[int]]:
+    """The requests of an incremental move in `groups` groups (at most one a request), `lengths`
+    {request: tokens} at its start: sorted by length, longest first ("longest": the destination
+    holds more per rank, so the peak is at the last group, kept small) or shortest first
+    ("shortest"), ties by id, cut into consecutive slices of equal count (`TransitionPlan.move_order`).
+    The one rule: the serving loop's account of a move (switching.py) and the torch executor's
+    groups (executor/torch_executor/move_plan.py) read it."""
+    if order not in ("longest", "shortest"):
+        raise ValueError(f"order={order!r} is not longest or shortest")
+    sign = -1 if order == "longest" else 1
+    reqs = sorted(lengths, key=lambda q: (sign * lengths[q], q))
+    n = max(1, min(int(groups), len(reqs)))
+    return [reqs[i * len(reqs) // n:(i + 1) * len(reqs) // n] for i in range(n)]
+
+
 def all_plans(tables: StepTimeTable, kv_total_bytes: float, busy) -> list[TransitionPlan]:
     """Every ordered switch at one KV state (12 for the four built-in layouts; layouts the model
     can't run are left out)."""

@@ -25,6 +25,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from runtime_policy.transitions import move_members
+
 from .config import MLADims
 from .kv_pages import balance_owners, pages_for
 from .layouts import weight_slots_needed
@@ -194,16 +196,9 @@ def switch_growth_pages(plan: "PageMovePlan", rank: int, seq_lens: Mapping[int, 
 
 
 def move_groups(seq_lens: Mapping[int, int], groups: int, order: str = "longest") -> list[list[int]]:
-    """The requests of an incremental move in `groups` groups (at most one a request): sorted by
-    length, longest first ("longest": the destination holds more per rank, so the peak is at the
-    last group, kept small) or shortest first ("shortest"), ties by id, cut into consecutive slices
-    of equal count (runtime_policy/transitions.py `TransitionPlan.move_order`)."""
-    if order not in ("longest", "shortest"):
-        raise ValueError(f"order={order!r} is not longest or shortest")
-    sign = -1 if order == "longest" else 1
-    reqs = sorted(seq_lens, key=lambda q: (sign * seq_lens[q], q))
-    n = max(1, min(int(groups), len(reqs)))
-    return [reqs[i * len(reqs) // n:(i + 1) * len(reqs) // n] for i in range(n)]
+    """The requests of an incremental move in `groups` groups: runtime_policy/transitions.py
+    `move_members` (the serving loop's account of the move reads the same rule)."""
+    return move_members(seq_lens, groups, order)
 
 
 def group_page_profile(src, dst, world_size: int, seq_lens: Mapping[int, int], src_owners: Mapping[int, int],

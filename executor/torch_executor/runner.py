@@ -592,6 +592,13 @@ class RankRunner:
             raise RuntimeError("no switch ready to commit")
         self.switch.commit(self)
 
+    def finish_switch(self) -> None:
+        """Commit the incremental move in flight with the groups landed so far (every request it
+        lacks already finished or preempted: transitions.py `Transition.finish`)."""
+        if self.switch is None or not self.switch.in_flight:
+            raise RuntimeError("no switch in flight to finish")
+        self.switch.finish(self)
+
     def abort_switch(self, reason: str) -> None:
         """Drop the switch in flight at this boundary (every rank calls it: one agreement on whether
         a transfer broke the side group, which is then rebuilt); the old layout is untouched."""

@@ -331,10 +331,29 @@ class TorchExecutor:
         return SwitchStatus.IN_FLIGHT
 
     def commit_switch(self, plan: TransitionPlan) -> float:
+        return self._hand_off(plan, self.runner.commit_switch)
+
+    def unmoved_requests(self) -> list[int] | None:
+        """The decoding requests the destination of the incremental move in flight lacks, once a
+        group has landed and one of its requests still runs (None: the switch can still abort, the
+        source whole). Requests being prefilled, or that joined during the move, are written to
+        both layouts (transitions.py) and are not listed. The same on every rank (groups land at
+        agreed boundaries)."""
+        sw, runner = self.runner.switch, self.runner
+        if sw is None or sw.inc is None or not sw.in_flight or not any(q in runner.seq_lens for q in sw.landed):
+            return None
+        return [q for q in runner.order if q not in sw.landed and q not in sw.held_back]
+
+    def finish_switch(self, plan: TransitionPlan) -> float:
+        """Commit the incremental move in flight with what has landed, the requests it lacked
+        already retired by the loop (runtime_policy/switching.py `finish_move`); the stall."""
+        return self._hand_off(plan, self.runner.finish_switch)
+
+    def _hand_off(self, plan: TransitionPlan, commit) -> float:
         runner = self.runner
         before = kv_checksum(collect_logical_kv(runner)) if self.options.check_kv else None
         t0 = time.perf_counter()
-        runner.commit_switch()
+        commit()
         if runner.g.is_cuda:
             torch.cuda.synchronize(runner.g.device)
         stall = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
@@ -345,6 +364,8 @@ class TorchExecutor:
         return self.sim.commit_switch(plan) if self.sim is not None else float(stall.item())
 
     def abort_switch(self, plan: TransitionPlan) -> None:
+        """Drop the switch in flight (nothing of it landed: the loop finishes a move that has,
+        `finish_switch`)."""
         self.runner.abort_switch("aborted by the serving loop")
 
 

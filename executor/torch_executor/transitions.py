@@ -61,7 +61,10 @@ every rank computes every request's latent (kv_a and the residual are replicated
   destination pages freed, its source pages never were) and moved again from the next boundary,
   planned afresh at its lengths then (`MAX_GROUP_RETRIES`; an injected fault fires once). So at
   every boundary each request's KV is whole in exactly one serving layout. The commit's fallback is
-  the old layout only while no group has landed (else a failure after it moves forward).
+  the old layout only while no group has landed (else a failure after it moves forward). A move
+  that must end early after a group landed (the serving loop's destination pool filled:
+  runtime_policy/switching.py `finish_move`) is not aborted: the caller retires the requests not
+  yet landed (their pages in both layouts freed) and `finish` commits what has landed.
 What it does not do: choose when to switch (runtime_policy); admit a request the serving layout
 has no room for even with the switch's memory given back (the caller's accounting: it raises on
 that rank, as without a switch); or bring a dead rank back.
@@ -568,12 +571,28 @@ class Transition:
         self.reason = (f"the first step after the commit failed ({reason}); dropped the {old_kind} fallback "
                        f"and retried in {runner.state.kind}")
 
+    def finish(self, runner) -> None:
+        """Commit an incremental move with the groups landed so far (module docstring): every
+        running request is landed or written to both layouts (prefilling at the start, or joined
+        during the move), the others having been retired by the caller — the group in flight's
+        destination pages went with them (`RankRunner.finish_request`). Same agreement as `commit`:
+        the serving loop calls it at the same boundary on every rank."""
+        if self.inc is None or self.state != SwitchState.COPYING or not self.landed:
+            raise RuntimeError(f"finish: no incremental move with landed groups in flight (state {self.state.value})")
+        lacking = sorted(q for q in runner.seq_lens if q not in self.landed and q not in self.held_back)
+        if lacking:
+            raise RuntimeError(f"finish: requests {lacking} are not in {self.plan.dst_kind} yet: retire them first")
+        if runner.side_stream is not None:
+            runner.side_stream.synchronize()  # the group in flight's last chunk may still be writing
+        self.commit(runner)
+
     def abort(self, runner, reason: str) -> None:
         if not self.in_flight:
             raise RuntimeError(f"abort in state {self.state.value}")
         if any(q in runner.seq_lens for q in self.landed):
-            raise RuntimeError(f"an incremental move with requests served in {self.plan.dst_kind} goes on "
-                               f"(it is retried, not aborted): {reason}")
+            raise RuntimeError(f"an incremental move with requests served in {self.plan.dst_kind} can't be aborted "
+                               f"(their source pages are freed): a fault retries its group, a full destination "
+                               f"finishes it (finish): {reason}")
         if runner.side_stream is not None:
             runner.side_stream.synchronize()
         old, new = runner.state, self.new
