@@ -174,15 +174,13 @@ class LayoutPolicy:
                 if same and i < j:  # (the throughput rule checks the HBM-only layout first)
                     self._dominated_by[j] = i
         dom = self._dominated_by
-        owner = self._owner
-        # per current layout: the (spread, owned) layouts priced first (None: all), the twins that
+        # per current layout: the mask of the layouts priced first (None: all), the twins that
         # take their HBM-only layout's step as a lower bound, and a flag per layout for the latter
         self._lean, self._lower = [], []
         for c in range(n):
             lean = [i for i in range(n) if dom[i] < 0 or i == c]
             pairs = tuple((j, dom[j]) for j in range(n) if dom[j] >= 0 and j != c)
-            self._lean.append((tuple(i for i in lean if not owner[i]), tuple(i for i in lean if owner[i]))
-                              if pairs else None)
+            self._lean.append(sum(1 << i for i in lean) if pairs else None)
             self._lower.append(pairs)
         # the throughput rule's candidates: the usable layouts but the current one, in index order (a
         # twin after its HBM-only layout), whether each passed its KV checks this call, and the
@@ -518,11 +516,10 @@ class LayoutPolicy:
                         capacity_stands_steps=REPRICE_EVERY_STEPS if priced else 0, candidate=best, payback_s=payback_s)
 
     def _subset(self, mask: int, cur: int, key: int) -> tuple:
-        """(the candidates in `mask`, in index order; the (spread, owned) layouts to price: they and
+        """(the candidates in `mask`, in index order; the mask of the layouts to price: they and
         `cur`), cached by `key` (at most 2^L × L entries, each built once)."""
         cands = tuple(i for i in range(self._n) if mask >> i & 1)
-        priced = sorted((*cands, cur))
-        sub = (cands, (tuple(i for i in priced if not self._owner[i]), tuple(i for i in priced if self._owner[i])))
+        sub = (cands, mask | 1 << cur)
         self._subsets[key] = sub
         return sub
 
