@@ -182,11 +182,14 @@ class LayoutPolicy:
             pairs = tuple((j, dom[j]) for j in range(n) if dom[j] >= 0 and j != c)
             self._lean.append(sum(1 << i for i in lean) if pairs else None)
             self._lower.append(pairs)
-        # the throughput rule's candidates: the usable layouts but the current one, in index order (a
-        # twin after its HBM-only layout), whether each passed its KV checks this call, and the
-        # layouts to price for each set of candidates (`_subset`)
-        self._others_ok = [tuple(i for i in range(n) if i != c and self._ok[i]) for c in range(n)]
-        self._passed = [False] * n
+        # the throughput rule's candidates per current layout: the usable layouts but the current one,
+        # in index order (a twin after its HBM-only layout; none whose HBM-only layout is the current
+        # one), each as (index, its bit, its HBM-only layout's bit or 0, KV share, pool bytes, the
+        # pool a target may fill: pool × (1 − headroom)); and the layouts to price for each set of
+        # candidates (`_subset`)
+        self._cand_rows = [tuple((i, 1 << i, 1 << dom[i] if dom[i] >= 0 else 0, self._share[i], self._pool[i],
+                                  self._pool[i] * self._headroom_keep)
+                                 for i in range(n) if i != c and self._ok[i] and dom[i] != c) for c in range(n)]
         self._subsets: dict[int, tuple] = {}
 
     @property
@@ -462,21 +465,17 @@ class LayoutPolicy:
         # ---- throughput (rule 2): the candidates by their KV first (no pricing), then only they and
         # the current layout priced, on the horizon's prefill statistics
         head_admits_cur = w > 0 and not blocked
-        keep, dom, passed = self._headroom_keep, self._dominated_by, self._passed
         mask = 0
-        for i in self._others_ok[cur]:
-            passed[i] = False
-            if busy[i] * share[i] * bpt > pool[i] * keep:  # = self._kv_bytes(i, busy)
+        for i, bit, dom_bit, sh, room, fill in self._cand_rows[cur]:
+            if busy[i] * sh * bpt > fill:  # = self._kv_bytes(i, busy) > pool × (1 − headroom)
                 continue
-            if head_admits_cur and (lite[i] + head) * share[i] * bpt > pool[i]:
+            if head_admits_cur and (lite[i] + head) * sh * bpt > room:
                 continue  # would stop admitting what the current layout admits
-            if grows and (busy[i] + growth[i]) * share[i] * bpt > pool[i] and not outgrown:
+            if grows and (busy[i] + growth[i]) * sh * bpt > room and not outgrown:
                 continue  # the running set's expected peak fits here now, and would not fit there
-            d = dom[i]
-            if d >= 0 and (d == cur or passed[d]):
-                continue  # a twin its HBM-only layout (a candidate, or the current one) can't lose to
-            passed[i] = True
-            mask |= 1 << i
+            if mask & dom_bit:
+                continue  # a twin its HBM-only layout (a candidate that passed) can't lose to
+            mask |= bit
         key = mask * 64 + cur
         sub = self._subsets.get(key)
         if sub is None:

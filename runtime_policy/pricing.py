@@ -121,6 +121,6 @@ class StepPricer:
             if len(self._chunk_cache) > ROW_CACHE_ENTRIES:
                 self._chunk_cache.clear()
             cr, cols = self.tables.chunk_rows_s, self.kernels.chunk_cols
-            crows = self._chunk_cache[(chunk, own_p)] = [cr[own_p if self.owner[i] else chunk, i, list(cols[i])].tolist()
-                                                         for i in self.layouts]
+            crows = self._chunk_cache[(chunk, own_p)] = [
+                cr[own_p if self.owner[i] else chunk, i, list(cols[i])].tolist() for i in self.layouts]
         return rows, crows

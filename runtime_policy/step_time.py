@@ -309,7 +309,8 @@ def layout_kernels(base_s: np.ndarray, chunk_rows_s: np.ndarray, c1_s: np.ndarra
             for r in range(n_res):
                 e = f"{base}{r}"
                 if chunked:
-                    parts = [f"{w} * {names[c]}" for w, c in (("lo", n_res + r), ("hi", 2 * n_res + r)) if col_used[c]]
+                    parts = [f"{w} * {names[c]}" for w, c in (("lo", n_res + r), ("hi", 2 * n_res + r))
+                             if col_used[c]]
                     inner = " + ".join(parts)
                     if col_used[r]:
                         e += f" + (p{r} + ({inner}))" if inner else f" + p{r}"
@@ -341,7 +342,8 @@ def layout_kernels(base_s: np.ndarray, chunk_rows_s: np.ndarray, c1_s: np.ndarra
                   + f"out[{i}] = (1.0 - f) * t_s + f * u_s\n" + tail)
         for src, body in ((decode_src, dec), (blend_src, bl)):
             src.append(f"    if mask & {1 << i}:  # layout {i}\n" + "".join(ind + x + "\n" for x in body.splitlines()))
-    source = ("def decode_steps(mask, rows, s1, s2, own, own_min, out, net):\n" + "".join(decode_src) + "    return out\n\n\n"
+    source = ("def decode_steps(mask, rows, s1, s2, own, own_min, out, net):\n" + "".join(decode_src)
+              + "    return out\n\n\n"
               + "def blended_steps(mask, rows, rows_n, crows, lo, hi, s1, s2, own, own_min, f, out, net):\n"
               + "".join(blend_src) + "    return out\n")
     namespace: dict = dict(consts)
