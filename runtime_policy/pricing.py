@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 
-from runtime_policy import step_time
 from runtime_policy.tables import StepTimeTable
 
 CHUNK_STEP = 1.03  # the prefill blend's chunk sizes, rounded to 3 % steps (cached rows)
