@@ -174,21 +174,22 @@ class LayoutPolicy:
                 if same and i < j:  # (the throughput rule checks the HBM-only layout first)
                     self._dominated_by[j] = i
         dom = self._dominated_by
-        owner = self._owner
-        # per current layout: the (spread, owned) layouts priced first (None: all), the twins that
+        # per current layout: the mask of the layouts priced first (None: all), the twins that
         # take their HBM-only layout's step as a lower bound, and a flag per layout for the latter
         self._lean, self._lower = [], []
         for c in range(n):
             lean = [i for i in range(n) if dom[i] < 0 or i == c]
             pairs = tuple((j, dom[j]) for j in range(n) if dom[j] >= 0 and j != c)
-            self._lean.append((tuple(i for i in lean if not owner[i]), tuple(i for i in lean if owner[i]))
-                              if pairs else None)
+            self._lean.append(sum(1 << i for i in lean) if pairs else None)
             self._lower.append(pairs)
-        # the throughput rule's candidates: the usable layouts but the current one, in index order (a
-        # twin after its HBM-only layout), whether each passed its KV checks this call, and the
-        # layouts to price for each set of candidates (`_subset`)
-        self._others_ok = [tuple(i for i in range(n) if i != c and self._ok[i]) for c in range(n)]
-        self._passed = [False] * n
+        # the throughput rule's candidates per current layout: the usable layouts but the current one,
+        # in index order (a twin after its HBM-only layout; none whose HBM-only layout is the current
+        # one), each as (index, its bit, its HBM-only layout's bit or 0, KV share, pool bytes, the
+        # pool a target may fill: pool × (1 − headroom)); and the layouts to price for each set of
+        # candidates (`_subset`)
+        self._cand_rows = [tuple((i, 1 << i, 1 << dom[i] if dom[i] >= 0 else 0, self._share[i], self._pool[i],
+                                  self._pool[i] * self._headroom_keep)
+                                 for i in range(n) if i != c and self._ok[i] and dom[i] != c) for c in range(n)]
         self._subsets: dict[int, tuple] = {}
 
     @property
@@ -464,21 +465,17 @@ class LayoutPolicy:
         # ---- throughput (rule 2): the candidates by their KV first (no pricing), then only they and
         # the current layout priced, on the horizon's prefill statistics
         head_admits_cur = w > 0 and not blocked
-        keep, dom, passed = self._headroom_keep, self._dominated_by, self._passed
         mask = 0
-        for i in self._others_ok[cur]:
-            passed[i] = False
-            if busy[i] * share[i] * bpt > pool[i] * keep:  # = self._kv_bytes(i, busy)
+        for i, bit, dom_bit, sh, room, fill in self._cand_rows[cur]:
+            if busy[i] * sh * bpt > fill:  # = self._kv_bytes(i, busy) > pool × (1 − headroom)
                 continue
-            if head_admits_cur and (lite[i] + head) * share[i] * bpt > pool[i]:
+            if head_admits_cur and (lite[i] + head) * sh * bpt > room:
                 continue  # would stop admitting what the current layout admits
-            if grows and (busy[i] + growth[i]) * share[i] * bpt > pool[i] and not outgrown:
+            if grows and (busy[i] + growth[i]) * sh * bpt > room and not outgrown:
                 continue  # the running set's expected peak fits here now, and would not fit there
-            d = dom[i]
-            if d >= 0 and (d == cur or passed[d]):
-                continue  # a twin its HBM-only layout (a candidate, or the current one) can't lose to
-            passed[i] = True
-            mask |= 1 << i
+            if mask & dom_bit:
+                continue  # a twin its HBM-only layout (a candidate that passed) can't lose to
+            mask |= bit
         key = mask * 64 + cur
         sub = self._subsets.get(key)
         if sub is None:
@@ -518,11 +515,10 @@ class LayoutPolicy:
                         capacity_stands_steps=REPRICE_EVERY_STEPS if priced else 0, candidate=best, payback_s=payback_s)
 
     def _subset(self, mask: int, cur: int, key: int) -> tuple:
-        """(the candidates in `mask`, in index order; the (spread, owned) layouts to price: they and
+        """(the candidates in `mask`, in index order; the mask of the layouts to price: they and
         `cur`), cached by `key` (at most 2^L × L entries, each built once)."""
         cands = tuple(i for i in range(self._n) if mask >> i & 1)
-        priced = sorted((*cands, cur))
-        sub = (cands, (tuple(i for i in priced if not self._owner[i]), tuple(i for i in priced if self._owner[i])))
+        sub = (cands, mask | 1 << cur)
         self._subsets[key] = sub
         return sub
 

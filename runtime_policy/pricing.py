@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 
-from runtime_policy import step_time
 from runtime_policy.tables import StepTimeTable
 
 CHUNK_STEP = 1.03  # the prefill blend's chunk sizes, rounded to 3 % steps (cached rows)
@@ -36,18 +35,13 @@ class StepPricer:
         self.layouts = range(n)
         groups = [int(g) for g in t.info.owner_groups]
         self.owner = [g > 1 for g in groups]
-        self.spread = tuple(i for i in range(n) if not self.owner[i])
-        # the layouts of several owner groups, by their group count (each count has its own busiest
-        # group): `step_times` takes the busiest and lightest group's tokens per layout
-        self.owned = tuple(i for i in range(n) if self.owner[i])
-        # per layout of several groups, filled per call: (busiest group's S1, S2, the chunk's group's S1, S2)
-        self._owner_sums: list = [None] * n
+        # the kernels compiled for this table's layouts (once per table: tables.py), and the mask of
+        # every layout (bit i: layout i), what `step_times` prices without a `subset`
+        self.kernels = t.layout_kernels
+        self.all_layouts = (1 << n) - 1
         self.n_base = max_batch + 1
         rows = t.base_rows_py  # NOTE: compiled once per table (a per-policy copy cost ~6 ms)
         self.base_py = rows[: self.n_base] if self.n_base <= len(rows) else t.base_s[: self.n_base].tolist()
-        self.c1 = t.c1_s.tolist()
-        self.c2 = t.c2_s.tolist()
-        self.alpha, self.over = float(t.alpha), float(t.overhead_s)
         self.knee = float(t.prefix_knee_tokens)
         self.max_chunk = t.max_prefill_tokens
         self.size_cap = 2.0 * t.max_prefill_tokens
@@ -60,38 +54,25 @@ class StepPricer:
 
     def step_times(self, b: int, s1: float, s2: float, own, own_min, prefill_fraction: float,
                    prefill_tokens: float, prefill_context: float, owner_share: float,
-                   subset: tuple[tuple[int, ...], tuple[int, ...]] | None = None) -> list[float]:
+                   subset: int | None = None) -> list[float]:
         """[L] step seconds of a batch of `b` decodes with sums `s1` (Σ min(L, top-k)) and `s2` (Σ L),
         whose busiest and lightest owner groups hold `own` and `own_min` KV tokens (per layout [L]
         lists or tuples; or one float each where every layout of several groups has the same count),
         and the observed prefill (share of steps with a chunk, tokens per step, their prefix, the
-        owner group's share). Returns `self.steps`, overwritten by the next call (copy what you
-        keep). NOTE: one kernel call for every layout: the layouts of several owner groups read
-        their own busiest group's sums from an [L] list filled in place (nothing allocated stays).
-        `subset`: (spread, owned) index tuples of the layouts to price (None: every one); the
-        others' entries of the answer are left as they were (the policy's twins, policy.py)."""
+        owner group's share). Every number finite (the policy checks its state first). Returns
+        `self.steps`, overwritten by the next call (copy what you keep). NOTE: one kernel call for
+        every layout (step_time.layout_kernels), nothing allocated that stays. `subset`: a bit mask
+        of the layouts to price (bit i: layout i; None: every one); the others' entries of the
+        answer are left as they were (the policy's twins, policy.py)."""
         # NOTE: min/max of two numbers spelled out (min(x, y) is x unless y < x): ~10 builtin calls
         # here would cost more than the arithmetic of one layout
-        scalar = type(own) is not list and type(own) is not tuple
-        sums = self._owner_sums
-        spread, owned = (self.spread, self.owned) if subset is None else subset
-        for i in owned:
-            hi, lo = (own, own_min) if scalar else (own[i], own_min[i])
-            frac = frac_min = 0.0
-            if s2 > 0:
-                frac, frac_min = hi / s2, lo / s2
-                if frac > 1.0:
-                    frac = 1.0
-                if frac_min > 1.0:
-                    frac_min = 1.0
-            # the decode-busiest group's sums, and the lightest group's (the chunk's)
-            sums[i] = (s1 * frac, s2 * frac, s1 * frac_min, s2 * frac_min)
+        if type(own) is not list and type(own) is not tuple:
+            own, own_min = [own] * len(self.owner), [own_min] * len(self.owner)
+        mask = self.all_layouts if subset is None else subset
         rows = self.base_py[b if b < self.n_base else self.n_base - 1]
-        out, net, c1, c2, alpha, over = self.steps, self.net, self.c1, self.c2, self.alpha, self.over
         f = prefill_fraction if prefill_fraction < 1.0 else 1.0
         if not (f > 0 and prefill_tokens > 0):
-            step_time.decode_steps(spread, owned, rows, c1, c2, s1, s2, sums, alpha, over, out, net)
-            return out
+            return self.kernels.decode_steps(mask, rows, s1, s2, own, own_min, self.steps, self.net)
         # the blend's chunk: its size rounded to 3 % steps and the owner's share to 1/32 (both running
         # means) so their rows are cached; NOTE: the chunk is capped at the tables' largest, so a size
         # past twice that (a tiny share of steps with prefill: tokens / f overflows) rounds to the cap
@@ -113,17 +94,17 @@ class StepPricer:
         lo = self.knee if self.knee < pfx else pfx  # = step_time.prefix_split(pfx, knee)
         # the chunk over every rank, next to the whole batch; on one group (the lightest), next to
         # the decode-busiest
-        step_time.blended_steps(spread, owned, rows, rows_n, crows, lo, pfx - lo, c1, c2, s1, s2, sums, f,
-                                alpha, over, out, net)
-        return out
+        return self.kernels.blended_steps(mask, rows, rows_n, crows, lo, pfx - lo, s1, s2, own, own_min, f,
+                                          self.steps, self.net)
 
     def net_share(self, layout: int, step_s: float) -> float:
         """The network-bytes share of `layout`'s last priced decode step (link contention)."""
         return self.net[layout] / step_s if step_s > 0 else 0.0
 
     def _chunk_rows(self, n: int, chunk: int, own_p: int) -> tuple[list, list]:
-        """The blend's base rows for n = b + chunk tokens, and each layout's chunk row (3R floats: the
-        whole chunk for spread layouts, the owner's share of it for owner layouts), cached."""
+        """The blend's base rows for n = b + chunk tokens, and each layout's chunk row (the columns of
+        its 3R its kernel reads, `LayoutKernels.chunk_cols`: the whole chunk for spread layouts, the
+        owner's share of it for owner layouts), cached."""
         if n > self.n_max:
             n = self.n_max
         if n < self.n_base:
@@ -138,7 +119,7 @@ class StepPricer:
         if crows is None:
             if len(self._chunk_cache) > ROW_CACHE_ENTRIES:
                 self._chunk_cache.clear()
-            cr = self.tables.chunk_rows_s
-            crows = self._chunk_cache[(chunk, own_p)] = [cr[own_p if self.owner[i] else chunk, i].tolist()
-                                                         for i in self.layouts]
+            cr, cols = self.tables.chunk_rows_s, self.kernels.chunk_cols
+            crows = self._chunk_cache[(chunk, own_p)] = [
+                cr[own_p if self.owner[i] else chunk, i, list(cols[i])].tolist() for i in self.layouts]
         return rows, crows

@@ -235,3 +235,117 @@ def owner_choice_np(busy: np.ndarray, own: np.ndarray, has_chunk: np.ndarray) ->
     a chunk and their max is at least the decode-busiest owner's."""
     use_own = has_chunk & (own.max(axis=-1) >= busy.max(axis=-1))
     return np.where(use_own[:, None], own, busy)
+
+
+class LayoutKernels:
+    """The policy's two per-set kernels (`decode_steps`, `blended_steps`) compiled for one table's
+    layouts, each layout's per-token coefficients written into the code as constants, and the
+    terms a coefficient or chunk column that is zero in every row of the table can't change left
+    out (`layout_kernels`). Called with a bit mask of the layouts to price (bit i: layout i);
+    writes `out[i]` and the decode step's network term `net[i]` of those, as the generic kernels
+    do; a layout of several owner groups derives its busiest and lightest group's sums from
+    `own[i]` and `own_min[i]` (KV tokens) itself, as `pricing.StepPricer` did before calling them.
+
+    `chunk_cols[i]`: the columns of a [3R] chunk row that layout i's blend reads, in order (the
+    pricer caches each layout's chunk row cut to them). Equal bit for bit to `decode_steps` /
+    `blended_steps` for finite s1, s2, lo, hi (tests/runtime_policy/test_layout_kernels.py)."""
+
+    def __init__(self, decode, blend, chunk_cols: tuple, source: str):
+        self.decode_steps, self.blended_steps, self.chunk_cols, self.source = decode, blend, chunk_cols, source
+
+
+def _negative_zero_layouts(a: np.ndarray) -> np.ndarray:
+    """[L] whether any entry of `a` [N, L, X] in each layout is −0.0 (such a layout keeps every
+    term: x + 0.0 == x for every other float, so a left-out s·0 or lo·0 changes no bit)."""
+    return ((a == 0) & np.signbit(a)).any(axis=(0, 2))
+
+
+def layout_kernels(base_s: np.ndarray, chunk_rows_s: np.ndarray, c1_s: np.ndarray, c2_s: np.ndarray,
+                   owner: list[bool], alpha: float, overhead_s: float) -> LayoutKernels:
+    """`LayoutKernels` of one table (base_s [N, L, R], chunk_rows_s [P, L, 3R], c1_s / c2_s [L, R],
+    `owner[i]`: layout i has several owner groups).
+    NOTE: a term is left out where its coefficient is zero in every row of the table: s1·k with
+    k = 0 is ±0.0 for a finite s1, and a table entry plus ±0.0 is that entry (no entry is −0.0,
+    `_negative_zero_layouts`, else the layout keeps every term); DS-V3.2's network and host-link columns carry
+    no per-token cost, so about half the products and sums go (decide p99 ~22 → ≤ 20 µs)."""
+    n_lay, n_res = c1_s.shape
+    net_index = min(NET_BYTES, n_res - 1)
+    consts: dict[str, float] = {}
+
+    def lit(x: float) -> str:
+        x = float(x)
+        if np.isfinite(x):
+            return repr(x)
+        name = f"_c{len(consts)}"
+        consts[name] = x
+        return name
+
+    over, a = lit(overhead_s), lit(alpha)
+    ind = "        "
+
+    def finish(t: str, mx: str) -> str:
+        out = f"{mx} = {t}0\n" + "".join(f"if {t}{r} > {mx}:\n    {mx} = {t}{r}\n" for r in range(1, n_res))
+        return out + f"{t}_s = {over} + {mx} + {a} * ({' + '.join(f'{t}{r}' for r in range(n_res))} - {mx})\n"
+
+    decode_src, blend_src, cols_all = [], [], []
+    keeps_all = _negative_zero_layouts(base_s) | _negative_zero_layouts(chunk_rows_s)
+    zero_cols = (chunk_rows_s == 0).all(axis=0)  # [L, 3R]
+    for i in range(n_lay):
+        fold = not keeps_all[i]
+        k, g = c1_s[i].tolist(), c2_s[i].tolist()
+        nz_k = [r for r in range(n_res) if not (fold and k[r] == 0)]
+        nz_g = [r for r in range(n_res) if not (fold and g[r] == 0)]
+        col_used = [not (fold and bool(zero_cols[i, c])) for c in range(3 * n_res)]
+        cols = tuple(c for c in range(3 * n_res) if col_used[c])
+        cols_all.append(cols)
+        names = {c: ("p", "l", "h")[c // n_res] + str(c % n_res) for c in range(3 * n_res)}
+
+        def products(sa: str, sb: str, x: str, y: str) -> str:
+            return ("".join(f"{x}{r} = {sa} * {lit(k[r])}\n" for r in nz_k)
+                    + "".join(f"{y}{r} = {sb} * {lit(g[r])}\n" for r in nz_g))
+
+        def terms(t: str, base: str, x: str, y: str, chunked: bool = False) -> str:
+            lines = []
+            for r in range(n_res):
+                e = f"{base}{r}"
+                if chunked:
+                    parts = [f"{w} * {names[c]}" for w, c in (("lo", n_res + r), ("hi", 2 * n_res + r))
+                             if col_used[c]]
+                    inner = " + ".join(parts)
+                    if col_used[r]:
+                        e += f" + (p{r} + ({inner}))" if inner else f" + p{r}"
+                    elif inner:
+                        e += f" + ({inner})"
+                e += (f" + {x}{r}" if r in nz_k else "") + (f" + {y}{r}" if r in nz_g else "")
+                lines.append(f"{t}{r} = {e}\n")
+            return "".join(lines)
+
+        unpack_b = f"{', '.join(f'b{r}' for r in range(n_res))}, = rows[{i}]\n"
+        unpack_n = f"{', '.join(f'n{r}' for r in range(n_res))}, = rows_n[{i}]\n"
+        unpack_c = f"{', '.join(names[c] for c in cols)}, = crows[{i}]\n" if cols else ""
+        tail = f"net[{i}] = t{net_index}\n"
+        if owner[i]:
+            sums = (f"gb, gl = own[{i}], own_min[{i}]\nfb = fl = 0.0\nif s2 > 0:\n    fb, fl = gb / s2, gl / s2\n"
+                    "    if fb > 1.0:\n        fb = 1.0\n    if fl > 1.0:\n        fl = 1.0\n")
+            dec = (unpack_b + sums + "bs1, bs2 = s1 * fb, s2 * fb\n" + products("bs1", "bs2", "x", "y")
+                   + terms("t", "b", "x", "y") + finish("t", "mt") + f"out[{i}] = t_s\n" + tail)
+            bl = (unpack_b + unpack_n + unpack_c + sums + "bs1, bs2 = s1 * fb, s2 * fb\nos1, os2 = s1 * fl, s2 * fl\n"
+                  + products("bs1", "bs2", "x", "y") + products("os1", "os2", "xo", "yo")
+                  + terms("t", "b", "x", "y") + terms("v", "n", "x", "y") + terms("u", "n", "xo", "yo", True)
+                  + finish("t", "mt") + finish("u", "mu") + finish("v", "mv") + "if mu < mv:\n    u_s = v_s\n"
+                  + f"out[{i}] = (1.0 - f) * t_s + f * u_s\n" + tail)
+        else:
+            dec = (unpack_b + products("s1", "s2", "x", "y") + terms("t", "b", "x", "y") + finish("t", "mt")
+                   + f"out[{i}] = t_s\n" + tail)
+            bl = (unpack_b + unpack_n + unpack_c + products("s1", "s2", "x", "y") + terms("t", "b", "x", "y")
+                  + terms("u", "n", "x", "y", True) + finish("t", "mt") + finish("u", "mu")
+                  + f"out[{i}] = (1.0 - f) * t_s + f * u_s\n" + tail)
+        for src, body in ((decode_src, dec), (blend_src, bl)):
+            src.append(f"    if mask & {1 << i}:  # layout {i}\n" + "".join(ind + x + "\n" for x in body.splitlines()))
+    source = ("def decode_steps(mask, rows, s1, s2, own, own_min, out, net):\n" + "".join(decode_src)
+              + "    return out\n\n\n"
+              + "def blended_steps(mask, rows, rows_n, crows, lo, hi, s1, s2, own, own_min, f, out, net):\n"
+              + "".join(blend_src) + "    return out\n")
+    namespace: dict = dict(consts)
+    exec(compile(source, f"<step_time layout kernels, {n_lay} layouts>", "exec"), namespace)  # noqa: S102
+    return LayoutKernels(namespace["decode_steps"], namespace["blended_steps"], tuple(cols_all), source)

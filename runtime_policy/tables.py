@@ -54,6 +54,7 @@ Does not: decide anything, or know about requests (see policy.py, loop.py).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -212,6 +213,23 @@ class StepTimeTable:
     message_latency_s: float
     host_kv_fraction: float = 0.0  # of a token's KV bytes, the part a host tier keeps in host memory (0: no tier)
     host_link_bytes_per_s: float = float("inf")  # the host link a tier's pages move over (runtime_policy/host_tier_tables.py)
+
+    def __getstate__(self) -> dict:
+        """Pickled without the compiled kernels (functions of generated code don't pickle; a rank
+        process compiles its own, `layout_kernels`)."""
+        state = self.__dict__.copy()
+        state.pop("layout_kernels", None)
+        return state
+
+    @cached_property
+    def layout_kernels(self) -> step_time.LayoutKernels:
+        """The policy's kernels compiled for these tables (step_time.layout_kernels), built on first
+        use and kept with the table (NOTE: a cached property, not a field: `dataclasses.replace`
+        makes a table with other rows, and that table compiles its own; ~20-50 ms, once per table,
+        not once per policy)."""
+        owner = [int(g) > 1 for g in self.info.owner_groups]
+        return step_time.layout_kernels(self.base_s, self.chunk_rows_s, self.c1_s, self.c2_s, owner, self.alpha,
+                                        self.overhead_s)
 
     def combine(self, terms: np.ndarray) -> np.ndarray:
         """Step seconds from per-resource seconds on the last axis (step_time.combine)."""

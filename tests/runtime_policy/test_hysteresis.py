@@ -45,7 +45,12 @@ def test_two_layouts_within_one_percent_make_no_thrash(glm5):
                                                                   max_switches_per_minute=1e9, payback_horizon_s=1e9))
     new = simulate(glm5, w, "dynamic", "fcfs")
     assert len(old["switches"]) >= 10  # the thrash this guards against (34 at this seed)
+    # NOTE: 2 are left (TP -> CP -> TP), both throughput switches on a batch of a few requests
+    # predicted 5.2-5.4 % faster; a tie margin at the step model's measured ordering error (p90
+    # 8.8 %) moves them to 9.3-9.6 % rather than removing them (docs/runtime-policy.md, "Why not zero
+    # switches there")
     assert len(new["switches"]) <= 2, new["switches"]
+    assert all(s["reason"] == "switch_throughput" for s in new["switches"])
     gaps = np.diff([s["at_s"] for s in new["switches"]])
     assert (gaps >= 60.0 / PolicyKnobs().max_switches_per_minute).all()
     assert _tput(new) >= 0.99 * max(_tput(tp), _tput(cp))
