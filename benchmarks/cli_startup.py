@@ -2,7 +2,8 @@
 
 Each command runs `--repeat` times as a fresh subprocess (`python -c "from cli.main import main; main()"`
 from the checkout's root, what the `floorfirst` console script runs), after one warm-up call that
-compiles the checkout's .pyc files; the medians, minima and maxima go to `<out>/cli_startup.json`.
+compiles the checkout's .pyc files; the medians, minima and maxima of the wall time and of the call's
+CPU time (user + sys, less disturbed by other jobs sharing the cores) go to `<out>/cli_startup.json`.
 With `--base ROOT` (another checkout of the project, e.g. `git archive main | tar -x -C /tmp/base`)
 the same commands run from both roots, alternating call by call, so both see the same load; the
 document then holds both and the ratio of the medians (this checkout / base).
@@ -23,6 +24,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -62,13 +64,24 @@ LAUNCH = "import sys; sys.argv[0] = 'floorfirst'; from cli.main import main; mai
 
 def _call(root: Path, argv: list[str], importtime: bool = False, check: bool = True) -> tuple[float, subprocess.CompletedProcess]:
     cmd = [sys.executable] + (["-X", "importtime"] if importtime else []) + ["-c", LAUNCH, *argv]
-    env = {**os.environ, "COLUMNS": "100"}
+    # NOTE: .pyc files written and read, as an installed package has them: with PYTHONDONTWRITEBYTECODE
+    # set (some shells and CI images do) every call compiled each edited module from source
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"} | {"COLUMNS": "100"}
     t0 = time.perf_counter()
     run = subprocess.run(cmd, cwd=root, capture_output=True, text=True, env=env, timeout=300)
     wall = time.perf_counter() - t0
+    _CPU.append(_children_cpu_s())
     if check and run.returncode != 0:
         raise SystemExit(f"{root}: floorfirst {' '.join(argv)} exited {run.returncode}: {run.stderr[-500:]}")
     return wall, run
+
+
+def _children_cpu_s() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+_CPU: list[float] = [0.0]  # reaped children's CPU seconds after each call: a call's CPU time is the step
 
 
 def _import_ms_by_package(stderr: str) -> dict[str, float]:
@@ -128,6 +141,7 @@ def main() -> None:
         return
     names = list(COMMANDS) if not args.commands else [c.strip() for c in args.commands.split(",")]
     walls: dict[str, dict[str, list[float]]] = {r: {c: [] for c in names} for r in roots}
+    cpus: dict[str, dict[str, list[float]]] = {r: {c: [] for c in names} for r in roots}
     for c in names:  # warm-up: .pyc files, the page cache, any cache a command keeps
         for r, root in roots.items():
             _call(root, COMMANDS[c])
@@ -135,17 +149,21 @@ def main() -> None:
         for c in names:
             for r, root in roots.items():
                 walls[r][c].append(_call(root, COMMANDS[c])[0])
+                cpus[r][c].append(_CPU[-1] - _CPU[-2])
     doc: dict = {
         "benchmark": "cli_startup", "repeat": args.repeat,
         "python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),
         "load_average_at_end": list(os.getloadavg()),
         "roots": {r: str(p) for r, p in roots.items()},
         "commands": {c: {r: _stats(walls[r][c]) for r in roots} for c in names},
+        "cpu_user_plus_sys": {c: {r: _stats(cpus[r][c]) for r in roots} for c in names},
     }
     if "base" in roots:
         for c in names:
             doc["commands"][c]["ratio_this_over_base"] = round(
                 statistics.median(walls["this"][c]) / statistics.median(walls["base"][c]), 3)
+            doc["cpu_user_plus_sys"][c]["ratio_this_over_base"] = round(
+                statistics.median(cpus["this"][c]) / statistics.median(cpus["base"][c]), 3)
     if args.importtime:
         doc["import_ms_by_package"] = {c: {r: _import_ms_by_package(_call(root, COMMANDS[c], importtime=True)[1].stderr)
                                            for r, root in roots.items()} for c in names}

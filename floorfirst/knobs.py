@@ -11,7 +11,7 @@ builds one: a layout the model can't run is that command's answer, not the spec'
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -24,7 +24,7 @@ class DeploymentSpec(BaseModel):
 
     # NOTE: descriptions as Field(description=...), not attribute docstrings: use_attribute_docstrings reads
     # and parses this file's source when the class is built, ~20 ms of every CLI call's start (-X importtime)
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     model: str = Field(DEFAULTS["model"], description="Built-in card name, a Hugging Face config.json (or its folder), or a repo id (its checkpoint's dtype).")
     hardware: str = Field(DEFAULTS["hardware"], description="Built-in GPU name or a hardware YAML file.")
@@ -44,9 +44,17 @@ class DeploymentSpec(BaseModel):
 
     @classmethod
     def of(cls, **knobs: Any) -> "DeploymentSpec":
-        """The spec of these knobs; a knob that isn't one, or a value of the wrong type, is one SpecError line."""
+        """The spec of these knobs; a knob that isn't one, or a value of the wrong type, is one SpecError line.
+
+        NOTE: knobs that are all of their field's exact type (what the CLI's options give) make the
+        spec without pydantic's validation, which would return the same values (no field has a
+        constraint or a converter): building the validator was ~20 ms of a CLI call's start. Any
+        other value goes through the validation, with its error line."""
+        values = {k: getattr(v, "value", v) for k, v in knobs.items()}
+        if all(k in _KNOB_TYPES and type(v) in _KNOB_TYPES[k] for k, v in values.items()):
+            return cls.model_construct(**values)
         try:
-            return cls(**{k: getattr(v, "value", v) for k, v in knobs.items()})
+            return cls(**values)
         except ValidationError as exc:
             raise SpecError(_knob_error(exc)) from None
 
@@ -61,10 +69,13 @@ class DeploymentSpec(BaseModel):
 
     def changed(self, **knobs: Any) -> "DeploymentSpec":
         """A copy with these knobs changed (validated)."""
-        return DeploymentSpec.of(**{**self.model_dump(), **knobs})
+        return DeploymentSpec.of(**{**{k: getattr(self, k) for k in KNOBS}, **knobs})
 
 
 KNOBS = tuple(DeploymentSpec.model_fields)
+# knob -> the exact types its field holds (`int | None` -> (int, NoneType)): DeploymentSpec.of's fast path
+_KNOB_TYPES: dict[str, tuple[type, ...]] = {
+    k: tuple(get_args(f.annotation) or (f.annotation,)) for k, f in DeploymentSpec.model_fields.items()}
 
 
 def _knob_error(exc: ValidationError) -> str:
