@@ -37,9 +37,11 @@ MODELS = {
     "capacity": ("CapacityResult", {}),
     "simulate": ("SimulateResult", {}),
     "simulate_disagg": ("SimulateDisaggResult", {"DisaggPool": "pool"}),
+    "error": ("ErrorResult", {}),
 }
 # command → its schema's title, where the command line is not `floorfirst <command> --json`
-TITLES = {"simulate_disagg": "floorfirst simulate --disagg xPyD --json"}
+TITLES = {"simulate_disagg": "floorfirst simulate --disagg xPyD --json",
+          "error": "floorfirst <command> --json, when the command produced no document"}
 _SCALARS = {int: "integer", float: "number", str: "string", bool: "boolean"}
 
 
@@ -150,11 +152,12 @@ def model_node(cls, defs: dict[str, str] | None = None, used: dict[str, dict] | 
 
 def model_of(command: str):
     """The model class of `command`'s document (floorfirst/results.py or floorfirst/served.py)."""
+    import floorfirst.error_result as error_result
     import floorfirst.results as results
     import floorfirst.served as served
 
     name = MODELS[command][0]
-    return getattr(results, name, None) or getattr(served, name)
+    return getattr(results, name, None) or getattr(served, name, None) or getattr(error_result, name)
 
 
 def schema_of(command: str) -> dict[str, Any]:
@@ -175,6 +178,8 @@ def schema_of(command: str) -> dict[str, Any]:
         "properties": {"schema": {"const": schema_name(command), "description": SCHEMA_KEY}, **body["properties"]},
         "required": ["schema", *body["required"]],
     }
+    if cls.model_config.get("extra") == "forbid":  # a closed document (the error): no other key
+        out["additionalProperties"] = False
     if used:
         out["$defs"] = used
     return out
