@@ -1,5 +1,5 @@
 """The typed documents floorfirst's functions return: `PlanResult` (floor), `CompareResult`,
-`CapacityResult` (and, in floorfirst/served.py, `SimulateResult` and `SimulateDisaggResult`), and the
+`CapacityResult`, `TriageResult` (and, in floorfirst/served.py, `SimulateResult` and `SimulateDisaggResult`), and the
 parts they are built of. Their fields are the keys of the command's `--json` document
 (docs/json-contracts.md), units in the names (`_s` seconds, `_bytes`, `_tokens`, `_per_s`,
 `_fraction`, `_gib` GiB; a key without a unit is a count, a name or an enum); `document()` gives
@@ -11,8 +11,8 @@ or infinity. Free-form parts (an engine's memory plan, per-component byte counts
 NOTE: the models allow keys they don't declare (`model_extra`), so a key a command adds reaches
 the caller instead of failing the call; tests/floorfirst fail until it is declared here.
 
-The schemas of floor, compare, capacity, simulate and simulate --disagg are written from these
-models and floorfirst/served.py's (schemas/generate.py, through schemas/from_models.py): a field's
+The schemas of floor, compare, capacity, triage, simulate and simulate --disagg are written from
+these models and floorfirst/served.py's (and the error document's from floorfirst/error_result.py) (schemas/generate.py, through schemas/from_models.py): a field's
 docstring is its key's description and `_kw(...)` its schema keywords (minimum, enum, a registry's
 names, or `part(...)`: the hand-written key-by-key contract of a free-form dict in schemas/parts/).
 A field without a docstring can't be written; a field with `exclude=True` (per_request, timeline)
@@ -509,3 +509,101 @@ class CapacityResult(Document):
             if x.attn == attn and (moe is None or x.moe == moe):
                 return x
         raise KeyError(f"{attn}/{moe or '*'}")
+
+
+# ---- triage: one measured step against its floors -------------------------------------------------
+
+# NOTE: the timed resources' names as the planner lists them (planner.resources), never typed here
+def _timed_resources() -> list[str]:
+    from planner.resources import TIMED_RESOURCES
+
+    return list(TIMED_RESOURCES)
+
+
+ResourceName = Annotated[str, _kw(enum=_timed_resources())]
+
+
+class TriageTimes(_Part):
+    """The timed resources (planner.TIMED_RESOURCES), seconds."""
+
+    hbm: Amount
+    """hbm time, seconds."""
+    compute: Amount
+    """compute time, seconds."""
+    network_bytes: Amount
+    """network_bytes time, seconds."""
+    network_messages: Amount
+    """network_messages time, seconds."""
+    host_link: Amount = None
+    """host_link time (a host KV tier's fetches), seconds."""
+
+
+class TriageCalibrated(_Part):
+    """The measurement read against a calibrated prediction (only with --calibration); then profile/profile_resource
+    follow it."""
+
+    calibration: str
+    """The calibration artifact's path."""
+    predicted_s: Amount
+    """Calibrated prediction, seconds."""
+    residual_fraction: float
+    """(measured − predicted) / predicted."""
+    verdict: Annotated[str, _kw(enum=["below_prediction", "as_predicted", "above_prediction"])]
+    """Against the prediction, within ± threshold."""
+    explanation: str
+    """One sentence."""
+
+
+class TriageResult(Document):
+    """A measured step placed against its floors: overlap quality, a violated floor, or a residual over the sum and
+    the resource to profile."""
+
+    command: ClassVar[str] = "triage"
+
+    model: str
+    """Model name (built-in card name or the config.json's model name)."""
+    hardware: str
+    """GPU name (built-in or from the hardware YAML)."""
+    gpus: Count
+    """GPUs in the deployment, all replicas."""
+    attn: AttnName
+    """Attention layout: tp, cp (context parallel), dp (DP-attention) or dop (decoupled ownership)."""
+    moe: MoeName
+    """MoE split: ep (experts spread over ranks) or tp (every expert split over ranks); tp for dense models."""
+    batch: Tally
+    """Decode requests, whole deployment."""
+    context_mean_tokens: Amount
+    """Mean context, tokens."""
+    pricing: Annotated[str, _kw(enum=["datasheet", "achieved"])]
+    """Floor pricing."""
+    prefill_tokens: Amount
+    """Prefill chunk tokens run in the same step (one request's), per group."""
+    prefill_context_tokens: Amount
+    """Tokens the prefilling request already has cached (the prefix its chunk attends to); 0 without prefill."""
+    measured_s: Annotated[float, _kw(exclusiveMinimum=0)]
+    """The measured step, seconds."""
+    floor_max_s: Amount
+    """Optimistic floor, seconds."""
+    floor_sum_s: Amount
+    """Pessimistic floor, seconds."""
+    times_s: TriageTimes
+    """The timed resources (planner.TIMED_RESOURCES), seconds."""
+    verdict: Annotated[str, _kw(enum=["below_floor", "inside", "above_sum"])]
+    """below_floor (faster than the optimistic floor: a spec or the model is wrong), inside [max, sum], or above_sum."""
+    overlap_quality: Maybe
+    """Inside: (sum − measured) ÷ (sum − max), 1 = perfect overlap; null otherwise."""
+    residual_fraction: Maybe
+    """Above sum: (measured − sum) ÷ sum; null otherwise."""
+    violated_resources: list[Annotated[ResourceName, _kw(description="Resource.")]]
+    """Below floor: timed resources that alone take longer than the measurement."""
+    threshold_fraction: Amount
+    """Residual over floor_sum that calls for a profiler (default 0.15)."""
+    profile: bool
+    """Whether to open a profiler: above_sum and residual_fraction > threshold_fraction."""
+    profile_resource: Annotated[str | None, _kw(enum=[*_timed_resources(), None])]
+    """Resource to profile (the largest term) when profile is true; null otherwise."""
+    explanation: str
+    """The verdict in one sentence."""
+    calibrated: TriageCalibrated | None = None
+    """The measurement read against a calibrated prediction (only with --calibration); then profile/profile_resource
+    follow it."""

@@ -1,5 +1,5 @@
 """The JSON Schemas of the commands whose documents are typed (floorfirst/results.py,
-floorfirst/served.py), written from those pydantic models: every key, its type, whether it may be
+floorfirst/served.py, floorfirst/error_result.py), written from those pydantic models: every key, its type, whether it may be
 null, whether it is always there, and its description (the field's docstring) come from the model,
 so a document, its model and its schema can't disagree.
 
@@ -38,10 +38,12 @@ MODELS = {
     "simulate": ("SimulateResult", {}),
     "simulate_disagg": ("SimulateDisaggResult", {"DisaggPool": "pool"}),
     "error": ("ErrorResult", {}),
+    "triage": ("TriageResult", {}),
 }
 # command → its schema's title, where the command line is not `floorfirst <command> --json`
 TITLES = {"simulate_disagg": "floorfirst simulate --disagg xPyD --json",
-          "error": "floorfirst <command> --json, when the command produced no document"}
+          "error": "floorfirst <command> --json, when the command produced no document",
+          "triage": "floorfirst triage --measured-ms --json"}
 _SCALARS = {int: "integer", float: "number", str: "string", bool: "boolean"}
 
 

@@ -1,0 +1,55 @@
+"""Documents whose schemas are written from pydantic models but which the CLI still builds as dicts
+(to start without importing every document's model: floorfirst.results costs a call ~50 ms): the
+document a command prints is its model's document, key for key and in order, every key declared
+(none left in model_extra), so the document, the model and the schema generated from it can't drift."""
+
+import json
+
+import pytest
+from pydantic import BaseModel
+
+from cli.main import main
+from floorfirst.error_result import ErrorResult
+from floorfirst.results import TriageResult
+
+PRIOR = "calibration/priors/h200-sglang.json"
+
+
+def cli_json(capsys, *args, code=0):
+    with pytest.raises(SystemExit) as exc:
+        main([*args, "--json"])
+    out = capsys.readouterr()
+    assert exc.value.code == code, out.err
+    return out.out
+
+
+def undeclared(m, path="") -> list[str]:
+    out = [f"{path}{k}" for k in (m.model_extra or {})]
+    for name in type(m).model_fields:
+        v = getattr(m, name)
+        if isinstance(v, BaseModel):
+            out += undeclared(v, f"{path}{name}.")
+    return out
+
+
+@pytest.mark.parametrize("args", [
+    ["--measured-ms", "30", "--attn", "dp", "--batch", "32", "--context", "8k"],  # above the sum
+    ["--measured-ms", "1", "--attn", "tp", "--batch", "64", "--context", "32k"],  # below the floor
+    ["--measured-ms", "12", "--attn", "dp", "--batch", "64", "--context", "32k", "--prefill-tokens", "2048",
+     "--prefill-context", "8k"],
+    ["--measured-ms", "30", "--attn", "dp", "--batch", "32", "--context", "8k", "--calibration", PRIOR],
+], ids=["above", "below", "prefill", "calibrated"])
+def test_triage_prints_its_models_document(capsys, args):
+    text = cli_json(capsys, "triage", *args)
+    doc = json.loads(text)
+    result = TriageResult.model_validate({k: v for k, v in doc.items() if k != "schema"})
+    assert undeclared(result) == []
+    assert result.document() == doc
+    assert list(result.document()) == list(doc)  # the same keys in the same order
+    assert ("calibrated" in doc) == ("--calibration" in args)
+
+
+@pytest.mark.parametrize("args,code", [(["floor", "--gpus", "0"], 2), (["floor", "--model", "no-such-model"], 2)])
+def test_an_error_prints_its_models_document(capsys, args, code):
+    doc = json.loads(cli_json(capsys, *args, code=code))
+    assert ErrorResult.model_validate({k: v for k, v in doc.items() if k != "schema"}).document() == doc
