@@ -1,5 +1,5 @@
 """The typed documents floorfirst's functions return: `PlanResult` (floor), `CompareResult`,
-`CapacityResult`, `TriageResult` (and, in floorfirst/served.py, `SimulateResult` and `SimulateDisaggResult`), and the
+`CapacityResult`, `TriageResult`, `ExplainLaunchResult` (and, in floorfirst/served.py, `SimulateResult` and `SimulateDisaggResult`), and the
 parts they are built of. Their fields are the keys of the command's `--json` document
 (docs/json-contracts.md), units in the names (`_s` seconds, `_bytes`, `_tokens`, `_per_s`,
 `_fraction`, `_gib` GiB; a key without a unit is a count, a name or an enum); `document()` gives
@@ -11,8 +11,8 @@ or infinity. Free-form parts (an engine's memory plan, per-component byte counts
 NOTE: the models allow keys they don't declare (`model_extra`), so a key a command adds reaches
 the caller instead of failing the call; tests/floorfirst fail until it is declared here.
 
-The schemas of floor, compare, capacity, triage, simulate and simulate --disagg are written from
-these models and floorfirst/served.py's (and the error document's from floorfirst/error_result.py) (schemas/generate.py, through schemas/from_models.py): a field's
+The schemas of floor, compare, capacity, triage, explain-launch, simulate and simulate --disagg are
+written from these models and floorfirst/served.py's (and the error document's from floorfirst/error_result.py) (schemas/generate.py, through schemas/from_models.py): a field's
 docstring is its key's description and `_kw(...)` its schema keywords (minimum, enum, a registry's
 names, or `part(...)`: the hand-written key-by-key contract of a free-form dict in schemas/parts/).
 A field without a docstring can't be written; a field with `exclude=True` (per_request, timeline)
@@ -534,7 +534,7 @@ class TriageTimes(_Part):
     """network_bytes time, seconds."""
     network_messages: Amount
     """network_messages time, seconds."""
-    host_link: Amount = None
+    host_link: Amount | None = None
     """host_link time (a host KV tier's fetches), seconds."""
 
 
@@ -607,3 +607,75 @@ class TriageResult(Document):
     calibrated: TriageCalibrated | None = None
     """The measurement read against a calibrated prediction (only with --calibration); then profile/profile_resource
     follow it."""
+
+
+# ---- explain-launch: a launch command read as a deployment -----------------------------------------
+
+EngineName = Annotated[str, _kw(**{"x-registry": "engines"})]
+
+
+class LaunchOptions(_Part):
+    """The floorfirst options the command stands for (python names: model, gpus, replicas, attn, moe, nodes,
+    mem_fraction, kv_dtype, page_tokens, weight_dtype, engine)."""
+
+    model: str | None = None
+    """What --model gets: a built-in card, a config.json path, or a Hugging Face repo id (read from the local cache,
+    or a built-in card with the weights of its quantization suffix: planner/models/repo_ids.py)."""
+    gpus: Count
+    """GPUs in the deployment, all replicas."""
+    replicas: Count
+    """Replicas of the group."""
+    attn: AttnName
+    """Attention layout."""
+    moe: MoeName
+    """MoE split."""
+    nodes: Count | None = None
+    """Nodes the deployment spans."""
+    mem_fraction: Annotated[float, _kw(exclusiveMinimum=0)] | None = None
+    """The engine's memory fraction (SGLang mem_fraction_static, vLLM gpu_memory_utilization, TensorRT-LLM
+    free_gpu_memory_fraction)."""
+    kv_dtype: str | None = None
+    """KV cache dtype as the engine spells it."""
+    page_tokens: Count | None = None
+    """KV page size, tokens."""
+    weight_dtype: WeightDtype | None = None
+    """Weight dtype read from the quantization flag."""
+    engine: EngineName
+    """Whose memory model sizes the pool."""
+
+
+class LaunchReading(_Part):
+    """One flag."""
+
+    flag: str
+    """The flag as written (an alias or abbreviation is followed by its canonical reading)."""
+    value: str
+    """Its value as written (true for a switch)."""
+    meaning: str
+    """What floorfirst made of it."""
+
+
+class ExplainLaunchResult(Document):
+    """An SGLang, vLLM or TensorRT-LLM launch command read as a floorfirst deployment: the options it stands for, how
+    each flag was read, what the engine would do that floorfirst does not model."""
+
+    command: ClassVar[str] = "explain_launch"
+
+    engine: EngineName
+    """The engine the command launches."""
+    model_given: str | None
+    """The model as the command names it (repo id, folder or path); null when it names none."""
+    options: LaunchOptions
+    """The floorfirst options the command stands for (python names: model, gpus, replicas, attn, moe, nodes,
+    mem_fraction, kv_dtype, page_tokens, weight_dtype, engine)."""
+    readings: list[LaunchReading]
+    """Each flag that sets part of the deployment, in the order read."""
+    not_modelled: list[Annotated[str, _kw(description="One effect.")]]
+    """What the engine would do that floorfirst does not model, one sentence each."""
+    ignored: list[Annotated[str, _kw(description="A flag.")]]
+    """Flags with no effect on the deployment (host, port, logging, …)."""
+    max_context_tokens: Annotated[int | None, _kw(minimum=1)]
+    """The context window the command sets (vLLM --max-model-len, SGLang --context-length), tokens; null when it sets
+    none."""
+    floorfirst_options: list[Annotated[str, _kw(description="One argument.")]]
+    """The same deployment as floorfirst command-line options."""

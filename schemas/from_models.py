@@ -39,11 +39,12 @@ MODELS = {
     "simulate_disagg": ("SimulateDisaggResult", {"DisaggPool": "pool"}),
     "error": ("ErrorResult", {}),
     "triage": ("TriageResult", {}),
+    "explain_launch": ("ExplainLaunchResult", {}),
 }
 # command → its schema's title, where the command line is not `floorfirst <command> --json`
 TITLES = {"simulate_disagg": "floorfirst simulate --disagg xPyD --json",
           "error": "floorfirst <command> --json, when the command produced no document",
-          "triage": "floorfirst triage --measured-ms --json"}
+          "triage": "floorfirst triage --measured-ms --json", "explain_launch": "floorfirst explain-launch --json"}
 _SCALARS = {int: "integer", float: "number", str: "string", bool: "boolean"}
 
 

@@ -53,3 +53,21 @@ def test_triage_prints_its_models_document(capsys, args):
 def test_an_error_prints_its_models_document(capsys, args, code):
     doc = json.loads(cli_json(capsys, *args, code=code))
     assert ErrorResult.model_validate({k: v for k, v in doc.items() if k != "schema"}).document() == doc
+
+
+LAUNCHES = [
+    "python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3.2 --tp 8 --dp 8 --enable-dp-attention "
+    "--mem-fraction-static 0.85 --kv-cache-dtype fp8_e4m3 --chunked-prefill-size 8192 --port 30000",
+    "vllm serve Qwen/Qwen3-235B-A22B-FP8 -tp 8 --enable-expert-parallel --max-model-len 32768 --block-size 64",
+    "vllm serve nvidia/DeepSeek-V3.2-NVFP4 -tp 4",
+]
+
+
+@pytest.mark.parametrize("launch", LAUNCHES, ids=range(len(LAUNCHES)))
+def test_explain_launch_prints_its_models_document(capsys, launch):
+    from floorfirst.results import ExplainLaunchResult
+
+    doc = json.loads(cli_json(capsys, "explain-launch", launch))
+    result = ExplainLaunchResult.model_validate({k: v for k, v in doc.items() if k != "schema"})
+    assert undeclared(result) == []
+    assert result.document() == doc and list(result.document()) == list(doc)
