@@ -1,5 +1,5 @@
 """The typed documents floorfirst's functions return: `PlanResult` (floor), `CompareResult`,
-`CapacityResult`, `TriageResult`, `ExplainLaunchResult` (and, in floorfirst/served.py, `SimulateResult` and `SimulateDisaggResult`), and the
+`CapacityResult`, `TriageResult`, `ExplainLaunchResult`, `HardwareResult` (and, in floorfirst/served.py, `SimulateResult` and `SimulateDisaggResult`), and the
 parts they are built of. Their fields are the keys of the command's `--json` document
 (docs/json-contracts.md), units in the names (`_s` seconds, `_bytes`, `_tokens`, `_per_s`,
 `_fraction`, `_gib` GiB; a key without a unit is a count, a name or an enum); `document()` gives
@@ -11,8 +11,8 @@ or infinity. Free-form parts (an engine's memory plan, per-component byte counts
 NOTE: the models allow keys they don't declare (`model_extra`), so a key a command adds reaches
 the caller instead of failing the call; tests/floorfirst fail until it is declared here.
 
-The schemas of floor, compare, capacity, triage, explain-launch, simulate and simulate --disagg are
-written from these models and floorfirst/served.py's (and the error document's from floorfirst/error_result.py) (schemas/generate.py, through schemas/from_models.py): a field's
+The schemas of floor, compare, capacity, triage, explain-launch, hardware, simulate and simulate
+--disagg are written from these models and floorfirst/served.py's (and the error document's from floorfirst/error_result.py) (schemas/generate.py, through schemas/from_models.py): a field's
 docstring is its key's description and `_kw(...)` its schema keywords (minimum, enum, a registry's
 names, or `part(...)`: the hand-written key-by-key contract of a free-form dict in schemas/parts/).
 A field without a docstring can't be written; a field with `exclude=True` (per_request, timeline)
@@ -679,3 +679,86 @@ class ExplainLaunchResult(Document):
     none."""
     floorfirst_options: list[Annotated[str, _kw(description="One argument.")]]
     """The same deployment as floorfirst command-line options."""
+
+
+# ---- hardware: the built-in GPUs -----------------------------------------------------------------
+
+class DtypeRates(_Part):
+    bf16: Amount
+    """bf16."""
+    fp8: Amount | None = None
+    """fp8 (absent where the GPU has none)."""
+    fp4: Amount | None = None
+    """fp4 (absent where the GPU has none)."""
+
+
+class EfficiencyDefaults(_Part):
+    hbm: Amount
+    """Achieved fraction of HBM bandwidth."""
+    flops: Amount
+    """Achieved fraction of peak FLOP/s."""
+    network: Amount
+    """Achieved fraction of link bandwidth."""
+    scaleout: Amount
+    """Achieved fraction of NIC bandwidth (scale-out tier)."""
+    host_link: Amount | None = None
+    """Achieved fraction of the host-link peak (contiguous copy)."""
+
+
+Positive = Annotated[float, _kw(exclusiveMinimum=0)]
+
+
+class GpuEntry(_Part):
+    """One GPU."""
+
+    name: str
+    """GPU name (built-in or from the hardware YAML)."""
+    description: str
+    """Human name of the part."""
+    vendor: Annotated[str, _kw(enum=["nvidia", "amd"])]
+    """Runtime family (CUDA or ROCm)."""
+    arch: str
+    """GPU generation (hopper, blackwell, cdna3, …)."""
+    compute_capability: list[Annotated[int, _kw(description="major, then minor.")]] | None
+    """(major, minor) as torch reports it; engine defaults key on the major."""
+    hbm_bytes: Positive
+    """HBM capacity per GPU, bytes."""
+    usable_hbm_bytes: Amount
+    """HBM per GPU as torch reports it (total_memory), bytes; the datasheet figure when not declared."""
+    usable_hbm_declared: bool
+    """Whether the YAML declares usable_hbm_bytes (false: the datasheet figure stands in)."""
+    smi_total_mib: Amount
+    """nvidia-smi memory.total, MiB (SGLang's default fraction reads it)."""
+    cuda_context_bytes: Amount
+    """Taken by the CUDA context before the first allocation, bytes."""
+    hbm_bandwidth_bytes_per_s: Positive
+    """Datasheet HBM bandwidth, bytes/s."""
+    flops_per_s: DtypeRates
+    """Dense datasheet peak FLOP/s by dtype."""
+    ridge_flops_per_byte: DtypeRates
+    """Ridge point (peak FLOP/s ÷ HBM bytes/s) by dtype, FLOP/byte."""
+    scaleup_bandwidth_bytes_per_s_per_direction: Positive
+    """Scale-up link (NVLink/xGMI) bandwidth per GPU per direction, bytes/s."""
+    scaleup_domain_gpus: Count
+    """GPUs in one scale-up domain."""
+    collective_latency_s: Amount
+    """Per-collective launch/latency step, seconds."""
+    host_link_bandwidth_bytes_per_s: Amount
+    """Host link (PCIe/C2C) bandwidth, bytes/s."""
+    scaleout_bandwidth_bytes_per_s_per_direction: Amount
+    """NIC bandwidth per GPU, one direction, bytes/s (the tier between nodes)."""
+    scaleout_collective_latency_s: Amount
+    """Latency of a small collective that crosses nodes, seconds."""
+    efficiency: EfficiencyDefaults
+    """Achieved-efficiency defaults (used by --pricing achieved); fractions in (0, 1]."""
+    sources: dict[str, Annotated[str, _kw(description="Where a figure comes from.")]]
+    """Source of each group of figures."""
+
+
+class HardwareResult(Document):
+    """Built-in GPUs (or one YAML): datasheet peaks kept apart from achieved-efficiency defaults."""
+
+    command: ClassVar[str] = "hardware"
+
+    hardware: Annotated[list[GpuEntry], _kw(minItems=1)]
+    """One entry per GPU."""

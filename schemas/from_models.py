@@ -40,6 +40,7 @@ MODELS = {
     "error": ("ErrorResult", {}),
     "triage": ("TriageResult", {}),
     "explain_launch": ("ExplainLaunchResult", {}),
+    "hardware": ("HardwareResult", {}),
 }
 # command → its schema's title, where the command line is not `floorfirst <command> --json`
 TITLES = {"simulate_disagg": "floorfirst simulate --disagg xPyD --json",

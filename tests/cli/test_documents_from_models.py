@@ -71,3 +71,17 @@ def test_explain_launch_prints_its_models_document(capsys, launch):
     result = ExplainLaunchResult.model_validate({k: v for k, v in doc.items() if k != "schema"})
     assert undeclared(result) == []
     assert result.document() == doc and list(result.document()) == list(doc)
+
+
+@pytest.mark.parametrize("args", [[], ["--hardware", "h200"], ["--hardware", "mi355x"]], ids=["all", "h200", "amd"])
+def test_hardware_prints_its_models_document(capsys, args):
+    from floorfirst.results import HardwareResult
+    from planner import builtin_hardware_names
+
+    if args and args[1] not in builtin_hardware_names():
+        pytest.skip(f"no built-in {args[1]}")
+    doc = json.loads(cli_json(capsys, "hardware", *args))
+    result = HardwareResult.model_validate({k: v for k, v in doc.items() if k != "schema"})
+    assert [undeclared(g) for g in result.hardware] == [[] for _ in result.hardware]
+    assert result.document() == doc and list(result.document()) == list(doc)
+    assert [list(g) for g in result.document()["hardware"]] == [list(g) for g in doc["hardware"]]
