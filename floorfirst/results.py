@@ -1,5 +1,5 @@
 """The typed documents floorfirst's functions return: `PlanResult` (floor), `CompareResult`,
-`CapacityResult`, `TriageResult`, `ExplainLaunchResult`, `HardwareResult` (and, in floorfirst/served.py, `SimulateResult` and `SimulateDisaggResult`), and the
+`CapacityResult`, `TriageResult`, `ExplainLaunchResult`, `HardwareResult`, `ModelsResult` (and, in floorfirst/served.py, `SimulateResult` and `SimulateDisaggResult`), and the
 parts they are built of. Their fields are the keys of the command's `--json` document
 (docs/json-contracts.md), units in the names (`_s` seconds, `_bytes`, `_tokens`, `_per_s`,
 `_fraction`, `_gib` GiB; a key without a unit is a count, a name or an enum); `document()` gives
@@ -11,8 +11,8 @@ or infinity. Free-form parts (an engine's memory plan, per-component byte counts
 NOTE: the models allow keys they don't declare (`model_extra`), so a key a command adds reaches
 the caller instead of failing the call; tests/floorfirst fail until it is declared here.
 
-The schemas of floor, compare, capacity, triage, explain-launch, hardware, simulate and simulate
---disagg are written from these models and floorfirst/served.py's (and the error document's from floorfirst/error_result.py) (schemas/generate.py, through schemas/from_models.py): a field's
+The schemas of floor, compare, capacity, triage, explain-launch, hardware, models, simulate and
+simulate --disagg are written from these models and floorfirst/served.py's (and the error document's from floorfirst/error_result.py) (schemas/generate.py, through schemas/from_models.py): a field's
 docstring is its key's description and `_kw(...)` its schema keywords (minimum, enum, a registry's
 names, or `part(...)`: the hand-written key-by-key contract of a free-form dict in schemas/parts/).
 A field without a docstring can't be written; a field with `exclude=True` (per_request, timeline)
@@ -762,3 +762,61 @@ class HardwareResult(Document):
 
     hardware: Annotated[list[GpuEntry], _kw(minItems=1)]
     """One entry per GPU."""
+
+
+# ---- models: the built-in model cards -------------------------------------------------------------
+
+class ModelEntry(_Part):
+    """One model card."""
+
+    name: str
+    """Model name (built-in card name or the config.json's model name)."""
+    architecture: str
+    """Hugging Face architecture class."""
+    attention: Annotated[str, _kw(**{"x-registry": "attention_variants"})]
+    """Attention variant kind: a name in the planner's attention variant registry."""
+    mlp: Annotated[str, _kw(**{"x-registry": "mlp_variants"})]
+    """The primary MLP kind: the MoE variant with the most layers, else dense (registry name)."""
+    attention_layers: str
+    """Mixer kinds with their layer counts, most layers first ('gdn×45+gqa×15'; one kind alone for a uniform
+    stack)."""
+    mlp_layers: str
+    """MLP kinds with their layer counts ('moe×58+dense×3')."""
+    layers: Count
+    """Transformer layers."""
+    layer_stack: list[Annotated[str, _kw(description="One layer group.")]]
+    """The groups of identical layers: 'count × mixer + mlp' ('-' for none)."""
+    hidden_size: Count
+    """Model width."""
+    num_heads: Count
+    """Query heads per layer."""
+    kv_splittable_heads: Count
+    """KV heads TP can split the cache by (1 for MLA: every TP rank keeps every token)."""
+    total_params_b: Amount
+    """All parameters, billions."""
+    active_params_per_token_b: Amount
+    """Parameters a token touches (routed top-k experts only), billions."""
+    params_b: Annotated[dict[str, Annotated[Amount, _kw(description="Billions of parameters.")]],
+                        _kw(required=["attention", "embedding"])]
+    """Parameters by part, billions: attention, embedding, and where present dense_mlp, shared_experts, routed_experts,
+    indexer."""
+    kv_dtype_for_bytes: str | None = None
+    """The KV dtype the byte figures below use (bf16 unless the model's attention supports only another)."""
+    kv_bytes_per_token: Amount
+    """Bytes one cached token occupies over all layers with per-token pages, below every window (one full copy)."""
+    token_bytes_per_token_beyond_windows: Amount | None = None
+    """Bytes each further context token adds once every window is full (the layers whose cache grows without
+    bound)."""
+    state_bytes_per_request: Amount
+    """Fixed bytes per request over all layers (recurrent states, compressor rings)."""
+    default_weight_dtype: WeightDtype
+    """The checkpoint's weight dtype."""
+
+
+class ModelsResult(Document):
+    """Built-in model cards (or one config.json) and their parameter split."""
+
+    command: ClassVar[str] = "models"
+
+    models: Annotated[list[ModelEntry], _kw(minItems=1)]
+    """One entry per model."""

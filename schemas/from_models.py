@@ -41,6 +41,7 @@ MODELS = {
     "triage": ("TriageResult", {}),
     "explain_launch": ("ExplainLaunchResult", {}),
     "hardware": ("HardwareResult", {}),
+    "models": ("ModelsResult", {}),
 }
 # command → its schema's title, where the command line is not `floorfirst <command> --json`
 TITLES = {"simulate_disagg": "floorfirst simulate --disagg xPyD --json",

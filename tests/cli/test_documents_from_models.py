@@ -85,3 +85,14 @@ def test_hardware_prints_its_models_document(capsys, args):
     assert [undeclared(g) for g in result.hardware] == [[] for _ in result.hardware]
     assert result.document() == doc and list(result.document()) == list(doc)
     assert [list(g) for g in result.document()["hardware"]] == [list(g) for g in doc["hardware"]]
+
+
+@pytest.mark.parametrize("args", [[], ["--model", "qwen3.5-35b-a3b"]], ids=["all", "hybrid"])
+def test_models_prints_its_models_document(capsys, args):
+    from floorfirst.results import ModelsResult
+
+    doc = json.loads(cli_json(capsys, "models", *args))
+    result = ModelsResult.model_validate({k: v for k, v in doc.items() if k != "schema"})
+    assert [undeclared(m) for m in result.models] == [[] for _ in result.models]
+    assert result.document() == doc
+    assert [list(m) for m in result.document()["models"]] == [list(m) for m in doc["models"]]
