@@ -1,5 +1,5 @@
 """The typed documents floorfirst's functions return: `PlanResult` (floor), `CompareResult`,
-`CapacityResult`, `TriageResult`, `ExplainLaunchResult`, `HardwareResult`, `ModelsResult` (and, in floorfirst/served.py, `SimulateResult` and `SimulateDisaggResult`), and the
+`CapacityResult`, `TriageResult`, `ExplainLaunchResult`, `HardwareResult`, `ModelsResult`, `RegimesResult` (and, in floorfirst/served.py, `SimulateResult` and `SimulateDisaggResult`), and the
 parts they are built of. Their fields are the keys of the command's `--json` document
 (docs/json-contracts.md), units in the names (`_s` seconds, `_bytes`, `_tokens`, `_per_s`,
 `_fraction`, `_gib` GiB; a key without a unit is a count, a name or an enum); `document()` gives
@@ -11,8 +11,8 @@ or infinity. Free-form parts (an engine's memory plan, per-component byte counts
 NOTE: the models allow keys they don't declare (`model_extra`), so a key a command adds reaches
 the caller instead of failing the call; tests/floorfirst fail until it is declared here.
 
-The schemas of floor, compare, capacity, triage, explain-launch, hardware, models, simulate and
-simulate --disagg are written from these models and floorfirst/served.py's (and the error document's from floorfirst/error_result.py) (schemas/generate.py, through schemas/from_models.py): a field's
+The schemas of floor, compare, capacity, triage, explain-launch, hardware, models, regimes, simulate
+and simulate --disagg are written from these models and floorfirst/served.py's (and the error document's from floorfirst/error_result.py) (schemas/generate.py, through schemas/from_models.py): a field's
 docstring is its key's description and `_kw(...)` its schema keywords (minimum, enum, a registry's
 names, or `part(...)`: the hand-written key-by-key contract of a free-form dict in schemas/parts/).
 A field without a docstring can't be written; a field with `exclude=True` (per_request, timeline)
@@ -820,3 +820,58 @@ class ModelsResult(Document):
 
     models: Annotated[list[ModelEntry], _kw(minItems=1)]
     """One entry per model."""
+
+
+# ---- regimes: the best layout over a batch × context grid ------------------------------------------
+
+_LAYOUT_PATTERN = {"x-pattern-template": "^({attention_layouts})/({moe_splits})$"}
+LayoutLabel = Annotated[str, _kw(description="A layout as attn/moe.", **_LAYOUT_PATTERN)]
+BestLabel = Annotated[str, _kw(description="attn/moe of the best layout, or infeasible.",
+                              **{"x-pattern-template": "^(({attention_layouts})/({moe_splits})|infeasible)$"})]
+CellSeconds = Annotated[MaybeAmount, _kw(description="Seconds; null where KV doesn't fit.")]
+LayoutGrid = dict[str, Annotated[list[Annotated[list[CellSeconds], _kw(description="Per context.")]],
+                                 _kw(description="Rows per batch.")]]
+
+
+class RegimesResult(Document):
+    """The best layout over a batch × context grid; capacity-infeasible cells marked."""
+
+    command: ClassVar[str] = "regimes"
+
+    model: str
+    """Model name (built-in card name or the config.json's model name)."""
+    hardware: str
+    """GPU name (built-in or from the hardware YAML)."""
+    gpus: Count
+    """GPUs in the deployment, all replicas."""
+    nodes: Count
+    """Scale-up domains the deployment spans."""
+    engine: str
+    """Engine memory model that sized the pools."""
+    floor: Annotated[str, _kw(enum=["max", "sum"])]
+    """Which floor ranks layouts."""
+    batch: Annotated[list[Annotated[int, _kw(description="Requests.", minimum=0)]], _kw(minItems=1)]
+    """Grid rows: batch sizes."""
+    context_tokens: Annotated[list[Annotated[float, _kw(description="Tokens.", minimum=0)]], _kw(minItems=1)]
+    """Grid columns: context lengths."""
+    layouts: Annotated[list[LayoutLabel], _kw(minItems=1)]
+    """Layouts compared."""
+    best: list[Annotated[list[BestLabel], _kw(description="Per context.")]]
+    """Best layout per cell, rows batch × columns context."""
+    tie_margin_fraction: Annotated[float, _kw(minimum=0, maximum=1)]
+    """Layouts whose step time is within this fraction of the best tie (0.01 = 1 %; --tie-margin)."""
+    tied: list[Annotated[list[Annotated[list[LayoutLabel], _kw(description="Layouts of one cell.")]],
+                         _kw(description="Per context.")]]
+    """Per cell, rows batch × columns context: the layouts within tie_margin_fraction of the best, the best (as in
+    `best`) first, then by time. One layout: a clear winner; two or more: a tie the floors can't break; empty:
+    nothing fits."""
+    runner_up_margin_fraction: list[Annotated[list[Annotated[MaybeAmount, _kw(
+        description="A fraction; null where at most one layout fits.")]], _kw(description="Per context.")]]
+    """Per cell, rows batch × columns context: the second-fastest layout's step time over the fastest's, minus 1
+    (0.12: 12 % slower; below tie_margin_fraction: a tie)."""
+    step_time_s: LayoutGrid
+    """Per layout (attn/moe): floor time per cell, seconds."""
+    predicted_s: LayoutGrid | None = None
+    """Per layout: calibrated time per cell, seconds (only with --calibration)."""
+    plot: str | None = None
+    """PNG written (only with --plot)."""

@@ -42,6 +42,7 @@ MODELS = {
     "explain_launch": ("ExplainLaunchResult", {}),
     "hardware": ("HardwareResult", {}),
     "models": ("ModelsResult", {}),
+    "regimes": ("RegimesResult", {}),
 }
 # command → its schema's title, where the command line is not `floorfirst <command> --json`
 TITLES = {"simulate_disagg": "floorfirst simulate --disagg xPyD --json",

@@ -96,3 +96,17 @@ def test_models_prints_its_models_document(capsys, args):
     assert [undeclared(m) for m in result.models] == [[] for _ in result.models]
     assert result.document() == doc
     assert [list(m) for m in result.document()["models"]] == [list(m) for m in doc["models"]]
+
+
+@pytest.mark.parametrize("args", [
+    ["--batch-range", "1:256:3", "--context-range", "4k:64k:3"],
+    ["--batch-range", "8:4096:3", "--context-range", "32k:256k:2", "--calibration", PRIOR, "--layouts", "dp/ep,tp/ep"],
+], ids=["grid", "calibrated"])
+def test_regimes_prints_its_models_document(capsys, args):
+    from floorfirst.results import RegimesResult
+
+    doc = json.loads(cli_json(capsys, "regimes", *args))
+    result = RegimesResult.model_validate({k: v for k, v in doc.items() if k != "schema"})
+    assert undeclared(result) == []
+    assert result.document() == doc and list(result.document()) == list(doc)
+    assert ("predicted_s" in doc) == ("--calibration" in args)
