@@ -18,7 +18,8 @@ The folder: $FLOORFIRST_CACHE_DIR, else $XDG_CACHE_HOME/floorfirst, else ~/.cach
 when a spec is loaded, never at import). Only built-in files are cached: a user's file is read and
 validated as before.
 
-Does not: cache anything computed from specs (a priced step), or files a user names.
+Does not: cache anything computed from specs (a priced step), or files a user names, or anything
+while a call is confined to a root (planner.path_policy: the MCP server's workers).
 """
 
 from __future__ import annotations
@@ -76,6 +77,12 @@ def cached_spec(kind: str, path: Path, build: Callable[[], T], code: Iterable[Pa
     """`build()` (which reads and validates the file at `path`), or the result an earlier call stored
     for this content of `path` and this code (the planner package and the folders or files in `code`).
     `kind` names the entry ('hardware', 'model', 'prior')."""
+    from planner.path_policy import active
+
+    if active() is not None:
+        # NOTE: a call confined to a root (the MCP server's workers, docs/mcp-security.md) reads and writes
+        # no file outside it, the cache folder included; a worker lives on, and keeps its specs in memory
+        return build()
     try:
         data = path.read_bytes()
     except OSError:

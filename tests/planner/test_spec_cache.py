@@ -112,3 +112,19 @@ def test_a_process_that_reads_cached_specs_builds_no_validator(tmp_path):
     runs = [subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, env=env, timeout=120)
             for _ in range(2)]
     assert [r.stdout.split() for r in runs] == [["True"] * 3, ["False"] * 3], [r.stderr[-1000:] for r in runs]
+
+
+def test_a_call_confined_to_a_root_neither_reads_nor_writes_the_cache(cache, tmp_path):
+    """The MCP server's workers touch no file outside their root (docs/mcp-security.md): no cache."""
+    from planner.path_policy import Root, confined
+
+    data = tmp_path / "root" / "gpu.yaml"
+    data.parent.mkdir()
+    data.write_text("a: 1\n")
+    calls: list = []
+    cached_spec("hardware", data, _counting(data, calls))  # unconfined: stored
+    assert len(list(cache.glob("*.pickle"))) == 1
+    with confined(Root(str(tmp_path / "root"))):
+        cached_spec("hardware", data, _counting(data, calls))
+        cached_spec("hardware", data, _counting(data, calls))
+    assert len(calls) == 3  # built each time, the stored entry not read
