@@ -59,6 +59,13 @@ CHECKED: list[list[str]] = [
     ["floor", "--attn", "nope"], ["floor", "--json", "--gpus", "0"], ["floor", "--hardware", "nope.yaml", "--json"],
     ["no-such-command"], ["floor", "--no-such-option"],
 ]
+# --floor: what every planning call imports before any floorfirst code runs, timed the same way (from the
+# checkout's root): the interpreter alone, and numpy + typer + pydantic's validator machinery (typer ≥ 0.2x
+# converts each option with a pydantic TypeAdapter, so a call can't skip it)
+FLOOR_SNIPPETS = {
+    "python -c pass": "pass",
+    "import numpy, typer + one pydantic TypeAdapter": "import numpy, typer; from pydantic import TypeAdapter; TypeAdapter(int)",
+}
 LAUNCH = "import sys; sys.argv[0] = 'floorfirst'; from cli.main import main; main()"
 
 
@@ -74,6 +81,15 @@ def _call(root: Path, argv: list[str], importtime: bool = False, check: bool = T
     if check and run.returncode != 0:
         raise SystemExit(f"{root}: floorfirst {' '.join(argv)} exited {run.returncode}: {run.stderr[-500:]}")
     return wall, run
+
+
+def _snippet(root: Path, code: str) -> float:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-c", code], cwd=root, env=env, check=True, capture_output=True, timeout=300)
+    wall = time.perf_counter() - t0
+    _CPU.append(_children_cpu_s())
+    return wall
 
 
 def _children_cpu_s() -> float:
@@ -123,6 +139,7 @@ def main() -> None:
     ap.add_argument("--importtime", action="store_true", help="also one -X importtime run per command and root")
     ap.add_argument("--check-outputs", action="store_true",
                     help="with --base: run each of CHECKED once from both roots and compare their outputs byte for byte")
+    ap.add_argument("--floor", action="store_true", help="also time FLOOR_SNIPPETS (the imports no call can skip)")
     ap.add_argument("--commands", default=None, help="comma-separated subset of: " + ", ".join(COMMANDS))
     args = ap.parse_args()
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="cli_startup_"))
@@ -164,6 +181,14 @@ def main() -> None:
                 statistics.median(walls["this"][c]) / statistics.median(walls["base"][c]), 3)
             doc["cpu_user_plus_sys"][c]["ratio_this_over_base"] = round(
                 statistics.median(cpus["this"][c]) / statistics.median(cpus["base"][c]), 3)
+    if args.floor:
+        fw: dict[str, list[float]] = {k: [] for k in FLOOR_SNIPPETS}
+        fc: dict[str, list[float]] = {k: [] for k in FLOOR_SNIPPETS}
+        for _ in range(args.repeat):
+            for k, code in FLOOR_SNIPPETS.items():
+                fw[k].append(_snippet(ROOT, code))
+                fc[k].append(_CPU[-1] - _CPU[-2])
+        doc["floor"] = {k: {"wall": _stats(fw[k]), "cpu_user_plus_sys": _stats(fc[k])} for k in FLOOR_SNIPPETS}
     if args.importtime:
         doc["import_ms_by_package"] = {c: {r: _import_ms_by_package(_call(root, COMMANDS[c], importtime=True)[1].stderr)
                                            for r, root in roots.items()} for c in names}
