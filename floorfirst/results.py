@@ -1,5 +1,5 @@
 """The typed documents floorfirst's functions return: `PlanResult` (floor), `CompareResult`,
-`CapacityResult`, `TriageResult`, `ExplainLaunchResult`, `HardwareResult`, `ModelsResult`, `RegimesResult` (and, in floorfirst/served.py, `SimulateResult` and `SimulateDisaggResult`), and the
+`CapacityResult`, `TriageResult`, `ExplainLaunchResult`, `HardwareResult`, `ModelsResult`, `RegimesResult`, `TriageProfileResult` (and, in floorfirst/served.py, `SimulateResult` and `SimulateDisaggResult`), and the
 parts they are built of. Their fields are the keys of the command's `--json` document
 (docs/json-contracts.md), units in the names (`_s` seconds, `_bytes`, `_tokens`, `_per_s`,
 `_fraction`, `_gib` GiB; a key without a unit is a count, a name or an enum); `document()` gives
@@ -11,8 +11,8 @@ or infinity. Free-form parts (an engine's memory plan, per-component byte counts
 NOTE: the models allow keys they don't declare (`model_extra`), so a key a command adds reaches
 the caller instead of failing the call; tests/floorfirst fail until it is declared here.
 
-The schemas of floor, compare, capacity, triage, explain-launch, hardware, models, regimes, simulate
-and simulate --disagg are written from these models and floorfirst/served.py's (and the error document's from floorfirst/error_result.py) (schemas/generate.py, through schemas/from_models.py): a field's
+The schemas of floor, compare, capacity, triage, triage --profile, explain-launch, hardware, models,
+regimes, simulate and simulate --disagg are written from these models and floorfirst/served.py's (and the error document's from floorfirst/error_result.py) (schemas/generate.py, through schemas/from_models.py): a field's
 docstring is its key's description and `_kw(...)` its schema keywords (minimum, enum, a registry's
 names, or `part(...)`: the hand-written key-by-key contract of a free-form dict in schemas/parts/).
 A field without a docstring can't be written; a field with `exclude=True` (per_request, timeline)
@@ -875,3 +875,103 @@ class RegimesResult(Document):
     """Per layout: calibrated time per cell, seconds (only with --calibration)."""
     plot: str | None = None
     """PNG written (only with --plot)."""
+
+
+# ---- triage --profile: every row of a profile file --------------------------------------------------
+
+class ProfileCounts(_Part):
+    """Verdict counts."""
+
+    rows: Tally
+    """Rows triaged."""
+    inside: Tally
+    """Rows inside [max, sum]."""
+    above_sum: Tally
+    """Rows above the sum floor."""
+    below_floor: Tally
+    """Rows faster than floor_max (a spec or model error)."""
+    profile: Tally
+    """Rows whose residual calls for a profiler."""
+    rejected: Tally
+    """Rows that couldn't be priced (see issues)."""
+    below_prediction: Tally | None = None
+    """Rows more than the threshold faster than the calibrated prediction. Only with --calibration."""
+    as_predicted: Tally | None = None
+    """Rows within the threshold of the calibrated prediction. Only with --calibration."""
+    above_prediction: Tally | None = None
+    """Rows more than the threshold slower than the calibrated prediction (profile). Only with --calibration."""
+
+
+class ProfileRowCalibrated(_Part):
+    """The measurement read against a calibrated prediction (only with --calibration); then profile/profile_resource
+    follow it."""
+
+    predicted_s: Amount
+    """Calibrated prediction, seconds."""
+    residual_fraction: float
+    """(measured − predicted) / predicted."""
+    verdict: Annotated[str, _kw(enum=["below_prediction", "as_predicted", "above_prediction"])]
+    """Against the prediction, within ± threshold."""
+    explanation: str
+    """One sentence."""
+
+
+class ProfileRow(_Part):
+    """One triaged row."""
+
+    source: str
+    """Profile file."""
+    line: Tally
+    """Line (or row) in the file."""
+    deployment: str
+    """model hardware attn/moe T=ranks."""
+    batch: Amount
+    """Decode requests."""
+    context_tokens: Amount
+    """Context per request, tokens."""
+    prefill_tokens: Amount
+    """Prefill tokens."""
+    serving: bool
+    """A serving row: measured is its TPOT, floors the weighted sum of its engine's steps per output token."""
+    measured_s: Annotated[float, _kw(exclusiveMinimum=0)]
+    """Measured step, seconds."""
+    floor_max_s: Amount
+    """Optimistic floor, seconds."""
+    floor_sum_s: Amount
+    """Pessimistic floor, seconds."""
+    verdict: Annotated[str, _kw(enum=["below_floor", "inside", "above_sum"])]
+    """below_floor (faster than the optimistic floor: a spec or the model is wrong), inside [max, sum], or above_sum."""
+    overlap_quality: Maybe
+    """Inside: (sum − measured) ÷ (sum − max), 1 = perfect overlap; null otherwise."""
+    residual_fraction: Maybe
+    """Above sum: (measured − sum) ÷ sum; null otherwise."""
+    violated_resources: list[Annotated[ResourceName, _kw(description="Resource.")]]
+    """Below floor: timed resources that alone take longer than the measurement."""
+    profile: bool
+    """Whether to open a profiler: above_sum and residual_fraction > threshold_fraction."""
+    profile_resource: Annotated[str | None, _kw(enum=[*_timed_resources(), None])]
+    """Resource to profile (the largest term) when profile is true; null otherwise."""
+    explanation: str
+    """The verdict in one sentence."""
+    calibrated: ProfileRowCalibrated | None = None
+    """The measurement read against a calibrated prediction (only with --calibration); then profile/profile_resource
+    follow it."""
+
+
+class TriageProfileResult(Document):
+    """Every row of a profile triaged against its datasheet floors (calibration.triage)."""
+
+    command: ClassVar[str] = "triage_profile"
+
+    threshold_fraction: Amount
+    """Residual over floor_sum that calls for a profiler."""
+    calibration: str | None
+    """The calibration artifact the rows were read against (--calibration), or null."""
+    counts: ProfileCounts
+    """Verdict counts."""
+    rows: list[ProfileRow]
+    """Rows in file order."""
+    issues: list[Annotated[str, _kw(description="A rejected row and why.")]]
+    """Rows that couldn't be loaded or priced."""
+    notes: list[Annotated[str, _kw(description="A note.")]]
+    """Loader notes (ignored columns, defaults applied)."""

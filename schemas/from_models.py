@@ -43,11 +43,13 @@ MODELS = {
     "hardware": ("HardwareResult", {}),
     "models": ("ModelsResult", {}),
     "regimes": ("RegimesResult", {}),
+    "triage_profile": ("TriageProfileResult", {}),
 }
 # command → its schema's title, where the command line is not `floorfirst <command> --json`
 TITLES = {"simulate_disagg": "floorfirst simulate --disagg xPyD --json",
           "error": "floorfirst <command> --json, when the command produced no document",
-          "triage": "floorfirst triage --measured-ms --json", "explain_launch": "floorfirst explain-launch --json"}
+          "triage": "floorfirst triage --measured-ms --json", "explain_launch": "floorfirst explain-launch --json",
+          "triage_profile": "floorfirst triage --profile --json"}
 _SCALARS = {int: "integer", float: "number", str: "string", bool: "boolean"}
 
 

@@ -110,3 +110,16 @@ def test_regimes_prints_its_models_document(capsys, args):
     assert undeclared(result) == []
     assert result.document() == doc and list(result.document()) == list(doc)
     assert ("predicted_s" in doc) == ("--calibration" in args)
+
+
+@pytest.mark.parametrize("args", [[], ["--calibration", PRIOR], ["--threshold", "0.05"]],
+                         ids=["floors", "calibrated", "threshold"])
+def test_triage_profile_prints_its_models_document(capsys, args):
+    from floorfirst.results import TriageProfileResult
+    from tests.agent.contracts import PROFILE
+
+    doc = json.loads(cli_json(capsys, "triage", "--profile", str(PROFILE), *args))
+    result = TriageProfileResult.model_validate({k: v for k, v in doc.items() if k != "schema"})
+    assert undeclared(result) == [] and [undeclared(r) for r in result.rows] == [[] for _ in result.rows]
+    assert result.document() == doc and list(result.document()) == list(doc)
+    assert result.rows and ("calibrated" in doc["rows"][0]) == ("--calibration" in args)
