@@ -1,5 +1,5 @@
 """The typed documents floorfirst's functions return: `PlanResult` (floor), `CompareResult`,
-`CapacityResult`, `TriageResult`, `ExplainLaunchResult`, `HardwareResult`, `ModelsResult`, `RegimesResult`, `TriageProfileResult` (and, in floorfirst/served.py, `SimulateResult` and `SimulateDisaggResult`), and the
+`CapacityResult`, `TriageResult`, `ExplainLaunchResult`, `HardwareResult`, `ModelsResult`, `RegimesResult`, `TriageProfileResult`, `ThresholdsResult` (and, in floorfirst/served.py, `SimulateResult` and `SimulateDisaggResult`), and the
 parts they are built of. Their fields are the keys of the command's `--json` document
 (docs/json-contracts.md), units in the names (`_s` seconds, `_bytes`, `_tokens`, `_per_s`,
 `_fraction`, `_gib` GiB; a key without a unit is a count, a name or an enum); `document()` gives
@@ -12,7 +12,7 @@ NOTE: the models allow keys they don't declare (`model_extra`), so a key a comma
 the caller instead of failing the call; tests/floorfirst fail until it is declared here.
 
 The schemas of floor, compare, capacity, triage, triage --profile, explain-launch, hardware, models,
-regimes, simulate and simulate --disagg are written from these models and floorfirst/served.py's (and the error document's from floorfirst/error_result.py) (schemas/generate.py, through schemas/from_models.py): a field's
+regimes, thresholds, simulate and simulate --disagg are written from these models and floorfirst/served.py's (and the error document's from floorfirst/error_result.py) (schemas/generate.py, through schemas/from_models.py): a field's
 docstring is its key's description and `_kw(...)` its schema keywords (minimum, enum, a registry's
 names, or `part(...)`: the hand-written key-by-key contract of a free-form dict in schemas/parts/).
 A field without a docstring can't be written; a field with `exclude=True` (per_request, timeline)
@@ -975,3 +975,88 @@ class TriageProfileResult(Document):
     """Rows that couldn't be loaded or priced."""
     notes: list[Annotated[str, _kw(description="A note.")]]
     """Loader notes (ignored columns, defaults applied)."""
+
+
+# ---- thresholds: SGLang's runtime TP/CP/DCP switching crossovers ------------------------------------
+
+class Crossover(_Part):
+    """One crossover."""
+
+    name: Annotated[str, _kw(enum=["prefill_cp", "decode_dcp"])]
+    """prefill_cp (prefill tokens above which CP beats TP) or decode_dcp (decode context above which DCP beats TP)."""
+    flag: str
+    """SGLang's server flag that takes the value (sglang PR #36191)."""
+    below_layout: Annotated[str, _kw(enum=["tp"])]
+    """The layout that is faster below the crossover."""
+    above_layout: Annotated[str, _kw(enum=["cp", "dcp"])]
+    """The layout that is faster from the crossover on."""
+    status: Annotated[str, _kw(enum=["crossover", "always", "never"])]
+    """crossover: a value inside the range; always: the other layout wins from the range's start (tokens is the
+    start); never: TP still wins at the range's end (tokens null)."""
+    tokens: MaybeAmount
+    """The crossover: the smallest whole number of tokens from which the other layout is faster everywhere in range
+    (prefill tokens in the batch, or every decode request's context); null when never."""
+    batch: Count | None
+    """Decode requests in the step the decode crossover is read at (null for the prefill crossover)."""
+    prefix_tokens: Amount
+    """Tokens each prefill batch had cached (--prefix); 0 for the decode crossover."""
+    margin_below_fraction: Maybe
+    """(t_other − t_tp)/t_tp at half the crossover: how far TP is ahead below it (null: none below the range's
+    start, or never)."""
+    margin_above_fraction: Maybe
+    """(t_tp − t_other)/t_other at twice the crossover (capped at the range's end): how far the other layout is
+    ahead above it (null when never)."""
+    band_tokens: Annotated[list[Annotated[float, _kw(description="Tokens.", minimum=0)]] | None,
+                           _kw(minItems=2, maxItems=2)]
+    """[LO, HI] tokens around the crossover where the two layouts are within 2 % of each other (null when never)."""
+    notes: list[Annotated[str, _kw(description="One line.")]]
+    """How SGLang applies the threshold, and what bounds it (TP's KV wall, the prefill chunk)."""
+
+
+class DecodeAtBatch(_Part):
+    """One batch size."""
+
+    batch: Count
+    """Decode requests."""
+    status: Annotated[str, _kw(enum=["crossover", "always", "never"])]
+    """As crossovers[].status."""
+    tokens: MaybeAmount
+    """As crossovers[].tokens."""
+
+
+class ThresholdsResult(Document):
+    """The crossovers SGLang's runtime TP/CP/DCP switching reads (sgl-project/sglang PR #36191), from the
+    (calibrated) step model of the launch line's deployment, as the flags that switching takes."""
+
+    command: ClassVar[str] = "thresholds"
+
+    model: str
+    """Model name (built-in card name or the config.json's model name)."""
+    hardware: str
+    """GPU name (built-in or from the hardware YAML)."""
+    gpus: Count
+    """GPUs of one group (the layouts compared run on it)."""
+    engine: Annotated[str, _kw(enum=["sglang"])]
+    """The launch line's engine (always sglang)."""
+    moe: str
+    """MoE split of the group, from the launch line."""
+    deployment: str
+    """The deployment the launch line runs, in words."""
+    engine_args: str
+    """The launch line as given."""
+    ranking: Annotated[str, _kw(enum=["max", "sum", "calibrated"])]
+    """What ranks the layouts: the datasheet floor_max or floor_sum (as regimes --floor), or a calibration's
+    prediction."""
+    calibration: str | None
+    """The calibration file (null without one)."""
+    source: str
+    """Where the flags and the switching rule come from."""
+    flags: list[Annotated[str, _kw(description="A flag or its value.")]]
+    """The flags to add to the launch line, flag and value alternating (a crossover that never happens in range adds
+    none)."""
+    crossovers: Annotated[list[Crossover], _kw(minItems=2, maxItems=2)]
+    """The prefill crossover, then the decode crossover at --batch."""
+    decode_by_batch: list[DecodeAtBatch]
+    """The decode crossover at other batch sizes (SGLang's threshold is one number for all)."""
+    plot: str | None = None
+    """Picture written (only with --plot)."""

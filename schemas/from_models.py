@@ -44,6 +44,7 @@ MODELS = {
     "models": ("ModelsResult", {}),
     "regimes": ("RegimesResult", {}),
     "triage_profile": ("TriageProfileResult", {}),
+    "thresholds": ("ThresholdsResult", {"Crossover": "crossover"}),
 }
 # command → its schema's title, where the command line is not `floorfirst <command> --json`
 TITLES = {"simulate_disagg": "floorfirst simulate --disagg xPyD --json",

@@ -123,3 +123,17 @@ def test_triage_profile_prints_its_models_document(capsys, args):
     assert undeclared(result) == [] and [undeclared(r) for r in result.rows] == [[] for _ in result.rows]
     assert result.document() == doc and list(result.document()) == list(doc)
     assert result.rows and ("calibrated" in doc["rows"][0]) == ("--calibration" in args)
+
+
+SGLANG_TP = "python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3.2 --tp 8"
+
+
+@pytest.mark.parametrize("args", [[], ["--batch", "16", "--prefix", "32k"], ["--calibration", PRIOR]],
+                         ids=["floors", "batch-prefix", "calibrated"])
+def test_thresholds_prints_its_models_document(capsys, args):
+    from floorfirst.results import ThresholdsResult
+
+    doc = json.loads(cli_json(capsys, "thresholds", "--engine-args", SGLANG_TP, *args))
+    result = ThresholdsResult.model_validate({k: v for k, v in doc.items() if k != "schema"})
+    assert undeclared(result) == [] and [undeclared(c) for c in result.crossovers] == [[], []]
+    assert result.document() == doc and list(result.document()) == list(doc)
