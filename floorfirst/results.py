@@ -1,5 +1,5 @@
 """The typed documents floorfirst's functions return: `PlanResult` (floor), `CompareResult`,
-`CapacityResult`, `TriageResult`, `ExplainLaunchResult`, `HardwareResult`, `ModelsResult`, `RegimesResult`, `TriageProfileResult`, `ThresholdsResult` (and, in floorfirst/served.py, `SimulateResult` and `SimulateDisaggResult`), and the
+`CapacityResult`, `TriageResult`, `ExplainLaunchResult`, `HardwareResult`, `ModelsResult`, `RegimesResult`, `TriageProfileResult`, `ThresholdsResult`, `WallsResult` (and, in floorfirst/served.py, `SimulateResult` and `SimulateDisaggResult`), and the
 parts they are built of. Their fields are the keys of the command's `--json` document
 (docs/json-contracts.md), units in the names (`_s` seconds, `_bytes`, `_tokens`, `_per_s`,
 `_fraction`, `_gib` GiB; a key without a unit is a count, a name or an enum); `document()` gives
@@ -12,7 +12,7 @@ NOTE: the models allow keys they don't declare (`model_extra`), so a key a comma
 the caller instead of failing the call; tests/floorfirst fail until it is declared here.
 
 The schemas of floor, compare, capacity, triage, triage --profile, explain-launch, hardware, models,
-regimes, thresholds, simulate and simulate --disagg are written from these models and floorfirst/served.py's (and the error document's from floorfirst/error_result.py) (schemas/generate.py, through schemas/from_models.py): a field's
+regimes, thresholds, walls, simulate and simulate --disagg are written from these models and floorfirst/served.py's (and the error document's from floorfirst/error_result.py) (schemas/generate.py, through schemas/from_models.py): a field's
 docstring is its key's description and `_kw(...)` its schema keywords (minimum, enum, a registry's
 names, or `part(...)`: the hand-written key-by-key contract of a free-form dict in schemas/parts/).
 A field without a docstring can't be written; a field with `exclude=True` (per_request, timeline)
@@ -1060,3 +1060,148 @@ class ThresholdsResult(Document):
     """The decode crossover at other batch sizes (SGLang's threshold is one number for all)."""
     plot: str | None = None
     """Picture written (only with --plot)."""
+
+
+# ---- walls: where each resource starts to bind as load grows ---------------------------------------
+
+def _wall_resources() -> list[str]:
+    from planner.resources import RESOURCES
+
+    return list(RESOURCES)
+
+
+WallResource = Annotated[str, _kw(description="Resource.", enum=_wall_resources())]
+Seconds = Annotated[MaybeAmount, _kw(description="Seconds (null where not finite).")]
+Load = Annotated[float, _kw(description="Load.", minimum=0)]
+
+
+def _walls_of(unit: str, what: str) -> type:
+    """The per-resource walls of one axis (`walls_requests`, `walls_tokens`): each key always there, null if never."""
+    names = {"hbm": "hbm", "compute": "compute", "network_bytes": "network_bytes", "network_messages": "network_messages"}
+    fields: dict[str, Any] = {}
+    for key in names:
+        fields[key] = (MaybeAmount, Field(description=f"{what} where {key} becomes binding; null if never in range."))
+    fields["kv_capacity"] = (MaybeAmount, Field(description=f"{what} where kv_capacity becomes binding (KV runs out); "
+                                                            "null if never in range."))
+    fields["host_link"] = (MaybeAmount, Field(description="Where host_link (a host KV tier's fetches) becomes binding; "
+                                                          "null if never in range."))
+    from pydantic import create_model
+
+    return create_model(f"Walls{unit.title()}", __base__=_Part, **fields)
+
+
+WallsRequests = _walls_of("requests", "Requests")
+WallsTokens = _walls_of("tokens", "Tokens")
+
+
+class Wall(_Part):
+    """A wall."""
+
+    resource: WallResource
+    """Resource."""
+    at_requests: Amount | None = None
+    """Requests where it binds (when along = batch)."""
+    at_tokens: Amount | None = None
+    """Tokens where it binds (when along = context)."""
+
+
+class FirstWall(Wall):
+    """The first wall hit past the start of the range; null if none."""
+
+
+class LayoutWalls(_Part):
+    """One layout's walls."""
+
+    attn: AttnName
+    """Attention layout: tp, cp (context parallel), dp (DP-attention) or dop (decoupled ownership)."""
+    moe: MoeName
+    """MoE split: ep (experts spread over ranks) or tp (every expert split over ranks); tp for dense models."""
+    host_tier: bool | None = None
+    """This row is the layout with --host-tier's host KV tier."""
+    walls_requests: WallsRequests | None = None
+    """Each resource's wall, requests (when along = batch): where it becomes binding; null if never in range."""
+    walls_tokens: WallsTokens | None = None
+    """Each resource's wall, tokens (when along = context): where it becomes binding; null if never in range."""
+    order: list[Wall]
+    """Walls hit, by load."""
+    first_wall: FirstWall | None
+    """The first wall hit past the start of the range; null if none."""
+    binding_at_start: Annotated[str, _kw(enum=_wall_resources())]
+    """What binds at the start of the range."""
+    kv_wall_requests: Annotated[MaybeAmount, _kw(**{"x-keep-null": True})] = None
+    """Requests where KV runs out (when along = batch); null if not in range."""
+    kv_wall_tokens: Annotated[MaybeAmount, _kw(**{"x-keep-null": True})] = None
+    """Tokens where KV runs out (when along = context); null if not in range."""
+    feasible: bool
+    """The engine's pool exists (false: the KV wall is at the start of the range)."""
+    infeasible_reason: str | None
+    """Why there is no pool; null when feasible."""
+    kv_pool_gib_per_gpu: Amount
+    """KV pool per GPU, GiB."""
+    nodes_per_group: Count
+    """Nodes one group spans."""
+    loads_requests: list[Load] | None = None
+    """Grid of loads, requests (along = batch; only with --calibration)."""
+    loads_tokens: list[Load] | None = None
+    """Grid of loads, tokens (along = context; only with --calibration)."""
+    predicted_s: list[Seconds] | None = None
+    """Calibrated step time per load, seconds (only with --calibration)."""
+    floor_max_s: list[Seconds] | None = None
+    """floor_max per load, seconds (only with --calibration)."""
+    floor_sum_s: list[Seconds] | None = None
+    """floor_sum per load, seconds (only with --calibration)."""
+
+
+class FirstWallOf(_Part):
+    """A layout's first wall."""
+
+    attn: AttnName
+    """Attention layout: tp, cp (context parallel), dp (DP-attention) or dop (decoupled ownership)."""
+    moe: MoeName
+    """MoE split: ep (experts spread over ranks) or tp (every expert split over ranks); tp for dense models."""
+    host_tier: bool | None = None
+    """The row is a layout with the host tier."""
+    resource: WallResource
+    """Resource."""
+    at_requests: Amount | None = None
+    """Requests where it binds (when along = batch)."""
+    at_tokens: Amount | None = None
+    """Tokens where it binds (when along = context)."""
+
+
+class WallsResult(Document):
+    """As load grows (batch at fixed context, or context at fixed batch): where each resource starts to bind and
+    where KV runs out, per layout, in order."""
+
+    command: ClassVar[str] = "walls"
+    # the fixed load's key follows the growing axis
+    model_config = ConfigDict(json_schema_extra={"if": {"properties": {"along": {"const": "batch"}}},
+                                                 "then": {"required": ["context_tokens"]},
+                                                 "else": {"required": ["batch"]}})
+
+    model: str
+    """Model name (built-in card name or the config.json's model name)."""
+    hardware: str
+    """GPU name (built-in or from the hardware YAML)."""
+    gpus: Count
+    """GPUs in the deployment, all replicas."""
+    nodes: Count
+    """Scale-up domains the deployment spans."""
+    engine: str
+    """Engine memory model that sized the pools."""
+    along: Annotated[str, _kw(enum=["batch", "context"])]
+    """The growing axis."""
+    context_tokens: Amount | None = None
+    """Fixed context, tokens (when along = batch)."""
+    batch: Count | None = None
+    """Fixed batch, requests (when along = context)."""
+    range_requests: Annotated[list[Load], _kw(minItems=2, maxItems=2)] | None = None
+    """[LO, HI] of the growing axis, requests (when along = batch)."""
+    range_tokens: Annotated[list[Load], _kw(minItems=2, maxItems=2)] | None = None
+    """[LO, HI] of the growing axis, tokens (when along = context)."""
+    layouts: Annotated[list[LayoutWalls], _kw(minItems=1)]
+    """One entry per layout."""
+    first_wall_order: list[FirstWallOf]
+    """Layouts ranked by where their first wall binds, earliest first."""
+    plot: str | None = None
+    """PNG written (only with --plot)."""

@@ -14,6 +14,9 @@ How a model field becomes a schema node:
   free-form dict the model keeps as a dict (an engine's memory plan, a step's components): written
   by hand, in one file, and used by every command that carries it.
 
+A field's `x-keep-null` keeps null in a key that is present only sometimes (walls' kv_wall_requests);
+a model's `json_schema_extra` config adds keywords to the whole document (walls' if/then/else).
+
 Does not: write the schemas of the commands without typed documents (generate.py keeps those
 files, filling their registry parts), or validate documents (tests/agent does).
 """
@@ -45,6 +48,7 @@ MODELS = {
     "regimes": ("RegimesResult", {}),
     "triage_profile": ("TriageProfileResult", {}),
     "thresholds": ("ThresholdsResult", {"Crossover": "crossover"}),
+    "walls": ("WallsResult", {}),
 }
 # command → its schema's title, where the command line is not `floorfirst <command> --json`
 TITLES = {"simulate_disagg": "floorfirst simulate --disagg xPyD --json",
@@ -123,7 +127,8 @@ def field_node(field, defs: dict[str, str], used: dict[str, dict]) -> tuple[dict
     extras.update(_extras(field.metadata))
     required = field.is_required()
     node = _type_node(field.annotation, defs, used, extras)
-    if not required and field.default is None and isinstance(node.get("type"), list):
+    keep_null = extras.pop("x-keep-null", False)  # a key present only sometimes, and then maybe null
+    if not required and field.default is None and isinstance(node.get("type"), list) and not keep_null:
         node["type"] = [t for t in node["type"] if t != "null"]  # absent rather than null
         if len(node["type"]) == 1:
             node["type"] = node["type"][0]
@@ -187,6 +192,9 @@ def schema_of(command: str) -> dict[str, Any]:
         "properties": {"schema": {"const": schema_name(command), "description": SCHEMA_KEY}, **body["properties"]},
         "required": ["schema", *body["required"]],
     }
+    conditions = cls.model_config.get("json_schema_extra")  # keywords of the whole document (walls' if/then/else)
+    if isinstance(conditions, dict):
+        out.update(conditions)
     if cls.model_config.get("extra") == "forbid":  # a closed document (the error): no other key
         out["additionalProperties"] = False
     if used:

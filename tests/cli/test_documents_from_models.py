@@ -137,3 +137,19 @@ def test_thresholds_prints_its_models_document(capsys, args):
     result = ThresholdsResult.model_validate({k: v for k, v in doc.items() if k != "schema"})
     assert undeclared(result) == [] and [undeclared(c) for c in result.crossovers] == [[], []]
     assert result.document() == doc and list(result.document()) == list(doc)
+
+
+@pytest.mark.parametrize("args", [
+    ["--context", "32k", "--range", "1:512"],
+    ["--along", "context", "--batch", "16", "--layouts", "dp/ep,dop/ep"],
+    ["--context", "8k", "--calibration", PRIOR],
+    ["--context", "32k", "--host-tier", "--model", "deepseek-v3.2"],
+], ids=["batch", "context", "calibrated", "host-tier"])
+def test_walls_prints_its_models_document(capsys, args):
+    from floorfirst.results import WallsResult
+
+    doc = json.loads(cli_json(capsys, "walls", *args))
+    result = WallsResult.model_validate({k: v for k, v in doc.items() if k != "schema"})
+    assert undeclared(result) == [] and [undeclared(x) for x in result.layouts] == [[] for _ in result.layouts]
+    assert result.document() == doc and list(result.document()) == list(doc)
+    assert [list(x) for x in result.document()["layouts"]] == [list(x) for x in doc["layouts"]]
