@@ -1,5 +1,5 @@
 """The typed documents floorfirst's functions return: `PlanResult` (floor), `CompareResult`,
-`CapacityResult`, `TriageResult`, `ExplainLaunchResult`, `HardwareResult`, `ModelsResult`, `RegimesResult`, `TriageProfileResult`, `ThresholdsResult`, `WallsResult` (and, in floorfirst/served.py, `SimulateResult` and `SimulateDisaggResult`), and the
+`CapacityResult`, `TriageResult`, `ExplainLaunchResult`, `HardwareResult`, `ModelsResult`, `RegimesResult`, `TriageProfileResult`, `ThresholdsResult`, `WallsResult`, `ValidateResult` (and, in floorfirst/served.py, `SimulateResult` and `SimulateDisaggResult`), and the
 parts they are built of. Their fields are the keys of the command's `--json` document
 (docs/json-contracts.md), units in the names (`_s` seconds, `_bytes`, `_tokens`, `_per_s`,
 `_fraction`, `_gib` GiB; a key without a unit is a count, a name or an enum); `document()` gives
@@ -12,7 +12,7 @@ NOTE: the models allow keys they don't declare (`model_extra`), so a key a comma
 the caller instead of failing the call; tests/floorfirst fail until it is declared here.
 
 The schemas of floor, compare, capacity, triage, triage --profile, explain-launch, hardware, models,
-regimes, thresholds, walls, simulate and simulate --disagg are written from these models and floorfirst/served.py's (and the error document's from floorfirst/error_result.py) (schemas/generate.py, through schemas/from_models.py): a field's
+regimes, thresholds, walls, validate, simulate and simulate --disagg are written from these models and floorfirst/served.py's (and the error document's from floorfirst/error_result.py) (schemas/generate.py, through schemas/from_models.py): a field's
 docstring is its key's description and `_kw(...)` its schema keywords (minimum, enum, a registry's
 names, or `part(...)`: the hand-written key-by-key contract of a free-form dict in schemas/parts/).
 A field without a docstring can't be written; a field with `exclude=True` (per_request, timeline)
@@ -1205,3 +1205,123 @@ class WallsResult(Document):
     """Layouts ranked by where their first wall binds, earliest first."""
     plot: str | None = None
     """PNG written (only with --plot)."""
+
+
+# ---- validate: a calibration checked on a profile ---------------------------------------------------
+
+class FloorViolation(_Part):
+    """A row faster than its datasheet floor: a spec or the model is wrong."""
+
+    source: str
+    """Profile file."""
+    line: Tally
+    """Line."""
+    measured_s: Amount
+    """Measured, seconds."""
+    floor_max_s: Amount
+    """Optimistic floor, seconds."""
+    resources: list[Annotated[ResourceName, _kw(description="Resource.")]]
+    """Resources that alone take longer."""
+
+
+class RowResidual(_Part):
+    """One row's residual."""
+
+    # --holdout adds the row's prediction with its group held out, one key per grouping
+    model_config = ConfigDict(json_schema_extra={"patternProperties": {"^holdout_(model|gpus|layout)_predicted_s$": {
+        "type": ["number", "null"], "description": "The row predicted with its group held out."}}})
+
+    source: str
+    """Profile file."""
+    line: Tally
+    """Line."""
+    gpus: Count
+    """GPUs in the deployment, all replicas."""
+    attn: AttnName
+    """Attention layout: tp, cp (context parallel), dp (DP-attention) or dop (decoupled ownership)."""
+    moe: MoeName
+    """MoE split: ep (experts spread over ranks) or tp (every expert split over ranks); tp for dense models."""
+    batch: Amount
+    """Decode requests."""
+    context_tokens: Amount
+    """Context, tokens."""
+    prefill_tokens: Amount
+    """Prefill tokens."""
+    measured_s: Amount
+    """Measured, seconds."""
+    predicted_s: Amount
+    """This calibration's prediction, seconds."""
+    cv_predicted_s: MaybeAmount
+    """Out-of-fold prediction, seconds."""
+    floor_max_s: Amount
+    """Optimistic floor, seconds."""
+    floor_sum_s: Amount
+    """Pessimistic floor, seconds."""
+    error_pct: float
+    """(predicted − measured) ÷ measured, percent."""
+    cv_error_pct: Maybe
+    """(cv_predicted − measured) ÷ measured, percent."""
+
+
+class HeldOutGroup(_Part):
+    """One held-out group."""
+
+    group: str
+    """The group's value (a model, a GPU count, attn/moe)."""
+    rows: Tally
+    """Rows in the group."""
+    trained_on_rows: Tally
+    """Rows the fit that predicted it used."""
+    median_abs_pct_error: Amount | None = None
+    """Median |error| % of the group's rows."""
+    p90_abs_pct_error: Amount | None = None
+    """p90 |error| % of the group's rows."""
+    skipped: str | None = None
+    """Why the group could not be held out."""
+
+
+class Holdout(_Part):
+    """One grouping."""
+
+    by: Annotated[str, _kw(enum=["model", "gpus", "layout"])]
+    """What a group is."""
+    groups: list[HeldOutGroup]
+    """Per group."""
+    rows_predicted: Tally
+    """Rows of the groups that could be held out."""
+    median_abs_pct_error: Maybe
+    """Median |error| % over the predicted rows."""
+    p90_abs_pct_error: Maybe
+    """p90 |error| % over the predicted rows."""
+
+
+class ValidateResult(Document):
+    """A calibration checked on a profile: per-row residuals, k-fold cross-validated error, datasheet-floor
+    violations."""
+
+    command: ClassVar[str] = "validate"
+
+    calibration: str
+    """Calibration artifact path."""
+    rows: Tally
+    """Rows validated."""
+    folds: Annotated[int, _kw(minimum=2)]
+    """k of k-fold cross-validation."""
+    cv_median_abs_pct_error: MaybeAmount
+    """Cross-validated median |error|, percent."""
+    cv_p90_abs_pct_error: MaybeAmount
+    """Cross-validated 90th percentile |error|, percent."""
+    median_abs_pct_error: MaybeAmount
+    """This calibration's median |error| on these rows, percent."""
+    p90_abs_pct_error: MaybeAmount
+    """This calibration's 90th percentile |error|, percent."""
+    fraction_inside_floors: MaybeAmount
+    """Share of rows inside the datasheet [floor_max, floor_sum]."""
+    rows_below_floor: list[FloorViolation]
+    """Floor violations."""
+    residuals: list[RowResidual]
+    """Per-row residuals."""
+    holdout: list[Holdout]
+    """Hold-out by group (--holdout): each group predicted by a fit on the others."""
+    rows_rejected: list[Annotated[str, _kw(description="A rejected row and why.")]]
+    """Rows left out."""

@@ -15,7 +15,8 @@ How a model field becomes a schema node:
   by hand, in one file, and used by every command that carries it.
 
 A field's `x-keep-null` keeps null in a key that is present only sometimes (walls' kv_wall_requests);
-a model's `json_schema_extra` config adds keywords to the whole document (walls' if/then/else).
+a model's `json_schema_extra` config adds keywords to its object (walls' if/then/else, validate's
+patternProperties).
 
 Does not: write the schemas of the commands without typed documents (generate.py keeps those
 files, filling their registry parts), or validate documents (tests/agent does).
@@ -49,6 +50,7 @@ MODELS = {
     "triage_profile": ("TriageProfileResult", {}),
     "thresholds": ("ThresholdsResult", {"Crossover": "crossover"}),
     "walls": ("WallsResult", {}),
+    "validate": ("ValidateResult", {}),
 }
 # command → its schema's title, where the command line is not `floorfirst <command> --json`
 TITLES = {"simulate_disagg": "floorfirst simulate --disagg xPyD --json",
@@ -161,7 +163,9 @@ def model_node(cls, defs: dict[str, str] | None = None, used: dict[str, dict] | 
             required.append(key)
     own = cls.__dict__.get("__doc__")
     head = {"description": " ".join(own.split())} if own else {}
-    return {"type": "object", **head, "properties": props, "required": required}
+    extra = cls.model_config.get("json_schema_extra")  # keywords of the object itself (patternProperties)
+    return {"type": "object", **head, "properties": props, "required": required,
+            **(extra if isinstance(extra, dict) else {})}
 
 
 def model_of(command: str):

@@ -153,3 +153,22 @@ def test_walls_prints_its_models_document(capsys, args):
     assert undeclared(result) == [] and [undeclared(x) for x in result.layouts] == [[] for _ in result.layouts]
     assert result.document() == doc and list(result.document()) == list(doc)
     assert [list(x) for x in result.document()["layouts"]] == [list(x) for x in doc["layouts"]]
+
+
+@pytest.mark.parametrize("args", [[], ["--holdout", "layout", "--folds", "3"]], ids=["cv", "holdout"])
+def test_validate_prints_its_models_document(capsys, tmp_path, args):
+    import re
+
+    from floorfirst.results import ValidateResult
+    from tests.agent.contracts import PROFILE
+
+    cal = tmp_path / "cal.json"
+    cli_json(capsys, "calibrate", "--profile", str(PROFILE), "--out", str(cal))
+    doc = json.loads(cli_json(capsys, "validate", "--calibration", str(cal), "--profile", str(PROFILE), *args))
+    result = ValidateResult.model_validate({k: v for k, v in doc.items() if k != "schema"})
+    held = re.compile(r"^holdout_(model|gpus|layout)_predicted_s$")  # the schema's patternProperties
+    assert undeclared(result) == []
+    assert [[k for k in (r.model_extra or {}) if not held.match(k)] for r in result.residuals] == \
+        [[] for _ in result.residuals]
+    assert result.document() == doc and list(result.document()) == list(doc)
+    assert result.residuals and bool(result.holdout) == ("--holdout" in args)
