@@ -82,7 +82,7 @@ MIN_RATE_PER_S = 1.0
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False, defer_build=True)  # built on first use (planner.spec_cache)
 
 
 class FittedParams(_Frozen):

@@ -35,7 +35,10 @@ def wants_json(args: list[str]) -> bool:
 
 
 def error_document(message: str, exit_code: int) -> dict:
-    return {"schema": ERROR_SCHEMA, "error": message, "exit_code": exit_code}
+    """The floorfirst.error/1 document (floorfirst.error_result.ErrorResult, whose model writes its schema)."""
+    from floorfirst.error_result import ErrorResult
+
+    return ErrorResult.model_construct(error=message, exit_code=exit_code).document()
 
 
 def write_error(message: str, exit_code: int, as_json: bool, prefix: str = "floorfirst: error: ") -> None:

@@ -40,6 +40,8 @@ from planner.errors import SpecError
 from planner.path_policy import Root, confined
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
+MCP_COMMAND_MODULES = ("specs", "floor", "walls", "triage", "calibration", "simulate", "launch")  # cli.mcp_server's tools
+WARM_COMMANDS = ("compare",)  # a worker registers these commands' module before it says it is ready
 
 
 class CommandError(Exception):
@@ -60,28 +62,57 @@ def _module(name: str) -> str:
 class CommandRunner:
     """The given command modules (`cli.commands.<name>`, or a dotted path) registered on a private
     app; `run(command, args)` → doc. A module that is not there (a command group not yet written)
-    is left out; `commands` says which commands exist."""
+    is left out; `commands` says which commands exist.
 
-    def __init__(self, modules: Iterable[str]):
+    `lazy`: a module of cli.commands is imported and registered when one of its commands is first
+    run (which module registers which command is read from their sources, cli.main.command_modules),
+    so a worker is ready before it has imported what only other commands need."""
+
+    def __init__(self, modules: Iterable[str], lazy: bool = False):
         from cli.main import click_exceptions
 
-        app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+        self._app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+        self._pending: dict[str, str] = {}  # command -> module not registered yet (lazy)
+        if lazy:
+            from cli.main import command_modules
+
+            wanted = set(modules)
+            self._pending = {c: m for c, m in command_modules().items() if m in wanted}
+            modules = [m for m in modules if "." in m]  # a dotted module (a test's stub) is registered now
         for name in modules:
-            try:
-                if importlib.util.find_spec(_module(name)) is None:
-                    continue
-            except ModuleNotFoundError:
-                continue
-            importlib.import_module(_module(name)).register(app)
-        self._group = typer.main.get_command(app)
+            self._register(name)
+        self._lazy = lazy
+        self._group = self._build() if not lazy or self._app.registered_commands else None
         self._usage_error = click_exceptions()[0]
         # NOTE: commands print their document on sys.stdout; capturing it means redirecting a
         # process-wide stream, so one command runs at a time in one process (WorkerPool runs more).
         self._lock = threading.Lock()
 
+    def _register(self, name: str) -> None:
+        try:
+            if importlib.util.find_spec(_module(name)) is None:
+                return
+        except ModuleNotFoundError:
+            return
+        importlib.import_module(_module(name)).register(self._app)
+
+    def prepare(self, command: str) -> None:
+        """Register `command`'s module now, if it is still pending (imports what its commands need)."""
+        module = self._pending.get(command)
+        if module is None:
+            return
+        self._register(module)
+        self._pending = {c: m for c, m in self._pending.items() if m != module}
+        self._group = self._build()
+
+    def _build(self):
+        # NOTE: lazily, the app may hold one command so far: a group all the same (typer makes a
+        # one-command app that command alone, which would read the command's name as an argument)
+        return typer.main.get_group(self._app) if self._lazy else typer.main.get_command(self._app)
+
     @property
     def commands(self) -> set[str]:
-        return set(getattr(self._group, "commands", {}))
+        return set(getattr(self._group, "commands", {})) | set(self._pending)
 
     @property
     def group(self):
@@ -94,6 +125,7 @@ class CommandRunner:
 
         if command not in self.commands:
             raise CommandError(f"no command {command!r} here")
+        self.prepare(command)
         from cli.errors import check_arguments
 
         out = io.StringIO()
@@ -111,6 +143,58 @@ class CommandRunner:
 
     def run(self, command: str, args: list[str]) -> dict[str, Any]:
         return json.loads(self.run_text(command, args))
+
+    def call_text(self, command: str, values: dict[str, Any]) -> str:
+        """`floorfirst <command> … --json` with its options given as values by parameter name (what a
+        command line's parser hands over: a string, a list of them for a repeated option, True for a
+        flag; cli.tool_options.parameter_values), in this process: no command line is built or
+        parsed. Each of the command's parameters takes its value (or its default) and converts and
+        checks it as it does on the command line, then the command function runs; the answer, and
+        every error line, is the one the same options on the command line give."""
+        from cli.documents import DocumentError
+        from cli.errors import check_arguments
+
+        if command not in self.commands:
+            raise CommandError(f"no command {command!r} here")
+        self.prepare(command)
+        cmd = self._group.commands[command]
+        params = cmd.params
+        unknown = sorted(set(values) - {p.name for p in params})
+        if unknown:
+            raise CommandError(f"{command}: no option {unknown[0]!r}")
+        json_param = next(p.name for p in params if "--json" in getattr(p, "opts", ()))
+        texts = [v for x in values.values() for v in (x if isinstance(x, list) else [x]) if isinstance(v, str)]
+        out = io.StringIO()
+        with self._lock, contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+            try:
+                check_arguments(texts)
+                ctx = cmd.context_class(cmd, info_name=command,
+                                        parent=self._group.context_class(self._group, info_name="floorfirst"))
+                with ctx.scope(cleanup=False):
+                    # NOTE: what a command's parse_args does once the parser has split a command line
+                    opts = {**values, json_param: True}
+                    for param in _iter_params_for_processing([], cmd.get_params(ctx)):
+                        param.handle_parse_result(ctx, opts, [])
+                with ctx:
+                    cmd.invoke(ctx)
+            except SpecError as exc:
+                raise CommandError(str(exc)) from None
+            except self._usage_error as exc:
+                raise CommandError(exc.format_message().splitlines()[0]) from None
+            except DocumentError as exc:
+                raise CommandError(exc.message) from None
+        return out.getvalue()
+
+    def call(self, command: str, values: dict[str, Any]) -> dict[str, Any]:
+        return json.loads(self.call_text(command, values))
+
+
+def _iter_params_for_processing(order, params):
+    try:
+        from typer._click.core import iter_params_for_processing  # type: ignore[attr-defined]
+    except ImportError:  # a typer on the stand-alone click
+        from click.core import iter_params_for_processing  # type: ignore[no-redef]
+    return iter_params_for_processing(order, params)
 
 
 @dataclass(frozen=True)
@@ -137,14 +221,13 @@ def _worker_main(modules: tuple[str, ...], memory_bytes: int | None) -> None:
         import resource
 
         resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
-    runner = CommandRunner(modules)
-    if "models" in runner.commands:
-        # NOTE: warm-up: the built-in cards are read and cached before the worker says it is
-        # ready, so a spare worker's first call costs what every later one does.
-        try:
-            runner.run_text("models", [])
-        except CommandError:
-            pass
+    runner = CommandRunner(modules, lazy=True)
+    # NOTE: warm-up before the worker says it is ready: the planning commands' module (numpy, the
+    # planner, typer's parameters) — what most first calls need; a spare worker starts while the
+    # server is still importing the MCP SDK. Other command modules load on their first call. (It
+    # used to import every module and run `models`: the first call of a new server waited ~1 s for it.)
+    for command in WARM_COMMANDS:
+        runner.prepare(command)
     channel.write(json.dumps({"status": "ready", "payload": "", "fatal": False}) + "\n")
     channel.flush()
     for line in sys.stdin:
@@ -154,7 +237,8 @@ def _worker_main(modules: tuple[str, ...], memory_bytes: int | None) -> None:
             os.chdir(req["cwd"])
             root = req.get("root")
             with confined(Root(root, overwrite=bool(req.get("overwrite")))) if root else contextlib.nullcontext():
-                text = runner.run_text(command, req["args"])
+                text = (runner.call_text(command, req["values"]) if "values" in req
+                        else runner.run_text(command, req["args"]))
             if len(text) > req["output_bytes"]:
                 reply = ("error", f"{command}: the answer is {len(text) / MiB:.1f} MiB, over the "
                                   f"{req['output_bytes'] / MiB:.0f} MiB limit per call; ask for less "
@@ -250,16 +334,23 @@ class WorkerPool:
         self.limits = limits
         self.workers = max(1, int(workers))
         self.spare = max(0, min(int(spare), self.workers))
-        self._local = CommandRunner(self.modules)  # the commands' options, read here (MCP tool schemas)
-        self._commands = self._local.commands
+        self._local_runner: CommandRunner | None = None  # the commands' options (MCP tool schemas), read on first use
         self._idle: list[_Worker] = []
         self._live = 0  # started and not stopped: idle, busy or starting
         self._closed = False
         self._cond = threading.Condition(threading.Lock())
 
     @property
+    def _local(self) -> CommandRunner:
+        """Every command registered here, built on first use: a pool can start its workers (warm)
+        before the server has read a single option."""
+        if self._local_runner is None:
+            self._local_runner = CommandRunner(self.modules)
+        return self._local_runner
+
+    @property
     def commands(self) -> set[str]:
-        return set(self._commands)
+        return self._local.commands
 
     @property
     def group(self):
@@ -279,10 +370,21 @@ class WorkerPool:
         """`floorfirst <command> <args> --json` in a worker → its document. `overwrite`: a write may
         replace an existing file inside the root. `cancel`: once set, the call's worker is stopped
         within CANCEL_POLL_S and CommandError says the call was cancelled."""
+        return self._request(command, {"args": list(args)}, list(args), overwrite, cancel)
+
+    def call(self, command: str, values: dict[str, Any], overwrite: bool = False,
+             cancel: threading.Event | None = None) -> dict[str, Any]:
+        """The command function run in a worker with these parameter values (CommandRunner.call_text;
+        what the MCP tools send) → its document; limits, `overwrite` and `cancel` as `run`'s."""
+        texts = [v for x in values.values() for v in (x if isinstance(x, list) else [x]) if isinstance(v, str)]
+        return self._request(command, {"values": dict(values)}, texts + list(values), overwrite, cancel)
+
+    def _request(self, command: str, payload: dict[str, Any], texts: list[str], overwrite: bool,
+                 cancel: threading.Event | None) -> dict[str, Any]:
         lim = self.limits
-        if command not in self._commands:
+        if command not in self.commands:
             raise CommandError(f"no command {command!r} here")
-        size = sum(len(a.encode("utf-8", errors="replace")) + 1 for a in args)
+        size = sum(len(a.encode("utf-8", errors="replace")) + 1 for a in texts)
         if size > lim.args_bytes:
             raise CommandError(f"{command}: the arguments are {size / KiB:.0f} KiB, over the "
                                f"{lim.args_bytes / KiB:.0f} KiB limit per call")
@@ -290,7 +392,7 @@ class WorkerPool:
         w = self._take(deadline, cancel)
         self.warm()
         try:
-            w.send({"command": command, "args": list(args), "cwd": self.root or os.getcwd(), "root": self.root,
+            w.send({"command": command, **payload, "cwd": self.root or os.getcwd(), "root": self.root,
                     "overwrite": bool(overwrite), "output_bytes": lim.output_bytes})
             reply = (w.receive(deadline, 2 * lim.output_bytes + MiB, cancel) if w.wait_ready(deadline, cancel)
                      else None)

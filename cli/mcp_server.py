@@ -36,11 +36,11 @@ from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.types import ToolAnnotations
 from pydantic import Field, ValidationError
 
-from cli.inprocess import CommandError, CommandRunner, Limits, WorkerPool
-from cli.tool_options import command_line, signature, tool_options, unknown_arguments
+from cli.inprocess import MCP_COMMAND_MODULES, CommandError, CommandRunner, Limits, WorkerPool
+from cli.tool_options import parameter_values, signature, tool_options, unknown_arguments
 from planner.inputs import shown
 
-COMMAND_MODULES = ("specs", "floor", "walls", "triage", "calibration", "simulate", "launch")
+COMMAND_MODULES = MCP_COMMAND_MODULES  # the modules whose commands are tools (cli.inprocess)
 
 INSTRUCTIONS = """floorfirst prices an LLM decode step on a deployment from first principles: five resources on the
 busiest rank (HBM bytes, FLOPs, network bytes, network messages, KV capacity), an optimistic floor
@@ -122,15 +122,15 @@ def _bind(spec: ToolSpec, command, runner: "CommandRunner | WorkerPool") -> Call
 
     async def tool(**kwargs: Any) -> dict[str, Any]:
         overwrite = bool(kwargs.pop("overwrite", False))
-        argv = command_line(options, kwargs)
+        values = parameter_values(options, kwargs)
         if overwrite and spec.command == "calibrate":
-            argv.append("--force")
+            values["force"] = True
         cancel = threading.Event()
 
         def call() -> dict[str, Any]:
             if pooled:
-                return runner.run(spec.command, argv, overwrite=overwrite, cancel=cancel)
-            return runner.run(spec.command, argv)
+                return runner.call(spec.command, values, overwrite=overwrite, cancel=cancel)
+            return runner.call(spec.command, values)
 
         try:
             return await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
@@ -199,11 +199,13 @@ def build_server(runner: "CommandRunner | WorkerPool | None" = None, root: str |
     return server
 
 
-def serve(workers: int = 4, limits: Limits = Limits(), root: str | None = None) -> None:
+def serve(workers: int = 4, limits: Limits = Limits(), root: str | None = None, pool: WorkerPool | None = None) -> None:
     """Serve over stdio until the client closes the connection; every call confined to `root`
-    (default: the working directory; planner.path_policy, docs/mcp-security.md)."""
-    pool = WorkerPool(COMMAND_MODULES, workers=workers, limits=limits, root=root or os.getcwd())
-    pool.warm()
+    (default: the working directory; planner.path_policy, docs/mcp-security.md). `pool`: a pool
+    already started (floorfirst mcp starts it before this module imports the SDK); it is closed here."""
+    if pool is None:
+        pool = WorkerPool(COMMAND_MODULES, workers=workers, limits=limits, root=root or os.getcwd())
+        pool.warm()
     try:
         build_server(pool).run("stdio")
     finally:

@@ -6,15 +6,17 @@ sized, why a deployment can't run) and lays out the compare and capacity tables.
 
 from __future__ import annotations
 
-from typing import Any
-
-from rich import box
-from rich.markup import escape
-from rich.table import Table
+from typing import TYPE_CHECKING, Any
 
 import planner
 from cli.common import fmt_ms, fmt_tokens, title
 from planner.units import GiB
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+# NOTE: rich is imported where a table or a sentence is made, not here: a --json call prints none,
+# and rich's import is ~15 ms of its start (python -X importtime).
 
 
 def deployment_title(dep: planner.Deployment) -> str:
@@ -42,6 +44,9 @@ def compare_table(out: dict[str, Any], dep0: planner.Deployment, pricing_label: 
     """One row per layout. NOTE: the narrow form (the default) fits 100 columns: times in ms with two
     decimals under a unit in the header; `wide` adds the decode kernel and three decimals. A host
     tier adds its link time and the requests held without and with it."""
+    from rich import box
+    from rich.table import Table
+
     t = Table(title=title(f"{deployment_title(dep0)}, B={out['batch']:.0f}, mean context "
                           f"{fmt_tokens(out['context_mean_tokens'])} ({pricing_label} floors, busiest rank, "
                           f"{dep0.engine} memory)"), box=box.HEAVY_HEAD if wide else box.SIMPLE_HEAD,
@@ -100,6 +105,8 @@ def launch_sentence(out: dict[str, Any], launch_layout: str, star: dict | None) 
 def launch_words(d: dict[str, Any], engine: str) -> str:
     """The launch line that runs one priced layout (a document row), with what it leaves to the
     operator, or why no flag of `engine` runs it; escaped for rich."""
+    from rich.markup import escape
+
     if not d["launchable"]:
         return escape(f"{engine} can't launch {d['attn']}/{d['moe']}: {d['launch_reason']}")
     *files, command = d["launch_line"].split("\n")
@@ -130,6 +137,8 @@ def shell_wrap(command: str, width: int = 100) -> str:
 
 def unlaunchable_lines(docs: list[dict[str, Any]], engine: str) -> list[str]:
     """'† a, b: why' lines, one per reason, for the rows no flag of `engine` runs."""
+    from rich.markup import escape
+
     by_reason: dict[str, list[str]] = {}
     for d in docs:
         if not d["launchable"]:
@@ -138,6 +147,9 @@ def unlaunchable_lines(docs: list[dict[str, Any]], engine: str) -> list[str]:
 
 
 def capacity_table(out: dict[str, Any], dep0: planner.Deployment) -> Table:
+    from rich import box
+    from rich.table import Table
+
     p0 = dep0.memory
     mix = [f"{fmt_tokens(x['context_tokens'])}×{x['requests']}" for x in out.get("context_mix", ())]
     at = f"the mix {', '.join(mix)}" if mix else f"{fmt_tokens(out['context_tokens'])} tokens/request"

@@ -1,5 +1,5 @@
 """MCP tool signatures read from the CLI's own option definitions, and tool arguments turned back
-into the command line those options parse.
+into the values of the command function's parameters (or the command line those options parse).
 
 Each tool's inputs are its command's click parameters (registered by `cli.commands.*`, so layout,
 MoE and engine choices come from the planner's registries): the name is the long flag
@@ -28,6 +28,7 @@ Scalar = Union[str, int, float]
 class ToolOption:
     name: str  # the tool argument (the long flag, underscores)
     flag: str  # the CLI option it becomes
+    param: str  # the command function's parameter it is (click's name)
     annotation: Any
     default: Any  # inspect.Parameter.empty: required
     multiple: bool
@@ -75,7 +76,7 @@ def tool_options(command, drop: tuple[str, ...] = (), only: tuple[str, ...] | No
                 default = list(default) or None
             if default is None:
                 ann = Optional[ann]
-        out.append(ToolOption(name, flag, Annotated[ann, Field(description=p.help or "")], default,
+        out.append(ToolOption(name, flag, p.name, Annotated[ann, Field(description=p.help or "")], default,
                               bool(p.multiple), bool(getattr(p, "is_flag", False))))
     return out
 
@@ -115,6 +116,27 @@ def command_line(options: list[ToolOption], arguments: dict[str, Any]) -> list[s
         else:
             argv += [o.flag, _text(value)]
     return argv + (["--", *positional] if positional else [])
+
+
+def parameter_values(options: list[ToolOption], arguments: dict[str, Any]) -> dict[str, Any]:
+    """Validated tool arguments → the command's parameter values by parameter name, as a command
+    line's parser hands them over (command_line's text: a string, a list of them for a repeated
+    option, True for a flag); None, False and a default leave the parameter to its default."""
+    by = {o.name: o for o in options}
+    values: dict[str, Any] = {}
+    for key, value in arguments.items():
+        o = by[key]
+        if value is None or value is False or (o.default is not inspect.Parameter.empty and value == o.default):
+            continue
+        if o.is_flag:
+            values[o.param] = True
+        elif o.multiple:
+            values[o.param] = [_text(v) for v in (value if isinstance(value, list) else [value])]
+        elif isinstance(value, list):
+            values[o.param] = ",".join(_text(v) for v in value)
+        else:
+            values[o.param] = _text(value)
+    return values
 
 
 def unknown_arguments(tool: str, given: dict[str, Any], known: list[str]) -> str | None:

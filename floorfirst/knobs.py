@@ -11,7 +11,7 @@ builds one: a layout the model can't run is that command's answer, not the spec'
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -22,44 +22,39 @@ from planner.errors import SpecError
 class DeploymentSpec(BaseModel):
     """One deployment: the model on `gpus` GPUs of `hardware`, run by `engine`, and how."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+    # NOTE: descriptions as Field(description=...), not attribute docstrings: use_attribute_docstrings reads
+    # and parses this file's source when the class is built, ~20 ms of every CLI call's start (-X importtime)
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
-    model: str = DEFAULTS["model"]
-    """Built-in card name, a Hugging Face config.json (or its folder), or a repo id (its checkpoint's dtype)."""
-    hardware: str = DEFAULTS["hardware"]
-    """Built-in GPU name or a hardware YAML file."""
-    gpus: int = Field(DEFAULTS["gpus"])
-    """GPUs in the deployment, all replicas."""
-    replicas: int = 1
-    """Replicas of the whole group; a group is gpus / replicas GPUs."""
-    engine: str = DEFAULTS["engine"]
-    """Whose memory model, kernels, scheduler and shipped prior price the deployment (sglang, vllm)."""
-    attn: str | None = None
-    """The attention layout it runs (None: the command picks or prices every layout)."""
-    moe: str | None = None
-    """MoE split (None: ep for MoE models, tp for dense)."""
-    nodes: int | None = None
-    """Scale-up domains (nodes) the deployment spans (None: as few as hold the GPUs)."""
-    kv_dtype: str | None = None
-    """KV cache dtype as engines spell it (None: the engine's auto)."""
-    weight_dtype: str | None = None
-    """bf16, fp8 or fp4 (None: the checkpoint's)."""
-    mem_fraction: float | None = None
-    """The engine's memory fraction (SGLang mem_fraction_static, vLLM gpu_memory_utilization)."""
-    page_tokens: int | None = None
-    """KV page size, tokens (None: the engine's)."""
-    reserve_gib: float | None = None
-    """GiB per GPU the engine keeps out of weights + KV (None: the engine's estimate)."""
-    swa_full_tokens_ratio: float | None = None
-    """SGLang's --swa-full-tokens-ratio for hybrid sliding-window models."""
-    attn_groups: int | None = None
-    """Owner groups of a layout that takes a count (dptp)."""
+    model: str = Field(DEFAULTS["model"], description="Built-in card name, a Hugging Face config.json (or its folder), or a repo id (its checkpoint's dtype).")
+    hardware: str = Field(DEFAULTS["hardware"], description="Built-in GPU name or a hardware YAML file.")
+    gpus: int = Field(DEFAULTS["gpus"], description="GPUs in the deployment, all replicas.")
+    replicas: int = Field(1, description="Replicas of the whole group; a group is gpus / replicas GPUs.")
+    engine: str = Field(DEFAULTS["engine"], description="Whose memory model, kernels, scheduler and shipped prior price the deployment (sglang, vllm).")
+    attn: str | None = Field(None, description="The attention layout it runs (None: the command picks or prices every layout).")
+    moe: str | None = Field(None, description="MoE split (None: ep for MoE models, tp for dense).")
+    nodes: int | None = Field(None, description="Scale-up domains (nodes) the deployment spans (None: as few as hold the GPUs).")
+    kv_dtype: str | None = Field(None, description="KV cache dtype as engines spell it (None: the engine's auto).")
+    weight_dtype: str | None = Field(None, description="bf16, fp8 or fp4 (None: the checkpoint's).")
+    mem_fraction: float | None = Field(None, description="The engine's memory fraction (SGLang mem_fraction_static, vLLM gpu_memory_utilization).")
+    page_tokens: int | None = Field(None, description="KV page size, tokens (None: the engine's).")
+    reserve_gib: float | None = Field(None, description="GiB per GPU the engine keeps out of weights + KV (None: the engine's estimate).")
+    swa_full_tokens_ratio: float | None = Field(None, description="SGLang's --swa-full-tokens-ratio for hybrid sliding-window models.")
+    attn_groups: int | None = Field(None, description="Owner groups of a layout that takes a count (dptp).")
 
     @classmethod
     def of(cls, **knobs: Any) -> "DeploymentSpec":
-        """The spec of these knobs; a knob that isn't one, or a value of the wrong type, is one SpecError line."""
+        """The spec of these knobs; a knob that isn't one, or a value of the wrong type, is one SpecError line.
+
+        NOTE: knobs that are all of their field's exact type (what the CLI's options give) make the
+        spec without pydantic's validation, which would return the same values (no field has a
+        constraint or a converter): building the validator was ~20 ms of a CLI call's start. Any
+        other value goes through the validation, with its error line."""
+        values = {k: getattr(v, "value", v) for k, v in knobs.items()}
+        if all(k in _KNOB_TYPES and type(v) in _KNOB_TYPES[k] for k, v in values.items()):
+            return cls.model_construct(**values)
         try:
-            return cls(**{k: getattr(v, "value", v) for k, v in knobs.items()})
+            return cls(**values)
         except ValidationError as exc:
             raise SpecError(_knob_error(exc)) from None
 
@@ -74,10 +69,13 @@ class DeploymentSpec(BaseModel):
 
     def changed(self, **knobs: Any) -> "DeploymentSpec":
         """A copy with these knobs changed (validated)."""
-        return DeploymentSpec.of(**{**self.model_dump(), **knobs})
+        return DeploymentSpec.of(**{**{k: getattr(self, k) for k in KNOBS}, **knobs})
 
 
 KNOBS = tuple(DeploymentSpec.model_fields)
+# knob -> the exact types its field holds (`int | None` -> (int, NoneType)): DeploymentSpec.of's fast path
+_KNOB_TYPES: dict[str, tuple[type, ...]] = {
+    k: tuple(get_args(f.annotation) or (f.annotation,)) for k, f in DeploymentSpec.model_fields.items()}
 
 
 def _knob_error(exc: ValidationError) -> str:

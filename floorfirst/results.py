@@ -1,5 +1,5 @@
 """The typed documents floorfirst's functions return: `PlanResult` (floor), `CompareResult`,
-`CapacityResult` (and, in floorfirst/served.py, `SimulateResult` and `SimulateDisaggResult`), and the
+`CapacityResult`, `TriageResult`, `ExplainLaunchResult`, `HardwareResult`, `ModelsResult`, `RegimesResult`, `TriageProfileResult`, `ThresholdsResult`, `WallsResult`, `ValidateResult` (and, in floorfirst/served.py, `SimulateResult` and `SimulateDisaggResult`), and the
 parts they are built of. Their fields are the keys of the command's `--json` document
 (docs/json-contracts.md), units in the names (`_s` seconds, `_bytes`, `_tokens`, `_per_s`,
 `_fraction`, `_gib` GiB; a key without a unit is a count, a name or an enum); `document()` gives
@@ -11,8 +11,8 @@ or infinity. Free-form parts (an engine's memory plan, per-component byte counts
 NOTE: the models allow keys they don't declare (`model_extra`), so a key a command adds reaches
 the caller instead of failing the call; tests/floorfirst fail until it is declared here.
 
-The schemas of floor, compare, capacity, simulate and simulate --disagg are written from these
-models and floorfirst/served.py's (schemas/generate.py, through schemas/from_models.py): a field's
+The schemas of floor, compare, capacity, triage, triage --profile, explain-launch, hardware, models,
+regimes, thresholds, walls, validate, simulate and simulate --disagg are written from these models and floorfirst/served.py's (and the error document's from floorfirst/error_result.py) (schemas/generate.py, through schemas/from_models.py): a field's
 docstring is its key's description and `_kw(...)` its schema keywords (minimum, enum, a registry's
 names, or `part(...)`: the hand-written key-by-key contract of a free-form dict in schemas/parts/).
 A field without a docstring can't be written; a field with `exclude=True` (per_request, timeline)
@@ -509,3 +509,819 @@ class CapacityResult(Document):
             if x.attn == attn and (moe is None or x.moe == moe):
                 return x
         raise KeyError(f"{attn}/{moe or '*'}")
+
+
+# ---- triage: one measured step against its floors -------------------------------------------------
+
+# NOTE: the timed resources' names as the planner lists them (planner.resources), never typed here
+def _timed_resources() -> list[str]:
+    from planner.resources import TIMED_RESOURCES
+
+    return list(TIMED_RESOURCES)
+
+
+ResourceName = Annotated[str, _kw(enum=_timed_resources())]
+
+
+class TriageTimes(_Part):
+    """The timed resources (planner.TIMED_RESOURCES), seconds."""
+
+    hbm: Amount
+    """hbm time, seconds."""
+    compute: Amount
+    """compute time, seconds."""
+    network_bytes: Amount
+    """network_bytes time, seconds."""
+    network_messages: Amount
+    """network_messages time, seconds."""
+    host_link: Amount | None = None
+    """host_link time (a host KV tier's fetches), seconds."""
+
+
+class TriageCalibrated(_Part):
+    """The measurement read against a calibrated prediction (only with --calibration); then profile/profile_resource
+    follow it."""
+
+    calibration: str
+    """The calibration artifact's path."""
+    predicted_s: Amount
+    """Calibrated prediction, seconds."""
+    residual_fraction: float
+    """(measured − predicted) / predicted."""
+    verdict: Annotated[str, _kw(enum=["below_prediction", "as_predicted", "above_prediction"])]
+    """Against the prediction, within ± threshold."""
+    explanation: str
+    """One sentence."""
+
+
+class TriageResult(Document):
+    """A measured step placed against its floors: overlap quality, a violated floor, or a residual over the sum and
+    the resource to profile."""
+
+    command: ClassVar[str] = "triage"
+
+    model: str
+    """Model name (built-in card name or the config.json's model name)."""
+    hardware: str
+    """GPU name (built-in or from the hardware YAML)."""
+    gpus: Count
+    """GPUs in the deployment, all replicas."""
+    attn: AttnName
+    """Attention layout: tp, cp (context parallel), dp (DP-attention) or dop (decoupled ownership)."""
+    moe: MoeName
+    """MoE split: ep (experts spread over ranks) or tp (every expert split over ranks); tp for dense models."""
+    batch: Tally
+    """Decode requests, whole deployment."""
+    context_mean_tokens: Amount
+    """Mean context, tokens."""
+    pricing: Annotated[str, _kw(enum=["datasheet", "achieved"])]
+    """Floor pricing."""
+    prefill_tokens: Amount
+    """Prefill chunk tokens run in the same step (one request's), per group."""
+    prefill_context_tokens: Amount
+    """Tokens the prefilling request already has cached (the prefix its chunk attends to); 0 without prefill."""
+    measured_s: Annotated[float, _kw(exclusiveMinimum=0)]
+    """The measured step, seconds."""
+    floor_max_s: Amount
+    """Optimistic floor, seconds."""
+    floor_sum_s: Amount
+    """Pessimistic floor, seconds."""
+    times_s: TriageTimes
+    """The timed resources (planner.TIMED_RESOURCES), seconds."""
+    verdict: Annotated[str, _kw(enum=["below_floor", "inside", "above_sum"])]
+    """below_floor (faster than the optimistic floor: a spec or the model is wrong), inside [max, sum], or above_sum."""
+    overlap_quality: Maybe
+    """Inside: (sum − measured) ÷ (sum − max), 1 = perfect overlap; null otherwise."""
+    residual_fraction: Maybe
+    """Above sum: (measured − sum) ÷ sum; null otherwise."""
+    violated_resources: list[Annotated[ResourceName, _kw(description="Resource.")]]
+    """Below floor: timed resources that alone take longer than the measurement."""
+    threshold_fraction: Amount
+    """Residual over floor_sum that calls for a profiler (default 0.15)."""
+    profile: bool
+    """Whether to open a profiler: above_sum and residual_fraction > threshold_fraction."""
+    profile_resource: Annotated[str | None, _kw(enum=[*_timed_resources(), None])]
+    """Resource to profile (the largest term) when profile is true; null otherwise."""
+    explanation: str
+    """The verdict in one sentence."""
+    calibrated: TriageCalibrated | None = None
+    """The measurement read against a calibrated prediction (only with --calibration); then profile/profile_resource
+    follow it."""
+
+
+# ---- explain-launch: a launch command read as a deployment -----------------------------------------
+
+EngineName = Annotated[str, _kw(**{"x-registry": "engines"})]
+
+
+class LaunchOptions(_Part):
+    """The floorfirst options the command stands for (python names: model, gpus, replicas, attn, moe, nodes,
+    mem_fraction, kv_dtype, page_tokens, weight_dtype, engine)."""
+
+    model: str | None = None
+    """What --model gets: a built-in card, a config.json path, or a Hugging Face repo id (read from the local cache,
+    or a built-in card with the weights of its quantization suffix: planner/models/repo_ids.py)."""
+    gpus: Count
+    """GPUs in the deployment, all replicas."""
+    replicas: Count
+    """Replicas of the group."""
+    attn: AttnName
+    """Attention layout."""
+    moe: MoeName
+    """MoE split."""
+    nodes: Count | None = None
+    """Nodes the deployment spans."""
+    mem_fraction: Annotated[float, _kw(exclusiveMinimum=0)] | None = None
+    """The engine's memory fraction (SGLang mem_fraction_static, vLLM gpu_memory_utilization, TensorRT-LLM
+    free_gpu_memory_fraction)."""
+    kv_dtype: str | None = None
+    """KV cache dtype as the engine spells it."""
+    page_tokens: Count | None = None
+    """KV page size, tokens."""
+    weight_dtype: WeightDtype | None = None
+    """Weight dtype read from the quantization flag."""
+    engine: EngineName
+    """Whose memory model sizes the pool."""
+
+
+class LaunchReading(_Part):
+    """One flag."""
+
+    flag: str
+    """The flag as written (an alias or abbreviation is followed by its canonical reading)."""
+    value: str
+    """Its value as written (true for a switch)."""
+    meaning: str
+    """What floorfirst made of it."""
+
+
+class ExplainLaunchResult(Document):
+    """An SGLang, vLLM or TensorRT-LLM launch command read as a floorfirst deployment: the options it stands for, how
+    each flag was read, what the engine would do that floorfirst does not model."""
+
+    command: ClassVar[str] = "explain_launch"
+
+    engine: EngineName
+    """The engine the command launches."""
+    model_given: str | None
+    """The model as the command names it (repo id, folder or path); null when it names none."""
+    options: LaunchOptions
+    """The floorfirst options the command stands for (python names: model, gpus, replicas, attn, moe, nodes,
+    mem_fraction, kv_dtype, page_tokens, weight_dtype, engine)."""
+    readings: list[LaunchReading]
+    """Each flag that sets part of the deployment, in the order read."""
+    not_modelled: list[Annotated[str, _kw(description="One effect.")]]
+    """What the engine would do that floorfirst does not model, one sentence each."""
+    ignored: list[Annotated[str, _kw(description="A flag.")]]
+    """Flags with no effect on the deployment (host, port, logging, …)."""
+    max_context_tokens: Annotated[int | None, _kw(minimum=1)]
+    """The context window the command sets (vLLM --max-model-len, SGLang --context-length), tokens; null when it sets
+    none."""
+    floorfirst_options: list[Annotated[str, _kw(description="One argument.")]]
+    """The same deployment as floorfirst command-line options."""
+
+
+# ---- hardware: the built-in GPUs -----------------------------------------------------------------
+
+class DtypeRates(_Part):
+    bf16: Amount
+    """bf16."""
+    fp8: Amount | None = None
+    """fp8 (absent where the GPU has none)."""
+    fp4: Amount | None = None
+    """fp4 (absent where the GPU has none)."""
+
+
+class EfficiencyDefaults(_Part):
+    hbm: Amount
+    """Achieved fraction of HBM bandwidth."""
+    flops: Amount
+    """Achieved fraction of peak FLOP/s."""
+    network: Amount
+    """Achieved fraction of link bandwidth."""
+    scaleout: Amount
+    """Achieved fraction of NIC bandwidth (scale-out tier)."""
+    host_link: Amount | None = None
+    """Achieved fraction of the host-link peak (contiguous copy)."""
+
+
+Positive = Annotated[float, _kw(exclusiveMinimum=0)]
+
+
+class GpuEntry(_Part):
+    """One GPU."""
+
+    name: str
+    """GPU name (built-in or from the hardware YAML)."""
+    description: str
+    """Human name of the part."""
+    vendor: Annotated[str, _kw(enum=["nvidia", "amd"])]
+    """Runtime family (CUDA or ROCm)."""
+    arch: str
+    """GPU generation (hopper, blackwell, cdna3, …)."""
+    compute_capability: list[Annotated[int, _kw(description="major, then minor.")]] | None
+    """(major, minor) as torch reports it; engine defaults key on the major."""
+    hbm_bytes: Positive
+    """HBM capacity per GPU, bytes."""
+    usable_hbm_bytes: Amount
+    """HBM per GPU as torch reports it (total_memory), bytes; the datasheet figure when not declared."""
+    usable_hbm_declared: bool
+    """Whether the YAML declares usable_hbm_bytes (false: the datasheet figure stands in)."""
+    smi_total_mib: Amount
+    """nvidia-smi memory.total, MiB (SGLang's default fraction reads it)."""
+    cuda_context_bytes: Amount
+    """Taken by the CUDA context before the first allocation, bytes."""
+    hbm_bandwidth_bytes_per_s: Positive
+    """Datasheet HBM bandwidth, bytes/s."""
+    flops_per_s: DtypeRates
+    """Dense datasheet peak FLOP/s by dtype."""
+    ridge_flops_per_byte: DtypeRates
+    """Ridge point (peak FLOP/s ÷ HBM bytes/s) by dtype, FLOP/byte."""
+    scaleup_bandwidth_bytes_per_s_per_direction: Positive
+    """Scale-up link (NVLink/xGMI) bandwidth per GPU per direction, bytes/s."""
+    scaleup_domain_gpus: Count
+    """GPUs in one scale-up domain."""
+    collective_latency_s: Amount
+    """Per-collective launch/latency step, seconds."""
+    host_link_bandwidth_bytes_per_s: Amount
+    """Host link (PCIe/C2C) bandwidth, bytes/s."""
+    scaleout_bandwidth_bytes_per_s_per_direction: Amount
+    """NIC bandwidth per GPU, one direction, bytes/s (the tier between nodes)."""
+    scaleout_collective_latency_s: Amount
+    """Latency of a small collective that crosses nodes, seconds."""
+    efficiency: EfficiencyDefaults
+    """Achieved-efficiency defaults (used by --pricing achieved); fractions in (0, 1]."""
+    sources: dict[str, Annotated[str, _kw(description="Where a figure comes from.")]]
+    """Source of each group of figures."""
+
+
+class HardwareResult(Document):
+    """Built-in GPUs (or one YAML): datasheet peaks kept apart from achieved-efficiency defaults."""
+
+    command: ClassVar[str] = "hardware"
+
+    hardware: Annotated[list[GpuEntry], _kw(minItems=1)]
+    """One entry per GPU."""
+
+
+# ---- models: the built-in model cards -------------------------------------------------------------
+
+class ModelEntry(_Part):
+    """One model card."""
+
+    name: str
+    """Model name (built-in card name or the config.json's model name)."""
+    architecture: str
+    """Hugging Face architecture class."""
+    attention: Annotated[str, _kw(**{"x-registry": "attention_variants"})]
+    """Attention variant kind: a name in the planner's attention variant registry."""
+    mlp: Annotated[str, _kw(**{"x-registry": "mlp_variants"})]
+    """The primary MLP kind: the MoE variant with the most layers, else dense (registry name)."""
+    attention_layers: str
+    """Mixer kinds with their layer counts, most layers first ('gdn×45+gqa×15'; one kind alone for a uniform
+    stack)."""
+    mlp_layers: str
+    """MLP kinds with their layer counts ('moe×58+dense×3')."""
+    layers: Count
+    """Transformer layers."""
+    layer_stack: list[Annotated[str, _kw(description="One layer group.")]]
+    """The groups of identical layers: 'count × mixer + mlp' ('-' for none)."""
+    hidden_size: Count
+    """Model width."""
+    num_heads: Count
+    """Query heads per layer."""
+    kv_splittable_heads: Count
+    """KV heads TP can split the cache by (1 for MLA: every TP rank keeps every token)."""
+    total_params_b: Amount
+    """All parameters, billions."""
+    active_params_per_token_b: Amount
+    """Parameters a token touches (routed top-k experts only), billions."""
+    params_b: Annotated[dict[str, Annotated[Amount, _kw(description="Billions of parameters.")]],
+                        _kw(required=["attention", "embedding"])]
+    """Parameters by part, billions: attention, embedding, and where present dense_mlp, shared_experts, routed_experts,
+    indexer."""
+    kv_dtype_for_bytes: str | None = None
+    """The KV dtype the byte figures below use (bf16 unless the model's attention supports only another)."""
+    kv_bytes_per_token: Amount
+    """Bytes one cached token occupies over all layers with per-token pages, below every window (one full copy)."""
+    token_bytes_per_token_beyond_windows: Amount | None = None
+    """Bytes each further context token adds once every window is full (the layers whose cache grows without
+    bound)."""
+    state_bytes_per_request: Amount
+    """Fixed bytes per request over all layers (recurrent states, compressor rings)."""
+    default_weight_dtype: WeightDtype
+    """The checkpoint's weight dtype."""
+
+
+class ModelsResult(Document):
+    """Built-in model cards (or one config.json) and their parameter split."""
+
+    command: ClassVar[str] = "models"
+
+    models: Annotated[list[ModelEntry], _kw(minItems=1)]
+    """One entry per model."""
+
+
+# ---- regimes: the best layout over a batch × context grid ------------------------------------------
+
+_LAYOUT_PATTERN = {"x-pattern-template": "^({attention_layouts})/({moe_splits})$"}
+LayoutLabel = Annotated[str, _kw(description="A layout as attn/moe.", **_LAYOUT_PATTERN)]
+BestLabel = Annotated[str, _kw(description="attn/moe of the best layout, or infeasible.",
+                              **{"x-pattern-template": "^(({attention_layouts})/({moe_splits})|infeasible)$"})]
+CellSeconds = Annotated[MaybeAmount, _kw(description="Seconds; null where KV doesn't fit.")]
+LayoutGrid = dict[str, Annotated[list[Annotated[list[CellSeconds], _kw(description="Per context.")]],
+                                 _kw(description="Rows per batch.")]]
+
+
+class RegimesResult(Document):
+    """The best layout over a batch × context grid; capacity-infeasible cells marked."""
+
+    command: ClassVar[str] = "regimes"
+
+    model: str
+    """Model name (built-in card name or the config.json's model name)."""
+    hardware: str
+    """GPU name (built-in or from the hardware YAML)."""
+    gpus: Count
+    """GPUs in the deployment, all replicas."""
+    nodes: Count
+    """Scale-up domains the deployment spans."""
+    engine: str
+    """Engine memory model that sized the pools."""
+    floor: Annotated[str, _kw(enum=["max", "sum"])]
+    """Which floor ranks layouts."""
+    batch: Annotated[list[Annotated[int, _kw(description="Requests.", minimum=0)]], _kw(minItems=1)]
+    """Grid rows: batch sizes."""
+    context_tokens: Annotated[list[Annotated[float, _kw(description="Tokens.", minimum=0)]], _kw(minItems=1)]
+    """Grid columns: context lengths."""
+    layouts: Annotated[list[LayoutLabel], _kw(minItems=1)]
+    """Layouts compared."""
+    best: list[Annotated[list[BestLabel], _kw(description="Per context.")]]
+    """Best layout per cell, rows batch × columns context."""
+    tie_margin_fraction: Annotated[float, _kw(minimum=0, maximum=1)]
+    """Layouts whose step time is within this fraction of the best tie (0.01 = 1 %; --tie-margin)."""
+    tied: list[Annotated[list[Annotated[list[LayoutLabel], _kw(description="Layouts of one cell.")]],
+                         _kw(description="Per context.")]]
+    """Per cell, rows batch × columns context: the layouts within tie_margin_fraction of the best, the best (as in
+    `best`) first, then by time. One layout: a clear winner; two or more: a tie the floors can't break; empty:
+    nothing fits."""
+    runner_up_margin_fraction: list[Annotated[list[Annotated[MaybeAmount, _kw(
+        description="A fraction; null where at most one layout fits.")]], _kw(description="Per context.")]]
+    """Per cell, rows batch × columns context: the second-fastest layout's step time over the fastest's, minus 1
+    (0.12: 12 % slower; below tie_margin_fraction: a tie)."""
+    step_time_s: LayoutGrid
+    """Per layout (attn/moe): floor time per cell, seconds."""
+    predicted_s: LayoutGrid | None = None
+    """Per layout: calibrated time per cell, seconds (only with --calibration)."""
+    plot: str | None = None
+    """PNG written (only with --plot)."""
+
+
+# ---- triage --profile: every row of a profile file --------------------------------------------------
+
+class ProfileCounts(_Part):
+    """Verdict counts."""
+
+    rows: Tally
+    """Rows triaged."""
+    inside: Tally
+    """Rows inside [max, sum]."""
+    above_sum: Tally
+    """Rows above the sum floor."""
+    below_floor: Tally
+    """Rows faster than floor_max (a spec or model error)."""
+    profile: Tally
+    """Rows whose residual calls for a profiler."""
+    rejected: Tally
+    """Rows that couldn't be priced (see issues)."""
+    below_prediction: Tally | None = None
+    """Rows more than the threshold faster than the calibrated prediction. Only with --calibration."""
+    as_predicted: Tally | None = None
+    """Rows within the threshold of the calibrated prediction. Only with --calibration."""
+    above_prediction: Tally | None = None
+    """Rows more than the threshold slower than the calibrated prediction (profile). Only with --calibration."""
+
+
+class ProfileRowCalibrated(_Part):
+    """The measurement read against a calibrated prediction (only with --calibration); then profile/profile_resource
+    follow it."""
+
+    predicted_s: Amount
+    """Calibrated prediction, seconds."""
+    residual_fraction: float
+    """(measured − predicted) / predicted."""
+    verdict: Annotated[str, _kw(enum=["below_prediction", "as_predicted", "above_prediction"])]
+    """Against the prediction, within ± threshold."""
+    explanation: str
+    """One sentence."""
+
+
+class ProfileRow(_Part):
+    """One triaged row."""
+
+    source: str
+    """Profile file."""
+    line: Tally
+    """Line (or row) in the file."""
+    deployment: str
+    """model hardware attn/moe T=ranks."""
+    batch: Amount
+    """Decode requests."""
+    context_tokens: Amount
+    """Context per request, tokens."""
+    prefill_tokens: Amount
+    """Prefill tokens."""
+    serving: bool
+    """A serving row: measured is its TPOT, floors the weighted sum of its engine's steps per output token."""
+    measured_s: Annotated[float, _kw(exclusiveMinimum=0)]
+    """Measured step, seconds."""
+    floor_max_s: Amount
+    """Optimistic floor, seconds."""
+    floor_sum_s: Amount
+    """Pessimistic floor, seconds."""
+    verdict: Annotated[str, _kw(enum=["below_floor", "inside", "above_sum"])]
+    """below_floor (faster than the optimistic floor: a spec or the model is wrong), inside [max, sum], or above_sum."""
+    overlap_quality: Maybe
+    """Inside: (sum − measured) ÷ (sum − max), 1 = perfect overlap; null otherwise."""
+    residual_fraction: Maybe
+    """Above sum: (measured − sum) ÷ sum; null otherwise."""
+    violated_resources: list[Annotated[ResourceName, _kw(description="Resource.")]]
+    """Below floor: timed resources that alone take longer than the measurement."""
+    profile: bool
+    """Whether to open a profiler: above_sum and residual_fraction > threshold_fraction."""
+    profile_resource: Annotated[str | None, _kw(enum=[*_timed_resources(), None])]
+    """Resource to profile (the largest term) when profile is true; null otherwise."""
+    explanation: str
+    """The verdict in one sentence."""
+    calibrated: ProfileRowCalibrated | None = None
+    """The measurement read against a calibrated prediction (only with --calibration); then profile/profile_resource
+    follow it."""
+
+
+class TriageProfileResult(Document):
+    """Every row of a profile triaged against its datasheet floors (calibration.triage)."""
+
+    command: ClassVar[str] = "triage_profile"
+
+    threshold_fraction: Amount
+    """Residual over floor_sum that calls for a profiler."""
+    calibration: str | None
+    """The calibration artifact the rows were read against (--calibration), or null."""
+    counts: ProfileCounts
+    """Verdict counts."""
+    rows: list[ProfileRow]
+    """Rows in file order."""
+    issues: list[Annotated[str, _kw(description="A rejected row and why.")]]
+    """Rows that couldn't be loaded or priced."""
+    notes: list[Annotated[str, _kw(description="A note.")]]
+    """Loader notes (ignored columns, defaults applied)."""
+
+
+# ---- thresholds: SGLang's runtime TP/CP/DCP switching crossovers ------------------------------------
+
+class Crossover(_Part):
+    """One crossover."""
+
+    name: Annotated[str, _kw(enum=["prefill_cp", "decode_dcp"])]
+    """prefill_cp (prefill tokens above which CP beats TP) or decode_dcp (decode context above which DCP beats TP)."""
+    flag: str
+    """SGLang's server flag that takes the value (sglang PR #36191)."""
+    below_layout: Annotated[str, _kw(enum=["tp"])]
+    """The layout that is faster below the crossover."""
+    above_layout: Annotated[str, _kw(enum=["cp", "dcp"])]
+    """The layout that is faster from the crossover on."""
+    status: Annotated[str, _kw(enum=["crossover", "always", "never"])]
+    """crossover: a value inside the range; always: the other layout wins from the range's start (tokens is the
+    start); never: TP still wins at the range's end (tokens null)."""
+    tokens: MaybeAmount
+    """The crossover: the smallest whole number of tokens from which the other layout is faster everywhere in range
+    (prefill tokens in the batch, or every decode request's context); null when never."""
+    batch: Count | None
+    """Decode requests in the step the decode crossover is read at (null for the prefill crossover)."""
+    prefix_tokens: Amount
+    """Tokens each prefill batch had cached (--prefix); 0 for the decode crossover."""
+    margin_below_fraction: Maybe
+    """(t_other − t_tp)/t_tp at half the crossover: how far TP is ahead below it (null: none below the range's
+    start, or never)."""
+    margin_above_fraction: Maybe
+    """(t_tp − t_other)/t_other at twice the crossover (capped at the range's end): how far the other layout is
+    ahead above it (null when never)."""
+    band_tokens: Annotated[list[Annotated[float, _kw(description="Tokens.", minimum=0)]] | None,
+                           _kw(minItems=2, maxItems=2)]
+    """[LO, HI] tokens around the crossover where the two layouts are within 2 % of each other (null when never)."""
+    notes: list[Annotated[str, _kw(description="One line.")]]
+    """How SGLang applies the threshold, and what bounds it (TP's KV wall, the prefill chunk)."""
+
+
+class DecodeAtBatch(_Part):
+    """One batch size."""
+
+    batch: Count
+    """Decode requests."""
+    status: Annotated[str, _kw(enum=["crossover", "always", "never"])]
+    """As crossovers[].status."""
+    tokens: MaybeAmount
+    """As crossovers[].tokens."""
+
+
+class ThresholdsResult(Document):
+    """The crossovers SGLang's runtime TP/CP/DCP switching reads (sgl-project/sglang PR #36191), from the
+    (calibrated) step model of the launch line's deployment, as the flags that switching takes."""
+
+    command: ClassVar[str] = "thresholds"
+
+    model: str
+    """Model name (built-in card name or the config.json's model name)."""
+    hardware: str
+    """GPU name (built-in or from the hardware YAML)."""
+    gpus: Count
+    """GPUs of one group (the layouts compared run on it)."""
+    engine: Annotated[str, _kw(enum=["sglang"])]
+    """The launch line's engine (always sglang)."""
+    moe: str
+    """MoE split of the group, from the launch line."""
+    deployment: str
+    """The deployment the launch line runs, in words."""
+    engine_args: str
+    """The launch line as given."""
+    ranking: Annotated[str, _kw(enum=["max", "sum", "calibrated"])]
+    """What ranks the layouts: the datasheet floor_max or floor_sum (as regimes --floor), or a calibration's
+    prediction."""
+    calibration: str | None
+    """The calibration file (null without one)."""
+    source: str
+    """Where the flags and the switching rule come from."""
+    flags: list[Annotated[str, _kw(description="A flag or its value.")]]
+    """The flags to add to the launch line, flag and value alternating (a crossover that never happens in range adds
+    none)."""
+    crossovers: Annotated[list[Crossover], _kw(minItems=2, maxItems=2)]
+    """The prefill crossover, then the decode crossover at --batch."""
+    decode_by_batch: list[DecodeAtBatch]
+    """The decode crossover at other batch sizes (SGLang's threshold is one number for all)."""
+    plot: str | None = None
+    """Picture written (only with --plot)."""
+
+
+# ---- walls: where each resource starts to bind as load grows ---------------------------------------
+
+def _wall_resources() -> list[str]:
+    from planner.resources import RESOURCES
+
+    return list(RESOURCES)
+
+
+WallResource = Annotated[str, _kw(description="Resource.", enum=_wall_resources())]
+Seconds = Annotated[MaybeAmount, _kw(description="Seconds (null where not finite).")]
+Load = Annotated[float, _kw(description="Load.", minimum=0)]
+
+
+def _walls_of(unit: str, what: str) -> type:
+    """The per-resource walls of one axis (`walls_requests`, `walls_tokens`): each key always there, null if never."""
+    names = {"hbm": "hbm", "compute": "compute", "network_bytes": "network_bytes", "network_messages": "network_messages"}
+    fields: dict[str, Any] = {}
+    for key in names:
+        fields[key] = (MaybeAmount, Field(description=f"{what} where {key} becomes binding; null if never in range."))
+    fields["kv_capacity"] = (MaybeAmount, Field(description=f"{what} where kv_capacity becomes binding (KV runs out); "
+                                                            "null if never in range."))
+    fields["host_link"] = (MaybeAmount, Field(description="Where host_link (a host KV tier's fetches) becomes binding; "
+                                                          "null if never in range."))
+    from pydantic import create_model
+
+    return create_model(f"Walls{unit.title()}", __base__=_Part, **fields)
+
+
+WallsRequests = _walls_of("requests", "Requests")
+WallsTokens = _walls_of("tokens", "Tokens")
+
+
+class Wall(_Part):
+    """A wall."""
+
+    resource: WallResource
+    """Resource."""
+    at_requests: Amount | None = None
+    """Requests where it binds (when along = batch)."""
+    at_tokens: Amount | None = None
+    """Tokens where it binds (when along = context)."""
+
+
+class FirstWall(Wall):
+    """The first wall hit past the start of the range; null if none."""
+
+
+class LayoutWalls(_Part):
+    """One layout's walls."""
+
+    attn: AttnName
+    """Attention layout: tp, cp (context parallel), dp (DP-attention) or dop (decoupled ownership)."""
+    moe: MoeName
+    """MoE split: ep (experts spread over ranks) or tp (every expert split over ranks); tp for dense models."""
+    host_tier: bool | None = None
+    """This row is the layout with --host-tier's host KV tier."""
+    walls_requests: WallsRequests | None = None
+    """Each resource's wall, requests (when along = batch): where it becomes binding; null if never in range."""
+    walls_tokens: WallsTokens | None = None
+    """Each resource's wall, tokens (when along = context): where it becomes binding; null if never in range."""
+    order: list[Wall]
+    """Walls hit, by load."""
+    first_wall: FirstWall | None
+    """The first wall hit past the start of the range; null if none."""
+    binding_at_start: Annotated[str, _kw(enum=_wall_resources())]
+    """What binds at the start of the range."""
+    kv_wall_requests: Annotated[MaybeAmount, _kw(**{"x-keep-null": True})] = None
+    """Requests where KV runs out (when along = batch); null if not in range."""
+    kv_wall_tokens: Annotated[MaybeAmount, _kw(**{"x-keep-null": True})] = None
+    """Tokens where KV runs out (when along = context); null if not in range."""
+    feasible: bool
+    """The engine's pool exists (false: the KV wall is at the start of the range)."""
+    infeasible_reason: str | None
+    """Why there is no pool; null when feasible."""
+    kv_pool_gib_per_gpu: Amount
+    """KV pool per GPU, GiB."""
+    nodes_per_group: Count
+    """Nodes one group spans."""
+    loads_requests: list[Load] | None = None
+    """Grid of loads, requests (along = batch; only with --calibration)."""
+    loads_tokens: list[Load] | None = None
+    """Grid of loads, tokens (along = context; only with --calibration)."""
+    predicted_s: list[Seconds] | None = None
+    """Calibrated step time per load, seconds (only with --calibration)."""
+    floor_max_s: list[Seconds] | None = None
+    """floor_max per load, seconds (only with --calibration)."""
+    floor_sum_s: list[Seconds] | None = None
+    """floor_sum per load, seconds (only with --calibration)."""
+
+
+class FirstWallOf(_Part):
+    """A layout's first wall."""
+
+    attn: AttnName
+    """Attention layout: tp, cp (context parallel), dp (DP-attention) or dop (decoupled ownership)."""
+    moe: MoeName
+    """MoE split: ep (experts spread over ranks) or tp (every expert split over ranks); tp for dense models."""
+    host_tier: bool | None = None
+    """The row is a layout with the host tier."""
+    resource: WallResource
+    """Resource."""
+    at_requests: Amount | None = None
+    """Requests where it binds (when along = batch)."""
+    at_tokens: Amount | None = None
+    """Tokens where it binds (when along = context)."""
+
+
+class WallsResult(Document):
+    """As load grows (batch at fixed context, or context at fixed batch): where each resource starts to bind and
+    where KV runs out, per layout, in order."""
+
+    command: ClassVar[str] = "walls"
+    # the fixed load's key follows the growing axis
+    model_config = ConfigDict(json_schema_extra={"if": {"properties": {"along": {"const": "batch"}}},
+                                                 "then": {"required": ["context_tokens"]},
+                                                 "else": {"required": ["batch"]}})
+
+    model: str
+    """Model name (built-in card name or the config.json's model name)."""
+    hardware: str
+    """GPU name (built-in or from the hardware YAML)."""
+    gpus: Count
+    """GPUs in the deployment, all replicas."""
+    nodes: Count
+    """Scale-up domains the deployment spans."""
+    engine: str
+    """Engine memory model that sized the pools."""
+    along: Annotated[str, _kw(enum=["batch", "context"])]
+    """The growing axis."""
+    context_tokens: Amount | None = None
+    """Fixed context, tokens (when along = batch)."""
+    batch: Count | None = None
+    """Fixed batch, requests (when along = context)."""
+    range_requests: Annotated[list[Load], _kw(minItems=2, maxItems=2)] | None = None
+    """[LO, HI] of the growing axis, requests (when along = batch)."""
+    range_tokens: Annotated[list[Load], _kw(minItems=2, maxItems=2)] | None = None
+    """[LO, HI] of the growing axis, tokens (when along = context)."""
+    layouts: Annotated[list[LayoutWalls], _kw(minItems=1)]
+    """One entry per layout."""
+    first_wall_order: list[FirstWallOf]
+    """Layouts ranked by where their first wall binds, earliest first."""
+    plot: str | None = None
+    """PNG written (only with --plot)."""
+
+
+# ---- validate: a calibration checked on a profile ---------------------------------------------------
+
+class FloorViolation(_Part):
+    """A row faster than its datasheet floor: a spec or the model is wrong."""
+
+    source: str
+    """Profile file."""
+    line: Tally
+    """Line."""
+    measured_s: Amount
+    """Measured, seconds."""
+    floor_max_s: Amount
+    """Optimistic floor, seconds."""
+    resources: list[Annotated[ResourceName, _kw(description="Resource.")]]
+    """Resources that alone take longer."""
+
+
+class RowResidual(_Part):
+    """One row's residual."""
+
+    # --holdout adds the row's prediction with its group held out, one key per grouping
+    model_config = ConfigDict(json_schema_extra={"patternProperties": {"^holdout_(model|gpus|layout)_predicted_s$": {
+        "type": ["number", "null"], "description": "The row predicted with its group held out."}}})
+
+    source: str
+    """Profile file."""
+    line: Tally
+    """Line."""
+    gpus: Count
+    """GPUs in the deployment, all replicas."""
+    attn: AttnName
+    """Attention layout: tp, cp (context parallel), dp (DP-attention) or dop (decoupled ownership)."""
+    moe: MoeName
+    """MoE split: ep (experts spread over ranks) or tp (every expert split over ranks); tp for dense models."""
+    batch: Amount
+    """Decode requests."""
+    context_tokens: Amount
+    """Context, tokens."""
+    prefill_tokens: Amount
+    """Prefill tokens."""
+    measured_s: Amount
+    """Measured, seconds."""
+    predicted_s: Amount
+    """This calibration's prediction, seconds."""
+    cv_predicted_s: MaybeAmount
+    """Out-of-fold prediction, seconds."""
+    floor_max_s: Amount
+    """Optimistic floor, seconds."""
+    floor_sum_s: Amount
+    """Pessimistic floor, seconds."""
+    error_pct: float
+    """(predicted − measured) ÷ measured, percent."""
+    cv_error_pct: Maybe
+    """(cv_predicted − measured) ÷ measured, percent."""
+
+
+class HeldOutGroup(_Part):
+    """One held-out group."""
+
+    group: str
+    """The group's value (a model, a GPU count, attn/moe)."""
+    rows: Tally
+    """Rows in the group."""
+    trained_on_rows: Tally
+    """Rows the fit that predicted it used."""
+    median_abs_pct_error: Amount | None = None
+    """Median |error| % of the group's rows."""
+    p90_abs_pct_error: Amount | None = None
+    """p90 |error| % of the group's rows."""
+    skipped: str | None = None
+    """Why the group could not be held out."""
+
+
+class Holdout(_Part):
+    """One grouping."""
+
+    by: Annotated[str, _kw(enum=["model", "gpus", "layout"])]
+    """What a group is."""
+    groups: list[HeldOutGroup]
+    """Per group."""
+    rows_predicted: Tally
+    """Rows of the groups that could be held out."""
+    median_abs_pct_error: Maybe
+    """Median |error| % over the predicted rows."""
+    p90_abs_pct_error: Maybe
+    """p90 |error| % over the predicted rows."""
+
+
+class ValidateResult(Document):
+    """A calibration checked on a profile: per-row residuals, k-fold cross-validated error, datasheet-floor
+    violations."""
+
+    command: ClassVar[str] = "validate"
+
+    calibration: str
+    """Calibration artifact path."""
+    rows: Tally
+    """Rows validated."""
+    folds: Annotated[int, _kw(minimum=2)]
+    """k of k-fold cross-validation."""
+    cv_median_abs_pct_error: MaybeAmount
+    """Cross-validated median |error|, percent."""
+    cv_p90_abs_pct_error: MaybeAmount
+    """Cross-validated 90th percentile |error|, percent."""
+    median_abs_pct_error: MaybeAmount
+    """This calibration's median |error| on these rows, percent."""
+    p90_abs_pct_error: MaybeAmount
+    """This calibration's 90th percentile |error|, percent."""
+    fraction_inside_floors: MaybeAmount
+    """Share of rows inside the datasheet [floor_max, floor_sum]."""
+    rows_below_floor: list[FloorViolation]
+    """Floor violations."""
+    residuals: list[RowResidual]
+    """Per-row residuals."""
+    holdout: list[Holdout]
+    """Hold-out by group (--holdout): each group predicted by a fit on the others."""
+    rows_rejected: list[Annotated[str, _kw(description="A rejected row and why.")]]
+    """Rows left out."""

@@ -73,7 +73,7 @@ DEFAULT_RUN_TOKENS = 16.0
 class HostTierSpec(BaseModel):
     """A deployment's host KV tier (frozen)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     hbm_budget_tokens: int = Field(default=DEFAULT_BUDGET_TOKENS, ge=1, le=1 << 24, description="HBM slots per request and tiered layer, in entries: tokens for DSA, compressed entries (4 tokens) for a DeepSeek-V4 C4 layer (HiSparse device_buffer_size).")
     locality: float = Field(default=DEFAULT_LOCALITY, ge=0.0, le=1.0, description="Fraction of a request's top-k its previous step already touched.")

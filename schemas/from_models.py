@@ -1,5 +1,5 @@
 """The JSON Schemas of the commands whose documents are typed (floorfirst/results.py,
-floorfirst/served.py), written from those pydantic models: every key, its type, whether it may be
+floorfirst/served.py, floorfirst/error_result.py), written from those pydantic models: every key, its type, whether it may be
 null, whether it is always there, and its description (the field's docstring) come from the model,
 so a document, its model and its schema can't disagree.
 
@@ -13,6 +13,10 @@ How a model field becomes a schema node:
   and `x-part`: the node is schemas/parts/<x-part>.json. A part is the key-by-key contract of a
   free-form dict the model keeps as a dict (an engine's memory plan, a step's components): written
   by hand, in one file, and used by every command that carries it.
+
+A field's `x-keep-null` keeps null in a key that is present only sometimes (walls' kv_wall_requests);
+a model's `json_schema_extra` config adds keywords to its object (walls' if/then/else, validate's
+patternProperties).
 
 Does not: write the schemas of the commands without typed documents (generate.py keeps those
 files, filling their registry parts), or validate documents (tests/agent does).
@@ -37,9 +41,22 @@ MODELS = {
     "capacity": ("CapacityResult", {}),
     "simulate": ("SimulateResult", {}),
     "simulate_disagg": ("SimulateDisaggResult", {"DisaggPool": "pool"}),
+    "error": ("ErrorResult", {}),
+    "triage": ("TriageResult", {}),
+    "explain_launch": ("ExplainLaunchResult", {}),
+    "hardware": ("HardwareResult", {}),
+    "models": ("ModelsResult", {}),
+    "regimes": ("RegimesResult", {}),
+    "triage_profile": ("TriageProfileResult", {}),
+    "thresholds": ("ThresholdsResult", {"Crossover": "crossover"}),
+    "walls": ("WallsResult", {}),
+    "validate": ("ValidateResult", {}),
 }
 # command → its schema's title, where the command line is not `floorfirst <command> --json`
-TITLES = {"simulate_disagg": "floorfirst simulate --disagg xPyD --json"}
+TITLES = {"simulate_disagg": "floorfirst simulate --disagg xPyD --json",
+          "error": "floorfirst <command> --json, when the command produced no document",
+          "triage": "floorfirst triage --measured-ms --json", "explain_launch": "floorfirst explain-launch --json",
+          "triage_profile": "floorfirst triage --profile --json"}
 _SCALARS = {int: "integer", float: "number", str: "string", bool: "boolean"}
 
 
@@ -112,7 +129,8 @@ def field_node(field, defs: dict[str, str], used: dict[str, dict]) -> tuple[dict
     extras.update(_extras(field.metadata))
     required = field.is_required()
     node = _type_node(field.annotation, defs, used, extras)
-    if not required and field.default is None and isinstance(node.get("type"), list):
+    keep_null = extras.pop("x-keep-null", False)  # a key present only sometimes, and then maybe null
+    if not required and field.default is None and isinstance(node.get("type"), list) and not keep_null:
         node["type"] = [t for t in node["type"] if t != "null"]  # absent rather than null
         if len(node["type"]) == 1:
             node["type"] = node["type"][0]
@@ -145,16 +163,19 @@ def model_node(cls, defs: dict[str, str] | None = None, used: dict[str, dict] | 
             required.append(key)
     own = cls.__dict__.get("__doc__")
     head = {"description": " ".join(own.split())} if own else {}
-    return {"type": "object", **head, "properties": props, "required": required}
+    extra = cls.model_config.get("json_schema_extra")  # keywords of the object itself (patternProperties)
+    return {"type": "object", **head, "properties": props, "required": required,
+            **(extra if isinstance(extra, dict) else {})}
 
 
 def model_of(command: str):
     """The model class of `command`'s document (floorfirst/results.py or floorfirst/served.py)."""
+    import floorfirst.error_result as error_result
     import floorfirst.results as results
     import floorfirst.served as served
 
     name = MODELS[command][0]
-    return getattr(results, name, None) or getattr(served, name)
+    return getattr(results, name, None) or getattr(served, name, None) or getattr(error_result, name)
 
 
 def schema_of(command: str) -> dict[str, Any]:
@@ -175,6 +196,11 @@ def schema_of(command: str) -> dict[str, Any]:
         "properties": {"schema": {"const": schema_name(command), "description": SCHEMA_KEY}, **body["properties"]},
         "required": ["schema", *body["required"]],
     }
+    conditions = cls.model_config.get("json_schema_extra")  # keywords of the whole document (walls' if/then/else)
+    if isinstance(conditions, dict):
+        out.update(conditions)
+    if cls.model_config.get("extra") == "forbid":  # a closed document (the error): no other key
+        out["additionalProperties"] = False
     if used:
         out["$defs"] = used
     return out

@@ -1,5 +1,7 @@
 """Write schemas/*.schema.json: the typed documents' schemas from their pydantic models
-(schemas/from_models.py: floor, compare, capacity, simulate, simulate_disagg), and the registry-made parts of every schema
+(schemas/from_models.py: floor, compare, capacity, triage,
+explain_launch, hardware, models, regimes, triage_profile, thresholds, walls,
+validate, simulate, simulate_disagg, error), and the registry-made parts of every schema
 from the planner's registries.
 
 A schema names a registry where its choices come from one, and this script writes the choices:

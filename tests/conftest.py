@@ -24,3 +24,18 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _spec_cache_in_a_temporary_folder(tmp_path_factory):
+    """planner.spec_cache keeps built-in specs between calls under the user's cache folder: the tests
+    (and the CLI processes they start, which inherit the environment) use a folder of their own."""
+    import os
+
+    old = os.environ.get("FLOORFIRST_CACHE_DIR")
+    os.environ["FLOORFIRST_CACHE_DIR"] = str(tmp_path_factory.mktemp("floorfirst_cache"))
+    yield
+    if old is None:
+        os.environ.pop("FLOORFIRST_CACHE_DIR", None)
+    else:
+        os.environ["FLOORFIRST_CACHE_DIR"] = old

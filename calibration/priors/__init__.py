@@ -29,9 +29,12 @@ def prior_path(hardware: str, engine: str) -> Path | None:
 
 @lru_cache(maxsize=32)
 def _load(path: str):
+    """A shipped prior, kept between processes too (planner.spec_cache: validating one built every
+    calibration model's validator on each CLI call)."""
     from calibration.artifact import load_calibration
+    from planner.spec_cache import cached_spec
 
-    return load_calibration(path)
+    return cached_spec("prior", Path(path), lambda: load_calibration(path), code=(Path(__file__).parents[1] / "artifact.py",))
 
 
 def prior_for(hardware: str, engine: str):

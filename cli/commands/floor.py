@@ -19,8 +19,6 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import numpy as np
 import typer
-from rich.markup import escape
-from rich.table import Table
 
 import planner
 from cli.common import (console, title, DEFAULTS, WideOpt, LayoutsOpt, BatchOpt, CalibrationOpt, ContextOpt, EngineOpt,
@@ -89,6 +87,9 @@ def floor(
     if json_out:
         emit_json("floor", doc)
         return
+    from rich.markup import escape  # NOTE: here, not at the top: a --json call never imports rich
+    from rich.table import Table
+
     con = console()
     r = doc["resources"]
     t = Table(title=title(f"{deployment_title(dep)}, {dep.label()}, B={doc['batch']:.0f}, mean context "
@@ -177,6 +178,9 @@ def compare(
     if json_out:
         emit_json("compare", out)
         return
+    from rich.markup import escape
+    from rich.table import Table
+
     con = console(wide)
     rec = out["recommended"]
     star = next((d for d in docs if rec and (d["attn"], d["moe"]) == (rec["attn"], rec["moe"])), None)

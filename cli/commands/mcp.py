@@ -20,20 +20,26 @@ def mcp(
     root: Annotated[Optional[str], typer.Option("--root", help="The folder every tool's reads and writes stay inside (symlinks resolved first; default: the working directory). docs/mcp-security.md.")] = None,
 ) -> None:
     """Serve floor, compare, capacity, walls, regimes, triage, validate, simulate… as MCP tools over stdio."""
-    try:
-        from cli.mcp_server import serve
-    except ModuleNotFoundError as exc:
-        if (exc.name or "").split(".")[0] != "mcp":
-            raise
-        raise SpecError("floorfirst mcp needs the MCP SDK: pip install '.[mcp]' in a clone of floorfirst") from None
     import os
 
-    from cli.inprocess import GiB, Limits
+    from cli.inprocess import MCP_COMMAND_MODULES, GiB, Limits, WorkerPool
 
     folder = os.path.realpath(root or os.getcwd())
     if not os.path.isdir(folder):
         raise SpecError(f"--root {root}: not a folder")
-    serve(workers, Limits(time_s=time_limit_s, memory_bytes=int(memory_gib * GiB) or None), root=folder)
+    # NOTE: the pool's spare worker starts first, and boots while this process imports the MCP SDK and
+    # reads the tools' options: the first call then finds it ready (benchmarks/mcp_first_call.py)
+    pool = WorkerPool(MCP_COMMAND_MODULES, workers=workers, root=folder,
+                      limits=Limits(time_s=time_limit_s, memory_bytes=int(memory_gib * GiB) or None))
+    pool.warm()
+    try:
+        from cli.mcp_server import serve
+    except ModuleNotFoundError as exc:
+        pool.close()
+        if (exc.name or "").split(".")[0] != "mcp":
+            raise
+        raise SpecError("floorfirst mcp needs the MCP SDK: pip install '.[mcp]' in a clone of floorfirst") from None
+    serve(pool=pool)
 
 
 def register(app: typer.Typer) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Annotated, Optional
 
 import typer
-from rich.table import Table
 
 import planner
 from cli.common import console, JsonOpt, emit_json
@@ -22,6 +21,8 @@ def models(
     if json_out:
         emit_json("models", {"models": rows})
         return
+    from rich.table import Table  # NOTE: here: a --json call never imports rich
+
     t = Table(title="models (parameters in billions)")
     for col in ("name", "attention", "mlp", "layers", "heads", "total", "active/token", "weights"):
         t.add_column(col, justify="right" if col not in ("name", "attention", "mlp", "weights") else "left")
@@ -68,6 +69,8 @@ def hardware(
     if json_out:
         emit_json("hardware", {"hardware": rows})
         return
+    from rich.table import Table
+
     t = Table(title="hardware (datasheet, dense; usable HBM as torch reports it)")
     for col in ("name", "arch", "HBM GB", "usable GiB", "HBM TB/s", "BF16 TF/s", "FP8 TF/s", "FP4 TF/s",
                 "ridge bf16/fp8 FLOP/B", "link GB/s/dir", "domain", "NIC GB/s/dir"):

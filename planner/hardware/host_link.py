@@ -30,7 +30,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # NOTE: defer_build: pydantic builds a validator the first time one is needed, not at import; a CLI
+    # call that reads its spec from planner.spec_cache builds none (~20 ms of its start)
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
 
 class RatePoint(_Frozen):
@@ -41,7 +43,8 @@ class RatePoint(_Frozen):
 
 
 def _points(*pairs: tuple[float, float]) -> tuple[RatePoint, ...]:
-    return tuple(RatePoint(unit_bytes=u, rate_bytes_per_s=r) for u, r in pairs)
+    """The measured points below, unvalidated (constants: validating them built RatePoint's validator at import)."""
+    return tuple(RatePoint.model_construct(unit_bytes=float(u), rate_bytes_per_s=float(r)) for u, r in pairs)
 
 
 # NOTE: benchmarks/results/host_tier/rates.json (kernel_grid16xSM_w8, 1 x H200, commit 081660f):

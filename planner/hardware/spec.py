@@ -37,7 +37,8 @@ DATA_DIR = Path(__file__).parent / "data"
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # NOTE: defer_build: built when a file is first validated, not at import (planner.spec_cache)
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
 
 class PeakSpec(_Frozen):
@@ -184,8 +185,14 @@ MIN_EFFICIENCY = 1e-3  # an achieved fraction below 0.1 % of a datasheet rate is
 
 @lru_cache(maxsize=64)
 def _load_cached(key: str, stamp: tuple[int, int]) -> HardwareSpec:
-    """`stamp` (mtime, size) keys the cache, so an edited file is read again in a long-lived process."""
-    return _parse(Path(key))
+    """`stamp` (mtime, size) keys the cache, so an edited file is read again in a long-lived process.
+    A built-in file's spec is also kept between processes (planner.spec_cache)."""
+    path = Path(key)
+    if path.parent == DATA_DIR:
+        from planner.spec_cache import cached_spec
+
+        return cached_spec("hardware", path, lambda: _parse(path))
+    return _parse(path)
 
 
 def load_hardware(name_or_path: str) -> HardwareSpec:

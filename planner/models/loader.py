@@ -197,6 +197,16 @@ def _load_path(path: str, name: str, stamp: tuple[int, int], quant_path: str | N
     """`stamp` (mtime, size) keys the cache, so an edited file is read again in a long-lived
     process; `quant_path` is the hf_quant_config.json read with it (None: none) and `quant_stamp`
     its stamp; `rule` a repo id's suffix rule that sets the weight dtypes instead."""
+    card = Path(path)
+    if card.parent == CARDS_DIR and card.stem == name and quant_path is None and rule is None:
+        # a built-in card's spec is kept between processes (planner.spec_cache)
+        from planner.spec_cache import cached_spec
+
+        return cached_spec("model", card, lambda: _read_config(path, name, None, None))
+    return _read_config(path, name, quant_path, rule)
+
+
+def _read_config(path: str, name: str, quant_path: str | None, rule: Any) -> ModelSpec:
     # NOTE: finite=False: real configs hold Infinity in fields the planner never reads (Nemotron-H's
     # time_step_limit); check_config_fields refuses a non-finite value in any field it does read.
     cfg = load_json_file(path, "model config", MODEL_CONFIG_MAX_BYTES, finite=False)

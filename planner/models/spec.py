@@ -28,7 +28,7 @@ from planner.models.mlp.base import MLPVariant
 class LayerGroup(BaseModel):
     """`count` identical decoder layers (not necessarily adjacent; `first_layer` is the lowest index)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True, defer_build=True)
 
     count: int = Field(gt=0)
     first_layer: int = Field(ge=0)
@@ -58,7 +58,7 @@ def _merge(pairs) -> tuple:
 class ModelSpec(BaseModel):
     """A model as the step model sees it. Frozen; built by `load_model`."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True, defer_build=True)
 
     name: str = Field(description="Built-in card name, the config path it came from, or the Hugging Face repo id it was resolved from.")
     architecture: str = Field(description="`architectures[0]` or `model_type` of the config.")
