@@ -122,7 +122,11 @@ def fit_params(f: RowFeatures, measured: np.ndarray, priors: dict[str, float], l
     x0 = np.clip(x0, lo, hi)
     best = None
     for _ in range(2):  # a second pass drops parameters the first found to have no influence
-        idx = np.array([names.index(n) for n in free])
+        if not free:
+            # NOTE: nothing left to fit (every parameter held, without signal, or without influence
+            # on any row): the priors are the fit (it was an IndexError on an empty index array)
+            return x0.copy(), [], {}, reasons
+        idx = np.array([names.index(n) for n in free], dtype=np.int64)
         lo_z, hi_z = lo[idx] / scale[idx], hi[idx] / scale[idx]
         best = None
         for alpha0 in (x0[6], 0.1, 0.9):  # the max() kink makes the surface piecewise: try a few starts

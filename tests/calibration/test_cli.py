@@ -63,3 +63,15 @@ def test_microbench_refuses_without_cuda():
         pytest.skip("a GPU is present")
     p = subprocess.run([sys.executable, "-m", "cli.main", "microbench", "--out", "/tmp/x.json"], capture_output=True, text=True)
     assert p.returncode == 2 and "needs a CUDA GPU" in p.stderr
+
+
+def test_validate_a_prior_that_holds_every_parameter():
+    """A shipped prior holds every parameter fixed, so the folds' refits have nothing free: each fold
+    predicts with the prior (cross-validated error = in-sample error), not an IndexError on an empty
+    index (it was a traceback)."""
+    r = run("validate", "--calibration", "calibration/priors/h200-sglang.json", "--profile",
+            "calibration/data/h200x2_step_profile.jsonl", "--json", "--folds", "3")
+    assert r.exit_code == 0, r.output
+    v = json.loads(r.stdout)
+    assert v["rows"] > 0
+    assert v["cv_median_abs_pct_error"] == pytest.approx(v["median_abs_pct_error"])
