@@ -121,25 +121,31 @@ class CommandRunner:
 
     def run_text(self, command: str, args: list[str]) -> str:
         """`floorfirst <command> <args> --json`, in-process: the document's text."""
-        from cli.documents import DocumentError
-
         if command not in self.commands:
             raise CommandError(f"no command {command!r} here")
         self.prepare(command)
         from cli.errors import check_arguments
 
         out = io.StringIO()
-        with self._lock, contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
-            try:
-                check_arguments(args)
-                self._group.main(args=[command, "--json", *args], prog_name="floorfirst", standalone_mode=False)
-            except SpecError as exc:
-                raise CommandError(str(exc)) from None
-            except self._usage_error as exc:
-                raise CommandError(exc.format_message().splitlines()[0]) from None
-            except DocumentError as exc:
-                raise CommandError(exc.message) from None
+        with self._lock, contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()), \
+                self._as_command_errors():
+            check_arguments(args)
+            self._group.main(args=[command, "--json", *args], prog_name="floorfirst", standalone_mode=False)
         return out.getvalue()
+
+    @contextlib.contextmanager
+    def _as_command_errors(self):
+        """A command's refusal (a spec error, a usage error, a document error) as one CommandError line."""
+        from cli.documents import DocumentError
+
+        try:
+            yield
+        except SpecError as exc:
+            raise CommandError(str(exc)) from None
+        except self._usage_error as exc:
+            raise CommandError(exc.format_message().splitlines()[0]) from None
+        except DocumentError as exc:
+            raise CommandError(exc.message) from None
 
     def run(self, command: str, args: list[str]) -> dict[str, Any]:
         return json.loads(self.run_text(command, args))
@@ -151,7 +157,6 @@ class CommandRunner:
         parsed. Each of the command's parameters takes its value (or its default) and converts and
         checks it as it does on the command line, then the command function runs; the answer, and
         every error line, is the one the same options on the command line give."""
-        from cli.documents import DocumentError
         from cli.errors import check_arguments
 
         if command not in self.commands:
@@ -165,24 +170,18 @@ class CommandRunner:
         json_param = next(p.name for p in params if "--json" in getattr(p, "opts", ()))
         texts = [v for x in values.values() for v in (x if isinstance(x, list) else [x]) if isinstance(v, str)]
         out = io.StringIO()
-        with self._lock, contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
-            try:
-                check_arguments(texts)
-                ctx = cmd.context_class(cmd, info_name=command,
-                                        parent=self._group.context_class(self._group, info_name="floorfirst"))
-                with ctx.scope(cleanup=False):
-                    # NOTE: what a command's parse_args does once the parser has split a command line
-                    opts = {**values, json_param: True}
-                    for param in _iter_params_for_processing([], cmd.get_params(ctx)):
-                        param.handle_parse_result(ctx, opts, [])
-                with ctx:
-                    cmd.invoke(ctx)
-            except SpecError as exc:
-                raise CommandError(str(exc)) from None
-            except self._usage_error as exc:
-                raise CommandError(exc.format_message().splitlines()[0]) from None
-            except DocumentError as exc:
-                raise CommandError(exc.message) from None
+        with self._lock, contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()), \
+                self._as_command_errors():
+            check_arguments(texts)
+            ctx = cmd.context_class(cmd, info_name=command,
+                                    parent=self._group.context_class(self._group, info_name="floorfirst"))
+            with ctx.scope(cleanup=False):
+                # NOTE: what a command's parse_args does once the parser has split a command line
+                opts = {**values, json_param: True}
+                for param in _iter_params_for_processing([], cmd.get_params(ctx)):
+                    param.handle_parse_result(ctx, opts, [])
+            with ctx:
+                cmd.invoke(ctx)
         return out.getvalue()
 
     def call(self, command: str, values: dict[str, Any]) -> dict[str, Any]:
