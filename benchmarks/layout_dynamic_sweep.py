@@ -1,6 +1,11 @@
 """When does switching layouts pay? Every built-in load shape, on both deployments, in the simulator
-(FCFS, datasheet step model): each fixed layout, the dynamic policy, the free-switch oracle, the
-priced oracle, and the policy's share of each oracle's gain over the best fixed layout (issue 27).
+(FCFS): each fixed layout, the dynamic policy, the free-switch oracle, the priced oracle, and the
+policy's share of each oracle's gain over the best fixed layout (issue 27).
+
+- Step model (`--step-model`): `prior` (the default, the corrected model issue 27 asks for): each
+  deployment's shipped (GPU, engine) prior, the engine's kernels from per-kernel tables
+  (runtime_policy.tables.default_step_model, what `floorfirst simulate` prices by); `datasheet`:
+  the datasheet midpoints every result before the third session of 2026-12-07 used.
 
 - Deployments: DeepSeek-V3.2 on 8 x H200 and GLM-5 on 8 x B200, EP MoE, KV pools as SGLang sizes
   them (as benchmarks/layout_dynamic.py).
@@ -50,7 +55,7 @@ import planner
 from conditions import cpu_name, git_commit
 from layout_dynamic import run_case
 from runtime_policy.policy import PolicyKnobs
-from runtime_policy.tables import datasheet_model
+from runtime_policy.tables import datasheet_model, default_step_model
 from runtime_policy.workloads import Workload, make_workload
 
 DEPLOYMENTS = (("deepseek-v3.2", "h200"), ("glm-5", "b200"))
@@ -66,6 +71,15 @@ SEED = 0
 
 def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
+
+
+STEP_MODELS = ("prior", "datasheet")
+STEP_MODEL = ["prior"]  # set by main (--step-model)
+
+
+def step_model(dep):
+    """The step model the sweep prices by (--step-model)."""
+    return default_step_model(dep) if STEP_MODEL[0] == "prior" else datasheet_model()
 
 
 def deployment(model: str, hw_name: str):
@@ -108,7 +122,7 @@ def priced_bound(tables, rec, summary, bound, makespan_s, span_s) -> dict:
 def workload_row(model: str, hw_name: str, dep, name: str, n: int) -> dict:
     w = make_workload(name, n, SEED)
     t0 = time.perf_counter()
-    c = run_case(dep, datasheet_model(), w, on_trajectory=priced_bound)
+    c = run_case(dep, step_model(dep), w, on_trajectory=priced_bound)
     rows = c["rows"]
     fixed = {p: r["throughput_tokens_per_s"] for p, r in rows.items() if p != "dynamic"}
     best, dyn, oracle = c["best_fixed_tokens_per_s"], c["dynamic_tokens_per_s"], c["oracle_tokens_per_s"]
@@ -181,7 +195,7 @@ def rollout_timeline(dep, best_fixed: str, n: int) -> dict:
 
     w = make_workload("rollout", n, SEED)
     config = LoopConfig()
-    lp = LayoutPolicy.compile(dep, datasheet_model(), PolicyKnobs(), max_prefill_tokens=engine_chunk_tokens(dep, config))
+    lp = LayoutPolicy.compile(dep, step_model(dep), PolicyKnobs(), max_prefill_tokens=engine_chunk_tokens(dep, config))
     names = lp.tables.layouts
     out = {"layouts": list(names)}
     for label, pol in (("dynamic", LayoutPolicy(lp.tables, lp.knobs)), (best_fixed, FixedPolicy(names.index(best_fixed)))):
@@ -226,7 +240,7 @@ def run_shape_grid(args) -> list[dict]:
         dep = deployment(model, hw_name)
         for med, sig, cap in itertools.product(MEDIANS, SIGMAS, CAPS):
             w = shrinking_shape(args.requests, med, sig, cap, SEED)
-            c = run_case(dep, datasheet_model(), w)
+            c = run_case(dep, step_model(dep), w)
             out.append({"model": model, "hardware": hw_name, "output_median_tokens": med, "output_sigma": sig,
                         "output_cap_tokens": cap, "best_fixed": c["best_fixed"],
                         "dynamic_over_best_fixed": c["dynamic_over_best_fixed"],
@@ -246,7 +260,10 @@ def main() -> int:
     ap.add_argument("--shape-grid", action="store_true", help="the shrinking batch's shape grid instead")
     ap.add_argument("--requests", type=int, default=1000, help="requests per point of --shape-grid")
     ap.add_argument("--no-plot", action="store_true")
+    ap.add_argument("--step-model", choices=STEP_MODELS, default="prior",
+                    help="prior: each deployment's shipped (GPU, engine) prior (the default); datasheet: the midpoints")
     args = ap.parse_args()
+    STEP_MODEL[0] = args.step_model
     known = dict(WORKLOADS)
     chosen = [x.strip() for x in args.workloads.split(",") if x.strip()]
     bad = [x for x in chosen if x not in known]
@@ -257,7 +274,7 @@ def main() -> int:
     out_dir = args.out or tempfile.mkdtemp(prefix="layout_dynamic_sweep_")
     os.makedirs(out_dir, exist_ok=True)
     t0 = time.perf_counter()
-    doc = {"benchmark": "layout_dynamic_sweep", "order": "fcfs", "step_model": "datasheet", "seed": SEED,
+    doc = {"benchmark": "layout_dynamic_sweep", "order": "fcfs", "step_model": args.step_model, "seed": SEED,
            "policy_knobs": PolicyKnobs().__dict__, "git_commit": git_commit(), "cpu": cpu_name(),
            "cpus": os.cpu_count(), "load_average": os.getloadavg(), "python": platform.python_version(),
            "numpy": np.__version__}
