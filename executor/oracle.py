@@ -50,11 +50,26 @@ class RecordedRun:
 
 @dataclass
 class RecordingExecutor:
-    """An `Executor` that forwards to `inner` and records every run and commit stall."""
+    """An `Executor` that forwards to `inner` and records every run and commit stall. It serves
+    exactly as `inner` does: every capability the loop reads off an executor (`separate_prefill`,
+    `wants_prefill_pieces`, `unmoved_requests`, `finish_switch`, `abort_reason`, …) is `inner`'s,
+    except `reads_batch_arrays`: the recording keeps each run's per-request arrays, so the loop
+    builds them (they don't change what it schedules).
+    NOTE: it forwarded none of them before, so the loop served SGLang's deployments with mixed
+    prefill steps under the recorder (SGLang's default runs a prefill batch of its own:
+    `separate_prefill`), and every recorded run (the workload sweeps' rows and oracles) was that
+    schedule, not the bare simulator's."""
 
     inner: object
     runs: list[RecordedRun] = field(default_factory=list)
     commit_stall_s: float = 0.0
+    reads_batch_arrays = True
+
+    def __getattr__(self, name: str):
+        # NOTE: only for names this class doesn't define; a dataclass field being set up isn't one
+        if name in ("inner", "runs", "commit_stall_s") or name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.inner, name)
 
     def run_steps(self, batch: StepBatch, prefill_tokens, prefill_context_tokens=None, chunk_owner=None):
         dur = self.inner.run_steps(batch, prefill_tokens, prefill_context_tokens, chunk_owner)
@@ -66,10 +81,6 @@ class RecordingExecutor:
                                       np.array(chunk_owner[2], dtype=np.float64)),
                                      np.array(dur)))
         return dur
-
-    @property
-    def tracks_kv(self) -> bool:
-        return bool(getattr(self.inner, "tracks_kv", True))
 
     def admit(self, request_id: int, context_tokens: int, owner: int) -> None:
         self.inner.admit(request_id, context_tokens, owner)
