@@ -74,12 +74,11 @@ def log(msg: str) -> None:
 
 
 STEP_MODELS = ("prior", "datasheet")
-STEP_MODEL = ["prior"]  # set by main (--step-model)
 
 
-def step_model(dep):
-    """The step model the sweep prices by (--step-model)."""
-    return default_step_model(dep) if STEP_MODEL[0] == "prior" else datasheet_model()
+def step_model(dep, kind: str):
+    """The step model the sweep prices by (--step-model `kind`)."""
+    return default_step_model(dep) if kind == "prior" else datasheet_model()
 
 
 def deployment(model: str, hw_name: str):
@@ -119,10 +118,10 @@ def priced_bound(tables, rec, summary, bound, makespan_s, span_s) -> dict:
             "priced_layout_steps": dict(zip(tables.layouts, sched.layout_steps))}
 
 
-def workload_row(model: str, hw_name: str, dep, name: str, n: int) -> dict:
+def workload_row(model: str, hw_name: str, dep, name: str, n: int, kind: str) -> dict:
     w = make_workload(name, n, SEED)
     t0 = time.perf_counter()
-    c = run_case(dep, step_model(dep), w, on_trajectory=priced_bound)
+    c = run_case(dep, step_model(dep, kind), w, on_trajectory=priced_bound)
     rows = c["rows"]
     fixed = {p: r["throughput_tokens_per_s"] for p, r in rows.items() if p != "dynamic"}
     best, dyn, oracle = c["best_fixed_tokens_per_s"], c["dynamic_tokens_per_s"], c["oracle_tokens_per_s"]
@@ -184,7 +183,7 @@ def print_table(out: list[dict]) -> str:
     return text
 
 
-def rollout_timeline(dep, best_fixed: str, n: int) -> dict:
+def rollout_timeline(dep, best_fixed: str, n: int, kind: str) -> dict:
     """One rollout run of the dynamic policy and of the best fixed layout, recorded run by run: each
     run's layout, and decode tokens / seconds in PLOT_WINDOW_S windows of busy time."""
     from executor.oracle import RecordingExecutor
@@ -195,7 +194,7 @@ def rollout_timeline(dep, best_fixed: str, n: int) -> dict:
 
     w = make_workload("rollout", n, SEED)
     config = LoopConfig()
-    lp = LayoutPolicy.compile(dep, step_model(dep), PolicyKnobs(), max_prefill_tokens=engine_chunk_tokens(dep, config))
+    lp = LayoutPolicy.compile(dep, step_model(dep, kind), PolicyKnobs(), max_prefill_tokens=engine_chunk_tokens(dep, config))
     names = lp.tables.layouts
     out = {"layouts": list(names)}
     for label, pol in (("dynamic", LayoutPolicy(lp.tables, lp.knobs)), (best_fixed, FixedPolicy(names.index(best_fixed)))):
@@ -240,7 +239,7 @@ def run_shape_grid(args) -> list[dict]:
         dep = deployment(model, hw_name)
         for med, sig, cap in itertools.product(MEDIANS, SIGMAS, CAPS):
             w = shrinking_shape(args.requests, med, sig, cap, SEED)
-            c = run_case(dep, step_model(dep), w)
+            c = run_case(dep, step_model(dep, args.step_model), w)
             out.append({"model": model, "hardware": hw_name, "output_median_tokens": med, "output_sigma": sig,
                         "output_cap_tokens": cap, "best_fixed": c["best_fixed"],
                         "dynamic_over_best_fixed": c["dynamic_over_best_fixed"],
@@ -263,7 +262,6 @@ def main() -> int:
     ap.add_argument("--step-model", choices=STEP_MODELS, default="prior",
                     help="prior: each deployment's shipped (GPU, engine) prior (the default); datasheet: the midpoints")
     args = ap.parse_args()
-    STEP_MODEL[0] = args.step_model
     known = dict(WORKLOADS)
     chosen = [x.strip() for x in args.workloads.split(",") if x.strip()]
     bad = [x for x in chosen if x not in known]
@@ -287,7 +285,7 @@ def main() -> int:
             for name in chosen:
                 n = max(8, int(round(known[name] * args.requests_scale)))
                 log(f"[{time.perf_counter() - t0:6.0f} s] {model} on 8 x {hw_name}: {name} ({n} requests) ...")
-                r = workload_row(model, hw_name, dep, name, n)
+                r = workload_row(model, hw_name, dep, name, n, args.step_model)
                 log(f"    dynamic / best fixed ({r['best_fixed']}) {r['dynamic_over_best_fixed']:.3f}, oracle / best "
                     f"{r['oracle_over_best_fixed']:.3f}, priced oracle / best {r['priced_oracle_over_best_fixed']:.3f} "
                     f"({r['priced_oracle_switches']} switches), {r['switches']} switches, {r['wall_s']:.0f} s")
@@ -307,7 +305,7 @@ def main() -> int:
             model, hw_name = DEPLOYMENTS[0]
             row = next(r for r in out if r["model"] == model and r["workload"] == "rollout")
             log("plotting one rollout run ...")
-            tl = rollout_timeline(deployment(model, hw_name), row["best_fixed"], row["requests"])
+            tl = rollout_timeline(deployment(model, hw_name), row["best_fixed"], row["requests"], args.step_model)
             path = os.path.join(out_dir, "layout_dynamic_rollout.png")
             plot_rollout(tl, row["best_fixed"], f"{model} on 8 x {hw_name}, rollout ({row['requests']} requests, seed "
                          f"{SEED}): dynamic {row['dynamic_over_best_fixed']:.3f}x the best fixed layout", path)

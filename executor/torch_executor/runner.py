@@ -261,7 +261,7 @@ class RankRunner:
         is walked page by page, not token by token: a 2,048-token chunk was ~5 ms of host time
         per step token by token (benchmarks/results/executor_gpu/twin_1gpu/
         prefill_diag_h100_after_fix.json, the profile's `_prepare_writes` and `holders`)."""
-        page, t, r = self.dims.page_size, self.g.world_size, self.g.rank
+        page, r = self.dims.page_size, self.g.rank
         rows, toks = [], []
         tables = self._tables_written()
         sw = self.switch
