@@ -164,10 +164,12 @@ def frozen_gc(on: bool = True):
     workload) sit in Python's permanent generation, so a collection walks only what serving made.
     NOTE: engines do this after their warm-up: vLLM's worker ends `compile_or_warm_up_model` with
     `freeze_gc_heap()` (gc.collect + gc.freeze), SGLang has `freeze_gc` (python/sglang/srt/utils,
-    its /freeze_gc endpoint, recommended after a few warm-up requests). Measured on H100 (chat load,
-    benchmarks/executor_served_diag.py): the served chunk steps' median 26.4 → 17.8 ms, the rows'
-    16-18 ms (benchmarks/results/executor_gpu/twin_1gpu/README.md). Unfrozen on exit, so a process
-    that serves again (the benchmarks, the tests) collects what this run left."""
+    its /freeze_gc endpoint, recommended after a few warm-up requests). On the twin's chat load it
+    changes no step time measurably (H100, benchmarks/executor_served_diag.py, alternated in one
+    process: small-chunk steps' median 17.2 / 17.3 ms collected as usual, 17.7 / 19.4 ms frozen,
+    benchmarks/results/executor_gpu/twin_1gpu/served_diag_h100.json); it is kept for the engines'
+    behaviour, not for a measured gain. Unfrozen on exit, so a process that serves again (the
+    benchmarks, the tests) collects what this run left."""
     import gc
 
     if not on:
