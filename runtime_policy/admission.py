@@ -105,7 +105,7 @@ def _start_prefill(loop: "ServingLoop", i: int, r: int, need: float) -> float:
         pre = handed  # the prompt's KV came from the prefill pool (runtime_policy/disagg.py)
     loop.pre_left[i] = pre
     loop.status[i] = PREFILL
-    loop.prefill_q.append(i)
+    loop.pq_add(i)
     loop.pq_s2 += c
     if loop.capped:
         loop.pq_s1 += min(c, loop.topk)
@@ -269,9 +269,10 @@ def prefill_progress(loop: "ServingLoop", finished: list[int]) -> None:
     """The requests whose prefill a run finished (in admission order: group_prefill.py `credit`
     credits a run's prompt tokens to each owner group's prefilling requests in order): each gets its
     first token and decodes (or is done, if that was all it asked for)."""
-    prefill_q, ctx, inp_l = loop.prefill_q, loop.ctx, loop.inp_l
+    ctx, inp_l = loop.ctx, loop.inp_l
+    pq_remove = loop.pq_remove
     for i in finished:
-        prefill_q.remove(i)
+        pq_remove(i)
         c = ctx[i]
         loop.pq_s2 -= c
         if loop.capped:
