@@ -200,8 +200,17 @@ class DecodeSet:
             return
         members = self.in_join_order()
         state = [(i, self.context(i), self.owner_of[i], self.done_at[i]) for i in members]
-        for i, _, owner, _ in state:
-            self.leave(i, owner)
+        # = a leave of each (NOTE: its per-group parts are reset by _set_groups; s2, a sum of whole
+        # numbers, is Σ their contexts again after the joins)
+        slot, unc = self.slot, self.unc
+        for i in members:
+            slot[i] = -1
+            unc[i] = False
+        self.version += len(members)
+        self.b = 0
+        self.s2 = 0.0
+        self.per_owner[:] = [0] * self.ranks
+        self.owner_c0[:] = [0.0] * self.ranks
         self._set_groups(groups)
         for i, c, owner, done_at in state:
             self.join(i, c, owner, done_at)

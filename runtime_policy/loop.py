@@ -241,7 +241,10 @@ class ServingLoop:
             return
         if waiting.dirty or self.dyn_keys:
             self._resort()
-        total = admit(self)
+        if waiting.pos < len(waiting.ids) or self.skip_admit:
+            total = admit(self)
+        else:  # nobody waits: = admit(self)
+            total = self.kv.total
         if consult_policy(self, total):
             return  # a switch started that sheds KV or is ready at once: decide again
         if not dec.b and not self.prefill_q:
