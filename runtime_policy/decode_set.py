@@ -41,6 +41,12 @@ _FAR = 1 << 62  # a decode step never reached
 class DecodeSet:
     """Decoding requests in slots, with their per-group clocks and heaps (module docstring)."""
 
+    # NOTE: slots (~35 fields, read per event: an instance dict past 30 keys is slower to read)
+    __slots__ = ("b", "dsteps", "version", "slot_id", "slot", "c0_of", "group_of", "owner_of", "done_at", "jseq_of",
+                 "jseq", "seq_req", "fin_min", "capped", "topk", "cap_at", "whole_topk", "unc", "ranks", "per_owner",
+                 "owner_c0", "s2", "groups", "group_range", "group_ranks", "lag", "fin_heaps", "unc_heaps",
+                 "unc_cnt", "unc_c0", "gcount", "gc0", "unc_n", "unc_sum", "unc_lag", "cap_next", "__dict__")
+
     def __init__(self, max_batch: int, requests: int, ranks: int, topk_tokens: float | None, groups: int = 1):
         self.b = 0  # decoding requests: slots [0, b)
         self.dsteps = 0  # decode steps run so far (every group's clock counts them, less its lag)

@@ -93,6 +93,22 @@ def make_loop(arrival_s, input_tokens, output_tokens, tables: StepTimeTable, pol
 class ServingLoop:
     """One serve() call's state (module docstring); `run()` turns until every request has ended."""
 
+    # NOTE: slots: the loop's ~100 fields are read in every phase of every run, and an instance
+    # dict that large is slower to read than a slot (~25 % on attribute-bound code, CPython 3.11);
+    # __dict__ keeps any other attribute settable (tests replace a method on an instance)
+    __slots__ = ("n", "arr", "inp", "out", "tables", "policy", "ordering", "executor", "config", "tracks_kv",
+                 "wants_pieces", "progress", "T", "slack", "bpt", "capped", "topk", "kv", "pools", "max_requests",
+                 "shares", "groups", "cap", "arr_l", "inp_l", "out_l", "ctxf", "ctx", "end_at", "status", "first",
+                 "finish", "preempted", "admitted", "queued", "owner", "pre_left", "okv", "waiting", "prefill_q",
+                 "pq_s2", "pq_s1", "pq_groups", "pq_for", "pq_seq", "pq_next", "group_chunk", "cap_group",
+                 "separate", "routing", "preemption", "reserve_output", "bound", "bound_wait", "rr", "layout", "dec",
+                 "reads_arrays", "batch", "idle_batch", "view_version", "prefill_price", "state", "wt_version",
+                 "wt_pos", "t", "nxt", "ended", "est_step_s", "stats_version", "inflight", "ready_s", "started_s",
+                 "hand_off_s", "watermark", "skip_admit", "s1_now", "project", "proj_at", "ema_steps", "ema_tok",
+                 "ema_tok_pfx", "ema_own", "max_run", "ema_w", "hz_half_life", "hz_w", "hz_steps", "hz_tok",
+                 "hz_tok_pfx", "hz_own", "zeros", "arrival_keys", "dyn_keys", "steps", "decode_steps", "layout_s",
+                 "switches", "aborted", "moves", "cant_decide", "timeline", "__dict__")
+
     def __init__(self, arr: np.ndarray, inp: np.ndarray, out: np.ndarray, tables: StepTimeTable, policy,
                  ordering: Ordering, executor: Executor, config: LoopConfig, progress) -> None:
         n = arr.size
@@ -253,10 +269,11 @@ class ServingLoop:
         k_kv = _NEVER
         if dec.b:  # = kv_wall(self, total) where nothing is preempted (the common cases, inline)
             layout = self.layout
-            if self.inflight is not None or self.kv.extra[layout]:
+            x = self.kv.extra[layout]
+            if self.inflight is not None or (x and dec.groups > 1):
                 k_kv = kv_wall(self, total)
-            elif dec.groups == 1:
-                k_kv = int(math.floor((self.cap[layout] - total) / dec.b))
+            elif dec.groups == 1:  # (= preemption.kv_steps with the layout's extra slack per request)
+                k_kv = int(math.floor((self.cap[layout] - (total + x * self.kv.count if x else total)) / dec.b))
                 if k_kv < 1:
                     k_kv = kv_wall(self, total)
             else:  # every owner group has room for a whole run (the decode set's groups are the layout's)

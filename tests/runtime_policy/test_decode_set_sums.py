@@ -79,3 +79,22 @@ def test_prefill_groups_stay_the_queue_split_by_group():
         assert got == want
         seq = [loop.pq_seq[i] for i in loop.prefill_q]
         assert seq == sorted(seq)
+
+
+def test_the_loop_and_decode_set_keep_every_field_in_a_slot():
+    """ServingLoop and DecodeSet declare their fields as slots (read in every phase of every run; an
+    instance dict past 30 keys reads slower): a run leaves nothing in their instance dicts (a field
+    added without its slot would land there, correct but slower)."""
+    from executor.sim import SimExecutor
+    from runtime_policy.loop import LoopConfig, make_loop
+    from runtime_policy.ordering import Ordering
+    from runtime_policy.workloads import bursty
+    from tests.runtime_policy.conftest import make_policy
+
+    w = bursty(120, seed=5, rate_per_s=40.0)
+    _, lp = make_policy()
+    loop = make_loop(w.arrival_s, w.input_tokens, w.output_tokens, lp.tables, lp, Ordering("fcfs"),
+                     SimExecutor(lp.tables), LoopConfig(max_batch=1024, prefill_chunk_tokens=2048, max_run_steps=32))
+    loop.run()
+    assert loop.ended == w.requests
+    assert vars(loop) == {} and vars(loop.dec) == {}
