@@ -70,7 +70,8 @@ def group_queues(loop: "ServingLoop") -> list[GroupQueue]:
             continue
         c = chunk if separate else max(chunk - counts[g], 1)
         tokens = pre_left[gids[0]]
-        cap = _run_cap(tokens, c)
+        cap = -(-tokens // c)  # = _run_cap(tokens, c), inline (a call per group per run)
+        cap = (cap if cap > 1 else 1) * c
         n = 1
         while tokens < cap and n < len(gids):
             tokens += pre_left[gids[n]]
