@@ -38,9 +38,6 @@ class SimExecutor:
     # a run is priced from the batch's sums (the loop keeps them all): its per-request arrays are not
     # read, so the loop need not build them (`active_decoders` gives the batch's size)
     reads_batch_arrays = False
-    # the loop may pause the cyclic garbage collector while it serves (runtime_policy/loop.py `run`):
-    # nothing here holds memory a long pause would keep
-    pauses_gc = True
 
     def __init__(self, tables: StepTimeTable, noise: float = 0.0, seed: int = 0):
         if not np.isfinite(noise) or noise < 0:

@@ -42,7 +42,6 @@ Does not: price steps (the executor), choose layouts (the policy) or order reque
 
 from __future__ import annotations
 
-import gc
 import math
 from typing import Callable
 
@@ -238,20 +237,8 @@ class ServingLoop:
     # ---- the machine ---------------------------------------------------------------------------
     def run(self) -> ServeResult:
         n = self.n
-        # NOTE: the cyclic garbage collector paused while an executor that asks for it (the simulator,
-        # `pauses_gc`) serves: a run allocates small lists and tuples, none in cycles (freed by their
-        # counts), yet they trigger young-generation passes and, when one lands in the serve, a full
-        # pass over every object the process holds (the planner's, numpy's): 5-10 % of a serve's
-        # time, more in the serve a full pass lands in. Resumed (if it ran) whatever happens.
-        paused = bool(getattr(self.executor, "pauses_gc", False)) and gc.isenabled()
-        if paused:
-            gc.disable()
-        try:
-            while self.ended < n:
-                self._turn()
-        finally:
-            if paused:
-                gc.enable()
+        while self.ended < n:
+            self._turn()
         if self.inflight is not None:  # everything ended with a move under way: drop it
             self.executor.abort_switch(self.inflight.plan)
             self.inflight = None

@@ -99,39 +99,3 @@ def test_the_loop_and_decode_set_keep_every_field_in_a_slot():
     assert loop.ended == w.requests
     assert vars(loop) == {} and vars(loop.dec) == {}
 
-
-def test_the_simulator_pauses_the_collector_only_while_it_serves():
-    """The loop pauses the cyclic garbage collector while the simulated executor serves (it asks,
-    `pauses_gc`), and resumes it afterwards, after an error too; one paused by the caller stays so."""
-    import gc
-
-    from executor.sim import SimExecutor
-    from runtime_policy.loop import LoopConfig, serve
-    from runtime_policy.ordering import Ordering
-    from runtime_policy.workloads import chat
-    from tests.runtime_policy.conftest import make_policy
-
-    w = chat(40, seed=4, rate_per_s=40.0)
-    _, lp = make_policy()
-    seen = []
-
-    def go(progress):
-        return serve(w.arrival_s, w.input_tokens, w.output_tokens, lp.tables, lp, Ordering("fcfs"),
-                     SimExecutor(lp.tables), LoopConfig(max_batch=1024, prefill_chunk_tokens=2048), progress)
-
-    assert gc.isenabled()
-    go(lambda done, total: seen.append(gc.isenabled()))
-    assert seen and not any(seen) and gc.isenabled()
-
-    def fail(done, total):
-        raise RuntimeError("stop")
-
-    with pytest.raises(RuntimeError):
-        go(fail)
-    assert gc.isenabled()
-    gc.disable()
-    try:
-        go(lambda done, total: None)
-        assert not gc.isenabled()
-    finally:
-        gc.enable()
