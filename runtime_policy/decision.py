@@ -144,6 +144,9 @@ class PolicyState:
     # and the recent prefill share's, over the horizon, as a share of its mean: the range's ends
     # take the batch and the prefill together (both rise with a burst of arrivals)
     horizon_prefill_spread: float = 0.0
+    # [L] each layout's owner-group KV tokens at the horizon's batch (LayoutPolicy.group_tokens;
+    # None: decide computes them)
+    horizon_group_tokens: list[float] | None = None
     # the same projected over the window a throughput switch must repay in
     # (LayoutPolicy.payback_window_steps): the running requests' survival, the queue refilling the
     # batch, arrivals at the recent rate; and the share of the horizon's prefill rate the queue's and
@@ -152,6 +155,7 @@ class PolicyState:
     window_context_sum_tokens: float = 0.0
     window_context_capped_sum_tokens: float = 0.0
     window_prefill_scale: float = 1.0
+    window_group_tokens: list[float] | None = None  # the same at the window's batch
 
 
 @dataclass(frozen=True)

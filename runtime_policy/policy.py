@@ -501,11 +501,17 @@ class LayoutPolicy:
                 if not (-_INF < hs1 + hs2 < _INF and hs2 >= 0.0 and hs1 >= 0.0 and 0.0 <= sd < _INF
                         and 0.0 <= sf < _INF):
                     return self._refuse(cur, "horizon load")
+                hg = state.horizon_group_tokens
+                if hg is None or len(hg) != self._n:
+                    hg = self.group_tokens(hb, hs2)
                 mode = 1
             if wb >= 0:
                 ws2, ws1, rho = state.window_context_sum_tokens, state.window_context_capped_sum_tokens, state.window_prefill_scale
                 if not (-_INF < ws1 + ws2 + rho < _INF and ws2 >= 0.0 and ws1 >= 0.0 and 0.0 <= rho <= 1.0):
                     return self._refuse(cur, "window load")
+                wg = state.window_group_tokens
+                if wg is None or len(wg) != self._n:
+                    wg = self.group_tokens(wb, ws2)
                 # NOTE: a falling load (the batch now and the window's both below the horizon's
                 # range: a drain) is priced on the window alone, the past's range being no evidence
                 # of a tie there and its average lagging: the window's batch there is the survival
@@ -515,12 +521,10 @@ class LayoutPolicy:
                 if mode == 0 or (wb < hb - sd and b < hb - sd):
                     mode = 2
         if mode == 1:
-            steps = pricer.step_times(hb if hb < self._max_batch else self._max_batch, hs1, hs2,
-                                      *self._shifted(busy, lite, hs2 - s2 + (hb - b) * self._slack), hf, h_tok, h_ctx,
-                                      h_share, priced_sets)
+            steps = pricer.step_times(hb if hb < self._max_batch else self._max_batch, hs1, hs2, hg, hg, hf, h_tok,
+                                      h_ctx, h_share, priced_sets)
         elif mode == 2:
-            steps = pricer.step_times(wb if wb < self._max_batch else self._max_batch, ws1, ws2,
-                                      *self._shifted(busy, lite, ws2 - s2 + (wb - b) * self._slack), hf * rho,
+            steps = pricer.step_times(wb if wb < self._max_batch else self._max_batch, ws1, ws2, wg, wg, hf * rho,
                                       h_tok * rho, h_ctx, h_share, priced_sets)
         else:
             steps = pricer.step_times(b, s1, s2, busy, lite, hf, h_tok, h_ctx, h_share, priced_sets)
@@ -549,12 +553,11 @@ class LayoutPolicy:
                     f = nb / hb if hb > 0 else 1.0
                     g = 1.0 + sign * sf
                     g = 0.0 if g < 0.0 else (1.0 / hf if hf * g > 1.0 else g)
+                    eg = self.group_tokens(nb, hs2 * f)
                     e_steps = pricer.step_times(nb if nb < self._max_batch else self._max_batch, hs1 * f, hs2 * f,
-                                                *self._shifted(busy, lite, hs2 * f - s2 + (nb - b) * self._slack),
-                                                hf * g, h_tok * g, h_ctx, h_share, pair)
+                                                eg, eg, hf * g, h_tok * g, h_ctx, h_share, pair)
                 else:
-                    e_steps = pricer.step_times(wb if wb < self._max_batch else self._max_batch, ws1, ws2,
-                                                *self._shifted(busy, lite, ws2 - s2 + (wb - b) * self._slack),
+                    e_steps = pricer.step_times(wb if wb < self._max_batch else self._max_batch, ws1, ws2, wg, wg,
                                                 hf * rho, h_tok * rho, h_ctx, h_share, pair)
                 e_cur, e_gain = e_steps[cur], e_steps[cur] - e_steps[best]
                 if e_gain * t_cur < gain * e_cur:  # a smaller share of the step saved
@@ -581,15 +584,13 @@ class LayoutPolicy:
         return Decision(best, True, Reason.SWITCH_THROUGHPUT, gain_s, plan.cost_s, plan,
                         capacity_stands_steps=REPRICE_EVERY_STEPS if priced else 0, candidate=best, payback_s=payback_s)
 
-    def _shifted(self, busy: list[float], lite: list[float], more: float) -> tuple[list[float], list[float]]:
-        """Each layout's busiest and lightest owner group's KV tokens for a batch of `more` tokens
-        more (or fewer) than now: the requests running stay where they are, the difference spreads
-        evenly over the groups (a one-group layout holds it all)."""
-        inv = self._inv_groups
-        if more >= 0.0:
-            return [x + more * g for x, g in zip(busy, inv)], [x + more * g for x, g in zip(lite, inv)]
-        return ([x + more * g for x, g in zip(busy, inv)],
-                [x + more * g if x + more * g > 0.0 else 0.0 for x, g in zip(lite, inv)])
+    def group_tokens(self, requests: float, context_sum: float) -> list[float]:
+        """[L] KV tokens of each layout's owner group for a batch of `requests` whose contexts sum to
+        `context_sum`, spread evenly over its groups (a one-group layout holds it all): the load the
+        throughput rule prices a projected or averaged batch at (which requests it holds, and so
+        which group is busiest, is not projected)."""
+        tot = context_sum + requests * self._slack
+        return [tot * g for g in self._inv_groups]
 
     def payback_window_steps(self, step_s: float) -> float:
         """The steps a throughput switch must repay in at `step_s` a step: the payback horizon, at

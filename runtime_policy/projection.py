@@ -190,6 +190,7 @@ class HorizonLoad:
             return
         mean = self.b / self.norm
         st.horizon_context_requests = int(mean + 0.5)
+        st.horizon_group_tokens = self.policy.group_tokens(mean, self.s2 / self.norm)
         var = self.b2 / self.norm - mean * mean
         st.horizon_context_spread = math.sqrt(var) if var > 0.0 else 0.0
         f = self.f / self.norm
@@ -238,6 +239,7 @@ class HorizonLoad:
         join_prompt = waiting_tok / waiting.shape[0] if waiting.shape[0] else (tok_rate / rate if rate > 0 else 0.0)
         b, s2, s1 = horizon_batch(lens, ctx, ctx - loop.inp[ids], window, waiting.shape[0], rate, join_prompt, topk)
         state.window_context_requests = b
+        state.window_group_tokens = self.policy.group_tokens(b, s2)
         state.window_context_sum_tokens, state.window_context_capped_sum_tokens = s2, s1
         # the prefill the window will see: the queue's prompts and the arrivals', against the
         # horizon statistics' rate (which a backlog may have set); never more than that rate
