@@ -156,6 +156,12 @@ class PolicyState:
     window_context_capped_sum_tokens: float = 0.0
     window_prefill_scale: float = 1.0
     window_group_tokens: list[float] | None = None  # the same at the window's batch
+    # the horizon's prefill statistics (fraction, tokens, context, owner share) as they were when
+    # the loads above were written (None: the throughput rule reads horizon_prefill_* as they are)
+    load_prefill: tuple[float, float, float, float] | None = None
+    # bumped by the caller whenever it writes any of the loads above (or load_prefill); −1: not kept.
+    # The policy caches its pricings of one version's loads: equal versions must carry equal loads
+    load_version: int = -1
 
 
 @dataclass(frozen=True)
