@@ -26,23 +26,29 @@ from tests.runtime_policy.test_policy import DOP, TP, state
 
 BIG = dict(horizon_context_requests=64, horizon_context_sum_tokens=64 * 4000.0,
            horizon_context_capped_sum_tokens=64 * 2048.0)
+WINDOW_BIG = dict(window_context_requests=64, window_context_sum_tokens=64 * 4000.0,
+                  window_context_capped_sum_tokens=64 * 2048.0)
 ONE = dict(horizon_context_requests=1, horizon_context_sum_tokens=60000.0, horizon_context_capped_sum_tokens=2048.0)
 
 
 def test_the_rule_prices_the_horizon_and_the_window_not_the_moment(dsv32):
     """One 60K request in DOP: TP is faster for it and the policy switches. Told that the horizon's
     batch is 64 requests of 4K (where DOP is faster) it stays; told so by the window's projection
-    alone (no horizon kept) it stays too; told that the batch spreads
+    alone (no horizon kept) it stays too, and with a horizon that agrees with the moment the
+    window's smaller gain holds it (STAY_SMALL_GAIN, naming TP); told that the batch spreads
     over 1 ± 40 requests, the range's upper end holds it; without the knob none of it is read."""
     _, pol = dsv32
     s = state([60000.0], DOP, policy=pol)
     assert pol.decide(s).switch and pol.decide(s).layout == TP  # the premise: the moment licenses it
     h = pol.decide(replace(s, **BIG))
     assert not h.switch and h.reason in (Reason.STAY_BEST, Reason.STAY_SMALL_GAIN)
-    w = pol.decide(replace(s, window_context_requests=64, window_context_sum_tokens=64 * 4000.0,
-                           window_context_capped_sum_tokens=64 * 2048.0))
+    w = pol.decide(replace(s, **WINDOW_BIG))
     assert not w.switch and w.reason in (Reason.STAY_BEST, Reason.STAY_SMALL_GAIN)
     assert pol.decide(replace(s, **ONE)).switch  # the horizon's average alone is the moment here
+    # the horizon as the moment, the window's projection 64 requests (a rise: priced with the
+    # horizon, the least gain stands)
+    both = pol.decide(replace(s, **ONE, **WINDOW_BIG))
+    assert not both.switch and both.reason == Reason.STAY_SMALL_GAIN and both.candidate == TP
     spread = pol.decide(replace(s, **ONE, horizon_context_spread=40.0))
     assert not spread.switch and spread.reason == Reason.STAY_SMALL_GAIN and spread.candidate == TP
     _, off = make_policy(horizon_load=False)
