@@ -115,28 +115,36 @@ def _kv_growth(loop: "ServingLoop") -> tuple[float, float]:
 #   average, where DOP is 4 % faster (the run: 0.962x fixed DOP);
 # - GLM-5 longprompt, 8 x B200: TP <-> CP on gains of ~5 % that turn on whether 12 or 2 requests
 #   decode at the moment, which changes with every arrival.
-# So the caller keeps two loads and the rule switches only on a gain under both (policy.py):
+# So the caller keeps two loads (HorizonLoad) and the throughput rule prices them (policy.py):
 # - the horizon's: the batch averaged over the policy's horizon (stats_half_life_steps, as the
-#   prefill statistics): the load as it has been, blind to a moment's 12 or 2;
+#   prefill statistics), with its spread and the recent prefill share's: the load as it has been;
 # - the window's: the batch over the window the switch must repay in
 #   (LayoutPolicy.payback_window_steps), projected from what the policy already knows: the running
 #   requests' survival by the observed output lengths (as the KV peak above), the waiting queue
 #   refilling the batch as it drains (up to its size now: a queue means the batch is at its limit),
-#   arrivals at the recent rate; and the prefill the queue and those arrivals bring.
+#   arrivals at the recent rate per decode step; and the prefill the queue and those arrivals bring.
+# A candidate must be faster by min_gain_fraction at the horizon's average, at both ends of its
+# range (average ± spread: a layout that wins at one end only is a tie; the 12-or-2 flips) and on the
+# window (the drain). Two exceptions, where the past is no guide: a closed batch (no arrival
+# expected within the horizon: a rollout) and a falling load (the batch now and the window's both
+# below the range: a drain) are priced on the window alone, which foresees them from requests
+# already running. A rising load is not: it rests on arrivals going on, which a burst's don't.
 # NOTE: the rule is ours. No engine switches layouts at run time (SGLang, vLLM and TensorRT-LLM fix
 # the layout at launch, so their schedulers have no such rule), and the published switching system
 # prices the batch of the moment. Acting only where every estimate of the load agrees is the robust
-# (max-min) form of a decision under two models; the window's projection is the certainty-
-# equivalent step of model-predictive control (one state projected over the horizon, priced once).
-HORIZON_POINTS = 16  # the window's grid (midpoints); the average moves < 1 % past 16
-PUBLISH_EVERY_STEPS = 32  # the horizon's average written this often: it moves ≤ 1.1 % in 32 steps at a 2048-step half-life
+# (max-min) form of a decision under several models of the load; the window's projection is the
+# certainty-equivalent step of model-predictive control (one state projected, priced once).
+HORIZON_POINTS = 16  # the window's grid (midpoint rule)
+PUBLISH_EVERY_STEPS = 32  # the horizon's average written this often (it moves 1.1 % of the way to the batch now in 32 steps at a 2048-step half-life)
 ARRIVAL_HALF_LIFE_S = 10.0  # = the payback horizon's default: the next window's arrivals are the last window's
 
 
 class HorizonLoad:
     """The serving loop's two loads for the throughput rule (the notes above): the horizon's
-    average at every consultation (`average`), the window's projection every
-    PROJECTION_EVERY_STEPS decode steps and whenever the waiting queue empties or fills (`refresh`)."""
+    average folded in at every consultation and written every PUBLISH_EVERY_STEPS steps
+    (`average`, `publish`), the window's projection every PROJECTION_EVERY_STEPS decode steps and
+    whenever the waiting queue empties or fills (`refresh`); each write bumps
+    `PolicyState.load_version`."""
 
     def __init__(self, policy, t0: float, half_life_steps: float, loop_arrived: int = 0):
         self.policy = policy
