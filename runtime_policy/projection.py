@@ -214,7 +214,7 @@ class HorizonLoad:
             return
         mean = self.b / self.norm
         st.horizon_context_requests = int(mean + 0.5)
-        st.horizon_group_tokens = self.policy.group_tokens(mean, self.s2 / self.norm)
+        st.horizon_group_tokens = self.policy.group_tokens(st.horizon_context_requests, self.s2 / self.norm)
         var = self.b2 / self.norm - mean * mean
         st.horizon_context_spread = math.sqrt(var) if var > 0.0 else 0.0
         f = self.f / self.norm
