@@ -93,6 +93,30 @@ class BatchState:
     """See horizon_prefill_step_fraction."""
     horizon_prefill_owner_fraction: float = 1.0
     """See horizon_prefill_step_fraction."""
+    horizon_context_requests: int = -1
+    """The decode batch averaged over the policy's horizon, which the throughput rule prices instead
+    of the batch of the moment (< 0: none kept; the server's loop keeps it as
+    runtime_policy.projection.HorizonLoad does; docs/runtime-policy.md, "The load it prices")."""
+    horizon_context_sum_tokens: float = 0.0
+    """Σ context of that batch, tokens."""
+    horizon_context_capped_sum_tokens: float = 0.0
+    """Σ min(context, top-k) of that batch, tokens."""
+    horizon_context_spread: float = 0.0
+    """The batch's standard deviation over the horizon, requests."""
+    horizon_prefill_spread: float = 0.0
+    """The recent prefill share's standard deviation over the horizon, as a share of its mean."""
+    window_context_requests: int = -1
+    """The decode batch projected over the payback window (< 0: none kept)."""
+    window_context_sum_tokens: float = 0.0
+    """Σ context of that batch, tokens."""
+    window_context_capped_sum_tokens: float = 0.0
+    """Σ min(context, top-k) of that batch, tokens."""
+    window_prefill_scale: float = 1.0
+    """The share of the horizon's prefill rate the window will see."""
+    load_prefill: tuple | None = None
+    """The horizon's prefill statistics when the loads above were written (None: as they are)."""
+    load_version: int = -1
+    """Bumped whenever the loads above are written (< 0: not kept; equal versions, equal loads)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,6 +270,17 @@ class Policy:
             ps.horizon_prefill_tokens_per_step = state.horizon_prefill_tokens_per_step
             ps.horizon_prefill_context_tokens = state.horizon_prefill_context_tokens
             ps.horizon_prefill_owner_share = state.horizon_prefill_owner_fraction
+            ps.horizon_context_requests = state.horizon_context_requests
+            ps.horizon_context_sum_tokens = state.horizon_context_sum_tokens
+            ps.horizon_context_capped_sum_tokens = state.horizon_context_capped_sum_tokens
+            ps.horizon_context_spread = state.horizon_context_spread
+            ps.horizon_prefill_spread = state.horizon_prefill_spread
+            ps.window_context_requests = state.window_context_requests
+            ps.window_context_sum_tokens = state.window_context_sum_tokens
+            ps.window_context_capped_sum_tokens = state.window_context_capped_sum_tokens
+            ps.window_prefill_scale = state.window_prefill_scale
+            ps.load_prefill = state.load_prefill
+            ps.load_version = state.load_version
         except Exception:  # NOTE: a state the wrapper can't read (unknown layout, wrong type): refused
             return self._refuse(state)
         d = self._decide(ps)

@@ -132,6 +132,36 @@ class PolicyState:
     horizon_prefill_tokens_per_step: float = 0.0
     horizon_prefill_context_tokens: float = 0.0
     horizon_prefill_owner_share: float = 1.0
+    # the decode batch (requests, Σ context, Σ min(context, top-k)) averaged over the policy's horizon,
+    # as the prefill statistics above (negative requests: none kept; the caller keeps it,
+    # runtime_policy/projection.py `HorizonLoad`)
+    horizon_context_requests: int = -1
+    horizon_context_sum_tokens: float = 0.0
+    horizon_context_capped_sum_tokens: float = 0.0
+    # the batch's standard deviation over the horizon (requests): the throughput rule wants its gain
+    # at the average ± this too (a layout that wins only at one end of the load's range is a tie)
+    horizon_context_spread: float = 0.0
+    # and the recent prefill share's, over the horizon, as a share of its mean: the range's ends
+    # take the batch and the prefill together (both rise with a burst of arrivals)
+    horizon_prefill_spread: float = 0.0
+    # [L] each layout's owner-group KV tokens at the horizon's batch (LayoutPolicy.group_tokens;
+    # None: decide computes them)
+    horizon_group_tokens: list[float] | None = None
+    # the same projected over the window a throughput switch must repay in
+    # (LayoutPolicy.payback_window_steps): the running requests' survival, the queue refilling the
+    # batch, arrivals at the recent rate; and the share of the horizon's prefill rate the queue's and
+    # the arrivals' prompts bring in that window (1: as the horizon's statistics say)
+    window_context_requests: int = -1
+    window_context_sum_tokens: float = 0.0
+    window_context_capped_sum_tokens: float = 0.0
+    window_prefill_scale: float = 1.0
+    window_group_tokens: list[float] | None = None  # the same at the window's batch
+    # the horizon's prefill statistics (fraction, tokens, context, owner share) as they were when
+    # the loads above were written (None: the throughput rule reads horizon_prefill_* as they are)
+    load_prefill: tuple[float, float, float, float] | None = None
+    # bumped by the caller whenever it writes any of the loads above (or load_prefill); −1: not kept.
+    # The policy caches its pricings of one version's loads: equal versions must carry equal loads
+    load_version: int = -1
 
 
 @dataclass(frozen=True)
@@ -168,3 +198,10 @@ class PolicyKnobs:
     initial_dwell_steps: float = 256.0
     max_batch: int = 4096
     allowed: tuple[str, ...] | None = None  # layouts the policy may use (None: every one the model can run)
+    # The throughput rule switches only on a gain under both loads the caller keeps: the batch
+    # averaged over the horizon (the past, as the prefill statistics) and the batch projected over
+    # the payback window (the running requests' survival, the queue, the arrivals); PolicyState
+    # horizon_context_* and window_context_*, runtime_policy/projection.py. NOTE: priced on the
+    # batch of the moment, DS-V3.2 chat switched DOP -> DPTP as its backlog emptied (0.962x fixed
+    # DOP) and GLM-5 longprompt TP <-> CP as 12 or 2 requests decoded.
+    horizon_load: bool = True

@@ -28,6 +28,12 @@ Rules, in order:
    time it saves — within `payback_horizon_s` and the expected dwell (`Decision.payback_s`). Rule 2
    compares layouts on the prefill statistics over the policy's horizon
    (`PolicyState.horizon_prefill_*`, half-life `stats_half_life_steps`), rule 1 on the recent ones.
+   With `knobs.horizon_load` (the default) rule 2 prices the load, not the batch of the moment: the
+   batch averaged over the horizon, and (a) the gain must hold at both ends of the horizon's range
+   (average ± the batch's and the prefill share's spread: a layout that wins at one end only is a
+   tie) and (b) on the batch and prefill projected over the payback window (the running requests'
+   survival, the queue, the arrivals); the least of those gains is the one checked and repaid
+   (runtime_policy/projection.py `HorizonLoad`, where the loads are kept and why).
 Every answer carries its `Reason`, and the layout it weighed (`Decision.candidate`); docs/runtime-policy.md.
 With twin tables (`compile(..., tier_choice=True)`, runtime_policy/host_tier_tables.py) a layout's
 "+host" twin is one more layout to both rules: its larger pool is what rule 1 prices when the
@@ -73,6 +79,7 @@ class LayoutPolicy:
     tables: StepTimeTable
     knobs: PolicyKnobs = field(default_factory=PolicyKnobs)
     reads_kv_growth = True  # the loop fills PolicyState.kv_growth_tokens for it (projection.py)
+    reads_horizon_load = True  # and PolicyState.horizon_context_* (projection.HorizonLoad), if knobs.horizon_load
 
     # ---- compile (slow, validated) ------------------------------------------------------------
     @classmethod
@@ -97,6 +104,10 @@ class LayoutPolicy:
         self._share = [float(x) for x in t.info.group_share]
         self._groups = [int(x) for x in t.info.owner_groups]
         self._owner = [g > 1 for g in self._groups]  # requests spread over several owner groups
+        self._inv_groups = [1.0 / g for g in self._groups]
+        # the throughput rule's pricings of the loads of one PolicyState.load_version (decide)
+        self._memo: dict = {}
+        self._memo_version = -1
         # the distinct group counts of several groups, and each layout's position among them (−1: one group)
         self._gcounts = tuple(sorted({g for g in self._groups if g > 1}))
         self._gpos = [self._gcounts.index(g) if g > 1 else -1 for g in self._groups]
@@ -481,7 +492,62 @@ class LayoutPolicy:
         if sub is None:
             sub = self._subset(mask, cur, key)
         cands, priced_sets = sub
-        steps = pricer.step_times(b, s1, s2, busy, lite, hf, h_tok, h_ctx, h_share, priced_sets)
+        # the load priced (PolicyKnobs.horizon_load; projection.HorizonLoad keeps it): the horizon's
+        # average batch, its range's ends and the window's projection where they are kept, else
+        # the batch of the moment
+        mode = 0  # 0: the moment; 1: the horizon, its range and the window; 2: the window alone
+        if self.knobs.horizon_load:
+            hb, wb = state.horizon_context_requests, state.window_context_requests
+            if hb >= 0:
+                hs2, hs1 = state.horizon_context_sum_tokens, state.horizon_context_capped_sum_tokens
+                sd, sf = state.horizon_context_spread, state.horizon_prefill_spread
+                if not (-_INF < hs1 + hs2 < _INF and hs2 >= 0.0 and hs1 >= 0.0 and 0.0 <= sd < _INF
+                        and 0.0 <= sf < _INF):
+                    return self._refuse(cur, "horizon load")
+                hg = state.horizon_group_tokens
+                if hg is None or len(hg) != self._n:
+                    hg = self.group_tokens(hb, hs2)
+                mode = 1
+            if wb >= 0:
+                ws2, ws1, rho = state.window_context_sum_tokens, state.window_context_capped_sum_tokens, state.window_prefill_scale
+                if not (-_INF < ws1 + ws2 + rho < _INF and ws2 >= 0.0 and ws1 >= 0.0 and 0.0 <= rho <= 1.0):
+                    return self._refuse(cur, "window load")
+                wg = state.window_group_tokens
+                if wg is None or len(wg) != self._n:
+                    wg = self.group_tokens(wb, ws2)
+                # NOTE: a falling load (the batch now and the window's both below the horizon's
+                # range: a drain) is priced on the window alone, the past's range being no evidence
+                # of a tie there and its average lagging: the window's batch there is the survival
+                # of requests already running, which it foresees. A rising one is not: it rests on
+                # arrivals going on, which a burst's don't (GLM-5 longprompt, 14 decoding on a range
+                # of 7 ± 4 (the window 12), moved TP -> CP and lost 10 % of the steps that followed)
+                if mode == 0 or (wb < hb - sd and b < hb - sd):
+                    mode = 2
+        memo = None
+        if mode:
+            snap = state.load_prefill
+            if snap is not None:  # the prefill statistics as they were when the loads were written
+                if len(snap) != 4 or not -_INF < sum(snap) < _INF:
+                    return self._refuse(cur, "load_prefill")
+                hf, h_tok, h_ctx, h_share = snap
+            ver = state.load_version
+            if ver >= 0:  # NOTE: a cache, not a memory: equal versions carry equal loads (PolicyState)
+                if ver != self._memo_version:
+                    self._memo.clear()
+                    self._memo_version = ver
+                memo = self._memo
+                steps = memo.get((mode, cur, priced_sets))
+        if not mode:
+            steps = pricer.step_times(b, s1, s2, busy, lite, hf, h_tok, h_ctx, h_share, priced_sets)
+        elif memo is None or steps is None:
+            if mode == 1:
+                steps = pricer.step_times(hb if hb < self._max_batch else self._max_batch, hs1, hs2, hg, hg, hf, h_tok,
+                                          h_ctx, h_share, priced_sets)
+            else:
+                steps = pricer.step_times(wb if wb < self._max_batch else self._max_batch, ws1, ws2, wg, wg, hf * rho,
+                                          h_tok * rho, h_ctx, h_share, priced_sets)
+            if memo is not None:
+                steps = memo[(mode, cur, priced_sets)] = steps[:]  # (the pricer's list is overwritten next call)
         best, best_t = cur, steps[cur]
         for i in cands:
             if steps[i] < best_t:
@@ -496,6 +562,20 @@ class LayoutPolicy:
             return stay[Reason.STAY_SMALL_GAIN]
         if state.steps_since_switch < k.cooldown_steps:
             return stay[Reason.STAY_COOLDOWN]
+        if mode == 1:
+            # the same gain at either end of the horizon's range (the batch and the prefill share at
+            # their average ± spread, together: both rise with a burst of arrivals), and on the
+            # window's projection: the least of them stands
+            least = memo.get((cur, best)) if memo is not None else None
+            if least is None:
+                least = self._least_gain(cur, best, t_cur, gain, hb, hs1, hs2, sd, sf, wb, ws1 if wb >= 0 else 0.0,
+                                         ws2 if wb >= 0 else 0.0, wg if wb >= 0 else None, rho if wb >= 0 else 1.0,
+                                         hf, h_tok, h_ctx, h_share)
+                if memo is not None:
+                    memo[(cur, best)] = least
+            t_cur, gain = least
+            if gain < k.min_gain_fraction * t_cur:
+                return stay[Reason.STAY_SMALL_GAIN]
         if self._since_switch_s(state, t_cur) < self._min_gap_s:
             return stay[Reason.STAY_RATE_LIMIT]
         plan = plan_transition(self.tables, cur, best, total * bpt, [x * bpt for x in busy], b, t_cur,
@@ -513,6 +593,49 @@ class LayoutPolicy:
                             payback_s=payback_s)
         return Decision(best, True, Reason.SWITCH_THROUGHPUT, gain_s, plan.cost_s, plan,
                         capacity_stands_steps=REPRICE_EVERY_STEPS if priced else 0, candidate=best, payback_s=payback_s)
+
+    def _least_gain(self, cur: int, best: int, t_cur: float, gain: float, hb: int, hs1: float, hs2: float, sd: float,
+                    sf: float, wb: int, ws1: float, ws2: float, wg, rho: float, hf: float, h_tok: float, h_ctx: float,
+                    h_share: float) -> tuple[float, float]:
+        """(current step, step saved) of the least gain of `best` over `cur` among the horizon's
+        average (given), its range's two ends and the window's projection (wb < 0: none); it stops
+        at the first below `min_gain_fraction`."""
+        pricer, cap, floor = self.pricer, self._max_batch, self.knobs.min_gain_fraction
+        pair = 1 << cur | 1 << best
+        ends = ((-1.0, 1.0) if sd >= 0.5 or sf > 0.0 else ()) + ((0.0,) if wb >= 0 else ())
+        for sign in ends:
+            if sign:
+                x = hb + sign * sd
+                nb = int(x + 0.5) if x > 1.0 else 1
+                f = nb / hb if hb > 0 else 1.0
+                g = 1.0 + sign * sf
+                g = 0.0 if g < 0.0 else (1.0 / hf if hf * g > 1.0 else g)
+                eg = self.group_tokens(nb, hs2 * f)
+                e = pricer.step_times(nb if nb < cap else cap, hs1 * f, hs2 * f, eg, eg, hf * g, h_tok * g, h_ctx,
+                                      h_share, pair)
+            else:
+                e = pricer.step_times(wb if wb < cap else cap, ws1, ws2, wg, wg, hf * rho, h_tok * rho, h_ctx, h_share,
+                                      pair)
+            e_cur, e_gain = e[cur], e[cur] - e[best]
+            if e_gain * t_cur < gain * e_cur:  # a smaller share of the step saved
+                t_cur, gain = e_cur, e_gain
+                if gain < floor * t_cur:
+                    break
+        return t_cur, gain
+
+    def group_tokens(self, requests: float, context_sum: float) -> list[float]:
+        """[L] KV tokens of each layout's owner group for a batch of `requests` whose contexts sum to
+        `context_sum`, spread evenly over its groups (a one-group layout holds it all): the load the
+        throughput rule prices a projected or averaged batch at (which requests it holds, and so
+        which group is busiest, is not projected)."""
+        tot = context_sum + requests * self._slack
+        return [tot * g for g in self._inv_groups]
+
+    def payback_window_steps(self, step_s: float) -> float:
+        """The steps a throughput switch must repay in at `step_s` a step: the payback horizon, at
+        most the expected dwell (the window `decide` prices; projection.HorizonLoad averages the
+        batch over it)."""
+        return min(self._dwell_steps, self.knobs.payback_horizon_s / step_s) if step_s > 0 else self._dwell_steps
 
     def _subset(self, mask: int, cur: int, key: int) -> tuple:
         """(the candidates in `mask`, in index order; the mask of the layouts to price: they and

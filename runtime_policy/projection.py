@@ -29,6 +29,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import math
+
 import numpy as np
 
 from runtime_policy.kv_ledger import group_counts
@@ -102,3 +104,211 @@ def _kv_growth(loop: "ServingLoop") -> tuple[float, float]:
         q_own = np.array([loop.owner[i] for i in loop.prefill_q], dtype=np.int64)
         ids, ctx, own = np.concatenate([ids, q]), np.concatenate([ctx, loop.ctxf[q]]), np.concatenate([own, q_own])
     return expected_kv_peak_growth(loop.ordering.stats.sorted_lengths, ctx, ctx - loop.inp[ids], own, loop.T)
+
+
+# ---- the loads the throughput rule compares layouts on (issue 27) ---------------------------
+# NOTE: it compared them on the batch of the moment (and the horizon's prefill statistics), and
+# made switches the run never repaid:
+# - DeepSeek-V3.2 chat, 8 x H200 (the sweep's prior): DOP -> DPTP at 144 s, as the backlog's queue
+#   emptied 44 s after the last arrival: 308 decoding, DPTP predicted 4 % faster on a prefill share
+#   of 34 % (the backlog's admissions); 5,306 steps of drain followed, no prefill, 37 decoding on
+#   average, where DOP is 4 % faster (the run: 0.962x fixed DOP);
+# - GLM-5 longprompt, 8 x B200: TP <-> CP on gains of ~5 % that turn on whether 12 or 2 requests
+#   decode at the moment, which changes with every arrival.
+# So the caller keeps two loads (HorizonLoad) and the throughput rule prices them (policy.py):
+# - the horizon's: the batch averaged over the policy's horizon (stats_half_life_steps, as the
+#   prefill statistics), with its spread and the recent prefill share's: the load as it has been;
+# - the window's: the batch over the window the switch must repay in
+#   (LayoutPolicy.payback_window_steps), projected from what the policy already knows: the running
+#   requests' survival by the observed output lengths (as the KV peak above), the waiting queue
+#   refilling the batch as it drains (up to its size now: a queue means the batch is at its limit),
+#   arrivals at the recent rate per decode step; and the prefill the queue and those arrivals bring.
+# A candidate must be faster by min_gain_fraction at the horizon's average, at both ends of its
+# range (average ± spread: a layout that wins at one end only is a tie; the 12-or-2 flips) and on the
+# window (the drain). Two exceptions, where the past is no guide: a closed batch (no arrival
+# expected within the horizon: a rollout) and a falling load (the batch now and the window's both
+# below the range: a drain) are priced on the window alone, which foresees them from requests
+# already running. A rising load is not: it rests on arrivals going on, which a burst's don't.
+# NOTE: the rule is ours. No engine switches layouts at run time (SGLang, vLLM and TensorRT-LLM fix
+# the layout at launch, so their schedulers have no such rule), and the published switching system
+# prices the batch of the moment. Acting only where every estimate of the load agrees is the robust
+# (max-min) form of a decision under several models of the load; the window's projection is the
+# certainty-equivalent step of model-predictive control (one state projected, priced once).
+HORIZON_POINTS = 16  # the window's grid (midpoint rule)
+PUBLISH_EVERY_STEPS = 32  # the horizon's average written this often (it moves 1.1 % of the way to the batch now in 32 steps at a 2048-step half-life)
+ARRIVAL_HALF_LIFE_S = 10.0  # = the payback horizon's default: the next window's arrivals are the last window's
+
+
+class HorizonLoad:
+    """The serving loop's two loads for the throughput rule (the notes above): the horizon's
+    average folded in at every consultation and written every PUBLISH_EVERY_STEPS steps
+    (`average`, `publish`), the window's projection every PROJECTION_EVERY_STEPS decode steps and
+    whenever the waiting queue empties or fills (`refresh`); each write bumps
+    `PolicyState.load_version`."""
+
+    def __init__(self, policy, t0: float, half_life_steps: float, loop_arrived: int = 0):
+        self.policy = policy
+        self.half_life = half_life_steps
+        self.next_at = 0
+        self.queued = None
+        self.t = t0
+        self.arrived = loop_arrived
+        self.dsteps = 0
+        # exponentially weighted arrivals, prompt tokens, seconds and decode steps
+        self.num = self.tok = self.den = self.den_steps = 0.0
+        self.at_step = 0
+        self.publish_at = 0
+        self.last = (0, 0.0, 0.0, 0.0)  # the batch of the last consultation, and the recent prefill share then
+        self.f = self.f2 = 0.0  # weighted sums of the recent prefill share and its square
+        self.b = self.b2 = self.s2 = self.s1 = self.norm = 0.0  # weighted sums (b2: of b²), and the sum of the weights
+        # whether the load is open: an arrival expected within the horizon's half-life at the recent
+        # rate; none (a closed batch): the horizon's average is not priced, the window's projection
+        # foresees all there is
+        self.arrivals_expected = True
+
+    @staticmethod
+    def for_loop(loop: "ServingLoop"):
+        """One for a policy that reads the loads (`reads_horizon_load` and knobs.horizon_load), else False."""
+        p = loop.policy
+        k = getattr(p, "knobs", None)
+        if not getattr(p, "reads_horizon_load", False) or not getattr(k, "horizon_load", False):
+            return False
+        # NOTE: the requests there at the start are the first batch, not a rate of arrivals
+        return HorizonLoad(p, loop.t, float(k.stats_half_life_steps), loop.nxt)
+
+    def average(self, loop: "ServingLoop", b: int, s2: float, s1: float) -> None:
+        """Fold the batch of the steps since the last consultation (the batch the policy was asked
+        about then) into the horizon's average, and keep this one for the next."""
+        k = loop.steps - self.at_step
+        if k > 0:
+            self.at_step = loop.steps
+            # NOTE: weights normalised by their sum, so the average starts at the first batch, not
+            # biased to the zeros it starts from
+            w = 1.0 - 0.5 ** (k / self.half_life)
+            self.norm += w * (1.0 - self.norm)
+            last = self.last
+            self.b += w * (last[0] - self.b)
+            self.b2 += w * (last[0] * last[0] - self.b2)
+            self.s2 += w * (last[1] - self.s2)
+            self.s1 += w * (last[2] - self.s1)
+            self.f += w * (last[3] - self.f)
+            self.f2 += w * (last[3] * last[3] - self.f2)
+        self.last = (b, s2, s1, loop.state.prefill_step_fraction)
+        if loop.steps >= self.publish_at:
+            self.publish(loop)
+
+    def publish(self, loop: "ServingLoop") -> None:
+        """Write the horizon's average to the policy's state (every PUBLISH_EVERY_STEPS steps and
+        with each window), with a snapshot of the prefill statistics, and bump `load_version`."""
+        self.publish_at = loop.steps + PUBLISH_EVERY_STEPS
+        st = loop.state
+        st.load_version += 1
+        if st.horizon_prefill_step_fraction >= 0.0:
+            st.load_prefill = (st.horizon_prefill_step_fraction, st.horizon_prefill_tokens_per_step,
+                               st.horizon_prefill_context_tokens, st.horizon_prefill_owner_share)
+        else:
+            st.load_prefill = (st.prefill_step_fraction, st.prefill_tokens_per_step, st.prefill_context_tokens,
+                               st.prefill_owner_share)
+        if not self.arrivals_expected or not self.norm:
+            st.horizon_context_requests = -1
+            return
+        mean = self.b / self.norm
+        st.horizon_context_requests = int(mean + 0.5)
+        st.horizon_group_tokens = self.policy.group_tokens(st.horizon_context_requests, self.s2 / self.norm)
+        var = self.b2 / self.norm - mean * mean
+        st.horizon_context_spread = math.sqrt(var) if var > 0.0 else 0.0
+        f = self.f / self.norm
+        var = self.f2 / self.norm - f * f
+        st.horizon_prefill_spread = math.sqrt(var) / f if var > 0.0 and f > 0.0 else 0.0
+        st.horizon_context_sum_tokens, st.horizon_context_capped_sum_tokens = self.s2 / self.norm, self.s1 / self.norm
+
+    def arrivals(self, loop: "ServingLoop") -> tuple[float, float, float]:
+        """(requests and prompt tokens arriving per decode step, seconds per decode step), each
+        weighted by ARRIVAL_HALF_LIFE_S. NOTE: per decode step, as the projection counts, and
+        measured so: the clock between decode steps (prefill steps, idle time) is in them; the
+        last step's duration (the loop's estimate) undercounted a chat backlog's arrivals by half."""
+        dt = loop.t - self.t
+        if dt > 0:
+            new = loop.nxt - self.arrived
+            decay = 0.5 ** (dt / ARRIVAL_HALF_LIFE_S)
+            tok = float(np.sum(loop.inp[self.arrived: loop.nxt])) if new else 0.0
+            steps = loop.dec.dsteps - self.dsteps
+            self.num, self.tok = self.num * decay + new, self.tok * decay + tok
+            self.den, self.den_steps = self.den * decay + dt, self.den_steps * decay + steps
+            self.t, self.arrived, self.dsteps = loop.t, loop.nxt, loop.dec.dsteps
+        if self.den_steps <= 0:
+            return 0.0, 0.0, 0.0
+        return self.num / self.den_steps, self.tok / self.den_steps, self.den / self.den_steps
+
+    def refresh(self, loop: "ServingLoop", waiting: np.ndarray) -> None:
+        """The window's projection, into `PolicyState.window_*`."""
+        dec, state = loop.dec, loop.state
+        self.next_at = dec.dsteps + PROJECTION_EVERY_STEPS
+        self.queued = waiting.shape[0] > 0
+        rate, tok_rate, step_s = self.arrivals(loop)
+        lens = loop.ordering.stats.sorted_lengths
+        self.arrivals_expected = rate * self.half_life >= 1.0 if step_s > 0 else True
+        if not lens.shape[0] or not step_s > 0:
+            state.window_context_requests = -1  # nothing observed yet: the batch of the moment
+            state.window_prefill_scale = 1.0
+            self.publish(loop)
+            return
+        window = self.policy.payback_window_steps(step_s)
+        ids, c0, _ = dec.arrays()
+        ctx = c0 + dec.dsteps
+        if loop.prefill_q:
+            q = np.asarray(loop.prefill_q, dtype=np.int64)
+            ids, ctx = np.concatenate([ids, q]), np.concatenate([ctx, loop.ctxf[q]])
+        topk = loop.topk if loop.capped else math.inf
+        waiting_tok = float(waiting.sum()) if waiting.shape[0] else 0.0
+        join_prompt = waiting_tok / waiting.shape[0] if waiting.shape[0] else (tok_rate / rate if rate > 0 else 0.0)
+        b, s2, s1 = horizon_batch(lens, ctx, ctx - loop.inp[ids], window, waiting.shape[0], rate, join_prompt, topk)
+        state.window_context_requests = b
+        state.window_group_tokens = self.policy.group_tokens(b, s2)
+        state.window_context_sum_tokens, state.window_context_capped_sum_tokens = s2, s1
+        # the prefill the window will see: the queue's prompts and the arrivals', against the
+        # horizon statistics' rate (which a backlog may have set); never more than that rate
+        h_tok = state.horizon_prefill_tokens_per_step if state.horizon_prefill_step_fraction >= 0 else 0.0
+        past = h_tok * window
+        state.window_prefill_scale = min(1.0, (waiting_tok + tok_rate * window) / past) if past > 0 else 1.0
+        self.publish(loop)
+
+
+def horizon_batch(sorted_lengths: np.ndarray, context_tokens: np.ndarray, attained_tokens: np.ndarray, window_steps: float,
+                  waiting: int, arrivals_per_step: float, join_prompt_tokens: float, topk: float
+                  ) -> tuple[int, float, float]:
+    """(requests, Σ context, Σ min(context, top-k)) of the decode batch averaged over the next
+    `window_steps` steps: each running request while it survives (observed lengths beyond its
+    attained output, the Lindy tail past the longest, as `expected_kv_peak_growth`), plus the
+    requests that join: arrivals at `arrivals_per_step`, each surviving from 0 by the observed
+    lengths, and the `waiting` queue refilling what the running set frees, up to its size now."""
+    n = sorted_lengths.shape[0]
+    b0 = context_tokens.shape[0]
+    s = (np.arange(HORIZON_POINTS) + 0.5) * (window_steps / HORIZON_POINTS)  # [K] the window's midpoints
+    c = np.asarray(context_tokens, dtype=np.float64)
+    if b0:
+        a = np.asarray(attained_tokens, dtype=np.float64)
+        alive0 = n - np.searchsorted(sorted_lengths, a, side="right")  # [B]
+        alive = n - np.searchsorted(sorted_lengths, a[None, :] + s[:, None], side="right")  # [K, B]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            lindy = np.maximum(a, 1.0)
+            p = np.where(alive0 > 0, alive / np.maximum(alive0, 1), (lindy / (lindy + s[:, None])) ** 2)
+        cs = c[None, :] + s[:, None]
+        surv = p.sum(axis=1)  # [K]
+        surv_s2 = (p * cs).sum(axis=1)
+        surv_s1 = (p * np.minimum(cs, topk)).sum(axis=1)
+    else:
+        surv = surv_s2 = surv_s1 = np.zeros(HORIZON_POINTS)
+    # a request joining at 0 survives v steps with S0(v) = share of observed lengths above v; the
+    # arrivals by s still running: rate × ∫_0^s S0, their mean age ∫ v S0 / ∫ S0
+    dv = window_steps / HORIZON_POINTS
+    s0 = (n - np.searchsorted(sorted_lengths, s, side="right")) / n  # [K]
+    cum = np.cumsum(s0) * dv
+    age = np.cumsum(s0 * s) * dv / np.maximum(cum, 1e-12)
+    arr = arrivals_per_step * cum
+    joins = arr + np.minimum(float(waiting), np.maximum(b0 - surv - arr, 0.0))
+    jctx = join_prompt_tokens + age
+    b = float(np.mean(surv + joins))
+    s2 = float(np.mean(surv_s2 + joins * jctx))
+    s1 = float(np.mean(surv_s1 + joins * np.minimum(jctx, topk)))
+    return max(int(round(b)), 1), s2, s1

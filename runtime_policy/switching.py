@@ -39,7 +39,7 @@ import numpy as np
 from runtime_policy.decision import Reason
 from runtime_policy.executor import SwitchStatus
 from runtime_policy.preemption import shed
-from runtime_policy.projection import project_growth
+from runtime_policy.projection import HorizonLoad, project_growth
 from runtime_policy.serving_types import SwitchRecord
 from runtime_policy.transitions import kv_recv_per_rank, move_members
 
@@ -84,6 +84,13 @@ def consult_policy(loop: "ServingLoop", total: float) -> bool:
         state.free_kv_bytes = loop.kv.free_bytes_per_rank(layout)
     if loop.project and b and dec.dsteps >= loop.proj_at:
         project_growth(loop, total)
+    hz = loop.__dict__.get("horizon_load")
+    if hz is None:
+        hz = loop.horizon_load = HorizonLoad.for_loop(loop)  # False: the policy reads no horizon load
+    if hz:
+        hz.average(loop, running, s2, s1)
+        if dec.dsteps >= hz.next_at or hz.queued is not queued:
+            hz.refresh(loop, state.waiting_tokens if queued else _NO_WAITING)
     step = state.step_index = loop.steps
     d = loop.policy.decide(state)
     if d.capacity_stands_steps:
