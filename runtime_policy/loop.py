@@ -107,7 +107,7 @@ class ServingLoop:
                  "hand_off_s", "watermark", "skip_admit", "s1_now", "project", "proj_at", "ema_steps", "ema_tok",
                  "ema_tok_pfx", "ema_own", "max_run", "ema_w", "hz_half_life", "hz_w", "hz_steps", "hz_tok",
                  "hz_tok_pfx", "hz_own", "zeros", "arrival_keys", "dyn_keys", "steps", "decode_steps", "layout_s",
-                 "switches", "aborted", "moves", "cant_decide", "timeline", "__dict__")
+                 "switches", "aborted", "moves", "cant_decide", "timeline", "horizon_load", "__dict__")
 
     def __init__(self, arr: np.ndarray, inp: np.ndarray, out: np.ndarray, tables: StepTimeTable, policy,
                  ordering: Ordering, executor: Executor, config: LoopConfig, progress) -> None:

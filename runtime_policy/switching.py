@@ -84,7 +84,7 @@ def consult_policy(loop: "ServingLoop", total: float) -> bool:
         state.free_kv_bytes = loop.kv.free_bytes_per_rank(layout)
     if loop.project and b and dec.dsteps >= loop.proj_at:
         project_growth(loop, total)
-    hz = loop.__dict__.get("horizon_load")
+    hz = getattr(loop, "horizon_load", None)  # a slot of ServingLoop, set on the first consultation
     if hz is None:
         hz = loop.horizon_load = HorizonLoad.for_loop(loop)  # False: the policy reads no horizon load
     if hz:
