@@ -161,6 +161,6 @@ def serve(pool) -> None:
     """Serve `pool`'s commands over this process's stdin and stdout until the client closes stdin;
     the pool is closed here."""
     try:
-        StdioServer(ToolTable(pool), sys.stdin.buffer, sys.stdout.buffer).serve()
+        StdioServer(ToolTable(pool, cache=True), sys.stdin.buffer, sys.stdout.buffer).serve()
     finally:
         pool.close()

@@ -189,39 +189,67 @@ def _pre_parse_json(model: type[BaseModel], data: dict[str, Any]) -> dict[str, A
 class _Tool:
     spec: ToolSpec
     options: list[ToolOption]
-    model: type[BaseModel]
+    sig: inspect.Signature  # its arguments (the argument model is built from it on the tool's first call)
     wire: dict[str, Any]  # its tools/list entry
+
+
+# NOTE: the packages whose code makes the tools (their options, help, registries' choices); a change to
+# any .py file in them makes a cached table stale
+CODE_PACKAGES = ("cli", "planner", "floorfirst", "calibration", "runtime_policy")
+CACHE_FORMAT = 1
 
 
 class ToolTable:
     """The tools of the commands `runner` has, built on first use; `listing()` is the tools/list
-    result and `call()` a tools/call result, as plain JSON-ready dicts."""
+    result and `call()` a tools/call result, as plain JSON-ready dicts.
 
-    def __init__(self, runner: "CommandRunner | WorkerPool"):
+    `cache`: keep the built table (each tool's options, signature and tools/list entry) in the user's
+    cache folder (planner.spec_cache.cache_dir), keyed by the code that makes it, so the next server
+    lists its tools without importing the command modules (numpy, the planner: ~0.3 s of CPU the
+    first worker needs at the same moment). A missing, stale or unreadable entry is rebuilt."""
+
+    def __init__(self, runner: "CommandRunner | WorkerPool", cache: bool = False):
         self.runner = runner
+        self._cache = cache
         self._tools: dict[str, _Tool] | None = None
+        self._models: dict[str, type[BaseModel]] = {}
         self._lock = threading.Lock()
         self._output = None
 
     def _build(self) -> dict[str, _Tool]:
         with self._lock:
             if self._tools is None:
-                group, tools = self.runner.group, {}
-                for spec in TOOLS:
-                    if spec.command not in self.runner.commands:
-                        continue
-                    command = group.commands[spec.command]
-                    options, sig = tool_signature(spec, command)
-                    model = argument_model(spec.name, sig)
-                    wire = {"annotations": spec.annotations.wire(), "description": description(spec, command),
-                            "inputSchema": model.model_json_schema(by_alias=True), "name": spec.name,
-                            # NOTE: what the SDK publishes for a `-> dict[str, Any]` tool (func_metadata
-                            # `_create_output_model`: Annotated[dict[str, Any], Field(title=f"{name}DictOutput")])
-                            "outputSchema": {"type": "object", "additionalProperties": True,
-                                             "title": f"{spec.name}DictOutput"}}
-                    tools[spec.name] = _Tool(spec, options, model, wire)
+                entry = _cache_entry() if self._cache else None
+                tools = _load(entry) if entry is not None else None
+                if tools is None:
+                    tools = self._make()
+                    if entry is not None:
+                        _store(entry, tools)
                 self._tools = tools
             return self._tools
+
+    def _make(self) -> dict[str, _Tool]:
+        group, tools = self.runner.group, {}
+        for spec in TOOLS:
+            if spec.command not in self.runner.commands:
+                continue
+            command = group.commands[spec.command]
+            options, sig = tool_signature(spec, command)
+            model = self._models[spec.name] = argument_model(spec.name, sig)
+            wire = {"annotations": spec.annotations.wire(), "description": description(spec, command),
+                    "inputSchema": model.model_json_schema(by_alias=True), "name": spec.name,
+                    # NOTE: what the SDK publishes for a `-> dict[str, Any]` tool (func_metadata
+                    # `_create_output_model`: Annotated[dict[str, Any], Field(title=f"{name}DictOutput")])
+                    "outputSchema": {"type": "object", "additionalProperties": True,
+                                     "title": f"{spec.name}DictOutput"}}
+            tools[spec.name] = _Tool(spec, options, sig, wire)
+        return tools
+
+    def _model(self, tool: _Tool) -> type[BaseModel]:
+        with self._lock:
+            if tool.spec.name not in self._models:
+                self._models[tool.spec.name] = argument_model(tool.spec.name, tool.sig)
+            return self._models[tool.spec.name]
 
     def listing(self) -> dict[str, Any]:
         return {"tools": [t.wire for t in self._build().values()]}
@@ -239,8 +267,9 @@ class ToolTable:
         line = unknown_arguments(name, arguments, list(tool.wire["inputSchema"].get("properties", {})))
         if line:
             return _error(line)
+        model = self._model(tool)
         try:
-            validated = tool.model.model_validate(_pre_parse_json(tool.model, arguments))
+            validated = model.model_validate(_pre_parse_json(model, arguments))
         except ValidationError as exc:
             return _error(validation_line(name, exc))
         kwargs = {(info.alias or field): getattr(validated, field) for field, info in type(validated).model_fields.items()}
@@ -268,6 +297,60 @@ class ToolTable:
         text = pydantic_core.to_json(doc, fallback=str, indent=2).decode()
         structured = self._output.dump_python(self._output.validate_python(doc), mode="json")
         return {"content": [{"text": text, "type": "text"}], "isError": False, "structuredContent": structured}
+
+
+def _cache_entry():
+    """Where this code's tool table is kept: a file named by the CRC-32 of the (path, mtime, size) of
+    every .py file of CODE_PACKAGES and the Python, pydantic and typer versions (~2 ms)."""
+    import os
+    import sys
+    import zlib
+    from pathlib import Path
+
+    import pydantic
+    import typer
+
+    from planner.spec_cache import cache_dir
+
+    root = Path(__file__).resolve().parent.parent
+    stats = []
+    for package in CODE_PACKAGES:
+        for folder, dirs, files in os.walk(root / package):
+            dirs[:] = [d for d in dirs if d != "__pycache__"]
+            for f in files:
+                if f.endswith(".py"):
+                    st = os.stat(os.path.join(folder, f))
+                    stats.append((os.path.join(folder, f), st.st_mtime_ns, st.st_size))
+    text = repr((CACHE_FORMAT, sys.version, pydantic.VERSION, typer.__version__, sorted(stats)))
+    return cache_dir() / f"mcp-tools-{zlib.crc32(text.encode()):08x}.pickle"
+
+
+def _load(entry) -> dict[str, _Tool] | None:
+    import pickle
+
+    try:
+        with open(entry, "rb") as f:
+            tools = pickle.load(f)
+        return tools if isinstance(tools, dict) and all(isinstance(t, _Tool) for t in tools.values()) else None
+    except Exception:  # noqa: BLE001 - missing, corrupt, from other code: all mean "rebuild"
+        return None
+
+
+def _store(entry, tools: dict[str, _Tool]) -> None:
+    """Write `entry` whole (a temporary file renamed onto it) and drop the entries of other code."""
+    import os
+    import pickle
+
+    try:
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        tmp = entry.with_name(f"{entry.name}.{os.getpid()}.tmp")
+        tmp.write_bytes(pickle.dumps(tools, protocol=pickle.HIGHEST_PROTOCOL))
+        os.replace(tmp, entry)
+        for old in entry.parent.glob("mcp-tools-*.pickle"):
+            if old != entry:
+                old.unlink(missing_ok=True)
+    except Exception:  # noqa: BLE001 - a read-only or full disk: the server goes on uncached
+        pass
 
 
 def _error(line: str) -> dict[str, Any]:

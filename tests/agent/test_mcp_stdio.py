@@ -155,3 +155,38 @@ def test_the_server_imports_no_mcp_module_and_runs_without_the_sdk():
     assert p.wait(30) == 0, p.stderr.read().decode()[-2000:]
     assert lines[0]["result"]["serverInfo"]["name"] == "floorfirst"
     validate(lines[1]["result"]["structuredContent"], "capacity")
+
+
+class _NoCommands:
+    """A runner whose commands must not be read: a table loaded from the cache needs none."""
+
+    @property
+    def group(self):
+        raise AssertionError("the command modules were read")
+
+    commands = group
+
+
+def test_the_tool_table_kept_in_the_cache_is_the_table_built(tmp_path, monkeypatch):
+    from cli.inprocess import CommandRunner
+
+    monkeypatch.setenv("FLOORFIRST_CACHE_DIR", str(tmp_path))
+    runner = CommandRunner(COMMAND_MODULES)
+    built = ToolTable(runner, cache=True)
+    listing = built.listing()
+    entries = list((tmp_path / "specs").glob("mcp-tools-*.pickle"))
+    assert len(entries) == 1 and listing == ToolTable(runner).listing()
+    loaded = ToolTable(_NoCommands(), cache=True)
+    assert loaded.listing() == listing
+    args = {"gpus": 0, "batch": "many"}
+    assert loaded.call("floor", args) == built.call("floor", args)  # the argument model, rebuilt from the cache
+    assert loaded.call("floor", args)["content"][0]["text"].startswith("floor: argument 'batch'='many'")
+    entries[0].write_bytes(b"not a pickle")  # a corrupt entry is rebuilt
+    assert ToolTable(runner, cache=True).listing() == listing
+    assert ToolTable(_NoCommands(), cache=True).listing() == listing
+    entries[0].unlink()
+    with pytest.raises(AssertionError, match="command modules were read"):  # no entry: built from the commands
+        ToolTable(_NoCommands(), cache=True).listing()
+    monkeypatch.setattr("cli.mcp_tools.CACHE_FORMAT", 2)  # other code: another entry, the old one dropped
+    assert ToolTable(runner, cache=True).listing() == listing
+    assert [p.name for p in (tmp_path / "specs").glob("mcp-tools-*.pickle")] != [entries[0].name]
