@@ -300,8 +300,9 @@ class ToolTable:
 
 
 def _cache_entry():
-    """Where this code's tool table is kept: a file named by the CRC-32 of the (path, mtime, size) of
-    every .py file of CODE_PACKAGES and the Python, pydantic and typer versions (~2 ms)."""
+    """Where this code's tool table is kept: a file named by the CRC-32 of the checkout's path, and that
+    of the (path, mtime, size) of every .py file of CODE_PACKAGES and the Python, pydantic and typer
+    versions (~2 ms)."""
     import os
     import sys
     import zlib
@@ -322,7 +323,9 @@ def _cache_entry():
                     st = os.stat(os.path.join(folder, f))
                     stats.append((os.path.join(folder, f), st.st_mtime_ns, st.st_size))
     text = repr((CACHE_FORMAT, sys.version, pydantic.VERSION, typer.__version__, sorted(stats)))
-    return cache_dir() / f"mcp-tools-{zlib.crc32(text.encode()):08x}.pickle"
+    # NOTE: named by the checkout too: two checkouts (a release and a clone) keep an entry each instead
+    # of dropping each other's on every start
+    return cache_dir() / f"mcp-tools-{zlib.crc32(str(root).encode()):08x}-{zlib.crc32(text.encode()):08x}.pickle"
 
 
 def _load(entry) -> dict[str, _Tool] | None:
@@ -337,7 +340,7 @@ def _load(entry) -> dict[str, _Tool] | None:
 
 
 def _store(entry, tools: dict[str, _Tool]) -> None:
-    """Write `entry` whole (a temporary file renamed onto it) and drop the entries of other code."""
+    """Write `entry` whole (a temporary file renamed onto it) and drop this checkout's entries of other code."""
     import os
     import pickle
 
@@ -346,7 +349,8 @@ def _store(entry, tools: dict[str, _Tool]) -> None:
         tmp = entry.with_name(f"{entry.name}.{os.getpid()}.tmp")
         tmp.write_bytes(pickle.dumps(tools, protocol=pickle.HIGHEST_PROTOCOL))
         os.replace(tmp, entry)
-        for old in entry.parent.glob("mcp-tools-*.pickle"):
+        checkout = entry.name.rsplit("-", 1)[0]
+        for old in entry.parent.glob(f"{checkout}-*.pickle"):
             if old != entry:
                 old.unlink(missing_ok=True)
     except Exception:  # noqa: BLE001 - a read-only or full disk: the server goes on uncached
