@@ -40,7 +40,7 @@ LATEST_HANDSHAKE_VERSION = "2025-11-25"
 CAPABILITIES = {"prompts": {"listChanged": False}, "resources": {"listChanged": False, "subscribe": False},
                 "tools": {"listChanged": False}}
 SERVER_INFO = {"name": "floorfirst", "version": ""}
-METHOD_NOT_FOUND, INVALID_PARAMS = -32601, -32602
+METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR = -32601, -32602, -32603
 EMPTY_LISTS = {"resources/list": "resources", "resources/templates/list": "resourceTemplates", "prompts/list": "prompts"}
 
 
@@ -72,7 +72,7 @@ class StdioServer:
     def _receive(self, raw: bytes) -> None:
         try:
             msg = json.loads(raw.decode("utf-8", errors="replace"))
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
             return
         if not isinstance(msg, dict) or msg.get("jsonrpc") != "2.0" or not isinstance(msg.get("method"), str):
             return
@@ -85,7 +85,10 @@ class StdioServer:
         rid = msg["id"]
         if isinstance(rid, bool) or not isinstance(rid, (str, int)):
             return
-        self._request(rid, method, params or {})
+        try:
+            self._request(rid, method, params or {})
+        except Exception:  # noqa: BLE001 - a bug answering one request must not end the session
+            self._error(rid, INTERNAL_ERROR, "Internal error")
 
     def _notification(self, method: str, params: dict[str, Any]) -> None:
         if method == "notifications/cancelled":

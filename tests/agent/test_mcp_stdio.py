@@ -190,3 +190,22 @@ def test_the_tool_table_kept_in_the_cache_is_the_table_built(tmp_path, monkeypat
     monkeypatch.setattr("cli.mcp_tools.CACHE_FORMAT", 2)  # other code: another entry, the old one dropped
     assert ToolTable(runner, cache=True).listing() == listing
     assert [p.name for p in (tmp_path / "specs").glob("mcp-tools-*.pickle")] != [entries[0].name]
+
+
+def test_a_line_nested_past_the_parsers_depth_or_a_failing_request_leaves_the_session_answering():
+    import io
+
+    from cli.inprocess import CommandRunner
+
+    class Broken(ToolTable):
+        def listing(self):
+            raise RuntimeError("boom")
+
+    lines = ["[" * 200_000, json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": INIT}),
+             json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}),
+             json.dumps({"jsonrpc": "2.0", "id": 3, "method": "ping"})]
+    out = io.BytesIO()
+    StdioServer(Broken(CommandRunner(["specs"])), io.BytesIO("\n".join(lines).encode() + b"\n"), out).serve()
+    replies = [json.loads(x) for x in out.getvalue().splitlines()]
+    assert [r["id"] for r in replies] == [1, 2, 3]
+    assert replies[1]["error"] == {"code": -32603, "message": "Internal error", "data": ""} and replies[2]["result"] == {}
