@@ -52,6 +52,7 @@ MODELS = {
     "walls": ("WallsResult", {}),
     "validate": ("ValidateResult", {}),
     "microbench": ("MicrobenchResult", {}),
+    "calibrate": ("CalibrateResult", {}),
     "calibrate_kernel_db": ("KernelDbResult", {}),
 }
 # command → its schema's title, where the command line is not `floorfirst <command> --json`

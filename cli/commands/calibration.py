@@ -153,8 +153,14 @@ def calibrate(
     save_calibration(cal, out)
     issues = [str(i) for i in prof.issues + costs.issues]
     if json_out:
-        emit_json("calibrate", {"out": out, **cal.summary(), "param_std": cal.param_std, "rows_rejected": issues,
-                                "notes": list(prof.notes) + list(cal.notes)})
+        from floorfirst.calibration_results import CalibratedParams, CalibrateResult, EngineCalibratedParams
+
+        # NOTE: constructed, not validated: the fit's values as they are
+        s = cal.summary()
+        s["params"] = CalibratedParams.model_construct(**s["params"])
+        s["engines"] = {k: EngineCalibratedParams.model_construct(**v) for k, v in s["engines"].items()}
+        emit_result(CalibrateResult.model_construct(out=out, **s, param_std=cal.param_std, rows_rejected=issues,
+                                                    notes=list(prof.notes) + list(cal.notes)))
         return
     con = console()
     from rich.table import Table

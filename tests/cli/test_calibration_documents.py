@@ -48,3 +48,16 @@ def test_calibrate_from_kernel_db_prints_its_models_document(tmp_path, monkeypat
     _strays("calibrate_kernel_db", doc, [{**doc, "backend": "tgi"}, {**doc, "tables": [{**table, "rows_used": -1}]},
                                          {**doc, "tables": [{**table, "extra": 1}]},
                                          {k: v for k, v in doc.items() if k != "notes"}])
+
+
+def test_calibrate_prints_its_models_document(tmp_path, capsys):
+    from floorfirst.calibration_results import CalibrateResult
+    from tests.agent.contracts import PROFILE
+
+    doc = json.loads(cli_json(capsys, "calibrate", "--profile", str(PROFILE), "--out", str(tmp_path / "cal.json")))
+    result = CalibrateResult.model_validate({k: v for k, v in doc.items() if k != "schema"})
+    assert undeclared(result) == [] and result.document() == doc and list(result.document()) == list(doc)
+    _strays("calibrate", doc, [{**doc, "undeclared_s": 1.0}, {**doc, "fitted": ["not_a_parameter"]},
+                               {**doc, "params": {**doc["params"], "overhead_s": -1.0}},
+                               {**doc, "engines": {"sglang": {**doc["params"]}}},  # shared parameters are not an engine's
+                               {k: v for k, v in doc.items() if k != "origin"}])
