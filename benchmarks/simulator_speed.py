@@ -9,8 +9,11 @@ Timed: the serving loop (`runtime_policy.loop.serve` with the simulated executor
 repeats, each on a freshly built policy and executor; the one-off compile of the step-time tables
 (`LayoutPolicy.compile`, per deployment) is timed separately and also reported folded into an
 end-to-end figure for this workload size. `steps_per_s` counts decode steps (steps that advance
-decoding requests). Target (issue 5): ≥ 100,000 steps/s, here required of every workload. Prints
-a table and one JSON document (with the CPU, its load and versions) as its last line.
+decoding requests). Target (issue 5): ≥ 100,000 steps/s, here required of every workload. Also
+reported: the same per CPU second of the serving thread (`time.thread_time`, best of the repeats:
+on a shared, loaded host the wall clock counts the time other processes hold the core, the CPU
+clock far less). Prints a table and one JSON document (with the CPU, its load and versions) as its
+last line.
 
 Run: python benchmarks/simulator_speed.py
 """
@@ -46,23 +49,25 @@ def main() -> None:
     rows = []
     for name in WORKLOADS:
         w = make_workload(name, REQUESTS, seed=0)
-        best = np.inf
+        best = best_cpu = np.inf
         for _ in range(REPEATS):
             pol, ex = LayoutPolicy(lp.tables, lp.knobs), SimExecutor(lp.tables)
-            t0 = time.perf_counter()
+            c0, t0 = time.thread_time(), time.perf_counter()
             res = serve(w.arrival_s, w.input_tokens, w.output_tokens, lp.tables, pol, Ordering("fcfs"), ex, LoopConfig())
             best = min(best, time.perf_counter() - t0)
+            best_cpu = min(best_cpu, time.thread_time() - c0)
         runs = len(res.timeline["t_s"])
         rows.append({"workload": name, "requests": w.requests, "decode_steps": res.decode_steps, "steps": res.steps,
                      "runs": runs, "steps_per_run": res.steps / runs, "loop_wall_s": best,
                      "us_per_run": best / runs * 1e6, "steps_per_s": res.decode_steps / best,
+                     "loop_cpu_s": best_cpu, "steps_per_cpu_s": res.decode_steps / best_cpu,
                      "end_to_end_steps_per_s": res.decode_steps / (best + compile_s),
                      "simulated_s": float(np.nanmax(res.finish_s)), "target_met": bool(res.decode_steps / best >= TARGET)})
     print(f"{'workload':<10} {'decode steps':>12} {'runs':>6} {'steps/run':>9} {'us/run':>7} {'loop s':>7} "
-          f"{'steps/s':>9} {'incl. compile':>13} {'simulated s':>11}")
+          f"{'steps/s':>9} {'per CPU s':>9} {'incl. compile':>13} {'simulated s':>11}")
     for r in rows:
         print(f"{r['workload']:<10} {r['decode_steps']:>12} {r['runs']:>6} {r['steps_per_run']:>9.1f} "
-              f"{r['us_per_run']:>7.1f} {r['loop_wall_s']:>7.3f} {r['steps_per_s']:>9.0f} "
+              f"{r['us_per_run']:>7.1f} {r['loop_wall_s']:>7.3f} {r['steps_per_s']:>9.0f} {r['steps_per_cpu_s']:>9.0f} "
               f"{r['end_to_end_steps_per_s']:>13.0f} {r['simulated_s']:>11.1f}")
     print(f"table compile (once per deployment): {compile_s * 1e3:.0f} ms; target ≥ {TARGET} steps/s per workload: "
           + ", ".join(f"{r['workload']} {'met' if r['target_met'] else 'NOT met'}" for r in rows))
@@ -72,7 +77,7 @@ def main() -> None:
                       "target_steps_per_s": TARGET, "target_met_every_workload": all(r["target_met"] for r in rows),
                       "compile_s": compile_s, "rows": rows,
                       "deployment": "deepseek-v3.2 on 8 x h200, policy dynamic, order fcfs, datasheet step model",
-                      "timing": f"serve() only, best of {REPEATS}; compile timed apart",
+                      "timing": f"serve() only, best of {REPEATS} (wall and the thread's CPU time); compile timed apart",
                       "cpu": cpu_name(), "cpus": os.cpu_count(), "load_average_before": load_before,
                       "python": platform.python_version(), "numpy": np.__version__, "git_commit": commit}))
 

@@ -98,7 +98,10 @@ def _workload(name: str, seed: int):
 def loop_config():
     from runtime_policy.serving_types import LoopConfig
 
-    return LoopConfig(max_batch=MAX_BATCH, prefill_chunk_tokens=CHUNK)
+    # NOTE: the torch executor decodes every request it holds each step, so its loop composes mixed
+    # steps (runtime_policy/loop.py: an executor without `separate_prefill`); the twin's simulator
+    # could sit decoders out for SGLang's separate prefill steps, so both are told the executor's mode
+    return LoopConfig(max_batch=MAX_BATCH, prefill_chunk_tokens=CHUNK, prefill_mode="mixed")
 
 
 def hardware_name(device_name: str) -> str:
@@ -186,7 +189,7 @@ def engine_rows(g, out_dir: str, smoke: bool = False) -> dict:
 
     cap_tokens = KV_PAGES * dims.page_size
     for b in ((1, 3, 8, 13, 20, 32) if smoke else (1, 3, 8, 13, 20, 32, 48, 64, 96, 128)):
-        for ctx in ((256, 1024) if smoke else (256, 1024, 4096, 12288)):
+        for ctx in ((256, 1024, 2048) if smoke else (256, 1024, 4096, 12288)):
             if b * (ctx + 64) > 0.9 * cap_tokens:
                 continue
             decode_batch(b, ctx)

@@ -10,7 +10,20 @@ Prediction for one step (all terms priced from the step's own bytes, FLOPs and m
   messages_s = network_messages · message_latency_s
   host_link_s = host-link contiguous-equivalent bytes / B_host   (a host KV tier's misses; not fitted:
                no measured row has a tier yet, so the term is the datasheet floor, efficiency 1)
-  t          = overhead_s + max(terms) + α · (sum(terms) − max(terms))
+  t          = overhead_s + e_p·[the step carries prefill tokens] + e_m·[… and decode rows too]
+               + max(terms) + α · (sum(terms) − max(terms))
+
+e_p (`prefill_step_overhead_s`) and e_m (`mixed_step_overhead_s`) are the fixed host costs of a step
+that no full CUDA graph runs. NOTE: engines capture graphs of decode batches only, so a step with a
+prompt chunk launches its kernels one by one: SGLang (python/sglang/srt/model_executor/
+cuda_graph_runner.py, `CudaGraphRunner.can_run`: decode, target-verify and idle batches; an extend or
+mixed-chunk batch runs eagerly unless --enable-piecewise-cuda-graph), TensorRT-LLM's PyTorch backend
+(tensorrt_llm/_torch/pyexecutor/cuda_graph_runner.py, generation-only batches; the context phase's
+piecewise graphs are opt-in, `prefill_cuda_graph_backend`), vLLM V1 (docs/design/cuda_graphs.md:
+FULL_AND_PIECEWISE runs uniform-decode batches as one full graph and prefill or mixed batches as
+piecewise graphs with attention outside them). A mixed step's decode rows then leave their graph too
+(e_m; the torch executor runs their paged-attention path beside the chunk's). Both are fitted per
+engine where rows with prompt chunks exist, else held at 0 (the shipped priors: no measured step).
 
 The step's engine terms (planner.step EngineStepCost: the engine's own collectives, its thin expert
 GEMMs' extra streaming, CUDA-graph padding) enter these parts where the step carries them. A fit
@@ -51,6 +64,7 @@ ARTIFACT_KIND = "floorfirst.calibration"
 PARAM_NAMES: tuple[str, ...] = (
     "hbm_weight_efficiency", "hbm_kv_efficiency", "compute_linear_efficiency", "compute_attention_efficiency",
     "network_efficiency", "message_latency_s", "overlap_alpha", "overhead_s",
+    "prefill_step_overhead_s", "mixed_step_overhead_s",
 )
 
 
@@ -59,6 +73,7 @@ PARAM_NAMES: tuple[str, ...] = (
 # hardware's, shared by every engine.
 ENGINE_PARAM_NAMES: tuple[str, ...] = (
     "hbm_weight_efficiency", "hbm_kv_efficiency", "compute_linear_efficiency", "compute_attention_efficiency", "overhead_s",
+    "prefill_step_overhead_s", "mixed_step_overhead_s",
 )
 ENGINE_PARAM_INDEX: tuple[int, ...] = tuple(PARAM_NAMES.index(n) for n in ENGINE_PARAM_NAMES)
 # Codes a step's features carry for the engine whose kernels priced it (StepFeatures.engine_code);
@@ -96,6 +111,8 @@ class FittedParams(_Frozen):
     message_latency_s: float = Field(ge=0, le=MAX_LATENCY_S, description="Seconds per collective launch (per latency step).")
     overlap_alpha: float = Field(ge=0, le=1, description="α in t = overhead + max + α·(sum − max); 0 = perfect overlap.")
     overhead_s: float = Field(ge=0, le=MAX_OVERHEAD_S, description="Fixed per-step overhead (launch gaps, sampling, scheduling), seconds.")
+    prefill_step_overhead_s: float = Field(0.0, ge=0, le=MAX_OVERHEAD_S, description="Extra fixed seconds of a step carrying prefill tokens (no full CUDA graph runs it).")
+    mixed_step_overhead_s: float = Field(0.0, ge=0, le=MAX_OVERHEAD_S, description="Extra fixed seconds when that step also carries decode rows (their path leaves the graph too).")
 
     def vector(self) -> np.ndarray:
         return np.array([getattr(self, n) for n in PARAM_NAMES], dtype=np.float64)
@@ -114,6 +131,8 @@ class EngineParams(_Frozen):
     compute_linear_efficiency: float = Field(ge=EFF_MIN, le=1)
     compute_attention_efficiency: float = Field(ge=EFF_MIN, le=1)
     overhead_s: float = Field(ge=0, le=MAX_OVERHEAD_S)
+    prefill_step_overhead_s: float = Field(0.0, ge=0, le=MAX_OVERHEAD_S)
+    mixed_step_overhead_s: float = Field(0.0, ge=0, le=MAX_OVERHEAD_S)
 
 
 class DatasheetRates(_Frozen):
@@ -194,6 +213,11 @@ class Calibration(_Frozen):
     def overhead_for(self, engine: str | None) -> float:
         return float(self.vector_for(engine)[7])
 
+    def eager_overheads_for(self, engine: str | None) -> tuple[float, float]:
+        """(prefill_step_overhead_s, mixed_step_overhead_s) of steps run by `engine`."""
+        x = self.vector_for(engine)
+        return float(x[8]), float(x[9])
+
     def alpha_for(self, engine: str | None) -> float:
         return float(self.vector_for(engine)[6])
 
@@ -224,6 +248,8 @@ class StepFeatures:
     latency_s: np.ndarray  # fixed latencies inside the compute term (top-k), taken as declared
     host_link_s: np.ndarray  # a host KV tier's fetches at the datasheet host-link rate (0 without a tier)
     engine_code: np.ndarray  # whose kernels ran the step (ENGINE_CODES), for fits over several engines
+    prefill_step: np.ndarray  # 1.0 where the step carries prefill tokens (no full CUDA graph), else 0.0
+    mixed_step: np.ndarray  # 1.0 where it carries decode rows too, else 0.0
 
     def take(self, idx) -> "StepFeatures":
         return StepFeatures(*(getattr(self, n)[idx] for n in self.__dataclass_fields__))
@@ -287,6 +313,9 @@ def step_features(cost, rates: DatasheetRates) -> StepFeatures:
     else:
         net_b, net_m = cost.network_bytes_scaleup_equivalent, cost.network_messages_scaleup_equivalent
     code = engine_code(_cost_engine(cost))
+    shape = np.shape(np.asarray(cost.hbm_bytes))
+    prefill = np.broadcast_to(np.asarray(cost.prefill_tokens, dtype=np.float64) > 0, shape)
+    mixed = prefill & np.broadcast_to(np.asarray(cost.batch, dtype=np.float64) > 0, shape)
     return StepFeatures(
         weight_hbm_s=np.asarray(weight_b / rates.hbm_bytes_per_s, dtype=np.float64),
         other_hbm_s=np.asarray(other_b / rates.hbm_bytes_per_s, dtype=np.float64),
@@ -297,13 +326,15 @@ def step_features(cost, rates: DatasheetRates) -> StepFeatures:
         latency_s=np.asarray(cost.fixed_latency_s, dtype=np.float64),
         # NOTE: at the cost's own pricing (datasheet in the fit and the checks): the tier is not fitted
         host_link_s=np.zeros_like(np.asarray(cost.hbm_bytes, dtype=np.float64)) + cost.times.host_link_s,
-        engine_code=np.full(np.shape(np.asarray(cost.hbm_bytes)), code),
+        engine_code=np.full(shape, code),
+        prefill_step=prefill.astype(np.float64),
+        mixed_step=mixed.astype(np.float64),
     )
 
 
 def calibrated_terms_s(f: StepFeatures, x: np.ndarray) -> np.ndarray:
     """[R, P] calibrated per-resource seconds in planner.TIMED_RESOURCES order."""
-    e_w, e_kv, e_lin, e_att, e_net, lat, _, _ = x
+    e_w, e_kv, e_lin, e_att, e_net, lat = x[:6]
     return np.stack([
         f.weight_hbm_s / e_w + f.other_hbm_s / e_kv,
         f.linear_compute_s / e_lin + f.attention_compute_s / e_att + f.latency_s,
@@ -314,7 +345,7 @@ def calibrated_terms_s(f: StepFeatures, x: np.ndarray) -> np.ndarray:
 
 
 def per_step_params(x: np.ndarray, codes: np.ndarray, blocks: tuple[float, ...]) -> np.ndarray:
-    """[8, S] the parameters each step is priced at: `x` = the 8 shared parameters (PARAM_NAMES)
+    """[N, S] the parameters each step is priced at: `x` = the N shared parameters (PARAM_NAMES)
     then, per engine code in `blocks`, its own ENGINE_PARAM_NAMES; steps of other engines use the
     shared ones."""
     out = np.repeat(np.asarray(x[: len(PARAM_NAMES)], dtype=np.float64)[:, None], codes.size, axis=1)
@@ -327,9 +358,9 @@ def per_step_params(x: np.ndarray, codes: np.ndarray, blocks: tuple[float, ...])
 
 
 def predict_from_features(f: StepFeatures, x: np.ndarray) -> np.ndarray:
-    """t = overhead + max + α(sum − max) for parameter vector `x` in PARAM_NAMES order (or [8, P]:
-    one column per step)."""
-    alpha, over = x[6], x[7]
+    """t = overhead (+ the eager-step overheads where the step has them) + max + α(sum − max) for
+    parameter vector `x` in PARAM_NAMES order (or [N, P]: one column per step)."""
+    alpha, over = x[6], x[7] + x[8] * f.prefill_step + x[9] * f.mixed_step
     terms = calibrated_terms_s(f, x)
     mx = terms.max(axis=0)
     return over + mx + alpha * (terms.sum(axis=0) - mx)
@@ -360,7 +391,7 @@ class RowFeatures:
         return np.stack([self.sum_rows(v) for v in per_step])
 
     def params(self, x: np.ndarray) -> np.ndarray:
-        """The parameters each step is priced at ([8] when no engine has its own, else [8, S])."""
+        """The parameters each step is priced at ([N] when no engine has its own, else [N, S])."""
         return per_step_params(x, self.steps.engine_code, self.blocks) if self.blocks else x
 
     def predict(self, x: np.ndarray) -> np.ndarray:

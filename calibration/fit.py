@@ -31,12 +31,16 @@ ROWS_PER_PARAM = 3
 DEFAULT_LOSS = "soft_l1"
 DEFAULT_F_SCALE = 0.05
 # Internal scaling so every free variable is O(1) for the optimizer: latency in µs, overhead in ms.
-_SCALE = np.array([1, 1, 1, 1, 1, 1e-6, 1, 1e-3], dtype=np.float64)
+_SCALE = np.array([1, 1, 1, 1, 1, 1e-6, 1, 1e-3, 1e-3, 1e-3], dtype=np.float64)
 _SIGNAL = {  # which feature carries each parameter's signal
     "hbm_weight_efficiency": "weight_hbm_s", "hbm_kv_efficiency": "other_hbm_s",
     "compute_linear_efficiency": "linear_compute_s", "compute_attention_efficiency": "attention_compute_s",
     "network_efficiency": "network_bytes_s", "message_latency_s": "network_messages",
+    "prefill_step_overhead_s": "prefill_step", "mixed_step_overhead_s": "mixed_step",
 }
+# the fixed per-step costs: bounded by the measured steps, not by a physical rate, so a fit at 0 is
+# not a bound to warn about
+_OVERHEADS = ("overhead_s", "prefill_step_overhead_s", "mixed_step_overhead_s")
 
 
 def priors_from(hw_name: str, microbench: dict | None) -> tuple[dict[str, float], dict[str, str]]:
@@ -45,9 +49,11 @@ def priors_from(hw_name: str, microbench: dict | None) -> tuple[dict[str, float]
     p, e = hw.peak, hw.efficiency
     vals = {"hbm_weight_efficiency": e.hbm, "hbm_kv_efficiency": e.hbm, "compute_linear_efficiency": e.flops,
             "compute_attention_efficiency": e.flops, "network_efficiency": e.network,
-            "message_latency_s": p.collective_latency_s, "overlap_alpha": 0.5, "overhead_s": 0.0}
+            "message_latency_s": p.collective_latency_s, "overlap_alpha": 0.5, "overhead_s": 0.0,
+            "prefill_step_overhead_s": 0.0, "mixed_step_overhead_s": 0.0}
     src = {k: f"hardware spec {hw.name} defaults" for k in vals}
     src["overlap_alpha"] = src["overhead_s"] = "neutral start (α = 0.5, overhead 0)"
+    src["prefill_step_overhead_s"] = src["mixed_step_overhead_s"] = "neutral start (no eager-step overhead)"
     s = (microbench or {}).get("summary", {})
     tag = "microbench"
     from_mb = {
@@ -76,12 +82,15 @@ def _residuals(z, free_idx, x_full, f: RowFeatures, measured, scale):
 
 
 def _bounds(measured, names: list[str] | None = None):
-    lo8 = np.array([EFF_MIN] * 5 + [0.0, 0.0, 0.0])
-    hi8 = np.array([1.0] * 5 + [MAX_LATENCY_S, 1.0, float(np.min(measured)) * 0.999])
+    """Each parameter's range: efficiencies (0, 1], latency and α as the artifact allows, the
+    per-step overhead below the fastest measured row, an eager-step overhead below the slowest."""
+    lo = np.array([EFF_MIN] * 5 + [0.0] * 5)
+    hi = np.array([1.0] * 5 + [MAX_LATENCY_S, 1.0, float(np.min(measured)) * 0.999]
+                  + [float(np.max(measured)) * 0.999] * 2)
     if names is None:
-        return lo8, hi8
+        return lo, hi
     idx = [PARAM_NAMES.index(n.split("@")[0]) for n in names]
-    return lo8[idx], hi8[idx]
+    return lo[idx], hi[idx]
 
 
 def block_names(engines: list[str]) -> list[str]:
@@ -92,7 +101,7 @@ def block_names(engines: list[str]) -> list[str]:
 def fit_params(f: RowFeatures, measured: np.ndarray, priors: dict[str, float], loss: str = DEFAULT_LOSS,
                f_scale: float = DEFAULT_F_SCALE, fixed: set[str] | None = None,
                own_engines: list[str] | None = None) -> tuple[np.ndarray, list[str], dict[str, float], dict[str, str]]:
-    """(x, free names, 1σ of free params, reasons for names held fixed). x is PARAM_NAMES' 8 values,
+    """(x, free names, 1σ of free params, reasons for names held fixed). x is PARAM_NAMES' values,
     then, for each engine of `own_engines` (rows of several engines), its ENGINE_PARAM_NAMES
     (`block_names`), which price that engine's steps (calibration.artifact `per_step_params`); its
     priors are the shared ones'. Raises SpecError on too little data."""
@@ -109,6 +118,13 @@ def fit_params(f: RowFeatures, measured: np.ndarray, priors: dict[str, float], l
             for e in own:
                 if f"{name}@{e}" in names:
                     reasons[f"{name}@{e}"] = "no signal in the data"
+    if (not reasons.get("mixed_step_overhead_s") and "prefill_step_overhead_s" not in reasons
+            and np.array_equal(f.steps.prefill_step, f.steps.mixed_step)):
+        # NOTE: every row with a prompt chunk has decode rows too: the two eager-step overheads are one
+        # column of the Jacobian, so the chunk step's whole extra cost is the prefill one's
+        for n in names:
+            if n.split("@")[0] == "mixed_step_overhead_s":
+                reasons[n] = "not separable: every row with a prompt chunk has decode rows too"
     for name in fixed or ():
         reasons.setdefault(name, "held fixed by the caller")
     free = [n for n in names if n not in reasons]
@@ -202,7 +218,7 @@ def fit_calibration(costs: ProfileCosts, sources: list[dict], microbench: dict |
     names = list(PARAM_NAMES) + block_names(own)
     lo, hi = _bounds(costs.measured_s, names)
     for i, n in enumerate(names):
-        if n in free and not n.startswith("overhead_s") and (x[i] >= hi[i] * 0.995 or x[i] <= lo[i] * 1.005 + 1e-12):
+        if n in free and n.split("@")[0] not in _OVERHEADS and (x[i] >= hi[i] * 0.995 or x[i] <= lo[i] * 1.005 + 1e-12):
             edge = "upper" if x[i] >= hi[i] * 0.995 else "lower"
             notes.append(f"{n} = {x[i]:.4g} sits at its {edge} bound: the data push past the physical range, so it "
                          "trades against the parameters it is confounded with (see param_std); read it as a bound, "

@@ -460,6 +460,10 @@ def prior_calibration(doc: dict):
                                 else "NCCL smallest all-reduce" if lat else f"hardware spec {hw.name}")
     vals["overlap_alpha"], src["overlap_alpha"] = PRIOR_ALPHA, PRIOR_ALPHA_SOURCE
     vals["overhead_s"], src["overhead_s"] = DEFAULT_STEP_OVERHEAD_S, DEFAULT_STEP_OVERHEAD_SOURCE
+    for name in ("prefill_step_overhead_s", "mixed_step_overhead_s"):
+        # NOTE: the tables time kernels, not the host's launches between them: a step without a full
+        # CUDA graph has no prior of its own here (0: priced as a graph step)
+        vals[name], src[name] = 0.0, "no table of the wheel times a step's host launches (0)"
     if "moe_half_width_columns" in s:
         notes.append(f"moe_half_width_columns {s['moe_half_width_columns']:g}: the expert GEMM's narrow-width "
                      "constant these tables give (the engine module declares its own per GPU generation)")

@@ -59,6 +59,10 @@ class SimExecutor:
         self._rows: list[dict[int, list[float]]] = [{} for _ in range(tables.base_s.shape[1])]
         self._chunk_rows: list[dict[int, tuple]] = [{} for _ in range(tables.base_s.shape[1])]
         self._knee = float(tables.prefix_knee_tokens)
+        # per layout, the fixed seconds of a step with a chunk, without and with decode rows beside it
+        # (the eager-step overheads: tables.StepTimeTable.chunk_overhead_s)
+        self._over_chunk = [(tables.chunk_overhead_s(i, False), tables.chunk_overhead_s(i, True))
+                            for i in range(len(self._rows))]
         # per layout, what a short run reads: its c1 and c2 rows, alpha, overhead, table bounds, rows
         # (decode-only rows from the compiled lists, longer ones cached here)
         dec = tables.base_rows_py
@@ -122,7 +126,8 @@ class SimExecutor:
             elif chunk_owner is None:  # the chunk over every rank (or, unknown, on the busiest)
                 lo, hi = step_time.prefix_split(None if prefill_context_tokens is None
                                                 else float(prefill_context_tokens[0]), self._knee)
-                dur = [step_time.step_seconds(row, self._chunk_row(layout, p), lo, hi, c1, c2, s1, s2, alpha, over)]
+                dur = [step_time.step_seconds(row, self._chunk_row(layout, p), lo, hi, c1, c2, s1, s2, alpha,
+                                              self._over_chunk[layout][1 if b else 0])]
             else:  # owner layouts: the slower of the decode-busiest owner and the chunk's owner
                 g = chunk_owner[0][0]
                 if groups != t.ranks:  # the chunk's owner rank → its owner group
@@ -134,7 +139,8 @@ class SimExecutor:
                 else:
                     s1c = s2c = 0.0
                 dur = [step_time.owner_step_seconds(row, self._chunk_row(layout, min(int(chunk_owner[1][0]), max_p)),
-                                                    lo, hi, c1, c2, s1, s2, s1c, s2c, alpha, over)]
+                                                    lo, hi, c1, c2, s1, s2, s1c, s2c, alpha,
+                                                    self._over_chunk[layout][1 if b else 0])]
             if self._pending_interference_s:
                 dur[0] += self._pending_interference_s
                 self._pending_interference_s = 0.0
@@ -226,6 +232,7 @@ class SimExecutor:
         seconds, owner_seconds, split, knee = step_time.step_seconds, step_time.owner_step_seconds, \
             step_time.prefix_split, self._knee
         out = [0.0] * k
+        over_c = self._over_chunk[layout][1 if b else 0]
         ds1 = s1_end - s1_0
         km1 = k - 1
         if own_ctx is not None:
@@ -249,7 +256,7 @@ class SimExecutor:
                 out[j] = seconds(row, None, 0.0, 0.0, c1, c2, s1, s2, alpha, over)
             elif chunk_owner is None:  # the chunk over every rank (or, unknown, on the busiest)
                 lo, hi = split(None if prefix is None else float(prefix[j]), knee)
-                out[j] = seconds(row, self._chunk_row(layout, p), lo, hi, c1, c2, s1, s2, alpha, over)
+                out[j] = seconds(row, self._chunk_row(layout, p), lo, hi, c1, c2, s1, s2, alpha, over_c)
             else:  # owner layouts: the slower of the decode-busiest owner and the chunk's owner
                 rank = chunk_owner[0][j]
                 lo, hi = split(float(chunk_owner[2][j]), knee)
@@ -259,7 +266,7 @@ class SimExecutor:
                 else:
                     s1c = s2c = 0.0
                 out[j] = owner_seconds(row, self._chunk_row(layout, min(int(chunk_owner[1][j]), max_p)), lo, hi,
-                                       c1, c2, s1, s2, s1c, s2c, alpha, over)
+                                       c1, c2, s1, s2, s1c, s2c, alpha, over_c)
         return out
 
     def admit(self, request_id: int, context_tokens: int, owner: int) -> None:

@@ -105,7 +105,7 @@ def _start_prefill(loop: "ServingLoop", i: int, r: int, need: float) -> float:
         pre = handed  # the prompt's KV came from the prefill pool (runtime_policy/disagg.py)
     loop.pre_left[i] = pre
     loop.status[i] = PREFILL
-    loop.prefill_q.append(i)
+    loop.pq_add(i)
     loop.pq_s2 += c
     if loop.capped:
         loop.pq_s1 += min(c, loop.topk)
@@ -269,24 +269,29 @@ def prefill_progress(loop: "ServingLoop", finished: list[int]) -> None:
     """The requests whose prefill a run finished (in admission order: group_prefill.py `credit`
     credits a run's prompt tokens to each owner group's prefilling requests in order): each gets its
     first token and decodes (or is done, if that was all it asked for)."""
-    prefill_q, ctx, inp_l = loop.prefill_q, loop.ctx, loop.inp_l
+    ctx, inp_l, owner, end_at, kv = loop.ctx, loop.inp_l, loop.owner, loop.end_at, loop.kv
+    pq_remove, capped, topk = loop.pq_remove, loop.capped, loop.topk
+    join, admit = loop.dec.join, (loop.executor.admit if loop.tracks_kv else None)
     for i in finished:
-        prefill_q.remove(i)
+        pq_remove(i)
         c = ctx[i]
         loop.pq_s2 -= c
-        if loop.capped:
-            loop.pq_s1 -= min(c, loop.topk)
+        if capped:
+            loop.pq_s1 -= c if c < topk else topk  # = min(c, topk)
         if c == inp_l[i]:  # the first token
             c += 1.0
             ctx[i] = c
-            loop.kv.add_token(loop.owner[i], 1.0)
+            kv.add_token(owner[i], 1.0)
             loop.first[i] = loop.t
         if c - inp_l[i] >= loop.out_l[i]:
-            loop.kv.remove(loop.owner[i], c + loop.slack, inp_l[i], loop.end_at[i] + loop.slack)
+            kv.remove(owner[i], c + loop.slack, inp_l[i], end_at[i] + loop.slack)
             loop._end(i, DONE)
         else:
             loop.status[i] = DECODE
-            loop._join(i, c)
+            r = owner[i]  # = loop._join(i, c): it decodes, its KV the executor's from now
+            join(i, c, r, end_at[i])
+            if admit is not None:
+                admit(i, int(c), r)
 
 
 def chunk_plan(chunk_tokens: list[float], prefill_q: list[int], pre_left: list[int], ctx: list[float],

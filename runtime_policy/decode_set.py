@@ -35,10 +35,17 @@ import numpy as np
 
 SEQ_BITS = 40  # heap entries: a step count above, a join sequence number in the low bits
 SEQ_MASK = (1 << SEQ_BITS) - 1
+_FAR = 1 << 62  # a decode step never reached
 
 
 class DecodeSet:
     """Decoding requests in slots, with their per-group clocks and heaps (module docstring)."""
+
+    # NOTE: slots (~35 fields, read per event: an instance dict past 30 keys is slower to read)
+    __slots__ = ("b", "dsteps", "version", "slot_id", "slot", "c0_of", "group_of", "owner_of", "done_at", "jseq_of",
+                 "jseq", "seq_req", "fin_min", "capped", "topk", "cap_at", "whole_topk", "unc", "ranks", "per_owner",
+                 "owner_c0", "s2", "groups", "group_range", "group_ranks", "lag", "fin_heaps", "unc_heaps",
+                 "unc_cnt", "unc_c0", "gcount", "gc0", "unc_n", "unc_sum", "unc_lag", "cap_next", "__dict__")
 
     def __init__(self, max_batch: int, requests: int, ranks: int, topk_tokens: float | None, groups: int = 1):
         self.b = 0  # decoding requests: slots [0, b)
@@ -57,6 +64,9 @@ class DecodeSet:
         self.capped = topk_tokens is not None
         self.topk = float(topk_tokens) if topk_tokens is not None else 0.0
         self.cap_at = float(np.ceil(self.topk)) if self.capped else 0.0  # first whole context with min(L, top-k) = top-k
+        # `capped_sum` from running totals over every group (its whole-number sums are exact in any
+        # order; a top-k that is not a whole number takes the per-group pass)
+        self.whole_topk = self.capped and float(self.topk).is_integer()
         self.unc = [False] * requests  # decoding with context below top-k
         self.ranks = ranks
         self.per_owner = [0] * ranks  # decoders per owner
@@ -75,6 +85,12 @@ class DecodeSet:
         self.unc_c0 = [0.0] * groups  # Σ c0 over them
         self.gcount = [0] * groups  # decoders per group
         self.gc0 = [0.0] * groups  # Σ c0 of each group's decoders (Σ context = gc0 + gcount × its clock)
+        # over every group: decoders below top-k, Σ their c0, Σ their group's lag, and a lower bound
+        # on the decode step at which the next one reaches top-k (the heaps' tops + their lags)
+        self.unc_n = 0
+        self.unc_sum = 0.0
+        self.unc_lag = 0
+        self.cap_next = _FAR
 
     # ---- the set --------------------------------------------------------------------------------
     def context(self, i: int) -> float:
@@ -103,10 +119,17 @@ class DecodeSet:
         self.seq_req.append(i)
         heapq.heappush(self.fin_heaps[g], fin << SEQ_BITS | seq)
         if self.capped and c < self.cap_at:
-            heapq.heappush(self.unc_heaps[g], int(self.cap_at - c0) << SEQ_BITS | seq)
+            e = int(self.cap_at - c0)
+            heapq.heappush(self.unc_heaps[g], e << SEQ_BITS | seq)
             self.unc[i] = True
             self.unc_cnt[g] += 1
             self.unc_c0[g] += c0
+            lag = self.lag[g]
+            self.unc_n += 1
+            self.unc_sum += c0
+            self.unc_lag += lag
+            if e + lag < self.cap_next:
+                self.cap_next = e + lag
         self.per_owner[owner] += 1
         self.owner_c0[owner] += c0
         self.gcount[g] += 1
@@ -130,6 +153,9 @@ class DecodeSet:
             self.unc[i] = False
             self.unc_cnt[g] -= 1
             self.unc_c0[g] -= c0
+            self.unc_n -= 1
+            self.unc_sum -= c0
+            self.unc_lag -= self.lag[g]
         c = c0 + (self.dsteps - self.lag[g])
         self.per_owner[owner] -= 1
         self.owner_c0[owner] -= c0
@@ -165,10 +191,11 @@ class DecodeSet:
         if not sat_out:
             return self.b
         moved = self.b
-        lag, gcount = self.lag, self.gcount
+        lag, gcount, unc_cnt = self.lag, self.gcount, self.unc_cnt
         for g in sat_out:
             lag[g] += k
             moved -= gcount[g]
+            self.unc_lag += unc_cnt[g] * k  # (its contexts reach top-k later: cap_next stays a bound)
         self.version += 1
         return moved
 
@@ -179,8 +206,17 @@ class DecodeSet:
             return
         members = self.in_join_order()
         state = [(i, self.context(i), self.owner_of[i], self.done_at[i]) for i in members]
-        for i, _, owner, _ in state:
-            self.leave(i, owner)
+        # = a leave of each (NOTE: its per-group parts are reset by _set_groups; s2, a sum of whole
+        # numbers, is Σ their contexts again after the joins)
+        slot, unc = self.slot, self.unc
+        for i in members:
+            slot[i] = -1
+            unc[i] = False
+        self.version += len(members)
+        self.b = 0
+        self.s2 = 0.0
+        self.per_owner[:] = [0] * self.ranks
+        self.owner_c0[:] = [0.0] * self.ranks
         self._set_groups(groups)
         for i, c, owner, done_at in state:
             self.join(i, c, owner, done_at)
@@ -222,7 +258,13 @@ class DecodeSet:
     def capped_sum(self, at: int, sat_out: tuple | list = (), active_only: bool = False) -> float:
         """Σ min(context, top-k) over the decoders at decode step `at` (never less than the last
         call's), the groups in `sat_out` held at their clocks now (they sit out until then), or
-        left out (`active_only`)."""
+        left out (`active_only`). NOTE: with no group held, from the running totals (a few operations
+        whatever the group count), the heaps popped only once a context may have reached top-k."""
+        if not sat_out and self.whole_topk:
+            if at >= self.cap_next:
+                self._pop_capped(at)
+            n = self.unc_n
+            return self.unc_sum + (n * at - self.unc_lag) + self.topk * (self.b - n)
         total = 0.0
         lag, heaps, unc_cnt, unc_c0, gcount, topk = self.lag, self.unc_heaps, self.unc_cnt, self.unc_c0, self.gcount, \
             self.topk
@@ -240,6 +282,22 @@ class DecodeSet:
             total += unc_c0[g] + n * t + topk * (gcount[g] - n)
         return total
 
+    def _pop_capped(self, at: int) -> None:
+        """Every group's decoders whose context reaches top-k by decode step `at` leave the counts
+        below top-k; `cap_next` from the heaps' tops."""
+        lag, heaps = self.lag, self.unc_heaps
+        nxt = _FAR
+        for g in self.group_range:
+            heap = heaps[g]
+            last = (at - lag[g] + 1) << SEQ_BITS
+            if heap and heap[0] < last:
+                self._capped(g, last)
+            if heap:
+                x = (heap[0] >> SEQ_BITS) + lag[g]
+                if x < nxt:
+                    nxt = x
+        self.cap_next = nxt
+
     def _capped(self, g: int, last: int) -> None:
         """Group g's decoders whose context reaches top-k before heap entry `last` leave its uncapped
         count and Σ c0."""
@@ -251,6 +309,9 @@ class DecodeSet:
                 unc[i] = False
                 self.unc_cnt[g] -= 1
                 self.unc_c0[g] -= c0_of[i]
+                self.unc_n -= 1
+                self.unc_sum -= c0_of[i]
+                self.unc_lag -= self.lag[g]
 
     def owner_contexts(self) -> list[float]:
         """[T] Σ context of each owner's decoders now."""

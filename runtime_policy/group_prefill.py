@@ -45,7 +45,9 @@ def group_queues(loop: "ServingLoop") -> list[GroupQueue]:
     NOTE: a group's `tokens_left` and `ids` stop at the group's cap, `_run_cap` (a run is no longer
     than its first group's head takes, `steps_to_first_completion`, so no more of the queue is read):
     summing the whole queue every run was the simulator's largest per-run cost at 400-550 requests
-    prefilling (bursty)."""
+    prefilling (bursty). NOTE: several groups read their own queues (`group_lists`), not the whole
+    queue until every group has its head (all of it while a group has none: ~75 requests a run of a
+    400-request queue over DOP's 8 groups, chat)."""
     layout = loop.layout
     g_count = loop.groups[layout]
     chunk = loop.group_chunk[layout]
@@ -59,32 +61,38 @@ def group_queues(loop: "ServingLoop") -> list[GroupQueue]:
             if tokens >= cap:
                 break
         return [GroupQueue(0, ids, c, tokens)]
-    r = loop.T // g_count
     counts = loop.dec.gcount  # the decode set's groups are the layout's (regrouped at each commit)
     separate = loop.separate
     if len(ids) == 1:  # one request prefills (the common case)
-        g = owner[ids[0]] // r
+        g = owner[ids[0]] // (loop.T // g_count)
         return [GroupQueue(g, ids, chunk if separate else max(chunk - counts[g], 1), pre_left[ids[0]])]
-    by: list = [None] * g_count
-    caps = [0] * g_count
-    open_groups = g_count  # groups not yet seen, or below their cap
-    for i in ids:
-        g = owner[i] // r
-        q = by[g]
-        if q is None:
-            c = chunk if separate else max(chunk - counts[g], 1)
-            q = by[g] = GroupQueue(g, [i], c, pre_left[i])
-            caps[g] = _run_cap(pre_left[i], c)
-        elif q.tokens_left < caps[g]:
-            q.ids.append(i)
-            q.tokens_left += pre_left[i]
-        else:
+    out = []
+    for g, gids in enumerate(group_lists(loop, g_count)):
+        if not gids:
             continue
-        if q.tokens_left >= caps[g]:
-            open_groups -= 1
-            if not open_groups:
-                break
-    return [q for q in by if q is not None]
+        c = chunk if separate else max(chunk - counts[g], 1)
+        tokens = pre_left[gids[0]]
+        cap = -(-tokens // c)  # = _run_cap(tokens, c), inline (a call per group per run)
+        cap = (cap if cap > 1 else 1) * c
+        n = 1
+        while tokens < cap and n < len(gids):
+            tokens += pre_left[gids[n]]
+            n += 1
+        out.append(GroupQueue(g, gids[:n], c, tokens))
+    return out
+
+
+def group_lists(loop: "ServingLoop", g_count: int) -> list[list[int]]:
+    """[G] each owner group's prefilling requests in admission order: the loop's own, kept as
+    requests join and leave the queue (`ServingLoop.prefill_groups`), else split from the queue."""
+    keep = getattr(loop, "prefill_groups", None)
+    if keep is not None:
+        return keep(g_count)
+    r = loop.T // g_count
+    by: list[list[int]] = [[] for _ in range(g_count)]
+    for i in loop.prefill_q:
+        by[loop.owner[i] // r].append(i)
+    return by
 
 
 def _run_cap(head_left: int, chunk: int) -> int:
@@ -220,9 +228,31 @@ def credit(loop: "ServingLoop", done_by: dict[int, int]) -> list[int]:
     """Credit each group's prompt tokens to its own requests in admission order (`done_by` is used
     up); returns the requests whose prefill is done, in admission order (admission.prefill_progress
     finishes them). The pass stops once every group's tokens are credited."""
-    r = loop.T // loop.groups[loop.layout]
+    g_count = loop.groups[loop.layout]
     pre_left, owner = loop.pre_left, loop.owner
     finished = []
+    if g_count > 1:  # each group's own requests, from its head (`group_lists`), then in admission order
+        by = group_lists(loop, g_count)
+        groups = 0
+        for g, d in done_by.items():
+            if d <= 0:
+                continue
+            groups += 1
+            for i in by[g]:
+                left = pre_left[i]
+                take = left if left < d else d
+                pre_left[i] = left - take
+                d -= take
+                if take == left:
+                    finished.append(i)
+                if d <= 0:
+                    break
+            done_by[g] = d
+        if groups > 1 and len(finished) > 1:
+            seq = getattr(loop, "pq_seq", None)
+            finished.sort(key=seq.__getitem__ if seq is not None else loop.prefill_q.index)
+        return finished
+    r = loop.T // g_count
     todo = len(done_by)  # groups whose tokens are not all credited yet
     for i in loop.prefill_q:
         g = owner[i] // r

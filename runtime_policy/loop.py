@@ -93,6 +93,22 @@ def make_loop(arrival_s, input_tokens, output_tokens, tables: StepTimeTable, pol
 class ServingLoop:
     """One serve() call's state (module docstring); `run()` turns until every request has ended."""
 
+    # NOTE: slots: the loop's ~100 fields are read in every phase of every run, and an instance
+    # dict that large is slower to read than a slot (~25 % on attribute-bound code, CPython 3.11);
+    # __dict__ keeps any other attribute settable (tests replace a method on an instance)
+    __slots__ = ("n", "arr", "inp", "out", "tables", "policy", "ordering", "executor", "config", "tracks_kv",
+                 "wants_pieces", "progress", "T", "slack", "bpt", "capped", "topk", "kv", "pools", "max_requests",
+                 "shares", "groups", "cap", "arr_l", "inp_l", "out_l", "ctxf", "ctx", "end_at", "status", "first",
+                 "finish", "preempted", "admitted", "queued", "owner", "pre_left", "okv", "waiting", "prefill_q",
+                 "pq_s2", "pq_s1", "pq_groups", "pq_for", "pq_seq", "pq_next", "group_chunk", "cap_group",
+                 "separate", "routing", "preemption", "reserve_output", "bound", "bound_wait", "rr", "layout", "dec",
+                 "reads_arrays", "batch", "idle_batch", "view_version", "prefill_price", "state", "wt_version",
+                 "wt_pos", "t", "nxt", "ended", "est_step_s", "stats_version", "inflight", "ready_s", "started_s",
+                 "hand_off_s", "watermark", "skip_admit", "s1_now", "project", "proj_at", "ema_steps", "ema_tok",
+                 "ema_tok_pfx", "ema_own", "max_run", "ema_w", "hz_half_life", "hz_w", "hz_steps", "hz_tok",
+                 "hz_tok_pfx", "hz_own", "zeros", "arrival_keys", "dyn_keys", "steps", "decode_steps", "layout_s",
+                 "switches", "aborted", "moves", "cant_decide", "timeline", "__dict__")
+
     def __init__(self, arr: np.ndarray, inp: np.ndarray, out: np.ndarray, tables: StepTimeTable, policy,
                  ordering: Ordering, executor: Executor, config: LoopConfig, progress) -> None:
         n = arr.size
@@ -131,6 +147,13 @@ class ServingLoop:
         self.waiting = WaitingQueue(self.ctxf)
         self.prefill_q: list[int] = []
         self.pq_s2 = self.pq_s1 = 0.0  # Σ context and Σ min(context, top-k) over prefill_q
+        # prefill_q split by owner group, for `pq_for` groups (0: not built; `prefill_groups`), and
+        # each request's place in admission order (NOTE: group_prefill.py read the whole queue each run
+        # to find each group's head, ~75 requests a run for a 400-request queue over DOP's 8 groups)
+        self.pq_groups: list[list[int]] = []
+        self.pq_for = 0
+        self.pq_seq = [0] * n
+        self.pq_next = 0
         # the engine's schedulers (planner.engines.scheduling, per layout in the tables): one per
         # owner group, each with its chunk per step and its running cap; separate or mixed prefill;
         # how requests are routed to groups and which one is preempted
@@ -234,7 +257,10 @@ class ServingLoop:
             return
         if waiting.dirty or self.dyn_keys:
             self._resort()
-        total = admit(self)
+        if waiting.pos < len(waiting.ids) or self.skip_admit:
+            total = admit(self)
+        else:  # nobody waits: = admit(self)
+            total = self.kv.total
         if consult_policy(self, total):
             return  # a switch started that sheds KV or is ready at once: decide again
         if not dec.b and not self.prefill_q:
@@ -243,10 +269,11 @@ class ServingLoop:
         k_kv = _NEVER
         if dec.b:  # = kv_wall(self, total) where nothing is preempted (the common cases, inline)
             layout = self.layout
-            if self.inflight is not None or self.kv.extra[layout]:
+            x = self.kv.extra[layout]
+            if self.inflight is not None or (x and dec.groups > 1):
                 k_kv = kv_wall(self, total)
-            elif dec.groups == 1:
-                k_kv = int(math.floor((self.cap[layout] - total) / dec.b))
+            elif dec.groups == 1:  # (= preemption.kv_steps with the layout's extra slack per request)
+                k_kv = int(math.floor((self.cap[layout] - (total + x * self.kv.count if x else total)) / dec.b))
                 if k_kv < 1:
                     k_kv = kv_wall(self, total)
             else:  # every owner group has room for a whole run (the decode set's groups are the layout's)
@@ -414,29 +441,6 @@ class ServingLoop:
         batch.active_decoders = sum(gcnt)
 
     # ---- after the run -------------------------------------------------------------------------
-    def _advance_horizon_stats(self, k: int, done_tokens: float, run_tok_pfx: float, run_own: float,
-                               run_chunks: float) -> None:
-        """The prefill statistics over the policy's horizon (as the fast ones in `_advance`), written
-        to the policy's state. NOTE: the half-life grows with the run from the fast one's, so a run
-        does not start biased to the zeros the average starts from."""
-        hl = self.hz_half_life
-        if self.steps < hl:
-            w = 1.0 - 0.5 ** (k / max(float(self.steps), PREFILL_STATS_HALF_LIFE_STEPS))
-        else:
-            w = self.hz_w[k] if k < len(self.hz_w) else 1.0 - 0.5 ** (k / hl)
-        steps, tok, tok_pfx, own = self.hz_steps, self.hz_tok, self.hz_tok_pfx, self.hz_own
-        steps += w * (run_chunks / k - steps)
-        tok += w * (done_tokens / k - tok)
-        tok_pfx += w * (run_tok_pfx / k - tok_pfx)
-        own += w * (run_own / k - own)
-        if tok < 1e-3:
-            steps = tok = tok_pfx = own = 0.0
-        self.hz_steps, self.hz_tok, self.hz_tok_pfx, self.hz_own = steps, tok, tok_pfx, own
-        st = self.state
-        st.horizon_prefill_step_fraction, st.horizon_prefill_tokens_per_step = steps, tok
-        st.horizon_prefill_context_tokens = tok_pfx / tok if tok > 0 else 0.0
-        st.horizon_prefill_owner_share = own / tok if tok > 0 else 1.0
-
     def _advance(self, k: int, dur: list[float], chunk_stats: tuple, sat_out: tuple = (), done_by=None) -> None:
         """The clock, the prefill statistics, completions and prefill progress after a run
         (`sat_out`: the owner groups whose decoders waited while they prefilled)."""
@@ -452,8 +456,27 @@ class ServingLoop:
             if tok < 1e-3:
                 steps = tok = tok_pfx = own = 0.0
             self.ema_steps, self.ema_tok, self.ema_tok_pfx, self.ema_own = steps, tok, tok_pfx, own
-        if self.hz_half_life and (done_tokens or self.hz_tok):
-            self._advance_horizon_stats(k, done_tokens, run_tok_pfx, run_own, run_chunks)
+        hl = self.hz_half_life
+        if hl and (done_tokens or self.hz_tok):
+            # the same statistics over the policy's horizon, written to its state. NOTE: the half-life
+            # grows with the run from the fast one's, so a run does not start biased to the zeros the
+            # average starts from
+            if self.steps < hl:
+                w = 1.0 - 0.5 ** (k / max(float(self.steps), PREFILL_STATS_HALF_LIFE_STEPS))
+            else:
+                w = self.hz_w[k] if k < len(self.hz_w) else 1.0 - 0.5 ** (k / hl)
+            steps, tok, tok_pfx, own = self.hz_steps, self.hz_tok, self.hz_tok_pfx, self.hz_own
+            steps += w * (run_chunks / k - steps)
+            tok += w * (done_tokens / k - tok)
+            tok_pfx += w * (run_tok_pfx / k - tok_pfx)
+            own += w * (run_own / k - own)
+            if tok < 1e-3:
+                steps = tok = tok_pfx = own = 0.0
+            self.hz_steps, self.hz_tok, self.hz_tok_pfx, self.hz_own = steps, tok, tok_pfx, own
+            st = self.state
+            st.horizon_prefill_step_fraction, st.horizon_prefill_tokens_per_step = steps, tok
+            st.horizon_prefill_context_tokens = tok_pfx / tok if tok > 0 else 0.0
+            st.horizon_prefill_owner_share = own / tok if tok > 0 else 1.0
         if k < 8:  # = sum_as_numpy(dur), its short case inline (most runs are a few steps)
             run_s = -0.0
             for x in dur:
@@ -478,10 +501,7 @@ class ServingLoop:
             dec.s2 += b * fk
             dec.dsteps += k  # = dec.advance(k) with no group sitting out
             if left <= k:
-                for i in dec.done_by(dec.dsteps):
-                    self._leave(i)
-                    self._end(i, DONE)
-                dec.first_to_finish()
+                self._finish_done()
         elif b:  # some groups prefilled: their decoders kept their contexts (SGLang)
             moved = dec.advance(k, sat_out)
             if moved:
@@ -494,10 +514,7 @@ class ServingLoop:
                 self.okv = self.kv.grow(per_rank, fk, moved)
                 dec.s2 += moved * fk
             if dec.first_to_finish() <= dec.dsteps and dec.b:
-                for i in dec.done_by(dec.dsteps):
-                    self._leave(i)
-                    self._end(i, DONE)
-                dec.first_to_finish()
+                self._finish_done()
         if done_tokens:
             prefill_progress(self, credit(self, done_by))
         # the timeline: time, layout, decode batch, KV used
@@ -510,12 +527,62 @@ class ServingLoop:
             self.progress(self.ended, self.n)
 
     # ---- events --------------------------------------------------------------------------------
+    def _finish_done(self) -> None:
+        """The decoders done by now, in the order they joined: each `_leave`s and `_end`s DONE (their
+        steps inline: a completion is a per-request event of every run that a decoder ends)."""
+        dec, kv, owner, slack, inp_l, end_at, out_l = self.dec, self.kv, self.owner, self.slack, self.inp_l, \
+            self.end_at, self.out_l
+        status, finish, t = self.status, self.finish, self.t
+        observe, count = self.policy.observe_completion, self.ordering.stats.add
+        retire = self.executor.retire if self.tracks_kv else None
+        leave, remove = dec.leave, kv.remove
+        for i in dec.done_by(dec.dsteps):
+            r = owner[i]
+            c = leave(i, r)
+            remove(r, c + slack, inp_l[i], end_at[i] + slack)
+            if retire is not None:
+                retire(i, False)
+            status[i] = DONE
+            finish[i] = t
+            self.ended += 1
+            x = float(out_l[i])
+            observe(x)
+            count(x)
+        dec.first_to_finish()
+
     def _join(self, i: int, c: float) -> None:
         """Request i, its prefill done at context c, decodes (its KV is the executor's from now)."""
         r = self.owner[i]
         self.dec.join(i, c, r, self.end_at[i])
         if self.tracks_kv:
             self.executor.admit(i, int(c), r)
+
+    def prefill_groups(self, groups: int) -> list[list[int]]:
+        """[G] each owner group's prefilling requests in admission order (prefill_q's order) for a
+        layout of `groups` owner groups: kept as requests join and leave the queue (`pq_add`,
+        `pq_remove`), rebuilt when the group count changes (a switch's commit)."""
+        if self.pq_for != groups:
+            r = self.T // groups
+            by: list[list[int]] = [[] for _ in range(groups)]
+            owner = self.owner
+            for i in self.prefill_q:
+                by[owner[i] // r].append(i)
+            self.pq_groups, self.pq_for = by, groups
+        return self.pq_groups
+
+    def pq_add(self, i: int) -> None:
+        """Request i (its owner set) joins the end of the prefill queue."""
+        self.prefill_q.append(i)
+        self.pq_seq[i] = self.pq_next
+        self.pq_next += 1
+        if self.pq_for:
+            self.pq_groups[self.owner[i] * self.pq_for // self.T].append(i)
+
+    def pq_remove(self, i: int) -> None:
+        """Request i leaves the prefill queue."""
+        self.prefill_q.remove(i)
+        if self.pq_for:
+            self.pq_groups[self.owner[i] * self.pq_for // self.T].remove(i)
 
     def _leave(self, i: int, preempted: bool = False) -> None:
         """Request i stops decoding: its KV is released (the executor's and the ledger's)."""

@@ -151,7 +151,7 @@ def preempt(loop: "ServingLoop", v: int) -> None:
         loop.ctxf[v] = c
         loop._leave(v, preempted=True)
     else:
-        loop.prefill_q.remove(v)
+        loop.pq_remove(v)
         loop.pq_s2 -= loop.ctx[v]
         if loop.capped:
             loop.pq_s1 -= min(loop.ctx[v], loop.topk)

@@ -8,6 +8,9 @@ prefill chunk of P tokens attending to a cached prefix of C tokens costs
     chunk_r(P, C) = prefill_r[P] + (min(C, knee)·lo_r[P] + (C − min(C, knee))·hi_r[P])   (0 without a chunk)
     step = overhead + max_r t_r + α·(Σ_r t_r − max_r t_r)
 
+(a step with a chunk: `overhead` is the table's chunk-step overhead, which adds the fixed host cost of
+a step no full CUDA graph runs, tables.StepTimeTable.chunk_overhead_s; callers pass it)
+
 (S1 = Σ min(L, top-k), S2 = Σ L over the requests the busiest rank reads; tables.py says what each
 table holds). Owner layouts run a chunk on its requests' owner, so a step with a chunk is the slower
 candidate of two ranks — the decode-busiest owner (no chunk terms) and the owner running most of
@@ -261,9 +264,12 @@ def _negative_zero_layouts(a: np.ndarray) -> np.ndarray:
 
 
 def layout_kernels(base_s: np.ndarray, chunk_rows_s: np.ndarray, c1_s: np.ndarray, c2_s: np.ndarray,
-                   owner: list[bool], alpha: float, overhead_s: float) -> LayoutKernels:
+                   owner: list[bool], alpha: float, overhead_s: float,
+                   chunk_overhead_s: list[float] | None = None) -> LayoutKernels:
     """`LayoutKernels` of one table (base_s [N, L, R], chunk_rows_s [P, L, 3R], c1_s / c2_s [L, R],
-    `owner[i]`: layout i has several owner groups).
+    `owner[i]`: layout i has several owner groups; `chunk_overhead_s[i]`: the fixed seconds of layout
+    i's step with a chunk, the blend's chunk step — tables.StepTimeTable.chunk_overhead_s; default
+    `overhead_s`).
     NOTE: a term is left out where its coefficient is zero in every row of the table: s1·k with
     k = 0 is ±0.0 for a finite s1, and a table entry plus ±0.0 is that entry (no entry is −0.0,
     `_negative_zero_layouts`, else the layout keeps every term); DS-V3.2's network and host-link columns carry
@@ -283,7 +289,7 @@ def layout_kernels(base_s: np.ndarray, chunk_rows_s: np.ndarray, c1_s: np.ndarra
     over, a = lit(overhead_s), lit(alpha)
     ind = "        "
 
-    def finish(t: str, mx: str) -> str:
+    def finish(t: str, mx: str, over: str = over) -> str:
         out = f"{mx} = {t}0\n" + "".join(f"if {t}{r} > {mx}:\n    {mx} = {t}{r}\n" for r in range(1, n_res))
         return out + f"{t}_s = {over} + {mx} + {a} * ({' + '.join(f'{t}{r}' for r in range(n_res))} - {mx})\n"
 
@@ -292,6 +298,7 @@ def layout_kernels(base_s: np.ndarray, chunk_rows_s: np.ndarray, c1_s: np.ndarra
     zero_cols = (chunk_rows_s == 0).all(axis=0)  # [L, 3R]
     for i in range(n_lay):
         fold = not keeps_all[i]
+        oc = over if chunk_overhead_s is None else lit(chunk_overhead_s[i])  # the chunk step's fixed seconds
         k, g = c1_s[i].tolist(), c2_s[i].tolist()
         nz_k = [r for r in range(n_res) if not (fold and k[r] == 0)]
         nz_g = [r for r in range(n_res) if not (fold and g[r] == 0)]
@@ -332,13 +339,13 @@ def layout_kernels(base_s: np.ndarray, chunk_rows_s: np.ndarray, c1_s: np.ndarra
             bl = (unpack_b + unpack_n + unpack_c + sums + "bs1, bs2 = s1 * fb, s2 * fb\nos1, os2 = s1 * fl, s2 * fl\n"
                   + products("bs1", "bs2", "x", "y") + products("os1", "os2", "xo", "yo")
                   + terms("t", "b", "x", "y") + terms("v", "n", "x", "y") + terms("u", "n", "xo", "yo", True)
-                  + finish("t", "mt") + finish("u", "mu") + finish("v", "mv") + "if mu < mv:\n    u_s = v_s\n"
+                  + finish("t", "mt") + finish("u", "mu", oc) + finish("v", "mv", oc) + "if mu < mv:\n    u_s = v_s\n"
                   + f"out[{i}] = (1.0 - f) * t_s + f * u_s\n" + tail)
         else:
             dec = (unpack_b + products("s1", "s2", "x", "y") + terms("t", "b", "x", "y") + finish("t", "mt")
                    + f"out[{i}] = t_s\n" + tail)
             bl = (unpack_b + unpack_n + unpack_c + products("s1", "s2", "x", "y") + terms("t", "b", "x", "y")
-                  + terms("u", "n", "x", "y", True) + finish("t", "mt") + finish("u", "mu")
+                  + terms("u", "n", "x", "y", True) + finish("t", "mt") + finish("u", "mu", oc)
                   + f"out[{i}] = (1.0 - f) * t_s + f * u_s\n" + tail)
         for src, body in ((decode_src, dec), (blend_src, bl)):
             src.append(f"    if mask & {1 << i}:  # layout {i}\n" + "".join(ind + x + "\n" for x in body.splitlines()))

@@ -40,8 +40,10 @@ short prompts owned by different ranks. (NOTE: base[B + P] spreads the chunk's P
 owners like decodes, so each candidate carries P/T tokens of projection work it doesn't do; the
 planner's candidates don't.)
 
-The step time from the per-resource times is `overhead_s + max + α·(sum − max)`: α and overhead
-come from a calibration artifact when one is given, else from the shipped prior of the deployment's
+The step time from the per-resource times is `overhead_s + max + α·(sum − max)`, and a step that
+carries a prompt chunk adds the fixed host cost of running without a full CUDA graph
+(`prefill_overhead_s`, and `mixed_overhead_s` more when decode rows run beside the chunk:
+calibration/artifact.py says which engines graph which steps): α and the overheads come from a calibration artifact when one is given, else from the shipped prior of the deployment's
 (GPU, engine) (`default_step_model`, calibration/priors), else the datasheet floors with α = 0.5 (the
 midpoint of the optimistic and pessimistic floors, `DATASHEET_MODEL`).
 
@@ -96,6 +98,8 @@ class StepTimeModel:
     alpha: float
     overhead_s: float
     calibration: object | None = None  # calibration.artifact.Calibration, imported lazily
+    prefill_overhead_s: float = 0.0  # extra seconds of a step with a prompt chunk (no full CUDA graph)
+    mixed_overhead_s: float = 0.0  # and more where that step has decode rows too
 
     def terms_s(self, cost) -> np.ndarray:
         """[R, P] per-resource seconds of a planner.StepCost (R = len(TIMED_RESOURCES))."""
@@ -123,7 +127,7 @@ def default_step_model(dep: Deployment) -> StepTimeModel:
     p = m.calibration.params
     label = (f"prior: {dep.hardware.name} × {dep.engine} (calibration/priors/{path.name}, {SOURCE_WHEEL} per-kernel "
              f"tables; overhead {p.overhead_s:g} s + max + {p.overlap_alpha:g}*(sum - max))")
-    return StepTimeModel(label, m.alpha, m.overhead_s, m.calibration)
+    return StepTimeModel(label, m.alpha, m.overhead_s, m.calibration, m.prefill_overhead_s, m.mixed_overhead_s)
 
 
 def calibrated_model(path: str) -> StepTimeModel:
@@ -132,8 +136,11 @@ def calibrated_model(path: str) -> StepTimeModel:
 
     cal = load_calibration(path)
     p = cal.params
-    label = f"calibrated: {path} (overhead {p.overhead_s:g} s + max + {p.overlap_alpha:g}*(sum - max))"
-    return StepTimeModel(label, float(p.overlap_alpha), float(p.overhead_s), cal)
+    eager = (f"; a step with a prompt chunk + {p.prefill_step_overhead_s:g} s, with decode rows too + "
+             f"{p.mixed_step_overhead_s:g} s more" if p.prefill_step_overhead_s or p.mixed_step_overhead_s else "")
+    label = f"calibrated: {path} (overhead {p.overhead_s:g} s + max + {p.overlap_alpha:g}*(sum - max){eager})"
+    return StepTimeModel(label, float(p.overlap_alpha), float(p.overhead_s), cal, float(p.prefill_step_overhead_s),
+                         float(p.mixed_step_overhead_s))
 
 
 @dataclass(frozen=True)
@@ -213,6 +220,16 @@ class StepTimeTable:
     message_latency_s: float
     host_kv_fraction: float = 0.0  # of a token's KV bytes, the part a host tier keeps in host memory (0: no tier)
     host_link_bytes_per_s: float = float("inf")  # the host link a tier's pages move over (runtime_policy/host_tier_tables.py)
+    # a step with a prompt chunk runs without a full CUDA graph: its extra fixed seconds, and more
+    # where decode rows run beside the chunk (StepTimeModel; 0 for the datasheet and the priors)
+    prefill_overhead_s: float = 0.0
+    mixed_overhead_s: float = 0.0
+
+    def chunk_overhead_s(self, layout: int, decodes: bool) -> float:
+        """The fixed seconds of a step with a chunk (`decodes`: with decode rows beside it, as the
+        loop composed the step: a separate-prefill step has none). The same in every layout: the host
+        launches per layer, not the layout's collectives, set it; `layout` keeps the door open."""
+        return self.overhead_s + self.prefill_overhead_s + (self.mixed_overhead_s if decodes else 0.0)
 
     def __getstate__(self) -> dict:
         """Pickled without the compiled kernels (functions of generated code don't pickle; a rank
@@ -228,8 +245,9 @@ class StepTimeTable:
         makes a table with other rows, and that table compiles its own; ~20-50 ms, once per table,
         not once per policy)."""
         owner = [int(g) > 1 for g in self.info.owner_groups]
+        chunk_over = [self.chunk_overhead_s(i, True) for i in range(len(owner))]
         return step_time.layout_kernels(self.base_s, self.chunk_rows_s, self.c1_s, self.c2_s, owner, self.alpha,
-                                        self.overhead_s)
+                                        self.overhead_s, chunk_over)
 
     def combine(self, terms: np.ndarray) -> np.ndarray:
         """Step seconds from per-resource seconds on the last axis (step_time.combine)."""
@@ -265,7 +283,11 @@ class StepTimeTable:
         else:
             terms = step_time.decode_terms_np(base, self.chunk_terms(layout, prefill_tokens, prefill_context),
                                               c1, c2, s1, s2)
-        t = self.combine(terms)
+        over_chunk = self.chunk_overhead_s(layout, batch > 0)
+        if over_chunk != self.overhead_s:  # steps with a chunk pay the eager-step overheads (the same sum as step_time's kernels)
+            t = step_time.combine(terms, self.alpha, np.where(p > 0, over_chunk, self.overhead_s))
+        else:
+            t = self.combine(terms)
         return (t, terms) if with_terms else t
 
 
@@ -390,7 +412,8 @@ def compile_tables(dep: Deployment, model: StepTimeModel | None = None, max_batc
         memory_budget_bytes=ledger_budget_bytes(dep),
         base_s=base, base_rows_py=base[: max_batch + 1].tolist(), prefill_s=pre, prefix_lo_s=pfx_lo, prefix_hi_s=pfx_hi, prefix_knee_tokens=float(knee), chunk_rows_s=chunk_rows, c1_s=c1, c2_s=c2, alpha=model.alpha, overhead_s=model.overhead_s,
         model_label=model.label, info=info, hbm_bytes_per_s=pricing.hbm_bytes_per_s,
-        link_bytes_per_s=pricing.link_bytes_per_s, message_latency_s=pricing.message_latency_s)
+        link_bytes_per_s=pricing.link_bytes_per_s, message_latency_s=pricing.message_latency_s,
+        prefill_overhead_s=model.prefill_overhead_s, mixed_overhead_s=model.mixed_overhead_s)
     if dep.host_tier is None:
         return table
     from runtime_policy.host_tier_tables import with_host_tier  # NOTE: issue 17's hook (a host KV tier)

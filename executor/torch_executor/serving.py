@@ -106,6 +106,7 @@ class TorchServeOptions:
     buckets: str = "sglang"  # the decode batch sizes graphs are captured for (buckets.BUCKETS)
     capture_at_start: bool = True  # capture every bucket up to the loop's max_batch before serving (CUDA)
     log_steps: bool = False  # keep one row per step: decode batch, Σ context, chunk tokens, prefix, seconds
+    freeze_gc: bool = True  # freeze the objects alive after warm-up out of Python's collector while serving (serve.py)
 
     def __post_init__(self) -> None:
         if self.clock not in CLOCKS:
@@ -140,6 +141,7 @@ class TorchExecutor:
         self._reported_abort = True
         self._queue = None  # () -> [(request, prompt tokens left, its context, owner)]: the loop's prefill queue
         self.step_rows: list[tuple[int, float, float, float, float]] = []  # log_steps: (B, Σ ctx, chunk, prefix, s)
+        self.step_host_s: list[float] = []  # log_steps: each step's host time (its launches; CUDA: the device runs behind)
 
     def bind_prefill_queue(self, source) -> None:
         """`source()` lists the loop's prefill queue in its order: (request id, prompt tokens still
@@ -241,7 +243,9 @@ class TorchExecutor:
         if cuda:
             evs[0].record()
         t0 = time.perf_counter()
+        host = self.step_host_s if self.options.log_steps and cuda else None
         for j in range(k):
+            h0 = time.perf_counter() if host is not None else 0.0
             pieces = chunks[j]
             if separate and pieces and runner.order:
                 runner.step(pieces, decode=False)  # SGLang's default: the prefill batch runs alone
@@ -255,6 +259,8 @@ class TorchExecutor:
                 self._record(x)
             if cuda:
                 evs[j + 1].record()
+                if host is not None:
+                    host.append(time.perf_counter() - h0)
             else:
                 t1 = time.perf_counter()
                 took[j], t0 = t1 - t0, t1
@@ -430,5 +436,5 @@ def with_step_times(tables: StepTimeTable, fits: dict[str, tuple[float, float, f
         x.setflags(write=False)
     return replace(tables, base_s=base, base_rows_py=base[: len(tables.base_rows_py)].tolist(), c1_s=c1, c2_s=c2,
                    chunk_rows_s=chunk, prefill_s=chunk[..., :r], prefix_lo_s=chunk[..., r:2 * r],
-                   prefix_hi_s=chunk[..., 2 * r:], overhead_s=0.0,
+                   prefix_hi_s=chunk[..., 2 * r:], overhead_s=0.0, prefill_overhead_s=0.0, mixed_overhead_s=0.0,
                    model_label=f"measured on the torch executor ({', '.join(sorted(fits))}); {tables.model_label}")
