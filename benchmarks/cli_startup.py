@@ -64,16 +64,27 @@ CHECKED: list[list[str]] = [
 # converts each option with a pydantic TypeAdapter, so a call can't skip it)
 FLOOR_SNIPPETS = {
     "python -c pass": "pass",
+    "import numpy": "import numpy",
+    "import typer": "import typer",
+    "import typer + one pydantic TypeAdapter": "import typer; from pydantic import TypeAdapter; TypeAdapter(int)",
     "import numpy, typer + one pydantic TypeAdapter": "import numpy, typer; from pydantic import TypeAdapter; TypeAdapter(int)",
 }
 LAUNCH = "import sys; sys.argv[0] = 'floorfirst'; from cli.main import main; main()"
 
 
+CACHES: dict[Path, str] = {}  # checkout root → its own spec cache folder (main() fills it)
+
+
 def _call(root: Path, argv: list[str], importtime: bool = False, check: bool = True) -> tuple[float, subprocess.CompletedProcess]:
     cmd = [sys.executable] + (["-X", "importtime"] if importtime else []) + ["-c", LAUNCH, *argv]
     # NOTE: .pyc files written and read, as an installed package has them: with PYTHONDONTWRITEBYTECODE
-    # set (some shells and CI images do) every call compiled each edited module from source
+    # set (some shells and CI images do) every call compiled each edited module from source.
+    # NOTE: each checkout its own spec cache (planner.spec_cache): an entry is keyed by the planner's
+    # files, and two checkouts sharing one folder drop each other's entries, so every call of an
+    # alternating A/B ran the cold path (YAML parsed, specs validated) that a user's second call skips
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"} | {"COLUMNS": "100"}
+    if root in CACHES:
+        env["FLOORFIRST_CACHE_DIR"] = CACHES[root]
     t0 = time.perf_counter()
     run = subprocess.run(cmd, cwd=root, capture_output=True, text=True, env=env, timeout=300)
     wall = time.perf_counter() - t0
@@ -141,12 +152,17 @@ def main() -> None:
                     help="with --base: run each of CHECKED once from both roots and compare their outputs byte for byte")
     ap.add_argument("--floor", action="store_true", help="also time FLOOR_SNIPPETS (the imports no call can skip)")
     ap.add_argument("--commands", default=None, help="comma-separated subset of: " + ", ".join(COMMANDS))
+    ap.add_argument("--shared-cache", action="store_true",
+                    help="both checkouts use the user's one spec cache folder (they then drop each other's entries: "
+                         "every call runs cold); default: one folder per checkout under --out")
     args = ap.parse_args()
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="cli_startup_"))
     out.mkdir(parents=True, exist_ok=True)
     roots = {"this": ROOT}
     if args.base:
         roots["base"] = Path(args.base).resolve()
+    if not args.shared_cache:
+        CACHES.update({root: str(out / f"spec_cache_{r}") for r, root in roots.items()})
     if args.check_outputs:
         if "base" not in roots:
             raise SystemExit("--check-outputs needs --base")
@@ -171,7 +187,7 @@ def main() -> None:
         "benchmark": "cli_startup", "repeat": args.repeat,
         "python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),
         "load_average_at_end": list(os.getloadavg()),
-        "roots": {r: str(p) for r, p in roots.items()},
+        "roots": {r: str(p) for r, p in roots.items()}, "spec_cache": "shared" if args.shared_cache else "one per checkout",
         "commands": {c: {r: _stats(walls[r][c]) for r in roots} for c in names},
         "cpu_user_plus_sys": {c: {r: _stats(cpus[r][c]) for r in roots} for c in names},
     }

@@ -4,9 +4,9 @@ Each trial starts the server as an MCP client does (a fresh `python -c "from cli
 main(['mcp'])"` over stdio, from the checkout's root) and times, from the moment the process is
 launched: the `initialize` handshake done, the tool list, and the first tool call's answer (`compare`
 on the defaults, then `capacity`). With `--base ROOT` the same trials run from another checkout,
-alternating, so both see the same load. Medians go to `<out>/mcp_first_call.json`.
+alternating, so both see the same load; `--with-sdk` adds this checkout's `floorfirst mcp --sdk`. Medians go to `<out>/mcp_first_call.json`.
 
-    python benchmarks/mcp_first_call.py [--out DIR] [--repeat 5] [--base /tmp/base]
+    python benchmarks/mcp_first_call.py [--out DIR] [--repeat 5] [--base /tmp/base] [--with-sdk]
 
 Needs the `mcp` extra. Prints one JSON document as its last line. Does not: check the answers (the MCP
 tests do), or time calls after the second.
@@ -30,9 +30,9 @@ from mcp import Client, StdioServerParameters
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def trial(root: Path) -> dict[str, float]:
+def trial(root: Path, extra: tuple[str, ...] = ()) -> dict[str, float]:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    params = StdioServerParameters(command=sys.executable, args=["-c", "from cli.main import main; main(['mcp'])"],
+    params = StdioServerParameters(command=sys.executable, args=["-c", f"from cli.main import main; main(['mcp', *{list(extra)!r}])"],
                                    cwd=str(root), env=env)
     marks: dict[str, float] = {}
 
@@ -58,21 +58,25 @@ def main() -> None:
     ap.add_argument("--out", default=None, help="folder for mcp_first_call.json (default: a new temporary folder)")
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--base", default=None, help="another checkout, run alternating with this one")
+    ap.add_argument("--with-sdk", action="store_true",
+                    help="also time this checkout's `floorfirst mcp --sdk` (the same tools served through the MCP SDK)")
     args = ap.parse_args()
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="mcp_first_call_"))
     out.mkdir(parents=True, exist_ok=True)
     roots = {"this": ROOT} | ({"base": Path(args.base).resolve()} if args.base else {})
-    for root in roots.values():  # warm-up: .pyc files, the spec cache
-        trial(root)
-    runs: dict[str, list[dict[str, float]]] = {r: [] for r in roots}
+    arms = {r: (root, ()) for r, root in roots.items()} | ({"this_sdk": (ROOT, ("--sdk",))} if args.with_sdk else {})
+    for root, extra in arms.values():  # warm-up: .pyc files, the spec cache, the tool table
+        trial(root, extra)
+    runs: dict[str, list[dict[str, float]]] = {r: [] for r in arms}
     for _ in range(args.repeat):
-        for r, root in roots.items():
-            runs[r].append(trial(root))
+        for r, (root, extra) in arms.items():
+            runs[r].append(trial(root, extra))
     doc: dict = {"benchmark": "mcp_first_call", "repeat": args.repeat, "python": platform.python_version(),
                  "cpus": os.cpu_count(), "load_average_at_end": list(os.getloadavg()),
-                 "roots": {r: str(p) for r, p in roots.items()}, "median_s": {}}
-    for r in roots:
+                 "roots": {r: str(p) for r, p in roots.items()}, "median_s": {}, "min_s": {}}
+    for r in arms:
         doc["median_s"][r] = {k: round(statistics.median(x[k] for x in runs[r]), 3) for k in runs[r][0]}
+        doc["min_s"][r] = {k: round(min(x[k] for x in runs[r]), 3) for k in runs[r][0]}
     if "base" in roots:
         doc["ratio_this_over_base"] = {k: round(doc["median_s"]["this"][k] / doc["median_s"]["base"][k], 3)
                                        for k in doc["median_s"]["this"]}

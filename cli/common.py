@@ -90,6 +90,13 @@ def emit_json(command: str, doc: dict[str, Any]) -> None:
     sys.stdout.write(text + "\n")
 
 
+def emit_result(result) -> None:
+    """Print a typed document (a floorfirst Document) as emit_json prints its keys."""
+    doc = result.document()
+    doc.pop("schema")
+    emit_json(result.command, doc)
+
+
 NARROW_COLUMNS = 100  # what the default tables fit (a screenshot-sized terminal)
 WIDE_COLUMNS = 200
 

@@ -23,8 +23,6 @@ from enum import Enum
 from fnmatch import fnmatchcase
 from typing import Any
 
-import numpy as np
-
 EXIT_INTERNAL = 70
 
 # Where a non-finite value means "undefined" and is written as null: the nullable number fields of
@@ -94,6 +92,8 @@ def _fail(command: str, path: str, why: str) -> None:
 
 def checked_document(command: str, doc: Any) -> Any:
     """`doc` as plain JSON values (numpy → Python), after every check above; DocumentError if one fails."""
+    import numpy as np  # NOTE: here, not at the top: cli.main imports DocumentError, and `floorfirst mcp` needs no numpy
+
     # NOTE: '[]' is a character class to fnmatch; paths and patterns both spell a list item '#' here
     nullable = tuple(p.replace("[]", "#") for p in NULLABLE.get(command, ()))
 

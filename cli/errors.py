@@ -17,7 +17,6 @@ import re
 import sys
 
 from planner.errors import SpecError
-from planner.inputs import INT_MAX_ABS
 
 EXIT_USER = 2
 ERROR_SCHEMA = "floorfirst.error/1"
@@ -48,11 +47,19 @@ def write_error(message: str, exit_code: int, as_json: bool, prefix: str = "floo
         sys.stdout.write(json.dumps(error_document(message, exit_code)) + "\n")
 
 
+def _int_max_abs() -> int:
+    # NOTE: imported when a literal is that long: planner.inputs imports numpy, which `floorfirst mcp`'s
+    # server process (it imports this module) never needs
+    from planner.inputs import INT_MAX_ABS
+
+    return INT_MAX_ABS
+
+
 def check_arguments(args: list[str]) -> None:
     """SpecError for an integer literal past int64 anywhere on the command line (its option named)."""
     prev = ""
     for a in args:
-        if len(a) > 19 and _INT.fullmatch(a.strip()) and abs(int(a)) >= INT_MAX_ABS:
+        if len(a) > 19 and _INT.fullmatch(a.strip()) and abs(int(a)) >= _int_max_abs():
             what = prev if prev.startswith("-") else "an argument"
             raise SpecError(f"{what}: an integer of {len(a.strip().lstrip('+-'))} digits is out of range "
                             f"(over 2^63)")

@@ -334,6 +334,7 @@ class WorkerPool:
         self.workers = max(1, int(workers))
         self.spare = max(0, min(int(spare), self.workers))
         self._local_runner: CommandRunner | None = None  # the commands' options (MCP tool schemas), read on first use
+        self._names: set[str] | None = None  # the commands, read from the modules' sources
         self._idle: list[_Worker] = []
         self._live = 0  # started and not stopped: idle, busy or starting
         self._closed = False
@@ -349,7 +350,13 @@ class WorkerPool:
 
     @property
     def commands(self) -> set[str]:
-        return self._local.commands
+        """The commands the pool answers. NOTE: read from the modules' sources (a lazy runner) until
+        the options are needed: a call checks its command without importing every command module here."""
+        if self._local_runner is not None:
+            return self._local_runner.commands
+        if self._names is None:
+            self._names = CommandRunner(self.modules, lazy=True).commands
+        return self._names
 
     @property
     def group(self):

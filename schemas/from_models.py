@@ -1,5 +1,5 @@
 """The JSON Schemas of the commands whose documents are typed (floorfirst/results.py,
-floorfirst/served.py, floorfirst/error_result.py), written from those pydantic models: every key, its type, whether it may be
+floorfirst/served.py, floorfirst/calibration_results.py, floorfirst/error_result.py), written from those pydantic models: every key, its type, whether it may be
 null, whether it is always there, and its description (the field's docstring) come from the model,
 so a document, its model and its schema can't disagree.
 
@@ -51,12 +51,16 @@ MODELS = {
     "thresholds": ("ThresholdsResult", {"Crossover": "crossover"}),
     "walls": ("WallsResult", {}),
     "validate": ("ValidateResult", {}),
+    "microbench": ("MicrobenchResult", {}),
+    "calibrate": ("CalibrateResult", {}),
+    "calibrate_kernel_db": ("KernelDbResult", {}),
 }
 # command → its schema's title, where the command line is not `floorfirst <command> --json`
 TITLES = {"simulate_disagg": "floorfirst simulate --disagg xPyD --json",
           "error": "floorfirst <command> --json, when the command produced no document",
           "triage": "floorfirst triage --measured-ms --json", "explain_launch": "floorfirst explain-launch --json",
-          "triage_profile": "floorfirst triage --profile --json"}
+          "triage_profile": "floorfirst triage --profile --json",
+          "calibrate_kernel_db": "floorfirst calibrate --from-kernel-db --json"}
 _SCALARS = {int: "integer", float: "number", str: "string", bool: "boolean"}
 
 
@@ -169,13 +173,16 @@ def model_node(cls, defs: dict[str, str] | None = None, used: dict[str, dict] | 
 
 
 def model_of(command: str):
-    """The model class of `command`'s document (floorfirst/results.py or floorfirst/served.py)."""
+    """The model class of `command`'s document (floorfirst/results.py, served.py, calibration_results.py
+    or error_result.py)."""
+    import floorfirst.calibration_results as calibration_results
     import floorfirst.error_result as error_result
     import floorfirst.results as results
     import floorfirst.served as served
 
     name = MODELS[command][0]
-    return getattr(results, name, None) or getattr(served, name, None) or getattr(error_result, name)
+    return (getattr(results, name, None) or getattr(served, name, None) or getattr(calibration_results, name, None)
+            or getattr(error_result, name))
 
 
 def schema_of(command: str) -> dict[str, Any]:

@@ -1,8 +1,9 @@
 """Write schemas/*.schema.json: the typed documents' schemas from their pydantic models
 (schemas/from_models.py: floor, compare, capacity, triage,
 explain_launch, hardware, models, regimes, triage_profile, thresholds, walls,
-validate, simulate, simulate_disagg, error), and the registry-made parts of every schema
-from the planner's registries.
+validate, simulate, simulate_disagg, microbench, calibrate_kernel_db, calibrate, error), and the
+registry-made parts of every schema from the planner's registries (follow, serve and disagg are
+still kept by hand).
 
 A schema names a registry where its choices come from one, and this script writes the choices:
 - `"x-registry": "attention_layouts"` on a string key: its `enum` is the registry's names (a

@@ -14,7 +14,7 @@ from typing import Annotated, Optional
 import typer
 from rich.markup import escape
 
-from cli.common import JsonOpt, console, emit_json
+from cli.common import JsonOpt, console, emit_json, emit_result
 from planner.errors import SpecError
 from planner.inputs import check_output_path, write_text_file
 
@@ -153,8 +153,14 @@ def calibrate(
     save_calibration(cal, out)
     issues = [str(i) for i in prof.issues + costs.issues]
     if json_out:
-        emit_json("calibrate", {"out": out, **cal.summary(), "param_std": cal.param_std, "rows_rejected": issues,
-                                "notes": list(prof.notes) + list(cal.notes)})
+        from floorfirst.calibration_results import CalibratedParams, CalibrateResult, EngineCalibratedParams
+
+        # NOTE: constructed, not validated: the fit's values as they are
+        s = cal.summary()
+        s["params"] = CalibratedParams.model_construct(**s["params"])
+        s["engines"] = {k: EngineCalibratedParams.model_construct(**v) for k, v in s["engines"].items()}
+        emit_result(CalibrateResult.model_construct(out=out, **s, param_std=cal.param_std, rows_rejected=issues,
+                                                    notes=list(prof.notes) + list(cal.notes)))
         return
     con = console()
     from rich.table import Table
@@ -237,8 +243,13 @@ def _kernel_db(system, backend, wheel, hardware, yaml_out, out, json_out, prior_
         save_calibration(prior_calibration(doc), prior_out)
     if out is not None:
         if json_out:
-            emit_json("calibrate_kernel_db", {"out": out, "yaml_out": yaml_out, **{k: doc[k] for k in
-                      ("system", "backend", "hardware", "wheel", "tables", "summary", "notes")}})
+            from floorfirst.calibration_results import KernelDbResult, KernelTable
+
+            # NOTE: constructed, not validated: the reader's values as they are (a validated float field
+            # would print an integer rate as 3.0)
+            tables = [KernelTable.model_construct(**t) for t in doc["tables"]]
+            emit_result(KernelDbResult.model_construct(out=out, yaml_out=yaml_out, tables=tables, **{k: doc[k] for k in
+                        ("system", "backend", "hardware", "wheel", "summary", "notes")}))
         else:
             con = console()
             con.print(f"{doc['system']} / {doc['backend']} ({doc['wheel']}) → {out}" + (f", {yaml_out}" if yaml_out else ""))
@@ -293,8 +304,10 @@ def microbench(
             raise SpecError(str(exc)) from None
         write_text_file(yaml_out, text, "hardware file")
     if json_out:
-        emit_json("microbench", {"out": out, "yaml_out": yaml_out, "device": doc.get("device"), "gpus": doc.get("gpus"),
-                                 "summary": doc["summary"]})
+        from floorfirst.calibration_results import MicrobenchResult
+
+        emit_result(MicrobenchResult.model_construct(out=out, yaml_out=yaml_out, device=doc.get("device"),
+                                                     gpus=doc.get("gpus"), summary=doc["summary"]))
         return
     from calibration.microbench.runner import table
 

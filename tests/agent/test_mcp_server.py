@@ -232,7 +232,7 @@ def test_plain_cli_start_up_does_not_import_the_sdk():
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 
 
-def test_floorfirst_mcp_without_the_sdk_is_one_line_and_exit_2(monkeypatch, capsys):
+def test_floorfirst_mcp_sdk_without_the_sdk_is_one_line_and_exit_2(monkeypatch, capsys):
     from cli.main import main
 
     for name in [m for m in sys.modules if m == "mcp" or m.startswith("mcp.")]:
@@ -240,6 +240,6 @@ def test_floorfirst_mcp_without_the_sdk_is_one_line_and_exit_2(monkeypatch, caps
     monkeypatch.setitem(sys.modules, "mcp", None)
     monkeypatch.delitem(sys.modules, "cli.mcp_server", raising=False)
     with pytest.raises(SystemExit) as exc:
-        main(["mcp"])
+        main(["mcp", "--sdk"])
     err = capsys.readouterr().err
-    assert exc.value.code == 2 and err == "floorfirst: error: floorfirst mcp needs the MCP SDK: pip install '.[mcp]' in a clone of floorfirst\n"
+    assert exc.value.code == 2 and err == "floorfirst: error: floorfirst mcp --sdk needs the MCP SDK: pip install '.[mcp]' in a clone of floorfirst\n"
