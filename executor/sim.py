@@ -59,10 +59,9 @@ class SimExecutor:
         self._rows: list[dict[int, list[float]]] = [{} for _ in range(tables.base_s.shape[1])]
         self._chunk_rows: list[dict[int, tuple]] = [{} for _ in range(tables.base_s.shape[1])]
         self._knee = float(tables.prefix_knee_tokens)
-        # per layout, the fixed seconds of a step with a chunk, without and with decode rows beside it
-        # (the eager-step overheads: tables.StepTimeTable.chunk_overhead_s)
-        self._over_chunk = [(tables.chunk_overhead_s(i, False), tables.chunk_overhead_s(i, True))
-                            for i in range(len(self._rows))]
+        # the fixed seconds of a step with a chunk, without and with decode rows beside it (the
+        # eager-step overheads: tables.StepTimeTable.chunk_overhead_s)
+        self._over_chunk = (tables.chunk_overhead_s(False), tables.chunk_overhead_s(True))
         # per layout, what a short run reads: its c1 and c2 rows, alpha, overhead, table bounds, rows
         # (decode-only rows from the compiled lists, longer ones cached here)
         dec = tables.base_rows_py
@@ -127,7 +126,7 @@ class SimExecutor:
                 lo, hi = step_time.prefix_split(None if prefill_context_tokens is None
                                                 else float(prefill_context_tokens[0]), self._knee)
                 dur = [step_time.step_seconds(row, self._chunk_row(layout, p), lo, hi, c1, c2, s1, s2, alpha,
-                                              self._over_chunk[layout][1 if b else 0])]
+                                              self._over_chunk[1 if b else 0])]
             else:  # owner layouts: the slower of the decode-busiest owner and the chunk's owner
                 g = chunk_owner[0][0]
                 if groups != t.ranks:  # the chunk's owner rank → its owner group
@@ -140,7 +139,7 @@ class SimExecutor:
                     s1c = s2c = 0.0
                 dur = [step_time.owner_step_seconds(row, self._chunk_row(layout, min(int(chunk_owner[1][0]), max_p)),
                                                     lo, hi, c1, c2, s1, s2, s1c, s2c, alpha,
-                                                    self._over_chunk[layout][1 if b else 0])]
+                                                    self._over_chunk[1 if b else 0])]
             if self._pending_interference_s:
                 dur[0] += self._pending_interference_s
                 self._pending_interference_s = 0.0
@@ -232,7 +231,7 @@ class SimExecutor:
         seconds, owner_seconds, split, knee = step_time.step_seconds, step_time.owner_step_seconds, \
             step_time.prefix_split, self._knee
         out = [0.0] * k
-        over_c = self._over_chunk[layout][1 if b else 0]
+        over_c = self._over_chunk[1 if b else 0]
         ds1 = s1_end - s1_0
         km1 = k - 1
         if own_ctx is not None:

@@ -225,10 +225,10 @@ class StepTimeTable:
     prefill_overhead_s: float = 0.0
     mixed_overhead_s: float = 0.0
 
-    def chunk_overhead_s(self, layout: int, decodes: bool) -> float:
+    def chunk_overhead_s(self, decodes: bool) -> float:
         """The fixed seconds of a step with a chunk (`decodes`: with decode rows beside it, as the
-        loop composed the step: a separate-prefill step has none). The same in every layout: the host
-        launches per layer, not the layout's collectives, set it; `layout` keeps the door open."""
+        loop composed the step: a separate-prefill step has none). The same in every layout: the
+        host's launches per layer set it, not the layout's collectives."""
         return self.overhead_s + self.prefill_overhead_s + (self.mixed_overhead_s if decodes else 0.0)
 
     def __getstate__(self) -> dict:
@@ -245,7 +245,7 @@ class StepTimeTable:
         makes a table with other rows, and that table compiles its own; ~20-50 ms, once per table,
         not once per policy)."""
         owner = [int(g) > 1 for g in self.info.owner_groups]
-        chunk_over = [self.chunk_overhead_s(i, True) for i in range(len(owner))]
+        chunk_over = [self.chunk_overhead_s(True)] * len(owner)
         return step_time.layout_kernels(self.base_s, self.chunk_rows_s, self.c1_s, self.c2_s, owner, self.alpha,
                                         self.overhead_s, chunk_over)
 
@@ -283,7 +283,7 @@ class StepTimeTable:
         else:
             terms = step_time.decode_terms_np(base, self.chunk_terms(layout, prefill_tokens, prefill_context),
                                               c1, c2, s1, s2)
-        over_chunk = self.chunk_overhead_s(layout, batch > 0)
+        over_chunk = self.chunk_overhead_s(batch > 0)
         if over_chunk != self.overhead_s:  # steps with a chunk pay the eager-step overheads (the same sum as step_time's kernels)
             t = step_time.combine(terms, self.alpha, np.where(p > 0, over_chunk, self.overhead_s))
         else:

@@ -106,4 +106,4 @@ def test_a_calibration_s_overheads_reach_the_tables(tmp_path):
     assert (model.prefill_overhead_s, model.mixed_overhead_s) == (PRE, MIX) and "prompt chunk" in model.label
     m, hw = planner.load_model("deepseek-v3.2"), planner.load_hardware("h200")
     t = compile_tables(planner.make_deployment(m, hw, attn="tp", gpus=8), model, max_batch=8, max_prefill_tokens=64)
-    assert t.chunk_overhead_s(0, True) == t.overhead_s + PRE + MIX and t.chunk_overhead_s(0, False) == t.overhead_s + PRE
+    assert t.chunk_overhead_s(True) == t.overhead_s + PRE + MIX and t.chunk_overhead_s(False) == t.overhead_s + PRE
