@@ -17,7 +17,12 @@ DONE = 4  # runtime_policy.loop.DONE
 
 @pytest.fixture(scope="module", params=[2, 4], ids=lambda t: f"T{t}")
 def served(request):
-    return spawn_ranks(sc.scenario_serving, request.param)
+    # NOTE: generous fault and side-transfer timeouts (defaults 1.5 s and 5 s, dist.py): this scenario
+    # injects no fault. The simulator-vs-executor check failed twice, only on a host loaded far past its
+    # cores (load 10-17 on 2 cores: the whole suite beside other jobs), and never alone; the likeliest
+    # cause is a descheduled rank outwaiting them, so the executor drops a switch the simulator
+    # commits. Random step tables at any scale decide the same (faults: test_executor_faults.py)
+    return spawn_ranks(sc.scenario_serving, request.param, fault_timeout_s=60.0, side_timeout_s=120.0)
 
 
 def test_every_rank_saw_the_same_run(served):
