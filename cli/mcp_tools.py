@@ -219,12 +219,14 @@ class ToolTable:
     def _build(self) -> dict[str, _Tool]:
         with self._lock:
             if self._tools is None:
-                entry = _cache_entry() if self._cache else None
-                tools = _load(entry) if entry is not None else None
+                where = _cache_entry() if self._cache else None
+                tools = _load(where[2]) if where is not None else None
                 if tools is None:
                     tools = self._make()
-                    if entry is not None:
-                        _store(entry, tools)
+                    if where is not None:
+                        from planner.spec_cache import store_entry
+
+                        store_entry(*where, tools)
                 self._tools = tools
             return self._tools
 
@@ -300,10 +302,9 @@ class ToolTable:
 
 
 def _cache_entry():
-    """Where this code's tool table is kept: a file named by the CRC-32 of the checkout's path, and that
-    of the (path, mtime, size) of every .py file of CODE_PACKAGES and the Python, pydantic and typer
-    versions (~2 ms)."""
-    import os
+    """Where this code's tool table is kept: the cache folder's `mcp-tools-<checkout>-<code>.pickle`, the
+    code's key the .py files of CODE_PACKAGES and the Python, pydantic and typer versions
+    (planner.spec_cache.tree_fingerprint, ~2 ms)."""
     import sys
     import zlib
     from pathlib import Path
@@ -311,21 +312,15 @@ def _cache_entry():
     import pydantic
     import typer
 
-    from planner.spec_cache import cache_dir
+    from planner.spec_cache import cache_dir, tree_fingerprint
 
     root = Path(__file__).resolve().parent.parent
-    stats = []
-    for package in CODE_PACKAGES:
-        for folder, dirs, files in os.walk(root / package):
-            dirs[:] = [d for d in dirs if d != "__pycache__"]
-            for f in files:
-                if f.endswith(".py"):
-                    st = os.stat(os.path.join(folder, f))
-                    stats.append((os.path.join(folder, f), st.st_mtime_ns, st.st_size))
-    text = repr((CACHE_FORMAT, sys.version, pydantic.VERSION, typer.__version__, sorted(stats)))
+    code = tree_fingerprint(tuple(str(root / p) for p in CODE_PACKAGES),
+                            (CACHE_FORMAT, sys.version, pydantic.VERSION, typer.__version__))
     # NOTE: named by the checkout too: two checkouts (a release and a clone) keep an entry each instead
     # of dropping each other's on every start
-    return cache_dir() / f"mcp-tools-{zlib.crc32(str(root).encode()):08x}-{zlib.crc32(text.encode()):08x}.pickle"
+    stem = f"mcp-tools-{zlib.crc32(str(root).encode()):08x}-"
+    return cache_dir(), stem, cache_dir() / f"{stem}{code:08x}.pickle"
 
 
 def _load(entry) -> dict[str, _Tool] | None:
@@ -337,24 +332,6 @@ def _load(entry) -> dict[str, _Tool] | None:
         return tools if isinstance(tools, dict) and all(isinstance(t, _Tool) for t in tools.values()) else None
     except Exception:  # noqa: BLE001 - missing, corrupt, from other code: all mean "rebuild"
         return None
-
-
-def _store(entry, tools: dict[str, _Tool]) -> None:
-    """Write `entry` whole (a temporary file renamed onto it) and drop this checkout's entries of other code."""
-    import os
-    import pickle
-
-    try:
-        entry.parent.mkdir(parents=True, exist_ok=True)
-        tmp = entry.with_name(f"{entry.name}.{os.getpid()}.tmp")
-        tmp.write_bytes(pickle.dumps(tools, protocol=pickle.HIGHEST_PROTOCOL))
-        os.replace(tmp, entry)
-        checkout = entry.name.rsplit("-", 1)[0]
-        for old in entry.parent.glob(f"{checkout}-*.pickle"):
-            if old != entry:
-                old.unlink(missing_ok=True)
-    except Exception:  # noqa: BLE001 - a read-only or full disk: the server goes on uncached
-        pass
 
 
 def _error(line: str) -> dict[str, Any]:

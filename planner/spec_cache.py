@@ -45,13 +45,10 @@ def cache_dir() -> Path:
     return Path(base) / "floorfirst" / "specs"
 
 
-@lru_cache(maxsize=16)
-def code_fingerprint(roots: tuple[str, ...]) -> int:
-    """CRC-32 of the (path, mtime, size) of every .py file under `roots` (folders or files), and of
-    the versions whose pickles an entry holds. ~1 ms for the planner's ~80 files; once per process."""
-    import numpy
-    import pydantic
-
+def tree_fingerprint(roots: tuple[str, ...], versions: tuple = ()) -> int:
+    """CRC-32 of the (path, mtime, size) of every .py file under `roots` (folders or files, __pycache__
+    left out) and of `versions` (what else an entry depends on). Imports nothing: the MCP server keys
+    its tool table by it before numpy is loaded (cli/mcp_tools.py)."""
     stats: list[tuple[str, int, int]] = []
 
     def walk(path: str) -> None:
@@ -69,8 +66,17 @@ def code_fingerprint(roots: tuple[str, ...]) -> int:
 
     for r in roots:
         walk(r)
-    text = repr((FORMAT, sys.version, pydantic.VERSION, numpy.__version__, sorted(stats)))
-    return zlib.crc32(text.encode())
+    return zlib.crc32(repr((versions, sorted(stats))).encode())
+
+
+@lru_cache(maxsize=16)
+def code_fingerprint(roots: tuple[str, ...]) -> int:
+    """`tree_fingerprint` of `roots` with the versions whose pickles an entry holds. ~1 ms for the
+    planner's ~80 files; once per process."""
+    import numpy
+    import pydantic
+
+    return tree_fingerprint(roots, (FORMAT, sys.version, pydantic.VERSION, numpy.__version__))
 
 
 def cached_spec(kind: str, path: Path, build: Callable[[], T], code: Iterable[Path] = ()) -> T:
@@ -98,12 +104,13 @@ def cached_spec(kind: str, path: Path, build: Callable[[], T], code: Iterable[Pa
     except Exception:  # noqa: BLE001 - missing, stale class, corrupt: all mean "rebuild"
         pass
     value = build()
-    _store(folder, stem, entry, value)
+    store_entry(folder, stem, entry, value)
     return value
 
 
-def _store(folder: Path, stem: str, entry: Path, value: object) -> None:
-    """Write `entry` atomically (a temporary file renamed over it) and drop this file's stale entries."""
+def store_entry(folder: Path, stem: str, entry: Path, value: object) -> None:
+    """Write `entry` (`folder`/`stem` + a key without '-') atomically, a temporary file renamed over
+    it, and drop the entries of other keys with this stem; a disk that can't be written is ignored."""
     try:
         folder.mkdir(parents=True, exist_ok=True)
         tmp = entry.with_name(f"{entry.name}.{os.getpid()}.tmp")

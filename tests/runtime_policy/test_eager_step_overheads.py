@@ -33,12 +33,18 @@ def _run(tables, layout, b, pre, vectorized=False, **kw):
     return np.asarray(ex.run_steps(batch, pre, **kw), dtype=np.float64)
 
 
+def _runnable(tables, layout: str) -> int:
+    """`layout`'s index in `tables`; the test is skipped where the model can't run it."""
+    lay = tables.layouts.index(layout)
+    if tables.info.kv_pool_bytes[lay] <= 0:
+        pytest.skip(f"{layout} can't run this model")
+    return lay
+
+
 @pytest.mark.parametrize("layout", layout_names())
 def test_a_chunk_step_pays_the_eager_overheads_and_a_decode_step_does_not(pair, layout):
     t0, t1 = pair
-    lay = t0.layouts.index(layout)
-    if t0.info.kv_pool_bytes[lay] <= 0:
-        pytest.skip(f"{layout} can't run this model")
+    lay = _runnable(t0, layout)
     pre = np.array([0.0, 700.0, 0.0, 1024.0, 17.0])
     for b, extra in ((16, PRE + MIX), (0, PRE)):
         for k in (1, len(pre)):
@@ -52,9 +58,7 @@ def test_a_chunk_step_pays_the_eager_overheads_and_a_decode_step_does_not(pair, 
 @pytest.mark.parametrize("layout", layout_names())
 def test_the_short_run_path_equals_the_vectorized_one_with_eager_overheads(pair, layout):
     _, t1 = pair
-    lay = t1.layouts.index(layout)
-    if t1.info.kv_pool_bytes[lay] <= 0:
-        pytest.skip(f"{layout} can't run this model")
+    lay = _runnable(t1, layout)
     pre = np.array([0.0, 0.0, 300.0, 0.0, 1024.0, 0.0, 5.0, 0.0])
     prefix = np.array([0.0, 0.0, 4000.0, 0.0, 70000.0, 0.0, 10.0, 0.0])
     owner = (np.arange(8) % 8, np.minimum(pre, 200.0), prefix)
