@@ -50,7 +50,8 @@ MODEL_CONFIG = "benchmarks/results/executor_gpu/executor-stack-config.json"
 WORKLOADS = ("shrinking", "chat", "rollout")
 CHAT_RATE_PER_S = 4.0
 TARGET = 0.10  # the twin's throughput and TTFT/TPOT p50 within 10 % of the executor's
-SMOKE = {"requests": 8, "max_output": 48}  # --smoke: workloads cut to this (CPU, tiny dimensions)
+SMOKE = {"requests": 8, "max_output": 48}
+REPS = 8  # repetitions of each chunk-step row (its median is the row)  # --smoke: workloads cut to this (CPU, tiny dimensions)
 
 
 def stack_dims(smoke: bool):
@@ -199,26 +200,29 @@ def engine_rows(g, out_dir: str, smoke: bool = False) -> dict:
                          "step_ms": statistics.median(ms), "step_ms_min": min(ms), "rows": r.last_exec.inputs.rows,
                          "graph": r.last_exec.graph is not None})
             clear()
-    for n in ((64, 256) if smoke else (64, 256, 512, 1024, 2048)):  # one prompt's chunk, prefix 0
+    # NOTE: chunk steps are host-bound up to ~1.5K tokens on H100 and device-bound past it
+    # (calibration/artifact.py, `host_overlap_alpha`): sizes on both sides of the bend, 8 repetitions
+    # each (the host's launch time varies more than the device's)
+    for n in ((64, 256) if smoke else (64, 256, 512, 1024, 1536, 2048)):  # one prompt's chunk, prefix 0
         prefill_steps([n], False, 1)  # warm-up of this shape
-        ms = prefill_steps([n], False, 4)
+        ms = prefill_steps([n], False, REPS)
         rows.append({"kind": "prefill", "batch": 0, "context": 1, "prefill_tokens": n, "prefix": 0,
                      "pieces": 1, "step_ms": statistics.median(ms), "step_ms_min": min(ms)})
     for k, n in (((2, 64),) if smoke else ((4, 512), (8, 256))):  # a chunk packing k prompts (what the loop's chunks of short prompts are)
         prefill_steps([n] * k, False, 1)
-        ms = prefill_steps([n] * k, False, 4)
+        ms = prefill_steps([n] * k, False, REPS)
         rows.append({"kind": "prefill", "batch": 0, "context": 1, "prefill_tokens": n * k, "prefix": 0,
                      "pieces": k, "step_ms": statistics.median(ms), "step_ms_min": min(ms)})
     for n, pfx in (((64, 128),) if smoke else ((512, 1536), (2048, 2048))):  # a later chunk of a long prompt (JSON only: no CSV column)
-        ms = prefill_steps([n], False, 3, pfx)
+        ms = prefill_steps([n], False, REPS, pfx)
         rows.append({"kind": "prefill_prefix", "batch": 0, "context": 1, "prefill_tokens": n, "prefix": pfx,
                      "pieces": 1, "step_ms": statistics.median(ms), "step_ms_min": min(ms)})
     for b in ((8, 20) if smoke else (8, 32, 64)):
-        for n in ((64, 256) if smoke else (256, 1024, 2048)):
+        for n in ((64, 256) if smoke else (256, 1024, 1536, 2048)):
             decode_batch(b, 1024)
             _timed(r, r.step, 2)
             prefill_steps([n], True, 1)
-            ms = prefill_steps([n], True, 4)
+            ms = prefill_steps([n], True, REPS)
             rows.append({"kind": "mixed", "batch": b, "context": 1024 + 8, "prefill_tokens": n, "prefix": 0,
                          "pieces": 1, "step_ms": statistics.median(ms), "step_ms_min": min(ms)})
             clear()
@@ -233,20 +237,49 @@ def engine_rows(g, out_dir: str, smoke: bool = False) -> dict:
 
 
 def write_profile(path: str, rows: list[dict], hardware: str, model: str = MODEL_CONFIG, layers: int = LAYERS) -> int:
-    """Rows in the step-profile CSV `floorfirst calibrate --profile` reads (prefix-0 rows only: a step
-    row has no column for a chunk's cached prefix)."""
+    """Rows in the step-profile CSV `floorfirst calibrate --profile` reads: prefix-0 rows of one prompt
+    only (a step row has no column for a chunk's cached prefix, nor for the prompts packed into it: a
+    packed chunk's own attention is smaller, admission.py `chunk_plan`; those rows are the held-out
+    check `packing_check` prices instead)."""
     n = 0
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["model", "hardware", "gpus", "attn", "moe", "batch", "context", "prefill_tokens", "weight_dtype",
                     "kv_dtype", "step_ms", "num_layers", "workload"])
         for rw in rows:
-            if rw["prefix"]:
+            if rw["prefix"] or rw.get("pieces", 1) > 1:
                 continue
             w.writerow([model, hardware, 1, "tp", "tp", rw["batch"], rw["context"], rw["prefill_tokens"],
                         "bf16", "bf16", f"{rw['step_ms']:.4f}", layers, rw["kind"]])
             n += 1
     return n
+
+
+def packing_check(rows: list[dict], tables) -> list[dict]:
+    """The rows left out of the fit, priced by the fitted tables as the simulator prices them: a chunk
+    packed from k prompts (its attention-equivalent prefix, admission.py `chunk_plan`) and a later
+    chunk of a long prompt (its cached prefix). Held out: no fitted parameter saw them."""
+    from runtime_policy.admission import chunk_plan
+
+    tp = tables.layouts.index("tp")
+    out = []
+    for rw in rows:
+        k = int(rw.get("pieces", 1))
+        if not rw["prefix"] and k == 1:
+            continue
+        n = rw["prefill_tokens"] // k
+        pfx = (chunk_plan([float(n * k)], list(range(k)), [n] * k, [float(n)] * k, [0] * k)[0][0] if k > 1
+               else float(rw["prefix"]))
+        b = int(rw["batch"])
+        ctx = float(rw["context"] * b)
+        pred = float(tables.step_s(tp, b, np.array([float(rw["prefill_tokens"])]), np.array([ctx]), np.array([ctx]),
+                                   prefill_context=np.array([pfx]))[0]) * 1e3
+        one = float(tables.step_s(tp, b, np.array([float(rw["prefill_tokens"])]), np.array([ctx]), np.array([ctx]),
+                                  prefill_context=np.array([float(rw["prefix"])]))[0]) * 1e3
+        out.append({"kind": rw["kind"], "prefill_tokens": rw["prefill_tokens"], "pieces": k, "prefix": rw["prefix"],
+                    "equivalent_prefix": pfx, "measured_ms": rw["step_ms"], "predicted_ms": pred,
+                    "predicted_as_one_prompt_ms": one, "error": (pred - rw["step_ms"]) / rw["step_ms"]})
+    return out
 
 
 # ---------------------------------------------------------------- GPU: the executor serves
@@ -381,13 +414,23 @@ def twin(exec_dir: str, out_dir: str, hardware: str, smoke: bool = False, fit_on
             else served_rows(exec_dir))
     fitted = fit_rows(rows, out_dir, hardware, smoke)
     cal_path = os.path.join(out_dir, "executor-calibration-twin.json")
-    sim = simulate(tables_for(hardware, cal_path, smoke), smoke)
+    tables = tables_for(hardware, cal_path, smoke)
+    sim = simulate(tables, smoke)
     ex = {n: json.load(open(os.path.join(exec_dir, f"executor_{n}.json"))) for n in WORKLOADS
           if os.path.exists(os.path.join(exec_dir, f"executor_{n}.json"))}
     cmp_ = side_by_side(ex, sim)
-    doc = {"fit_on": fit_on, "calibration": fitted, "twin": cmp_, "simulator": sim}
+    held_out = packing_check(json.load(open(os.path.join(exec_dir, "engine_rows.json")))["rows"], tables)
+    doc = {"fit_on": fit_on, "calibration": fitted, "twin": cmp_, "held_out_rows": held_out, "simulator": sim}
     json.dump(doc, open(os.path.join(out_dir, "twin.json"), "w"), indent=1, default=float)
     return doc
+
+
+def print_held_out(rows: list[dict]) -> None:
+    print("held-out rows (not fitted): measured / predicted ms (as one prompt)")
+    for r in rows:
+        print(f"  {r['kind']:15s} chunk={r['prefill_tokens']:5d} pieces={r['pieces']} pfx={r['prefix']:5d} "
+              f"{r['measured_ms']:7.2f} / {r['predicted_ms']:7.2f} ({r['predicted_as_one_prompt_ms']:7.2f}) "
+              f"{100 * r['error']:+.1f} %")
 
 
 def print_table(cmp_: dict) -> None:
@@ -417,6 +460,7 @@ def main() -> None:
         cond = json.load(open(os.path.join(a.src, "conditions.json")))
         doc = twin(a.src, out_dir, a.hardware or cond["hardware"], bool(cond.get("smoke")), a.fit_on)
         print_table(doc["twin"])
+        print_held_out(doc["held_out_rows"])
         print(json.dumps({"out": out_dir, "within_10pct": {k: v["within_10pct"] for k, v in doc["twin"].items()}}))
         return
     import torch
@@ -450,6 +494,7 @@ def main() -> None:
     print(f"[{time.time() - t0:.0f}s] executor runs done", flush=True)
     doc = twin(out_dir, out_dir, cond["hardware"], smoke)
     print_table(doc["twin"])
+    print_held_out(doc["held_out_rows"])
     print(json.dumps({"out": out_dir, "wall_s": time.time() - t0,
                       "within_10pct": {k: v["within_10pct"] for k, v in doc["twin"].items()}}))
 

@@ -10,8 +10,9 @@ Prediction for one step (all terms priced from the step's own bytes, FLOPs and m
   messages_s = network_messages · message_latency_s
   host_link_s = host-link contiguous-equivalent bytes / B_host   (a host KV tier's misses; not fitted:
                no measured row has a tier yet, so the term is the datasheet floor, efficiency 1)
-  t          = overhead_s + e_p·[the step carries prefill tokens] + e_m·[… and decode rows too]
-               + max(terms) + α · (sum(terms) − max(terms))
+  D          = max(terms) + α · (sum(terms) − max(terms))          (the device's time)
+  E          = e_p·[the step carries prefill tokens] + e_m·[… and decode rows too]   (eager host time)
+  t          = overhead_s + max(E, D) + α_h · min(E, D)
 
 e_p (`prefill_step_overhead_s`) and e_m (`mixed_step_overhead_s`) are the fixed host costs of a step
 that no full CUDA graph runs. NOTE: engines capture graphs of decode batches only, so a step with a
@@ -24,6 +25,16 @@ FULL_AND_PIECEWISE runs uniform-decode batches as one full graph and prefill or 
 piecewise graphs with attention outside them). A mixed step's decode rows then leave their graph too
 (e_m; the torch executor runs their paged-attention path beside the chunk's). Both are fitted per
 engine where rows with prompt chunks exist, else held at 0 (the shipped priors: no measured step).
+
+α_h (`host_overlap_alpha`) is how much of the shorter of E and D the other does not hide. NOTE: a
+kernel launch returns before the kernel runs, so an eager step's host launches and its device work
+overlap: a step of short kernels waits on its launches (host-bound), a step of long ones on the
+device. The torch executor shows both on H100 (benchmarks/results/executor_gpu/twin_1gpu/
+gpu_h100_eager/engine_rows.json): a prefill-only step takes 14.2–16.1 ms from 64 to 1,024 tokens,
+flat (its launches, ~14 ms, outlast the device work) and 26.6 ms at 2,048 (the device's time). An
+added E (α_h = 1, the serial formula) can't fit both: it read the flat part as host time and left
+the device's growth unpriced. α_h = 1 where no row tells it apart (no chunk rows: E = 0), so every
+shipped prior and every step without a chunk prices exactly as before.
 
 The step's engine terms (planner.step EngineStepCost: the engine's own collectives, its thin expert
 GEMMs' extra streaming, CUDA-graph padding) enter these parts where the step carries them. A fit
@@ -64,7 +75,7 @@ ARTIFACT_KIND = "floorfirst.calibration"
 PARAM_NAMES: tuple[str, ...] = (
     "hbm_weight_efficiency", "hbm_kv_efficiency", "compute_linear_efficiency", "compute_attention_efficiency",
     "network_efficiency", "message_latency_s", "overlap_alpha", "overhead_s",
-    "prefill_step_overhead_s", "mixed_step_overhead_s",
+    "prefill_step_overhead_s", "mixed_step_overhead_s", "host_overlap_alpha",
 )
 
 
@@ -73,7 +84,7 @@ PARAM_NAMES: tuple[str, ...] = (
 # hardware's, shared by every engine.
 ENGINE_PARAM_NAMES: tuple[str, ...] = (
     "hbm_weight_efficiency", "hbm_kv_efficiency", "compute_linear_efficiency", "compute_attention_efficiency", "overhead_s",
-    "prefill_step_overhead_s", "mixed_step_overhead_s",
+    "prefill_step_overhead_s", "mixed_step_overhead_s", "host_overlap_alpha",
 )
 ENGINE_PARAM_INDEX: tuple[int, ...] = tuple(PARAM_NAMES.index(n) for n in ENGINE_PARAM_NAMES)
 # Codes a step's features carry for the engine whose kernels priced it (StepFeatures.engine_code);
@@ -113,6 +124,7 @@ class FittedParams(_Frozen):
     overhead_s: float = Field(ge=0, le=MAX_OVERHEAD_S, description="Fixed per-step overhead (launch gaps, sampling, scheduling), seconds.")
     prefill_step_overhead_s: float = Field(0.0, ge=0, le=MAX_OVERHEAD_S, description="Extra fixed seconds of a step carrying prefill tokens (no full CUDA graph runs it).")
     mixed_step_overhead_s: float = Field(0.0, ge=0, le=MAX_OVERHEAD_S, description="Extra fixed seconds when that step also carries decode rows (their path leaves the graph too).")
+    host_overlap_alpha: float = Field(1.0, ge=0, le=1, description="α_h: the share of the shorter of a chunk step's eager host time and its device time that does not overlap the other (1: they add; 0: the step takes the longer).")
 
     def vector(self) -> np.ndarray:
         return np.array([getattr(self, n) for n in PARAM_NAMES], dtype=np.float64)
@@ -133,6 +145,7 @@ class EngineParams(_Frozen):
     overhead_s: float = Field(ge=0, le=MAX_OVERHEAD_S)
     prefill_step_overhead_s: float = Field(0.0, ge=0, le=MAX_OVERHEAD_S)
     mixed_step_overhead_s: float = Field(0.0, ge=0, le=MAX_OVERHEAD_S)
+    host_overlap_alpha: float = Field(1.0, ge=0, le=1)
 
 
 class DatasheetRates(_Frozen):
@@ -217,6 +230,9 @@ class Calibration(_Frozen):
         """(prefill_step_overhead_s, mixed_step_overhead_s) of steps run by `engine`."""
         x = self.vector_for(engine)
         return float(x[8]), float(x[9])
+
+    def host_overlap_alpha_for(self, engine: str | None) -> float:
+        return float(self.vector_for(engine)[10])
 
     def alpha_for(self, engine: str | None) -> float:
         return float(self.vector_for(engine)[6])
@@ -359,11 +375,20 @@ def per_step_params(x: np.ndarray, codes: np.ndarray, blocks: tuple[float, ...])
 
 def predict_from_features(f: StepFeatures, x: np.ndarray) -> np.ndarray:
     """t = overhead (+ the eager-step overheads where the step has them) + max + α(sum − max) for
-    parameter vector `x` in PARAM_NAMES order (or [N, P]: one column per step)."""
+    parameter vector `x` in PARAM_NAMES order (or [N, P]: one column per step); where α_h < 1, a step
+    with eager host time E = e_p + e_m and device time D = max + α(sum − max) takes
+    overhead + max(E, D) + α_h·min(E, D) (the module docstring)."""
     alpha, over = x[6], x[7] + x[8] * f.prefill_step + x[9] * f.mixed_step
     terms = calibrated_terms_s(f, x)
     mx = terms.max(axis=0)
-    return over + mx + alpha * (terms.sum(axis=0) - mx)
+    serial = over + mx + alpha * (terms.sum(axis=0) - mx)
+    ah = x[10]
+    if np.all(ah == 1.0):  # the serial formula, bit for bit (every shipped prior)
+        return serial
+    eager = x[8] * f.prefill_step + x[9] * f.mixed_step
+    d = mx + alpha * (terms.sum(axis=0) - mx)
+    overlapped = x[7] + np.maximum(eager, d) + ah * np.minimum(eager, d)
+    return np.where(ah == 1.0, serial, overlapped)
 
 
 @dataclass(frozen=True)

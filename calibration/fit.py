@@ -30,8 +30,9 @@ MIN_ROWS = 8
 ROWS_PER_PARAM = 3
 DEFAULT_LOSS = "soft_l1"
 DEFAULT_F_SCALE = 0.05
+HOST_BOUND_MARGIN = 1.05  # a chunk row tells α_h apart where its eager host time exceeds its device time by this
 # Internal scaling so every free variable is O(1) for the optimizer: latency in µs, overhead in ms.
-_SCALE = np.array([1, 1, 1, 1, 1, 1e-6, 1, 1e-3, 1e-3, 1e-3], dtype=np.float64)
+_SCALE = np.array([1, 1, 1, 1, 1, 1e-6, 1, 1e-3, 1e-3, 1e-3, 1], dtype=np.float64)
 _SIGNAL = {  # which feature carries each parameter's signal
     "hbm_weight_efficiency": "weight_hbm_s", "hbm_kv_efficiency": "other_hbm_s",
     "compute_linear_efficiency": "linear_compute_s", "compute_attention_efficiency": "attention_compute_s",
@@ -50,10 +51,11 @@ def priors_from(hw_name: str, microbench: dict | None) -> tuple[dict[str, float]
     vals = {"hbm_weight_efficiency": e.hbm, "hbm_kv_efficiency": e.hbm, "compute_linear_efficiency": e.flops,
             "compute_attention_efficiency": e.flops, "network_efficiency": e.network,
             "message_latency_s": p.collective_latency_s, "overlap_alpha": 0.5, "overhead_s": 0.0,
-            "prefill_step_overhead_s": 0.0, "mixed_step_overhead_s": 0.0}
+            "prefill_step_overhead_s": 0.0, "mixed_step_overhead_s": 0.0, "host_overlap_alpha": 1.0}
     src = {k: f"hardware spec {hw.name} defaults" for k in vals}
     src["overlap_alpha"] = src["overhead_s"] = "neutral start (α = 0.5, overhead 0)"
     src["prefill_step_overhead_s"] = src["mixed_step_overhead_s"] = "neutral start (no eager-step overhead)"
+    src["host_overlap_alpha"] = "neutral start (α_h = 1: host and device time add)"
     s = (microbench or {}).get("summary", {})
     tag = "microbench"
     from_mb = {
@@ -84,9 +86,9 @@ def _residuals(z, free_idx, x_full, f: RowFeatures, measured, scale):
 def _bounds(measured, names: list[str] | None = None):
     """Each parameter's range: efficiencies (0, 1], latency and α as the artifact allows, the
     per-step overhead below the fastest measured row, an eager-step overhead below the slowest."""
-    lo = np.array([EFF_MIN] * 5 + [0.0] * 5)
+    lo = np.array([EFF_MIN] * 5 + [0.0] * 6)
     hi = np.array([1.0] * 5 + [MAX_LATENCY_S, 1.0, float(np.min(measured)) * 0.999]
-                  + [float(np.max(measured)) * 0.999] * 2)
+                  + [float(np.max(measured)) * 0.999] * 2 + [1.0])
     if names is None:
         return lo, hi
     idx = [PARAM_NAMES.index(n.split("@")[0]) for n in names]
@@ -125,6 +127,11 @@ def fit_params(f: RowFeatures, measured: np.ndarray, priors: dict[str, float], l
         for n in names:
             if n.split("@")[0] == "mixed_step_overhead_s":
                 reasons[n] = "not separable: every row with a prompt chunk has decode rows too"
+    if "prefill_step_overhead_s" in reasons:
+        # NOTE: α_h prices how an eager step's host time overlaps its device time: no eager step, no signal
+        for n in names:
+            if n.split("@")[0] == "host_overlap_alpha":
+                reasons[n] = "no eager-step overhead to overlap (no row with a prompt chunk)"
     for name in fixed or ():
         reasons.setdefault(name, "held fixed by the caller")
     free = [n for n in names if n not in reasons]
@@ -162,12 +169,43 @@ def fit_params(f: RowFeatures, measured: np.ndarray, priors: dict[str, float], l
         free = [n for n in free if n not in dead]
     x = x0.copy()
     x[idx] = best.x * scale[idx]
+    unseen = [n for n in free if n.split("@")[0] == "host_overlap_alpha" and not _host_bound(f, x, n, own)]
+    if unseen:
+        # NOTE: where every chunk step is device-bound (E < D), t = overhead + D + α_h·E: only the
+        # product is determined, and any α_h < 1 with a larger E fits as well. Held at 1, E is the
+        # seconds the eager launches add (what such rows measure), and the fit is made again.
+        x, free, std, again = fit_params(f, measured, {**priors, **{n: 1.0 for n in unseen}}, loss, f_scale,
+                                         set(fixed or ()) | set(unseen), own)
+        for n in unseen:
+            again[n] = ("not separable: no step with a prompt chunk is host-bound at the fit (its eager host time "
+                        "below its device time on every row), so only α_h × the eager overheads is determined: "
+                        "held at 1 (they add)")
+        return x, free, std, again
     jac = best.jac / scale[idx]  # d r / d x = (d r / d z) / scale
     dof = max(measured.size - len(free), 1)
     s2 = float(np.sum(best.fun ** 2) / dof)
     cov = np.linalg.pinv(jac.T @ jac) * s2
     std = {n: float(np.sqrt(max(cov[i, i], 0.0))) for i, n in enumerate(free)}
     return x, free, std, reasons
+
+
+def _host_bound(f: RowFeatures, x: np.ndarray, name: str, own: list[str]) -> bool:
+    """Whether any step with a prompt chunk priced by parameter `name` (shared, or '…@engine') has
+    its eager host time above its device time at `x` (calibration.artifact `predict_from_features`)."""
+    from calibration.artifact import calibrated_terms_s
+
+    p = f.params(x)
+    p = p if p.ndim == 2 else np.repeat(p[:, None], f.steps.prefill_step.size, axis=1)
+    eager = p[8] * f.steps.prefill_step + p[9] * f.steps.mixed_step
+    terms = calibrated_terms_s(f.steps, p)
+    mx = terms.max(axis=0)
+    device = mx + p[6] * (terms.sum(axis=0) - mx)
+    codes = f.steps.engine_code
+    blocks = [engine_code(e) for e in own]
+    mine = codes == engine_code(name.split("@")[1]) if "@" in name else ~np.isin(codes, blocks)
+    # NOTE: by a margin: with no host-bound row the optimizer can park E on the smallest D (the kink),
+    # where the row says nothing about α_h either
+    return bool(np.any(mine & (f.steps.prefill_step > 0) & (eager > HOST_BOUND_MARGIN * device)))
 
 
 def engines_of(costs: ProfileCosts) -> tuple[str | None, list[str]]:
@@ -218,7 +256,7 @@ def fit_calibration(costs: ProfileCosts, sources: list[dict], microbench: dict |
     names = list(PARAM_NAMES) + block_names(own)
     lo, hi = _bounds(costs.measured_s, names)
     for i, n in enumerate(names):
-        if n in free and n.split("@")[0] not in _OVERHEADS and (x[i] >= hi[i] * 0.995 or x[i] <= lo[i] * 1.005 + 1e-12):
+        if n in free and n.split("@")[0] not in _OVERHEADS + ("host_overlap_alpha",) and (x[i] >= hi[i] * 0.995 or x[i] <= lo[i] * 1.005 + 1e-12):
             edge = "upper" if x[i] >= hi[i] * 0.995 else "lower"
             notes.append(f"{n} = {x[i]:.4g} sits at its {edge} bound: the data push past the physical range, so it "
                          "trades against the parameters it is confounded with (see param_std); read it as a bound, "

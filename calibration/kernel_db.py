@@ -464,6 +464,7 @@ def prior_calibration(doc: dict):
         # NOTE: the tables time kernels, not the host's launches between them: a step without a full
         # CUDA graph has no prior of its own here (0: priced as a graph step)
         vals[name], src[name] = 0.0, "no table of the wheel times a step's host launches (0)"
+    vals["host_overlap_alpha"], src["host_overlap_alpha"] = 1.0, "no eager-step overhead to overlap (1)"
     if "moe_half_width_columns" in s:
         notes.append(f"moe_half_width_columns {s['moe_half_width_columns']:g}: the expert GEMM's narrow-width "
                      "constant these tables give (the engine module declares its own per GPU generation)")

@@ -62,6 +62,11 @@ class SimExecutor:
         # the fixed seconds of a step with a chunk, without and with decode rows beside it (the
         # eager-step overheads: tables.StepTimeTable.chunk_overhead_s)
         self._over_chunk = (tables.chunk_overhead_s(False), tables.chunk_overhead_s(True))
+        # where they overlap the device's time (tables.StepTimeTable.host_overlap): the formula with
+        # overhead 0, then `chunk_step_s` (the same arithmetic as StepTimeTable.step_s)
+        self._host = tables.host_overlap
+        if self._host:
+            self._over_chunk = (0.0, 0.0)
         # per layout, what a short run reads: its c1 and c2 rows, alpha, overhead, table bounds, rows
         # (decode-only rows from the compiled lists, longer ones cached here)
         dec = tables.base_rows_py
@@ -127,6 +132,8 @@ class SimExecutor:
                                                 else float(prefill_context_tokens[0]), self._knee)
                 dur = [step_time.step_seconds(row, self._chunk_row(layout, p), lo, hi, c1, c2, s1, s2, alpha,
                                               self._over_chunk[1 if b else 0])]
+                if self._host:
+                    dur[0] = t.chunk_step_s(dur[0], b > 0)
             else:  # owner layouts: the slower of the decode-busiest owner and the chunk's owner
                 g = chunk_owner[0][0]
                 if groups != t.ranks:  # the chunk's owner rank → its owner group
@@ -140,6 +147,8 @@ class SimExecutor:
                 dur = [step_time.owner_step_seconds(row, self._chunk_row(layout, min(int(chunk_owner[1][0]), max_p)),
                                                     lo, hi, c1, c2, s1, s2, s1c, s2c, alpha,
                                                     self._over_chunk[1 if b else 0])]
+                if self._host:
+                    dur[0] = t.chunk_step_s(dur[0], b > 0)
             if self._pending_interference_s:
                 dur[0] += self._pending_interference_s
                 self._pending_interference_s = 0.0
@@ -232,6 +241,7 @@ class SimExecutor:
             step_time.prefix_split, self._knee
         out = [0.0] * k
         over_c = self._over_chunk[1 if b else 0]
+        host = self._host
         ds1 = s1_end - s1_0
         km1 = k - 1
         if own_ctx is not None:
@@ -256,6 +266,8 @@ class SimExecutor:
             elif chunk_owner is None:  # the chunk over every rank (or, unknown, on the busiest)
                 lo, hi = split(None if prefix is None else float(prefix[j]), knee)
                 out[j] = seconds(row, self._chunk_row(layout, p), lo, hi, c1, c2, s1, s2, alpha, over_c)
+                if host:
+                    out[j] = self.tables.chunk_step_s(out[j], b > 0)
             else:  # owner layouts: the slower of the decode-busiest owner and the chunk's owner
                 rank = chunk_owner[0][j]
                 lo, hi = split(float(chunk_owner[2][j]), knee)
@@ -266,6 +278,8 @@ class SimExecutor:
                     s1c = s2c = 0.0
                 out[j] = owner_seconds(row, self._chunk_row(layout, min(int(chunk_owner[1][j]), max_p)), lo, hi,
                                        c1, c2, s1, s2, s1c, s2c, alpha, over_c)
+                if host:
+                    out[j] = self.tables.chunk_step_s(out[j], b > 0)
         return out
 
     def admit(self, request_id: int, context_tokens: int, owner: int) -> None:

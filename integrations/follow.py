@@ -367,7 +367,10 @@ class Follower:
                 self.tables_status = {**self.tables_status, "state": "compiling"}
             x = served.x
             model = StepTimeModel(served.label, float(x[PARAM_NAMES.index("overlap_alpha")]),
-                                  float(x[PARAM_NAMES.index("overhead_s")]), served.calibration)
+                                  float(x[PARAM_NAMES.index("overhead_s")]), served.calibration,
+                                  float(x[PARAM_NAMES.index("prefill_step_overhead_s")]),
+                                  float(x[PARAM_NAMES.index("mixed_step_overhead_s")]),
+                                  float(x[PARAM_NAMES.index("host_overlap_alpha")]))
             t0 = time.perf_counter()
             try:
                 table = compile_tables(self.dep, model if served.calibration is not None else None,

@@ -33,7 +33,7 @@ from integrations.launch import LaunchedDeployment
 TRUE_ENGINE = {"hbm_weight_efficiency": 0.72, "hbm_kv_efficiency": 0.55, "compute_linear_efficiency": 0.6,
                "compute_attention_efficiency": 0.45, "network_efficiency": 0.6, "message_latency_s": 2.0e-5,
                "overlap_alpha": 0.3, "overhead_s": 1.5e-3, "prefill_step_overhead_s": 0.0,
-               "mixed_step_overhead_s": 0.0}
+               "mixed_step_overhead_s": 0.0, "host_overlap_alpha": 1.0}
 
 
 def record_map(worker_id: str, dp_rank: int, counter_id: int, wall_time_s: float, decode_requests: int,

@@ -15,6 +15,9 @@ a step no full CUDA graph runs, tables.StepTimeTable.chunk_overhead_s; callers p
 table holds). Owner layouts run a chunk on its requests' owner, so a step with a chunk is the slower
 candidate of two ranks — the decode-busiest owner (no chunk terms) and the owner running most of
 the chunk (its chunk, its own S) — the one with the larger max term, the chunk's owner on a tie.
+Where the table's α_h < 1 (`host_overlap_alpha`, fitted from rows of an engine whose chunk steps
+launch eagerly), a step with a chunk takes overhead + max(E, D) + α_h·min(E, D) instead, E its eager
+host seconds and D the formula above with overhead 0 (`host_overlap_s`).
 
 Two evaluations of the one formula: `step_seconds` in plain Python floats (the policy's `decide`
 and the simulator's short runs: a numpy call costs ~1 µs to dispatch, more than the arithmetic of
@@ -208,6 +211,22 @@ def _compile_kernels(n: int) -> tuple:
  KERNEL_SOURCE) = _compile_kernels(len(TIMED_RESOURCES))
 
 
+def host_overlap_s(device_s: float, eager_s: float, host_alpha: float, overhead_s: float) -> float:
+    """A step with a chunk whose eager host time `eager_s` overlaps its device time `device_s` (the
+    formula above with overhead 0): overhead + max(E, D) + α_h·min(E, D) (calibration/artifact.py,
+    `host_overlap_alpha`; tables.StepTimeTable.host_overlap). `host_overlap_np` vectorized, and the
+    layout kernels inline, in the same operations and order."""
+    if eager_s > device_s:
+        return overhead_s + eager_s + host_alpha * device_s
+    return overhead_s + device_s + host_alpha * eager_s
+
+
+def host_overlap_np(device_s: np.ndarray, eager_s: float, host_alpha: float, overhead_s: float) -> np.ndarray:
+    """`host_overlap_s` over an array of device times."""
+    return np.where(eager_s > device_s, overhead_s + eager_s + host_alpha * device_s,
+                    overhead_s + device_s + host_alpha * eager_s)
+
+
 def combine(terms: np.ndarray, alpha: float, overhead_s: float) -> np.ndarray:
     """Step seconds from per-resource seconds on the last axis (`step_seconds` vectorized)."""
     mx = terms.max(axis=-1)
@@ -265,11 +284,13 @@ def _negative_zero_layouts(a: np.ndarray) -> np.ndarray:
 
 def layout_kernels(base_s: np.ndarray, chunk_rows_s: np.ndarray, c1_s: np.ndarray, c2_s: np.ndarray,
                    owner: list[bool], alpha: float, overhead_s: float,
-                   chunk_overhead_s: list[float] | None = None) -> LayoutKernels:
+                   chunk_overhead_s: list[float] | None = None, host_overlap: tuple[list[float], float] | None = None
+                   ) -> LayoutKernels:
     """`LayoutKernels` of one table (base_s [N, L, R], chunk_rows_s [P, L, 3R], c1_s / c2_s [L, R],
     `owner[i]`: layout i has several owner groups; `chunk_overhead_s[i]`: the fixed seconds of layout
     i's step with a chunk, the blend's chunk step — tables.StepTimeTable.chunk_overhead_s; default
-    `overhead_s`).
+    `overhead_s`; `host_overlap` = (each layout's eager host seconds E, α_h): the chunk step is then
+    `host_overlap_s` of its device time, overhead `overhead_s`, where E > 0 and α_h < 1).
     NOTE: a term is left out where its coefficient is zero in every row of the table: s1·k with
     k = 0 is ±0.0 for a finite s1, and a table entry plus ±0.0 is that entry (no entry is −0.0,
     `_negative_zero_layouts`, else the layout keeps every term); DS-V3.2's network and host-link columns carry
@@ -289,9 +310,14 @@ def layout_kernels(base_s: np.ndarray, chunk_rows_s: np.ndarray, c1_s: np.ndarra
     over, a = lit(overhead_s), lit(alpha)
     ind = "        "
 
-    def finish(t: str, mx: str, over: str = over) -> str:
+    def finish(t: str, mx: str, over: str = over, host: tuple[str, str] | None = None) -> str:
         out = f"{mx} = {t}0\n" + "".join(f"if {t}{r} > {mx}:\n    {mx} = {t}{r}\n" for r in range(1, n_res))
-        return out + f"{t}_s = {over} + {mx} + {a} * ({' + '.join(f'{t}{r}' for r in range(n_res))} - {mx})\n"
+        if host is None:
+            return out + f"{t}_s = {over} + {mx} + {a} * ({' + '.join(f'{t}{r}' for r in range(n_res))} - {mx})\n"
+        e, ah = host  # = host_overlap_s(0.0 + max + α(sum − max), E, α_h, overhead)
+        return (out + f"{t}_s = 0.0 + {mx} + {a} * ({' + '.join(f'{t}{r}' for r in range(n_res))} - {mx})\n"
+                + f"if {e} > {t}_s:\n    {t}_s = {over} + {e} + {ah} * {t}_s\n"
+                + f"else:\n    {t}_s = {over} + {t}_s + {ah} * {e}\n")
 
     decode_src, blend_src, cols_all = [], [], []
     keeps_all = _negative_zero_layouts(base_s) | _negative_zero_layouts(chunk_rows_s)
@@ -299,6 +325,9 @@ def layout_kernels(base_s: np.ndarray, chunk_rows_s: np.ndarray, c1_s: np.ndarra
     for i in range(n_lay):
         fold = not keeps_all[i]
         oc = over if chunk_overhead_s is None else lit(chunk_overhead_s[i])  # the chunk step's fixed seconds
+        hv = None
+        if host_overlap is not None and host_overlap[1] < 1.0 and host_overlap[0][i] > 0:
+            oc, hv = over, (lit(host_overlap[0][i]), lit(host_overlap[1]))  # overlapped: E apart from the overhead
         k, g = c1_s[i].tolist(), c2_s[i].tolist()
         nz_k = [r for r in range(n_res) if not (fold and k[r] == 0)]
         nz_g = [r for r in range(n_res) if not (fold and g[r] == 0)]
@@ -339,13 +368,13 @@ def layout_kernels(base_s: np.ndarray, chunk_rows_s: np.ndarray, c1_s: np.ndarra
             bl = (unpack_b + unpack_n + unpack_c + sums + "bs1, bs2 = s1 * fb, s2 * fb\nos1, os2 = s1 * fl, s2 * fl\n"
                   + products("bs1", "bs2", "x", "y") + products("os1", "os2", "xo", "yo")
                   + terms("t", "b", "x", "y") + terms("v", "n", "x", "y") + terms("u", "n", "xo", "yo", True)
-                  + finish("t", "mt") + finish("u", "mu", oc) + finish("v", "mv", oc) + "if mu < mv:\n    u_s = v_s\n"
+                  + finish("t", "mt") + finish("u", "mu", oc, hv) + finish("v", "mv", oc, hv) + "if mu < mv:\n    u_s = v_s\n"
                   + f"out[{i}] = (1.0 - f) * t_s + f * u_s\n" + tail)
         else:
             dec = (unpack_b + products("s1", "s2", "x", "y") + terms("t", "b", "x", "y") + finish("t", "mt")
                    + f"out[{i}] = t_s\n" + tail)
             bl = (unpack_b + unpack_n + unpack_c + products("s1", "s2", "x", "y") + terms("t", "b", "x", "y")
-                  + terms("u", "n", "x", "y", True) + finish("t", "mt") + finish("u", "mu", oc)
+                  + terms("u", "n", "x", "y", True) + finish("t", "mt") + finish("u", "mu", oc, hv)
                   + f"out[{i}] = (1.0 - f) * t_s + f * u_s\n" + tail)
         for src, body in ((decode_src, dec), (blend_src, bl)):
             src.append(f"    if mask & {1 << i}:  # layout {i}\n" + "".join(ind + x + "\n" for x in body.splitlines()))

@@ -43,7 +43,8 @@ planner's candidates don't.)
 The step time from the per-resource times is `overhead_s + max + α·(sum − max)`, and a step that
 carries a prompt chunk adds the fixed host cost of running without a full CUDA graph
 (`prefill_overhead_s`, and `mixed_overhead_s` more when decode rows run beside the chunk:
-calibration/artifact.py says which engines graph which steps): α and the overheads come from a calibration artifact when one is given, else from the shipped prior of the deployment's
+calibration/artifact.py says which engines graph which steps), overlapping the step's device time
+where the calibration's α_h < 1 (`host_overlap_alpha`: overhead + max(E, D) + α_h·min(E, D)): α and the overheads come from a calibration artifact when one is given, else from the shipped prior of the deployment's
 (GPU, engine) (`default_step_model`, calibration/priors), else the datasheet floors with α = 0.5 (the
 midpoint of the optimistic and pessimistic floors, `DATASHEET_MODEL`).
 
@@ -100,6 +101,7 @@ class StepTimeModel:
     calibration: object | None = None  # calibration.artifact.Calibration, imported lazily
     prefill_overhead_s: float = 0.0  # extra seconds of a step with a prompt chunk (no full CUDA graph)
     mixed_overhead_s: float = 0.0  # and more where that step has decode rows too
+    host_overlap_alpha: float = 1.0  # α_h: how those seconds overlap the step's device time (1: they add)
 
     def terms_s(self, cost) -> np.ndarray:
         """[R, P] per-resource seconds of a planner.StepCost (R = len(TIMED_RESOURCES))."""
@@ -127,7 +129,8 @@ def default_step_model(dep: Deployment) -> StepTimeModel:
     p = m.calibration.params
     label = (f"prior: {dep.hardware.name} × {dep.engine} (calibration/priors/{path.name}, {SOURCE_WHEEL} per-kernel "
              f"tables; overhead {p.overhead_s:g} s + max + {p.overlap_alpha:g}*(sum - max))")
-    return StepTimeModel(label, m.alpha, m.overhead_s, m.calibration, m.prefill_overhead_s, m.mixed_overhead_s)
+    return StepTimeModel(label, m.alpha, m.overhead_s, m.calibration, m.prefill_overhead_s, m.mixed_overhead_s,
+                         m.host_overlap_alpha)
 
 
 def calibrated_model(path: str) -> StepTimeModel:
@@ -138,9 +141,11 @@ def calibrated_model(path: str) -> StepTimeModel:
     p = cal.params
     eager = (f"; a step with a prompt chunk + {p.prefill_step_overhead_s:g} s, with decode rows too + "
              f"{p.mixed_step_overhead_s:g} s more" if p.prefill_step_overhead_s or p.mixed_step_overhead_s else "")
+    if eager and p.host_overlap_alpha < 1.0:
+        eager += f", overlapping the device's time: max + {p.host_overlap_alpha:g}*min"
     label = f"calibrated: {path} (overhead {p.overhead_s:g} s + max + {p.overlap_alpha:g}*(sum - max){eager})"
     return StepTimeModel(label, float(p.overlap_alpha), float(p.overhead_s), cal, float(p.prefill_step_overhead_s),
-                         float(p.mixed_step_overhead_s))
+                         float(p.mixed_step_overhead_s), float(p.host_overlap_alpha))
 
 
 @dataclass(frozen=True)
@@ -224,6 +229,24 @@ class StepTimeTable:
     # where decode rows run beside the chunk (StepTimeModel; 0 for the datasheet and the priors)
     prefill_overhead_s: float = 0.0
     mixed_overhead_s: float = 0.0
+    # α_h: a chunk step's eager seconds E and its device seconds D take overhead + max(E, D) +
+    # α_h·min(E, D) (calibration/artifact.py); 1: E adds, as the chunk overhead (`chunk_overhead_s`)
+    host_overlap_alpha: float = 1.0
+
+    @property
+    def host_overlap(self) -> bool:
+        """Whether a chunk step's eager seconds overlap its device time (α_h < 1 and E > 0): its
+        seconds are then `chunk_step_s` of its device time, not the formula with `chunk_overhead_s`."""
+        return self.host_overlap_alpha < 1.0 and (self.prefill_overhead_s > 0 or self.mixed_overhead_s > 0)
+
+    def eager_s(self, decodes: bool) -> float:
+        """E: the eager host seconds of a step with a chunk (`decodes`: with decode rows beside it)."""
+        return self.prefill_overhead_s + (self.mixed_overhead_s if decodes else 0.0)
+
+    def chunk_step_s(self, device_s: float, decodes: bool) -> float:
+        """A chunk step's seconds from its device time (the formula with overhead 0) where
+        `host_overlap`: step_time.host_overlap_s."""
+        return step_time.host_overlap_s(device_s, self.eager_s(decodes), self.host_overlap_alpha, self.overhead_s)
 
     def chunk_overhead_s(self, decodes: bool) -> float:
         """The fixed seconds of a step with a chunk (`decodes`: with decode rows beside it, as the
@@ -246,8 +269,9 @@ class StepTimeTable:
         not once per policy)."""
         owner = [int(g) > 1 for g in self.info.owner_groups]
         chunk_over = [self.chunk_overhead_s(True)] * len(owner)
+        host = ([self.eager_s(True)] * len(owner), self.host_overlap_alpha) if self.host_overlap else None
         return step_time.layout_kernels(self.base_s, self.chunk_rows_s, self.c1_s, self.c2_s, owner, self.alpha,
-                                        self.overhead_s, chunk_over)
+                                        self.overhead_s, chunk_over, host)
 
     def combine(self, terms: np.ndarray) -> np.ndarray:
         """Step seconds from per-resource seconds on the last axis (step_time.combine)."""
@@ -284,7 +308,11 @@ class StepTimeTable:
             terms = step_time.decode_terms_np(base, self.chunk_terms(layout, prefill_tokens, prefill_context),
                                               c1, c2, s1, s2)
         over_chunk = self.chunk_overhead_s(batch > 0)
-        if over_chunk != self.overhead_s:  # steps with a chunk pay the eager-step overheads (the same sum as step_time's kernels)
+        if self.host_overlap:  # a chunk step's eager seconds overlap its device time (step_time.host_overlap_s)
+            d = step_time.combine(terms, self.alpha, 0.0)
+            t = np.where(p > 0, step_time.host_overlap_np(d, self.eager_s(batch > 0), self.host_overlap_alpha,
+                                                         self.overhead_s), self.combine(terms))
+        elif over_chunk != self.overhead_s:  # steps with a chunk pay the eager-step overheads (the same sum as step_time's kernels)
             t = step_time.combine(terms, self.alpha, np.where(p > 0, over_chunk, self.overhead_s))
         else:
             t = self.combine(terms)
@@ -413,7 +441,8 @@ def compile_tables(dep: Deployment, model: StepTimeModel | None = None, max_batc
         base_s=base, base_rows_py=base[: max_batch + 1].tolist(), prefill_s=pre, prefix_lo_s=pfx_lo, prefix_hi_s=pfx_hi, prefix_knee_tokens=float(knee), chunk_rows_s=chunk_rows, c1_s=c1, c2_s=c2, alpha=model.alpha, overhead_s=model.overhead_s,
         model_label=model.label, info=info, hbm_bytes_per_s=pricing.hbm_bytes_per_s,
         link_bytes_per_s=pricing.link_bytes_per_s, message_latency_s=pricing.message_latency_s,
-        prefill_overhead_s=model.prefill_overhead_s, mixed_overhead_s=model.mixed_overhead_s)
+        prefill_overhead_s=model.prefill_overhead_s, mixed_overhead_s=model.mixed_overhead_s,
+        host_overlap_alpha=model.host_overlap_alpha)
     if dep.host_tier is None:
         return table
     from runtime_policy.host_tier_tables import with_host_tier  # NOTE: issue 17's hook (a host KV tier)

@@ -12,7 +12,8 @@ from calibration.artifact import step_features
 
 TRUE = dict(hbm_weight_efficiency=0.8, hbm_kv_efficiency=0.45, compute_linear_efficiency=0.7,
             compute_attention_efficiency=0.35, network_efficiency=0.6, message_latency_s=15e-6,
-            overlap_alpha=0.3, overhead_s=0.8e-3, prefill_step_overhead_s=1.5e-3, mixed_step_overhead_s=0.0)
+            overlap_alpha=0.3, overhead_s=0.8e-3, prefill_step_overhead_s=1.5e-3, mixed_step_overhead_s=0.0,
+            host_overlap_alpha=1.0)
 LAYOUTS = [("deepseek-v3", "h200", 8, "tp", "ep"), ("deepseek-v3", "h200", 8, "dp", "ep"),
            ("deepseek-v3", "h200", 8, "dp", "tp")]
 

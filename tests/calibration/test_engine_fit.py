@@ -75,10 +75,10 @@ def test_holdout_by_engine_predicts_an_engine_from_the_others(two_engines):
 
 
 def test_per_step_params_use_each_engine_s_block():
-    x = np.concatenate([np.arange(10.0), [10.0, 11.0, 12.0, 13.0, 14.0, 15.0, 16.0]])
+    x = np.concatenate([np.arange(11.0), [11.0, 12.0, 13.0, 14.0, 15.0, 16.0, 17.0, 18.0]])
     p = per_step_params(x, np.array([1.0, 2.0]), (2.0,))
-    assert p[:, 0].tolist() == list(range(10))
-    assert p[[0, 1, 2, 3, 7, 8, 9], 1].tolist() == [10.0, 11.0, 12.0, 13.0, 14.0, 15.0, 16.0]
+    assert p[:, 0].tolist() == list(range(11))
+    assert p[[0, 1, 2, 3, 7, 8, 9, 10], 1].tolist() == [11.0, 12.0, 13.0, 14.0, 15.0, 16.0, 17.0, 18.0]
     assert p[[4, 5, 6], 1].tolist() == [4.0, 5.0, 6.0]  # link, latency and α are shared
 
 

@@ -25,9 +25,11 @@ def test_recovers_known_parameters(tmp_path):
     for name in PARAM_NAMES:
         assert got[name] == pytest.approx(TRUE[name], rel=0.03), name
     assert cal.fit.median_abs_pct_error < 0.1
-    # every synthetic row with a prompt chunk also decodes: the mixed step's own overhead can't be told apart
-    assert set(cal.fitted) == set(PARAM_NAMES) - {"mixed_step_overhead_s"}
+    # every synthetic row with a prompt chunk also decodes: the mixed step's own overhead can't be told
+    # apart; no chunk step is host-bound: α_h can't either (held at 1, the truth here)
+    assert set(cal.fitted) == set(PARAM_NAMES) - {"mixed_step_overhead_s", "host_overlap_alpha"}
     assert cal.fixed["mixed_step_overhead_s"].startswith("not separable")
+    assert cal.fixed["host_overlap_alpha"].startswith("not separable")
 
 
 def test_eager_step_overheads_are_recovered_where_prefill_only_and_mixed_rows_tell_them_apart(tmp_path):
@@ -46,6 +48,34 @@ def test_eager_step_overheads_are_recovered_where_prefill_only_and_mixed_rows_te
                               batches=(1, 8, 32, 128), prefills=(0, 512, 4096))
     cal0, _ = _fit(tmp_path, no_eager)
     assert cal0.params.prefill_step_overhead_s < 1e-5  # no such cost in the data: none fitted
+
+
+def test_host_overlap_is_recovered_where_chunk_steps_span_host_bound_and_device_bound(tmp_path):
+    """The torch executor's shape (twin_1gpu/gpu_h100_eager): prefill steps flat while their launches
+    outlast the device work, then growing with the chunk; α_h and both eager overheads are recovered,
+    and the serial model (α_h held at 1) can't fit the same rows."""
+    truth = {**TRUE, "prefill_step_overhead_s": 40e-3, "mixed_step_overhead_s": 10e-3, "host_overlap_alpha": 0.2}
+    rows = synthetic_rows(truth, batches=(1, 8, 32, 128), prefills=(0, 512, 4096, 16384))
+    rows += [{**r, "batch": 0, "context": 1.0} for r in synthetic_rows(truth, batches=(0,), contexts=(1.0,),
+                                                                         prefills=(256, 1024, 4096, 8192, 16384, 32768))]
+    cal, costs = _fit(tmp_path, rows)
+    got = cal.params.model_dump()
+    d = costs.features.predict(cal.params.vector())
+    assert got["host_overlap_alpha"] == pytest.approx(0.2, abs=0.03)
+    assert got["prefill_step_overhead_s"] == pytest.approx(40e-3, rel=0.05)
+    assert got["mixed_step_overhead_s"] == pytest.approx(10e-3, rel=0.1)
+    assert cal.fit.p90_abs_pct_error < 1.0
+    # both regimes are in the rows: the eager time is the longer on some chunk steps, not on others
+    x = cal.params.vector()
+    serial = x.copy()
+    serial[10] = 1.0
+    assert np.any(d < costs.features.predict(serial) * 0.8)
+    # the serial model (α_h held at 1) on the same rows: its best fit misses them
+    from calibration.fit import fit_params, priors_from
+    priors, _ = priors_from("h200", None)
+    xs, _, _, _ = fit_params(costs.features, costs.measured_s, priors, fixed={"host_overlap_alpha"})
+    serial_err = np.abs(costs.features.predict(xs) / costs.measured_s - 1)
+    assert xs[10] == 1.0 and np.percentile(serial_err, 90) > 0.05 > cal.fit.p90_abs_pct_error / 100
 
 
 def test_noise_and_outliers_dont_break_it(tmp_path):
