@@ -1,6 +1,6 @@
 """benchmarks/disagg_sim.py under the users' own conditions (sglang-omni's PD reports): the closed-loop
 client is a semaphore, the reported shape comes out (a second decode half pays at 1,024-token prompts,
-more at concurrency 16 than 8, nothing at 8,128; at equal GPUs a 1P1D pair saturates below two colocated
+nothing at 8,128; at equal GPUs a 1P1D pair saturates below two colocated
 replicas), and `--part users` reproduces the committed record."""
 
 from __future__ import annotations
@@ -40,12 +40,21 @@ def test_the_users_shape_under_their_conditions(bench):
     u = bench.users_rows(rounds=8)
     rows = {(r["input_tokens"], r["concurrency"]): r for r in u["closed_loop_1760"]["rows"]}
     gain = {k: r["second_decode_gain_pct"] for k, r in rows.items()}
-    assert gain[1024, 16] > 30 and gain[1024, 8] > 10 and gain[1024, 16] > gain[1024, 8]
+    assert gain[1024, 16] > 30 and gain[1024, 8] > 30  # reported +66 % and +46 %
     assert abs(gain[8128, 8]) < 3  # the one prefill card binds
     eq = {r["offered_req_per_s"]: r for r in u["equal_gpus_1599"]["rows"]}
     assert eq[8]["1P1D_req_per_s"] == pytest.approx(eq[8]["colocated_req_per_s"], rel=0.05)  # both keep up
     assert eq[44]["1P1D_req_per_s"] < 0.8 * eq[44]["colocated_req_per_s"]  # 1:1 saturates first
     assert eq[96]["1P1D_req_per_s"] == pytest.approx(eq[64]["1P1D_req_per_s"], rel=0.05)  # its ceiling
+
+
+@pytest.mark.xfail(strict=True, reason="floorfirst's one prefill card binds at c16 once packed chunks are priced as "
+                   "engines run them: +44 % at c16 against +56 % at c8 (reported +66 % / +46 %); "
+                   "benchmarks/results/disagg_sim/README.md, 'What doesn't'")
+def test_the_reported_gain_grows_from_c8_to_c16(bench):
+    u = bench.users_rows(rounds=8)
+    gain = {(r["input_tokens"], r["concurrency"]): r["second_decode_gain_pct"] for r in u["closed_loop_1760"]["rows"]}
+    assert gain[1024, 16] > gain[1024, 8]
 
 
 def test_the_users_part_reproduces_its_record(tmp_path):
