@@ -203,7 +203,7 @@ def engine_rows(g, out_dir: str, smoke: bool = False) -> dict:
     # NOTE: chunk steps are host-bound up to ~1.5K tokens on H100 and device-bound past it
     # (calibration/artifact.py, `host_overlap_alpha`): sizes on both sides of the bend, 8 repetitions
     # each (the host's launch time varies more than the device's)
-    for n in ((64, 256) if smoke else (64, 256, 512, 1024, 1536, 2048)):  # one prompt's chunk, prefix 0
+    for n in ((64, 96, 128, 256) if smoke else (64, 256, 512, 1024, 1536, 2048)):  # one prompt's chunk, prefix 0
         prefill_steps([n], False, 1)  # warm-up of this shape
         ms = prefill_steps([n], False, REPS)
         rows.append({"kind": "prefill", "batch": 0, "context": 1, "prefill_tokens": n, "prefix": 0,
@@ -218,7 +218,7 @@ def engine_rows(g, out_dir: str, smoke: bool = False) -> dict:
         rows.append({"kind": "prefill_prefix", "batch": 0, "context": 1, "prefill_tokens": n, "prefix": pfx,
                      "pieces": 1, "step_ms": statistics.median(ms), "step_ms_min": min(ms)})
     for b in ((8, 20) if smoke else (8, 32, 64)):
-        for n in ((64, 256) if smoke else (256, 1024, 1536, 2048)):
+        for n in ((64, 128, 256) if smoke else (256, 1024, 1536, 2048)):
             decode_batch(b, 1024)
             _timed(r, r.step, 2)
             prefill_steps([n], True, 1)
@@ -283,24 +283,33 @@ def packing_check(rows: list[dict], tables) -> list[dict]:
 
 
 # ---------------------------------------------------------------- GPU: the executor serves
-def executor_runs(g, specs: dict, out_dir: str) -> dict:
-    """Serve each workload on the torch executor (one rank), a fresh runner each."""
+def run_file(name: str, rep: int) -> str:
+    """The executor run's file: the first repetition keeps the name earlier runs used."""
+    return f"executor_{name}.json" if rep == 0 else f"executor_{name}_r{rep}.json"
+
+
+def executor_runs(g, specs: dict, out_dir: str, repeat: int = 1) -> dict:
+    """Serve each workload on the torch executor (one rank), a fresh runner each; with `repeat` > 1
+    the workloads are served in turn that many times (shrinking, chat, rollout, shrinking, ...), so a
+    repetition's warm-up or a slow stretch of the host falls on every workload alike."""
     import torch
 
     from executor.torch_executor.serve import serve_rank
 
     out = {}
-    for name, spec in specs.items():
-        t0 = time.time()
-        res = serve_rank(g, spec)
-        res["wall_s"] = time.time() - t0
-        out[name] = res
-        json.dump(res, open(os.path.join(out_dir, f"executor_{name}.json"), "w"), default=float)
-        print(f"executor {name}: {res['throughput_tokens_per_s']:.0f} tok/s, TTFT p50 {res['ttft_p50_s']:.3f} s, "
-              f"TPOT p50 {res['tpot_p50_s'] * 1e3:.2f} ms, {res['measured']['graphs_captured_count']} graphs, "
-              f"wall {res['wall_s']:.0f} s", flush=True)
-        gc.collect()
-        torch.cuda.empty_cache()
+    for k in range(repeat):
+        for name, spec in specs.items():
+            t0 = time.time()
+            res = serve_rank(g, spec)
+            res["wall_s"] = time.time() - t0
+            out.setdefault(name, []).append(res)
+            json.dump(res, open(os.path.join(out_dir, run_file(name, k)), "w"), default=float)
+            print(f"executor {name} (run {k + 1}/{repeat}): {res['throughput_tokens_per_s']:.0f} tok/s, "
+                  f"TTFT p50 {res['ttft_p50_s']:.3f} s, "
+                  f"TPOT p50 {res['tpot_p50_s'] * 1e3:.2f} ms, {res['measured']['graphs_captured_count']} graphs, "
+                  f"wall {res['wall_s']:.0f} s", flush=True)
+            gc.collect()
+            torch.cuda.empty_cache()
     return out
 
 
@@ -373,15 +382,34 @@ METRICS = ("throughput_tokens_per_s", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", 
 GATED = ("throughput_tokens_per_s", "ttft_p50_s", "tpot_p50_s")
 
 
+def executor_summaries(exec_dir: str) -> dict[str, list[dict]]:
+    """Every executor run in exec_dir, per workload, in repetition order."""
+    out = {}
+    for n in WORKLOADS:
+        k = 0
+        while os.path.exists(os.path.join(exec_dir, run_file(n, k))):
+            out.setdefault(n, []).append(json.load(open(os.path.join(exec_dir, run_file(n, k)))))
+            k += 1
+    return out
+
+
 def side_by_side(ex: dict, sim: dict) -> dict:
+    """Twin against executor per metric. `ex[name]` is one run's summary or a list of repetitions:
+    then the executor's figure is each metric's median over them, and `executor_runs` / `executor_spread`
+    (max - min over the median) say how far the executor moves against itself."""
     out = {}
     for name in WORKLOADS:
         if name not in ex:
             continue
+        runs = ex[name] if isinstance(ex[name], list) else [ex[name]]
         rows = {}
         for m in METRICS:
-            a, b = ex[name].get(m), sim[name].get(m)
+            vals = [r.get(m) for r in runs if r.get(m) is not None]
+            a, b = (statistics.median(vals) if vals else None), sim[name].get(m)
             rows[m] = {"executor": a, "twin": b, "twin_error": (b - a) / a if a and b is not None else None}
+            if len(runs) > 1:
+                rows[m]["executor_runs"] = vals
+                rows[m]["executor_spread"] = (max(vals) - min(vals)) / a if a else None
         within = all(rows[m]["twin_error"] is not None and abs(rows[m]["twin_error"]) <= TARGET for m in GATED)
         out[name] = {"metrics": rows, "within_10pct": within, "description": workload(name)[3]}
     return out
@@ -407,6 +435,47 @@ def served_rows(exec_dir: str, min_steps: int = 3) -> list[dict]:
             for (b, c, n), v in sorted(groups.items()) if len(v) >= min_steps]
 
 
+def served_step_check(exec_dir: str, tables) -> dict:
+    """The executor's logged serving steps (first run of each workload) priced by the twin's tables, as
+    the simulator prices them: per workload and step kind (a chunk step, a decode step; after a chunk
+    step or not), the count, the median measured step and host time, and the median relative error.
+    It tells a mispriced step from a served step that ran slower than its row (host time)."""
+    tp = tables.layouts.index("tp")
+    out = {}
+    for name in WORKLOADS:
+        path = os.path.join(exec_dir, run_file(name, 0))
+        if not os.path.exists(path):
+            continue
+        m = json.load(open(path))["measured"]
+        rows, host = m["step_rows"]["rows"], m.get("step_host_s") or []
+        groups: dict[str, dict[str, list[float]]] = {}
+        prev_chunk = False
+        for i, (b, ctx_sum, chunk, pfx, sec) in enumerate(rows):
+            pred = float(tables.step_s(tp, int(b), np.array([float(chunk)]), np.array([ctx_sum]), np.array([ctx_sum]),
+                                       prefill_context=np.array([float(pfx)]))[0])
+            key = f"{'chunk' if chunk > 0 else 'decode'} after {'chunk' if prev_chunk else 'decode'}"
+            g = groups.setdefault(key, {"error": [], "measured_ms": [], "host_ms": []})
+            g["error"].append((pred - sec) / sec)
+            g["measured_ms"].append(sec * 1e3)
+            if i < len(host):
+                g["host_ms"].append(host[i] * 1e3)
+            prev_chunk = chunk > 0
+        out[name] = {k: {"steps": len(g["error"]), "median_error": statistics.median(g["error"]),
+                         "median_measured_ms": statistics.median(g["measured_ms"]),
+                         "median_host_ms": statistics.median(g["host_ms"]) if g["host_ms"] else None}
+                     for k, g in groups.items()}
+    return out
+
+
+def print_served_steps(check: dict) -> None:
+    print("served steps priced by the twin (first run): steps, median measured / host ms, median error")
+    for name, groups in check.items():
+        for k, g in groups.items():
+            host = f"{g['median_host_ms']:6.2f}" if g["median_host_ms"] is not None else "     -"
+            print(f"  {name:10s} {k:20s} {g['steps']:6d} {g['median_measured_ms']:7.2f} / {host} "
+                  f"{100 * g['median_error']:+6.1f} %")
+
+
 def twin(exec_dir: str, out_dir: str, hardware: str, smoke: bool = False, fit_on: str = "rows") -> dict:
     """Fit on exec_dir's step rows (`fit_on="rows"`) or on the executor's own serving steps
     ("served": in-sample to the workloads), simulate, compare with exec_dir's executor runs (CPU)."""
@@ -416,11 +485,11 @@ def twin(exec_dir: str, out_dir: str, hardware: str, smoke: bool = False, fit_on
     cal_path = os.path.join(out_dir, "executor-calibration-twin.json")
     tables = tables_for(hardware, cal_path, smoke)
     sim = simulate(tables, smoke)
-    ex = {n: json.load(open(os.path.join(exec_dir, f"executor_{n}.json"))) for n in WORKLOADS
-          if os.path.exists(os.path.join(exec_dir, f"executor_{n}.json"))}
+    ex = executor_summaries(exec_dir)
     cmp_ = side_by_side(ex, sim)
     held_out = packing_check(json.load(open(os.path.join(exec_dir, "engine_rows.json")))["rows"], tables)
-    doc = {"fit_on": fit_on, "calibration": fitted, "twin": cmp_, "held_out_rows": held_out, "simulator": sim}
+    doc = {"fit_on": fit_on, "calibration": fitted, "twin": cmp_, "held_out_rows": held_out,
+           "served_steps": served_step_check(exec_dir, tables), "simulator": sim}
     json.dump(doc, open(os.path.join(out_dir, "twin.json"), "w"), indent=1, default=float)
     return doc
 
@@ -440,7 +509,9 @@ def print_table(cmp_: dict) -> None:
             a, b, e = v["executor"], v["twin"], v["twin_error"]
             if a is None or b is None:
                 continue
-            print(f"  {m:26s} executor {a:12.4f}  twin {b:12.4f}  {100 * e:+7.1f} %" if e is not None else "")
+            spread = (f"   executor runs {' / '.join(f'{x:.4f}' for x in v['executor_runs'])} "
+                      f"(spread {100 * v['executor_spread']:.1f} %)" if v.get("executor_spread") is not None else "")
+            print(f"  {m:26s} executor {a:12.4f}  twin {b:12.4f}  {100 * e:+7.1f} %{spread}" if e is not None else "")
 
 
 def main() -> None:
@@ -449,11 +520,16 @@ def main() -> None:
     ap.add_argument("--from", dest="src", default=None, help="CPU: a GPU run's folder; fit and twin again")
     ap.add_argument("--hardware", default=None, help="with --from: the GPU spec (default: from the run's conditions)")
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="serve every workload this many times on the executor, in turn; the twin is compared "
+                         "with each metric's median over the runs, and their spread is reported")
     ap.add_argument("--smoke", action="store_true", help="CPU, tiny dimensions, cut workloads: checks the script")
     ap.add_argument("--fit-on", default="rows", choices=("rows", "served"),
                     help="with --from: fit the twin's calibration on the step rows, or on the executor's "
                          "logged serving steps (in-sample to the workloads)")
     a = ap.parse_args()
+    if a.repeat < 1:
+        ap.error(f"--repeat must be at least 1, got {a.repeat}")
     out_dir = a.out or tempfile.mkdtemp(prefix="twin_1gpu_")
     os.makedirs(out_dir, exist_ok=True)
     if a.src:
@@ -461,6 +537,7 @@ def main() -> None:
         doc = twin(a.src, out_dir, a.hardware or cond["hardware"], bool(cond.get("smoke")), a.fit_on)
         print_table(doc["twin"])
         print_held_out(doc["held_out_rows"])
+        print_served_steps(doc["served_steps"])
         print(json.dumps({"out": out_dir, "within_10pct": {k: v["within_10pct"] for k, v in doc["twin"].items()}}))
         return
     import torch
@@ -490,11 +567,12 @@ def main() -> None:
     tables = tables_for(cond["hardware"], os.path.join(out_dir, "executor-calibration-twin.json"), smoke)
     names = a.workloads.split(",")
     specs = {k: v for k, v in serve_specs(tables, smoke).items() if k in names}
-    spawn_ranks(executor_runs, 1, specs, out_dir, use_cuda=cuda)
+    spawn_ranks(executor_runs, 1, specs, out_dir, a.repeat, use_cuda=cuda)
     print(f"[{time.time() - t0:.0f}s] executor runs done", flush=True)
     doc = twin(out_dir, out_dir, cond["hardware"], smoke)
     print_table(doc["twin"])
     print_held_out(doc["held_out_rows"])
+    print_served_steps(doc["served_steps"])
     print(json.dumps({"out": out_dir, "wall_s": time.time() - t0,
                       "within_10pct": {k: v["within_10pct"] for k, v in doc["twin"].items()}}))
 
