@@ -204,15 +204,16 @@ def engine_rows(g, out_dir: str, smoke: bool = False) -> dict:
     # (calibration/artifact.py, `host_overlap_alpha`): sizes on both sides of the bend, 8 repetitions
     # each (the host's launch time varies more than the device's)
     for n in ((64, 96, 128, 256) if smoke else (64, 256, 512, 1024, 1536, 2048)):  # one prompt's chunk, prefix 0
-        prefill_steps([n], False, 1)  # warm-up of this shape
+        first = prefill_steps([n], False, 1)  # warm-up of this shape (its time: the shape's first call)
         ms = prefill_steps([n], False, REPS)
         rows.append({"kind": "prefill", "batch": 0, "context": 1, "prefill_tokens": n, "prefix": 0,
-                     "pieces": 1, "step_ms": statistics.median(ms), "step_ms_min": min(ms)})
+                     "pieces": 1, "step_ms": statistics.median(ms), "step_ms_min": min(ms), "step_ms_first": first[0]})
     for k, n in (((2, 64),) if smoke else ((4, 512), (8, 256))):  # a chunk packing k prompts (what the loop's chunks of short prompts are)
-        prefill_steps([n] * k, False, 1)
+        first = prefill_steps([n] * k, False, 1)
         ms = prefill_steps([n] * k, False, REPS)
         rows.append({"kind": "prefill", "batch": 0, "context": 1, "prefill_tokens": n * k, "prefix": 0,
-                     "pieces": k, "step_ms": statistics.median(ms), "step_ms_min": min(ms)})
+                     "pieces": k, "step_ms": statistics.median(ms), "step_ms_min": min(ms),
+                     "step_ms_first": first[0]})
     for n, pfx in (((64, 128),) if smoke else ((512, 1536), (2048, 2048))):  # a later chunk of a long prompt (JSON only: no CSV column)
         ms = prefill_steps([n], False, REPS, pfx)
         rows.append({"kind": "prefill_prefix", "batch": 0, "context": 1, "prefill_tokens": n, "prefix": pfx,
@@ -221,10 +222,11 @@ def engine_rows(g, out_dir: str, smoke: bool = False) -> dict:
         for n in ((64, 128, 256) if smoke else (256, 1024, 1536, 2048)):
             decode_batch(b, 1024)
             _timed(r, r.step, 2)
-            prefill_steps([n], True, 1)
+            first = prefill_steps([n], True, 1)
             ms = prefill_steps([n], True, REPS)
             rows.append({"kind": "mixed", "batch": b, "context": 1024 + 8, "prefill_tokens": n, "prefix": 0,
-                         "pieces": 1, "step_ms": statistics.median(ms), "step_ms_min": min(ms)})
+                         "pieces": 1, "step_ms": statistics.median(ms), "step_ms_min": min(ms),
+                         "step_ms_first": first[0]})
             clear()
     doc = {"rows": rows, "graphs_at_start": captured, "capture_s": capture_s, "buckets": r.buckets,
            "kernel": "flashinfer" if r.last_exec is not None and r.last_exec.inputs.batch.kernel is not None
@@ -561,7 +563,9 @@ def main() -> None:
           f"{eng['capture_s']:.1f} s", flush=True)
     for rw in eng["rows"]:
         print(f"  {rw['kind']:15s} B={rw['batch']:4d} ctx={rw['context']:6d} chunk={rw['prefill_tokens']:5d} "
-              f"pfx={rw['prefix']:5d} {rw['step_ms']:8.3f} ms", flush=True)
+              f"pfx={rw['prefix']:5d} {rw['step_ms']:8.3f} ms"
+              + (f"  (first call at this shape {rw['step_ms_first']:8.3f} ms)" if "step_ms_first" in rw else ""),
+              flush=True)
     doc = twin_fit_only(out_dir, cond["hardware"], smoke)
     print(f"[{time.time() - t0:.0f}s] calibration: {json.dumps(doc)}", flush=True)
     tables = tables_for(cond["hardware"], os.path.join(out_dir, "executor-calibration-twin.json"), smoke)

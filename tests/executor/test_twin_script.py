@@ -56,6 +56,8 @@ def test_the_smoke_pipeline_runs_on_the_cpu(tmp_path):
         assert d["metrics"]["steps"]["twin"] > 0
     assert set(doc["served_steps"]) == set(doc["twin"])
     assert (tmp_path / "executor_chat_r1.json").exists()
+    rows = json.loads((tmp_path / "engine_rows.json").read_text())["rows"]
+    assert all(r["step_ms_first"] > 0 for r in rows if r["kind"] in ("prefill", "mixed"))
 
 
 def test_a_repeat_below_one_is_refused():
