@@ -58,6 +58,15 @@ CHECKED: list[list[str]] = [
     ["disagg", "--gpus", "24", "--input", "2k", "--output", "1k", "--tpot-ms", "50", "--json"],
     ["floor", "--attn", "nope"], ["floor", "--json", "--gpus", "0"], ["floor", "--hardware", "nope.yaml", "--json"],
     ["no-such-command"], ["floor", "--no-such-option"],
+    # option values typer converts itself and those cli/fast_coercion.py converts (each kind, and refused ones)
+    ["floor", "--batch", "abc", "--json"], ["floor", "--batch", "064", "--json"], ["floor", "--batch", " 64"],
+    ["floor", "--batch", "1.0"], ["floor", "--batch", "-3", "--json"], ["floor", "--gpus", "99999999999999999999"],
+    ["floor", "--attn", "DP", "--json"], ["floor", "--attn", "dp", "--moe", "EP"],
+    ["disagg", "--gpus", "24", "--input", "2k", "--output", "1k", "--tpot-ms", "5e1", "--json"],
+    ["disagg", "--gpus", "24", "--input", "2k", "--output", "1k", "--tpot-ms", "50.", "--json"],
+    ["disagg", "--gpus", "24", "--input", "2k", "--output", "1k", "--tpot-ms", "fast", "--json"],
+    ["disagg", "--gpus", "24", "--input", "2k", "--output", "1k", "--tpot-ms", "nan", "--json"],
+    ["disagg", "--gpus", "24", "--input", "2k", "--output", "1k", "--tpot-ms", "-0.5"],
 ]
 # --floor: what every planning call imports before any floorfirst code runs, timed the same way (from the
 # checkout's root): the interpreter alone, and numpy + typer + pydantic's validator machinery (typer ≥ 0.2x

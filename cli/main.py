@@ -3,9 +3,11 @@ a new command group is one new module there, no edit here."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import json
+import os
 import pkgutil
 import re
 import sys
@@ -15,6 +17,10 @@ from types import MappingProxyType
 from typing import Mapping
 
 import typer
+
+from cli.fast_coercion import install as _install_fast_coercion
+
+_install_fast_coercion()  # plain option values without a pydantic validator each (cli/fast_coercion.py)
 
 app = typer.Typer(
     name="floorfirst",
@@ -128,6 +134,32 @@ def click_exceptions() -> tuple[type, type, type]:
     return ce.UsageError, no_args, getattr(ce, "Abort", typer.Abort)
 
 
+# any of these set by the user: numpy's BLAS starts as they say
+_BLAS_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")
+
+
+@contextlib.contextmanager
+def _one_blas_thread():
+    """numpy's OpenBLAS loads with one thread when numpy is first imported inside this block, unless
+    the user set its thread count; the environment is as it was afterwards (child processes and
+    libraries loaded later, torch's and scipy's BLAS, see the user's settings).
+    NOTE: OpenBLAS reads OPENBLAS_NUM_THREADS (else GOTO_NUM_THREADS, else OMP_NUM_THREADS) once,
+    when the library loads (OpenMathLib/OpenBLAS driver/others/openblas_env.c `openblas_read_env`,
+    memory.c `blas_get_cpu_number`), and with more than one it starts its thread server then
+    (blas_server.c `blas_thread_init`). On this project's 2-core VM that start made `import numpy`
+    ~60-90 ms slower in wall time (55 vs 150 ms under load, benchmarks/results/cli_startup_*_cli4.md),
+    and a CLI call prices a few hundred small arrays, where OpenBLAS runs one thread anyway (its
+    gemm/gemv go multi-threaded only above a size threshold: interface/gemm.c `GEMM_MULTITHREAD_THRESHOLD`)."""
+    if "numpy" in sys.modules or any(v in os.environ for v in _BLAS_THREAD_VARS):
+        yield
+        return
+    os.environ["OPENBLAS_NUM_THREADS"] = "1"
+    try:
+        yield
+    finally:
+        os.environ.pop("OPENBLAS_NUM_THREADS", None)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     if list(args) == ["--version"]:
@@ -140,7 +172,8 @@ def main(argv: list[str] | None = None) -> None:
     from planner.errors import SpecError
 
     usage_error, no_args, abort = click_exceptions()
-    _register_for(list(args))
+    with _one_blas_thread():
+        _register_for(list(args))  # the command's module imports numpy (and its BLAS) here
     as_json = wants_json(args)
     t0 = time.monotonic()
     try:
