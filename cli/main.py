@@ -161,6 +161,52 @@ def _one_blas_thread():
 
 
 def main(argv: list[str] | None = None) -> None:
+    """The `floorfirst` command. Called as the process's entry (no `argv`: the console script,
+    `python -m cli.main`), it ends the process itself once the command has exited (`_exit_now`);
+    called with `argv` (the tests, one process calling it many times) it raises SystemExit as typer
+    does."""
+    if argv is not None:
+        return _main(argv)
+    try:
+        _main(None)
+    except SystemExit as exc:
+        _exit_now(exc.code)
+        raise
+
+
+def _exit_now(code: object) -> None:
+    """End the process with `code` without freeing its objects, after what a normal exit would do
+    that anyone can see: the atexit handlers (logging's flush, weakref finalizers, multiprocessing's
+    clean-up) and the flush of stdout and stderr. Returns (the caller exits normally) when another
+    thread runs, `code` isn't an int or None, or a flush fails (a closed pipe: Python's own exit
+    reports it).
+    NOTE: why. Freeing numpy's, pydantic's and the planner's objects at exit took ~30-40 ms of a
+    ~250 ms call on this project's 2-core VM (quiet; 80-150 ms under load), after the answer was
+    printed (benchmarks/results/cli_startup_*_cli4.md). mypy does the same at the end of a run
+    (python/mypy mypy/util.py `hard_exit`: "quite a bit faster than a normal exit() since objects
+    are not freed"; mypy/main.py calls it unless --no-fast-exit)."""
+    import atexit
+    import threading
+
+    run_exitfuncs = getattr(atexit, "_run_exitfuncs", None)
+    if run_exitfuncs is None or threading.active_count() != 1:
+        return
+    if code is None:
+        status = 0
+    elif isinstance(code, int) and not isinstance(code, bool) and 0 <= code <= 255:
+        status = code
+    else:
+        return
+    run_exitfuncs()
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except Exception:  # noqa: BLE001 - e.g. BrokenPipeError: the interpreter's exit handles it as before
+        return
+    os._exit(status)
+
+
+def _main(argv: list[str] | None) -> None:
     args = sys.argv[1:] if argv is None else argv
     if list(args) == ["--version"]:
         # NOTE: answered before the commands load: they import planner, and with it numpy and pydantic,
