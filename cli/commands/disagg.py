@@ -11,7 +11,7 @@ import typer
 from rich.table import Table
 
 from cli.common import (EngineOpt, HardwareOpt, JsonOpt, KvDtypeOpt, ModelOpt, PlotOpt, PricingChoice, PricingOpt,
-                        WeightDtypeOpt, console, emit_json, load_specs, parse_tokens, pricing_for, title)
+                        WeightDtypeOpt, console, emit_result, load_specs, parse_tokens, pricing_for, title)
 from planner.errors import SpecError
 
 
@@ -87,8 +87,11 @@ def disagg(
 
         plot_disagg_ratio(sweep, f"{m.name} on {gpus} × {hw.name}: best prefill:decode split", plot)
         doc["plot"] = plot
+    from floorfirst.disagg_result import DisaggResult
+
+    result = DisaggResult.model_validate(doc)
     if json_out:
-        emit_json("disagg", doc)
+        emit_result(result)
         return
     _render(doc)
 

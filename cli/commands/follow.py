@@ -10,7 +10,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from cli.common import CalibrationOpt, JsonOpt, console, emit_json, load_calibration
+from cli.common import CalibrationOpt, JsonOpt, console, emit_result, load_calibration
 from planner.errors import SpecError
 from planner.triage import DEFAULT_THRESHOLD
 
@@ -80,9 +80,12 @@ def follow(
             rep = run_live(follower, sub, duration_s, max_records, silence_s, say)
         finally:
             sub.close()
+    from floorfirst.follow_result import FollowResult
+
     rep["calibration_out"] = out
+    result = FollowResult.model_validate(rep)
     if json_out:
-        emit_json("follow", rep)
+        emit_result(result)
         return
     render(rep)
 

@@ -18,7 +18,7 @@ import typer
 
 from cli.commands.simulate import OrderChoice, PolicyOpt, render
 from cli.registry_options import live
-from cli.common import DEFAULTS, GpusOpt, HardwareOpt, JsonOpt, ModelOpt, emit_json, load_specs
+from cli.common import DEFAULTS, GpusOpt, HardwareOpt, JsonOpt, ModelOpt, emit_result, load_specs
 from planner.errors import SpecError
 
 MAX_TORCH_RANKS = 8
@@ -113,8 +113,11 @@ def serve_cmd(
                      "device": "cuda" if use_cuda else "cpu", "clock": clock.value}, **doc}
     doc.pop("timeline", None)
     doc.pop("per_request", None)
+    from floorfirst.served import ServeResult
+
+    result = ServeResult.model_validate(doc)
     if json_out:
-        emit_json("serve", doc)
+        emit_result(result)
         return
     render(doc, f"{m.name} stack ({stack.num_layers} layers) on {gpus} ranks ({doc['stack']['device']}): {w.name} "
                 f"({w.requests} requests), policy {policy}, order {order.value}, {executor.value} executor")
