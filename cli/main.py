@@ -152,8 +152,8 @@ def _one_blas_thread():
     when the library loads (OpenMathLib/OpenBLAS driver/others/openblas_env.c `openblas_read_env`,
     memory.c `blas_get_cpu_number`), and with more than one it starts its thread server then
     (blas_server.c `blas_thread_init`). On this project's 2-core VM that start made `import numpy`
-    ~60-90 ms slower in wall time (55 vs 150 ms under load, benchmarks/results/cli_startup_*_cli4.md),
-    and a CLI call prices a few hundred small arrays, where OpenBLAS runs one thread anyway (its
+    ~55 ms slower (81 vs 136 ms at load 2.6) and `floor --json` ~90 ms more CPU, ~35 ms more wall time
+    (benchmarks/results/cli_startup/cli_startup_2026-12-08_cli5.md), and a CLI call prices a few hundred small arrays, where OpenBLAS runs one thread anyway (its
     gemm/gemv go multi-threaded only above a size threshold: interface/gemm.c `GEMM_MULTITHREAD_THRESHOLD`)."""
     if "numpy" in sys.modules or any(v in os.environ for v in _BLAS_THREAD_VARS):
         yield
@@ -208,9 +208,10 @@ def _exit_now(code: object) -> None:
     clean-up) and the flush of stdout and stderr. Returns (the caller exits normally) when another
     thread runs, `code` isn't an int or None, or a flush fails (a closed pipe: Python's own exit
     reports it).
-    NOTE: why. Freeing numpy's, pydantic's and the planner's objects at exit took ~30-40 ms of a
-    ~250 ms call on this project's 2-core VM (quiet; 80-150 ms under load), after the answer was
-    printed (benchmarks/results/cli_startup_*_cli4.md). mypy does the same at the end of a run
+    NOTE: why. Freeing numpy's, pydantic's and the planner's objects at exit comes after the answer
+    is printed; skipping it saved ~6 ms of a ~260 ms `floor --json` on this project's 2-core VM at
+    load 2.1 (0.97, farm-bench pairwise: benchmarks/results/cli_startup/cli_startup_2026-12-08_cli5.md).
+    mypy does the same at the end of a run
     (python/mypy mypy/util.py `hard_exit`: "quite a bit faster than a normal exit() since objects
     are not freed"; mypy/main.py calls it unless --no-fast-exit)."""
     import atexit
