@@ -11,7 +11,7 @@ types; cli/commands/disagg.py prints it), or validate documents (tests/agent).
 
 from __future__ import annotations
 
-from typing import Annotated, ClassVar
+from typing import Annotated, ClassVar, Literal
 
 from floorfirst.results import (Amount, AttnName, Count, Document, Maybe, MaybeAmount, MoeName, Tally, _kw,
                                 _Part)
@@ -45,7 +45,7 @@ class ColocatedGroup(_Instance):
 class MemoryRule(_Part):
     """The role's memory rule."""
 
-    role: Annotated[str, _kw(enum=['prefill', 'decode'])]
+    role: Literal["prefill", "decode"]
     """The pool's role."""
     engine: str
     """Whose memory model sizes the pool."""
@@ -115,9 +115,9 @@ class Handoff(_Part):
 
     engine: str
     """Whose KV connector."""
-    backend: Annotated[str, _kw(enum=['mooncake', 'nixl'])]
+    backend: Literal["mooncake", "nixl"]
     """The transfer backend priced (SGLang Mooncake, vLLM NIXL)."""
-    overlap: Annotated[str, _kw(enum=['per_chunk', 'after_prefill'])]
+    overlap: Literal["per_chunk", "after_prefill"]
     """per_chunk: each prefill chunk's pages leave when it is done (SGLang); after_prefill: the decode side reads once
     the prefill finished (vLLM)."""
     prompt_tokens: Amount
@@ -305,11 +305,11 @@ class DisaggResult(Document):
     """GPU name."""
     gpus: Annotated[int, _kw(minimum=2)]
     """The GPU budget split between the pools."""
-    engine: Annotated[str, _kw(**{'x-registry': 'engines'})]
+    engine: Annotated[str, _kw(**{"x-registry": "engines"})]
     """Whose memory model and KV connector."""
-    floor: Annotated[str, _kw(enum=['max', 'sum'])]
+    floor: Literal["max", "sum"]
     """Steps priced at the optimistic (max) or pessimistic (sum) floor."""
-    pricing: Annotated[str, _kw(enum=['datasheet', 'achieved'])]
+    pricing: Literal["datasheet", "achieved"]
     """Rates the floors are priced at."""
     input_tokens: Amount
     """Prompt tokens per request."""

@@ -10,7 +10,7 @@ cli/commands/follow.py prints it), or validate documents (tests/agent).
 
 from __future__ import annotations
 
-from typing import Annotated, ClassVar
+from typing import Annotated, ClassVar, Literal
 
 from floorfirst.results import Amount, Count, Document, MaybeAmount, Tally, _kw, _Part
 
@@ -37,7 +37,7 @@ class Records(_Part):
 class ServedModel(_Part):
     """The step model being served now (the last good calibration)."""
 
-    source: Annotated[str, _kw(enum=["prior", "loaded", "refit"])]
+    source: Literal["prior", "loaded", "refit"]
     """prior (the hardware file's efficiencies, before any refit), loaded (--calibration) or refit."""
     label: str
     """Where it came from, in words."""
@@ -128,7 +128,7 @@ class PolicyTables(_Part):
     """The runtime policy's tables compiled from the served model (runtime_policy.tables.compile_tables, in the
     background)."""
 
-    state: Annotated[str, _kw(enum=["off", "not compiled", "compiling", "current", "failed"])]
+    state: Literal["off", "not compiled", "compiling", "current", "failed"]
     """off, not compiled, compiling, current or failed."""
     model: str | None
     """The step model they were compiled from (null before the first compile)."""
