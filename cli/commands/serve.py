@@ -18,7 +18,7 @@ import typer
 
 from cli.commands.simulate import OrderChoice, PolicyOpt, render
 from cli.registry_options import live
-from cli.common import DEFAULTS, GpusOpt, HardwareOpt, JsonOpt, ModelOpt, emit_result, load_specs
+from cli.common import DEFAULTS, GpusOpt, HardwareOpt, JsonOpt, ModelOpt, emit_json, load_specs
 from planner.errors import SpecError
 
 MAX_TORCH_RANKS = 8
@@ -113,11 +113,11 @@ def serve_cmd(
                      "device": "cuda" if use_cuda else "cpu", "clock": clock.value}, **doc}
     doc.pop("timeline", None)
     doc.pop("per_request", None)
-    from floorfirst.served import ServeResult
-
-    result = ServeResult.model_validate(doc)
+    # NOTE: printed as built, a dict, as floor and simulate print theirs: typing it here imports
+    # floorfirst.results (53 pydantic models whose validators build at import: ~0.2 s more CPU a call).
+    # Its model, floorfirst.served.ServeResult, is held to it by tests/agent/test_schemas_from_models.py.
     if json_out:
-        emit_result(result)
+        emit_json("serve", doc)
         return
     render(doc, f"{m.name} stack ({stack.num_layers} layers) on {gpus} ranks ({doc['stack']['device']}): {w.name} "
                 f"({w.requests} requests), policy {policy}, order {order.value}, {executor.value} executor")
