@@ -58,16 +58,37 @@ CHECKED: list[list[str]] = [
     ["disagg", "--gpus", "24", "--input", "2k", "--output", "1k", "--tpot-ms", "50", "--json"],
     ["floor", "--attn", "nope"], ["floor", "--json", "--gpus", "0"], ["floor", "--hardware", "nope.yaml", "--json"],
     ["no-such-command"], ["floor", "--no-such-option"],
+    # option values typer converts itself and those cli/fast_coercion.py converts (each kind, and refused ones)
+    ["floor", "--batch", "abc", "--json"], ["floor", "--batch", "064", "--json"], ["floor", "--batch", " 64"],
+    ["floor", "--batch", "1.0"], ["floor", "--batch", "-3", "--json"], ["floor", "--gpus", "99999999999999999999"],
+    ["floor", "--attn", "DP", "--json"], ["floor", "--attn", "dp", "--moe", "EP"],
+    ["disagg", "--gpus", "24", "--input", "2k", "--output", "1k", "--tpot-ms", "5e1", "--json"],
+    ["disagg", "--gpus", "24", "--input", "2k", "--output", "1k", "--tpot-ms", "50.", "--json"],
+    ["disagg", "--gpus", "24", "--input", "2k", "--output", "1k", "--tpot-ms", "fast", "--json"],
+    ["disagg", "--gpus", "24", "--input", "2k", "--output", "1k", "--tpot-ms", "nan", "--json"],
+    ["disagg", "--gpus", "24", "--input", "2k", "--output", "1k", "--tpot-ms", "-0.5"],
+    # the documents typed since (follow, serve, disagg: issue 32 item 2), as JSON and as tables
+    ["disagg", "--gpus", "16", "--input", "4k", "--tpot-ms", "1", "--json"], ["disagg", "--gpus", "16", "--input", "4k"],
+    ["disagg", "--model", "llama-3.1-70b", "--gpus", "8", "--input", "8k", "--engine", "vllm", "--sweep-input", "2k,16k",
+     "--json"],
+    ["serve", "--executor", "sim", "--requests", "12", "--json"], ["serve", "--executor", "sim", "--requests", "12"],
+    ["follow", "--engine-args", "python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3.2 --tp 8",
+     "--once", "tests/fixtures/fpm/dsv32_tp8_h200.jsonl", "--refit-every", "64", "--window", "128", "--no-tables"],
 ]
 # --floor: what every planning call imports before any floorfirst code runs, timed the same way (from the
-# checkout's root): the interpreter alone, and numpy + typer + pydantic's validator machinery (typer ≥ 0.2x
-# converts each option with a pydantic TypeAdapter, so a call can't skip it)
+# checkout's root): the interpreter alone, numpy as main loaded it (OpenBLAS's default threads) and as the
+# CLI loads it now (one thread: cli/main.py), typer, and pydantic with one deferred model (the planner's specs
+# are defer_build pydantic models; typer builds no TypeAdapter since cli/fast_coercion.py converts the options)
+_ONE_BLAS_THREAD = "import os; os.environ['OPENBLAS_NUM_THREADS'] = '1'; "
+_ONE_MODEL = ("import pydantic; type('M', (pydantic.BaseModel,), {'__annotations__': {'x': int}, "
+              "'model_config': {'defer_build': True}})")  # as the planner's spec models: no schema built at import
 FLOOR_SNIPPETS = {
     "python -c pass": "pass",
     "import numpy": "import numpy",
+    "import numpy, one BLAS thread": _ONE_BLAS_THREAD + "import numpy",
     "import typer": "import typer",
-    "import typer + one pydantic TypeAdapter": "import typer; from pydantic import TypeAdapter; TypeAdapter(int)",
-    "import numpy, typer + one pydantic TypeAdapter": "import numpy, typer; from pydantic import TypeAdapter; TypeAdapter(int)",
+    "import pydantic + one model": _ONE_MODEL,
+    "import numpy (one BLAS thread), typer, pydantic + one model": _ONE_BLAS_THREAD + "import numpy, typer; " + _ONE_MODEL,
 }
 LAUNCH = "import sys; sys.argv[0] = 'floorfirst'; from cli.main import main; main()"
 

@@ -3,9 +3,16 @@ a new command group is one new module there, no edit here."""
 
 from __future__ import annotations
 
+import gc
+
+_GC_ON = gc.isenabled()
+gc.disable()  # while typer imports; on again at the end of this module (see _imports_frozen)
+
+import contextlib
 import functools
 import importlib
 import json
+import os
 import pkgutil
 import re
 import sys
@@ -15,6 +22,10 @@ from types import MappingProxyType
 from typing import Mapping
 
 import typer
+
+from cli.fast_coercion import install as _install_fast_coercion
+
+_install_fast_coercion()  # plain option values without a pydantic validator each (cli/fast_coercion.py)
 
 app = typer.Typer(
     name="floorfirst",
@@ -128,7 +139,103 @@ def click_exceptions() -> tuple[type, type, type]:
     return ce.UsageError, no_args, getattr(ce, "Abort", typer.Abort)
 
 
+# any of these set by the user: numpy's BLAS starts as they say
+_BLAS_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")
+
+
+@contextlib.contextmanager
+def _one_blas_thread():
+    """numpy's OpenBLAS loads with one thread when numpy is first imported inside this block, unless
+    the user set its thread count; the environment is as it was afterwards (child processes and
+    libraries loaded later, torch's and scipy's BLAS, see the user's settings).
+    NOTE: OpenBLAS reads OPENBLAS_NUM_THREADS (else GOTO_NUM_THREADS, else OMP_NUM_THREADS) once,
+    when the library loads (OpenMathLib/OpenBLAS driver/others/openblas_env.c `openblas_read_env`,
+    memory.c `blas_get_cpu_number`), and with more than one it starts its thread server then
+    (blas_server.c `blas_thread_init`). On this project's 2-core VM that start made `import numpy`
+    ~55 ms slower (81 vs 136 ms at load 2.6) and `floor --json` ~90 ms more CPU, ~35 ms more wall time
+    (benchmarks/results/cli_startup/cli_startup_2026-12-08_cli5.md), and a CLI call prices a few hundred small arrays, where OpenBLAS runs one thread anyway (its
+    gemm/gemv go multi-threaded only above a size threshold: interface/gemm.c `GEMM_MULTITHREAD_THRESHOLD`)."""
+    if "numpy" in sys.modules or any(v in os.environ for v in _BLAS_THREAD_VARS):
+        yield
+        return
+    os.environ["OPENBLAS_NUM_THREADS"] = "1"
+    try:
+        yield
+    finally:
+        os.environ.pop("OPENBLAS_NUM_THREADS", None)
+
+
+@contextlib.contextmanager
+def _imports_frozen():
+    """Python's cyclic garbage collector paused while the command's modules import (and while this
+    module imports typer), and what they made moved to the collector's permanent generation
+    (`gc.freeze`) before the command runs with the collector on. For the process's own call only
+    (`main()` without argv: one command, then the process ends); a process calling main(argv) many
+    times keeps its collector as it is.
+    NOTE: importing numpy, pydantic, typer and the planner makes ~300k objects, nearly none of them
+    garbage; the collector ran its young generation every 700 allocations and the whole heap several
+    times over them, and a collector paused but not frozen only defers that scan to the command's
+    first collection. Python's docs give the same pattern for a process about to fork (gc module,
+    `gc.freeze`: "disable gc early in the parent process and freeze() right before fork()")."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()
+        gc.enable()
+
+
 def main(argv: list[str] | None = None) -> None:
+    """The `floorfirst` command. Called as the process's entry (no `argv`: the console script,
+    `python -m cli.main`), it ends the process itself once the command has exited (`_exit_now`);
+    called with `argv` (the tests, one process calling it many times) it raises SystemExit as typer
+    does."""
+    if argv is not None:
+        return _main(argv)
+    try:
+        _main(None)
+    except SystemExit as exc:
+        _exit_now(exc.code)
+        raise
+
+
+def _exit_now(code: object) -> None:
+    """End the process with `code` without freeing its objects, after what a normal exit would do
+    that anyone can see: the atexit handlers (logging's flush, weakref finalizers, multiprocessing's
+    clean-up) and the flush of stdout and stderr. Returns (the caller exits normally) when another
+    thread runs, `code` isn't an int or None, or a flush fails (a closed pipe: Python's own exit
+    reports it).
+    NOTE: why. Freeing numpy's, pydantic's and the planner's objects at exit comes after the answer
+    is printed; skipping it saved ~6 ms of a ~260 ms `floor --json` on this project's 2-core VM at
+    load 2.1 (0.97, farm-bench pairwise: benchmarks/results/cli_startup/cli_startup_2026-12-08_cli5.md).
+    mypy does the same at the end of a run
+    (python/mypy mypy/util.py `hard_exit`: "quite a bit faster than a normal exit() since objects
+    are not freed"; mypy/main.py calls it unless --no-fast-exit)."""
+    import atexit
+    import threading
+
+    run_exitfuncs = getattr(atexit, "_run_exitfuncs", None)
+    if run_exitfuncs is None or threading.active_count() != 1:
+        return
+    if code is None:
+        status = 0
+    elif isinstance(code, int) and not isinstance(code, bool) and 0 <= code <= 255:
+        status = code
+    else:
+        return
+    run_exitfuncs()
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except Exception:  # noqa: BLE001 - e.g. BrokenPipeError: the interpreter's exit handles it as before
+        return
+    os._exit(status)
+
+
+def _main(argv: list[str] | None) -> None:
     args = sys.argv[1:] if argv is None else argv
     if list(args) == ["--version"]:
         # NOTE: answered before the commands load: they import planner, and with it numpy and pydantic,
@@ -140,7 +247,8 @@ def main(argv: list[str] | None = None) -> None:
     from planner.errors import SpecError
 
     usage_error, no_args, abort = click_exceptions()
-    _register_for(list(args))
+    with _one_blas_thread(), (_imports_frozen() if argv is None else contextlib.nullcontext()):
+        _register_for(list(args))  # the command's module imports numpy (and its BLAS) here
     as_json = wants_json(args)
     t0 = time.monotonic()
     try:
@@ -173,6 +281,9 @@ def main(argv: list[str] | None = None) -> None:
     logger().debug(f"floorfirst {command}: {time.monotonic() - t0:.3f} s")
     sys.exit(rc if isinstance(rc, int) else 0)
 
+
+if _GC_ON:
+    gc.enable()
 
 if __name__ == "__main__":
     main()

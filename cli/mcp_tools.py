@@ -329,6 +329,9 @@ def _load(entry) -> dict[str, _Tool] | None:
     try:
         with open(entry, "rb") as f:
             tools = pickle.load(f)
+            from planner.spec_cache import refresh
+
+            refresh(f.fileno(), entry)  # used now: kept by the folder's age and size bounds
         return tools if isinstance(tools, dict) and all(isinstance(t, _Tool) for t in tools.values()) else None
     except Exception:  # noqa: BLE001 - missing, corrupt, from other code: all mean "rebuild"
         return None

@@ -11,8 +11,9 @@ or infinity. Free-form parts (an engine's memory plan, per-component byte counts
 NOTE: the models allow keys they don't declare (`model_extra`), so a key a command adds reaches
 the caller instead of failing the call; tests/floorfirst fail until it is declared here.
 
-The schemas of floor, compare, capacity, triage, triage --profile, explain-launch, hardware, models,
-regimes, thresholds, walls, validate, simulate and simulate --disagg are written from these models and floorfirst/served.py's (and the error document's from floorfirst/error_result.py) (schemas/generate.py, through schemas/from_models.py): a field's
+Every command's schema is written from its document's model: these, floorfirst/served.py's (simulate, simulate
+--disagg, serve), calibration_results.py's, follow_result.py's, disagg_result.py's and error_result.py's
+(schemas/generate.py, through schemas/from_models.py): a field's
 docstring is its key's description and `_kw(...)` its schema keywords (minimum, enum, a registry's
 names, or `part(...)`: the hand-written key-by-key contract of a free-form dict in schemas/parts/).
 A field without a docstring can't be written; a field with `exclude=True` (per_request, timeline)
@@ -64,6 +65,7 @@ def _kw(**keywords: Any):
 
 
 Amount = Annotated[float, _kw(minimum=0)]  # a time, size, rate or count: never negative
+Number = int | float  # a JSON number as the command computed it: an integer stays one (a step row's batch)
 MaybeAmount = Annotated[Maybe, _kw(minimum=0)]
 Count = Annotated[int, _kw(minimum=1)]  # GPUs, nodes, replicas, page tokens
 Tally = Annotated[int, _kw(minimum=0)]

@@ -1,6 +1,7 @@
-"""The typed documents of the served workloads: `SimulateResult` (`floorfirst simulate`) and
-`SimulateDisaggResult` (`floorfirst simulate --disagg xPyD`), with the switches, pools and TTFT parts
-they hold. Built like floorfirst/results.py's documents (its module docstring: units in the key names,
+"""The typed documents of the served workloads: `SimulateResult` (`floorfirst simulate`),
+`SimulateDisaggResult` (`floorfirst simulate --disagg xPyD`) and `ServeResult` (`floorfirst serve`: the
+simulate metrics with the stack that ran and what the torch executor measured), with the switches,
+pools and TTFT parts they hold. Built like floorfirst/results.py's documents (its module docstring: units in the key names,
 None for an undefined number, a field's docstring is its schema key's description); their schemas are
 written from them by schemas/generate.py. The disaggregated document repeats the colocated one's
 metrics: both are what executor.sim / runtime_policy.disagg summarize, and each schema describes its
@@ -11,12 +12,12 @@ Does not: compute (floorfirst.serving, floorfirst.disagg_serving) or validate do
 
 from __future__ import annotations
 
-from typing import Annotated, ClassVar
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field
 
-from floorfirst.results import (Amount, AttnName, Count, Document, Free, KvDtype, MaybeAmount, MoeName, Tally,
-                                _kw, _Part)
+from floorfirst.results import (Amount, AttnName, Count, Document, Free, KvDtype, MaybeAmount, MoeName, Number,
+                                Tally, _kw, _Part)
 
 # ---- simulate ------------------------------------------------------------------------------------
 
@@ -67,8 +68,10 @@ class AbortedSwitch(_Part):
 
 
 class _ServedMetrics(_Part):
-    """The served-load metrics both simulate documents carry, in their order (runtime_policy/metrics.py
-    `summarize`; the disaggregated run's are of its merged per-request record)."""
+    """The served-load metrics every served document (simulate, simulate --disagg, serve) carries, in their order
+    (runtime_policy/metrics.py `summarize`; the disaggregated run's are of its merged per-request record); the
+    step-time model, the policy's misses and the load verdict follow in their own parts, whose order differs
+    between simulate (the step-time model first) and serve (last, after what the torch executor measured)."""
 
     requests: Tally
     """Requests in the workload."""
@@ -116,13 +119,28 @@ class _ServedMetrics(_Part):
     """Switches in time order."""
     switch_cost_total_s: Amount
     """Σ cost_s, seconds."""
+
+
+class _StepModel(_Part):
+    """Which model priced the steps (simulate and simulate --disagg carry it after the metrics; serve last)."""
+
     step_time_model: str
     """Which step-time model priced the steps (datasheet midpoint or a calibration)."""
+
+
+class _PolicyMisses(_Part):
+    """Where the policy's wish was not carried out: aborted switches, and the states it could not decide."""
+
     aborted_switches: list[AbortedSwitch]
     """Switches the executor aborted (a fault, or the destination's KV filled while the move ran); the old
     layout kept serving."""
     cant_decide: Tally
     """Times the policy answered CANT_DECIDE (a state it refused or an internal error; it stayed put)."""
+
+
+class _LoadVerdict(_Part):
+    """Offered against served load, the queue, and the overload verdict (runtime_policy/metrics.py)."""
+
     offered_requests_per_s: MaybeAmount
     """Requests offered per second: arrival gaps over the arrival span ((requests − 1) / arrival_span_s); null
     when every request arrives at once."""
@@ -196,7 +214,7 @@ class _SimulateHeader(_Part):
     """Request ordering."""
 
 
-class SimulateResult(_ServedMetrics, _SimulateHeader, Document):
+class SimulateResult(_LoadVerdict, _PolicyMisses, _StepModel, _ServedMetrics, _SimulateHeader, Document):
     """`floorfirst simulate`: a workload served with the simulated executor under a fixed layout or the
     dynamic policy: throughput, latency percentiles and the layout switches made."""
 
@@ -271,7 +289,7 @@ class _DisaggHeader(_Part):
     """Request ordering."""
 
 
-class SimulateDisaggResult(_ServedMetrics, _DisaggHeader, Document):
+class SimulateDisaggResult(_LoadVerdict, _PolicyMisses, _StepModel, _ServedMetrics, _DisaggHeader, Document):
     """`floorfirst simulate --disagg xPyD`: a workload served by x prefill and y decode instances
     (runtime_policy/disagg.py): the colocated simulate's metrics of the merged per-request record (TTFT from
     arrival to the first token the decode instance streams, TPOT and finish from the decode instance), the
@@ -338,3 +356,86 @@ class SimulateDisaggResult(_ServedMetrics, _DisaggHeader, Document):
     the JSON document)."""
     timeline: Free | None = Field(None, exclude=True)
     """The decode pool's run over time: what --plot draws (not in the JSON document)."""
+
+
+# ---- serve ---------------------------------------------------------------------------------------
+
+class ServeStack(_Part):
+    """The decode stack the executor ran."""
+
+    layers: Count
+    """Layers of the stack."""
+    heads: Count
+    """Attention heads."""
+    hidden_size: Count
+    """Residual width."""
+    latent_dim: Count
+    """Cached latent width per token (kv_lora + rope)."""
+    page_tokens: Count
+    """Tokens per KV page."""
+    kv_pages_per_rank: Annotated[int, _kw(minimum=2)]
+    """KV page slots per rank the policy's tables count."""
+    device: Literal["cpu", "cuda"]
+    """Where the ranks ran."""
+    clock: Literal["measured", "table"]
+    """The durations the loop read: measured, or the tables' prices."""
+
+
+class StepRows(_Part):
+    """With step logging: one row per step (decode batch, Σ context, chunk tokens, its cached prefix, seconds)."""
+
+    columns: list[str]
+    """The columns' names, units in them."""
+    rows: list[list[Number]]
+    """One row per step, in `columns` order."""
+
+
+class Measured(_Part):
+    """What the torch executor measured (executor/torch_executor/serve.py measured_summary), in its order."""
+
+    steps: Tally
+    """Steps run."""
+    step_p50_s: MaybeAmount
+    """Median step time (slowest rank), seconds."""
+    step_p99_s: MaybeAmount
+    """99th-percentile step time (slowest rank), seconds."""
+    switch_stalls_s: list[Amount]
+    """Each commit's measured stall (slowest rank), seconds."""
+    kv_identical_across_commits: list[bool]
+    """Per commit, when checked: every request's KV identical before and after."""
+    graphs_captured_count: Tally | None = None
+    """Decode CUDA graphs captured, one per (layout, batch bucket, block-table width): at start-up and on a
+    bucket's first use (0 on CPU)."""
+    prefill: Literal["real", "synthetic"] | None = None
+    """Prompts prefilled on the real layers, or written as synthetic history at admission."""
+    prefill_step: Literal["mixed", "separate"] | None = None
+    """A prefill chunk in the decodes' step, or in a step of its own."""
+    step_rows: StepRows | None = None
+    """With step logging: one row per step (decode batch, Σ context, chunk tokens, its cached prefix, seconds)."""
+    step_host_s: list[Amount] | None = None
+    """With step logging on CUDA: the host's time in each step, seconds, beside step_rows."""
+    graphs_at_start_count: Tally | None = None
+    """Of those, captured before serving (every batch bucket up to max_batch)."""
+
+
+class _ServeRun(_Part):
+    """What ran the steps of `floorfirst serve`."""
+
+    executor: Literal["torch", "sim"]
+    """Which executor ran the steps."""
+    stack: ServeStack
+    """The decode stack the executor ran."""
+
+
+class ServeResult(_LoadVerdict, _PolicyMisses, _ServedMetrics, _ServeRun, _SimulateHeader, Document):
+    """`floorfirst serve`: a workload served through the serving loop with the dynamic policy or a fixed layout, on
+    the torch executor (real MLA decode layers, one process per rank) or the simulator over the same tables: the
+    simulate metrics, the stack that ran, and what the torch executor measured."""
+
+    command: ClassVar[str] = "serve"
+    kv_dtype: Literal["float32", "bfloat16"]
+    """Element type of the stack's weights and KV (float32 on CPU, bfloat16 on CUDA)."""
+    measured: Measured | None = None
+    """What the torch executor measured (absent on the simulator)."""
+    step_time_model: str
+    """Which step-time model priced the steps (datasheet midpoint or a calibration)."""

@@ -5,7 +5,7 @@ so a document, its model and its schema can't disagree.
 
 How a model field becomes a schema node:
 - `int`, `float`, `str`, `bool` → integer, number, string, boolean; `Literal[...]` → an enum;
-  `X | None` without a default → X or null, always present; `= None` → X, present only when set
+  `int | float` (results.Number) → number; `X | None` without a default → X or null, always present; `= None` → X, present only when set
   (Document.document() leaves unset keys out); `list[X]` → array of X; `dict[str, X]` → object
   whose values are X; a model → object with its fields as properties, the required ones listed.
 - `Field(json_schema_extra={...})` on a field (or in its `Annotated` type) adds schema keywords:
@@ -54,7 +54,13 @@ MODELS = {
     "microbench": ("MicrobenchResult", {}),
     "calibrate": ("CalibrateResult", {}),
     "calibrate_kernel_db": ("KernelDbResult", {}),
+    "follow": ("FollowResult", {}),
+    "serve": ("ServeResult", {}),
+    "disagg": ("DisaggResult", {"Colocated": "colocated"}),
 }
+# where the documents' models live
+DOCUMENT_MODULES = ("floorfirst.results", "floorfirst.served", "floorfirst.calibration_results",
+                    "floorfirst.error_result", "floorfirst.follow_result", "floorfirst.disagg_result")
 # command → its schema's title, where the command line is not `floorfirst <command> --json`
 TITLES = {"simulate_disagg": "floorfirst simulate --disagg xPyD --json",
           "error": "floorfirst <command> --json, when the command produced no document",
@@ -74,6 +80,8 @@ def _extras(metadata) -> dict[str, Any]:
 
 
 def _with_null(node: dict[str, Any]) -> dict[str, Any]:
+    if "$ref" in node:  # a shared part that may be null (disagg's best)
+        return {"anyOf": [node, {"type": "null"}]}
     t = node.get("type")
     if t is None:
         return node
@@ -92,6 +100,9 @@ def _type_node(tp, defs: dict[str, str], used: dict[str, dict], extras: dict[str
         return _type_node(base, defs, used, extras)
     if origin in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if set(args) == {int, float}:  # results.Number: a JSON number, an integer kept as one
+            node = {"type": "number"}
+            return _with_null(node) if len(args) < len(typing.get_args(tp)) else node
         if len(args) != 1:
             raise TypeError(f"{tp}: a union other than X | None has no schema here")
         return _with_null(_type_node(args[0], defs, used, extras))
@@ -173,16 +184,15 @@ def model_node(cls, defs: dict[str, str] | None = None, used: dict[str, dict] | 
 
 
 def model_of(command: str):
-    """The model class of `command`'s document (floorfirst/results.py, served.py, calibration_results.py
-    or error_result.py)."""
-    import floorfirst.calibration_results as calibration_results
-    import floorfirst.error_result as error_result
-    import floorfirst.results as results
-    import floorfirst.served as served
+    """The model class of `command`'s document (found in DOCUMENT_MODULES)."""
+    import importlib
 
     name = MODELS[command][0]
-    return (getattr(results, name, None) or getattr(served, name, None) or getattr(calibration_results, name, None)
-            or getattr(error_result, name))
+    for module in DOCUMENT_MODULES:
+        cls = getattr(importlib.import_module(module), name, None)
+        if cls is not None:
+            return cls
+    raise LookupError(f"{command}: no model {name} in {', '.join(DOCUMENT_MODULES)}")
 
 
 def schema_of(command: str) -> dict[str, Any]:

@@ -1,9 +1,10 @@
-"""Write schemas/*.schema.json: the typed documents' schemas from their pydantic models
-(schemas/from_models.py: floor, compare, capacity, triage,
-explain_launch, hardware, models, regimes, triage_profile, thresholds, walls,
-validate, simulate, simulate_disagg, microbench, calibrate_kernel_db, calibrate, error), and the
-registry-made parts of every schema from the planner's registries (follow, serve and disagg are
-still kept by hand).
+"""Write schemas/*.schema.json: every command's document schema from its pydantic model
+(schemas/from_models.py MODELS: the documents of floorfirst/results.py, served.py,
+calibration_results.py, follow_result.py, disagg_result.py and error_result.py), with the parts
+that come from the planner's registries filled in. No schema is kept by hand: a schemas/ file that no
+model writes is refused here, and tests/agent/test_schemas_from_models.py fails when a command that
+takes --json (the CLI's registry of commands) has no model, or a committed file differs from what
+this writes.
 
 A schema names a registry where its choices come from one, and this script writes the choices:
 - `"x-registry": "attention_layouts"` on a string key: its `enum` is the registry's names (a
@@ -14,14 +15,12 @@ A schema names a registry where its choices come from one, and this script write
   `"x-template"` with `{name}` in its description filled, all of them required.
 The registries are cli.registry_options.REGISTRIES (attention layouts, MoE splits, engines, the
 simulate/serve policies, attention and MLP variants), so a new layout or variant module needs no
-schema edit: `python schemas/generate.py` rewrites the files, and tests/agent/test_docs.py fails
-when a committed schema differs from what this writes (or a test's toy layout is missing from it).
+schema edit: `python schemas/generate.py` rewrites the files (and tests/agent/test_docs.py fails
+when a test's toy layout is missing from them).
 
-A schema of a typed document is written whole from its model (floorfirst/results.py, floorfirst/served.py: keys, types,
-nulls, descriptions, keywords; the free-form dicts' contracts from schemas/parts/); the other
-commands' schemas are still written by hand around their registry parts. tests/agent/test_docs.py
-fails when a committed schema differs from what this writes; docs/json-contracts.md's reference is
-rendered from the result (schemas/render_docs.py).
+A schema is written whole from its model (keys, types, nulls, descriptions, keywords; the free-form
+dicts' contracts from schemas/parts/); docs/json-contracts.md's reference is rendered from the
+result (schemas/render_docs.py).
 """
 
 from __future__ import annotations
@@ -89,19 +88,29 @@ def generate(names: dict | None = None) -> dict[str, str]:
     names = names or _registries()
     from_models = _from_models()
     out = {}
-    for path in sorted(HERE.glob("*.schema.json")):
-        command = path.name.removesuffix(".schema.json")
-        schema = from_models.schema_of(command) if command in from_models.MODELS else json.loads(path.read_text())
+    for command in sorted(from_models.MODELS):
+        schema = from_models.schema_of(command)
         _fill(schema, names)
-        out[path.name] = json.dumps(schema, indent=2, ensure_ascii=False) + "\n"
+        out[f"{command}.schema.json"] = json.dumps(schema, indent=2, ensure_ascii=False) + "\n"
     return out
 
 
+def unwritten() -> list[str]:
+    """schemas/ files no model writes (a hand-kept schema, or one whose command is gone)."""
+    return sorted(p.name for p in HERE.glob("*.schema.json")
+                  if p.name.removesuffix(".schema.json") not in _from_models().MODELS)
+
+
 def main() -> int:
+    stray = unwritten()
+    if stray:
+        print(f"no model writes {', '.join(stray)}: add the document's model to schemas/from_models.py MODELS "
+              "(or remove the file)", file=sys.stderr)
+        return 1
     changed = 0
     for name, text in generate().items():
         path = HERE / name
-        if path.read_text() != text:
+        if not path.exists() or path.read_text() != text:
             path.write_text(text)
             changed += 1
             print(f"rewrote {path.relative_to(ROOT)}")

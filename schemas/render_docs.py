@@ -1,9 +1,9 @@
 """Render the key-by-key reference of docs/json-contracts.md from schemas/*.schema.json.
 
 `python schemas/render_docs.py` rewrites the part of docs/json-contracts.md between the
-BEGIN/END markers; tests/agent/test_docs.py fails when that part is stale. The schemas are the
-source of truth (each key's type and description live there); the prose around the markers is
-written by hand. Stdlib only.
+BEGIN/END markers; tests/agent/test_docs.py fails when that part is stale. The schemas (each
+written from its document's pydantic model by schemas/generate.py) hold each key's type and
+description; the prose around the markers is written by hand. Stdlib only.
 """
 
 from __future__ import annotations

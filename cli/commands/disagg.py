@@ -87,6 +87,9 @@ def disagg(
 
         plot_disagg_ratio(sweep, f"{m.name} on {gpus} × {hw.name}: best prefill:decode split", plot)
         doc["plot"] = plot
+    # NOTE: printed as built, a dict, as floor and simulate print theirs: typing it here imports
+    # floorfirst.results (53 pydantic models whose validators build at import: ~0.2 s more CPU a call).
+    # Its model, floorfirst.disagg_result.DisaggResult, is held to it by tests/agent/test_schemas_from_models.py.
     if json_out:
         emit_json("disagg", doc)
         return

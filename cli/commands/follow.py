@@ -81,6 +81,9 @@ def follow(
         finally:
             sub.close()
     rep["calibration_out"] = out
+    # NOTE: printed as built, a dict, as floor and simulate print theirs: typing it here imports
+    # floorfirst.results (53 pydantic models whose validators build at import: ~0.2 s more CPU a call).
+    # Its model, floorfirst.follow_result.FollowResult, is held to it by tests/agent/test_schemas_from_models.py.
     if json_out:
         emit_json("follow", rep)
         return

@@ -113,6 +113,9 @@ def serve_cmd(
                      "device": "cuda" if use_cuda else "cpu", "clock": clock.value}, **doc}
     doc.pop("timeline", None)
     doc.pop("per_request", None)
+    # NOTE: printed as built, a dict, as floor and simulate print theirs: typing it here imports
+    # floorfirst.results (53 pydantic models whose validators build at import: ~0.2 s more CPU a call).
+    # Its model, floorfirst.served.ServeResult, is held to it by tests/agent/test_schemas_from_models.py.
     if json_out:
         emit_json("serve", doc)
         return

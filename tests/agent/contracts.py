@@ -32,6 +32,20 @@ def run_cli(argv: list[str]) -> dict:
     return json.loads(out.getvalue())
 
 
+def json_commands() -> set[str]:
+    """Commands registered on the CLI that take --json, by the name their document carries."""
+    import inspect
+
+    from cli.main import _register_all, app
+
+    _register_all()
+    names = set()
+    for info in app.registered_commands:
+        if "json_out" in inspect.signature(info.callback).parameters:
+            names.add((info.name or info.callback.__name__).replace("-", "_"))
+    return names
+
+
 def schema_name(doc: dict) -> str:
     """'floorfirst.triage_profile/1' -> 'triage_profile'."""
     name = doc["schema"]

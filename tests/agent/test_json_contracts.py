@@ -3,14 +3,13 @@ schemas are valid draft 2020-12 and not permissive, and every `--json` command h
 
 from __future__ import annotations
 
-import inspect
 import json
 
 import jsonschema
 import pytest
 
 from cli.common import SCHEMA_VERSION, SCHEMA_VERSIONS
-from tests.agent.contracts import MICROBENCH, PROFILE, SCHEMAS, closed, load_schema, run_cli, validate
+from tests.agent.contracts import MICROBENCH, PROFILE, SCHEMAS, closed, json_commands, load_schema, run_cli, validate
 
 LAUNCH = "python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3.2 --tp 8"
 FPM_STREAM = SCHEMAS.parent / "tests" / "fixtures" / "fpm" / "dsv32_tp8_h200.jsonl"  # SGLang forward-pass records
@@ -90,23 +89,9 @@ def test_plot_paths_are_reported(tmp_path):
     assert w["plot"] == str(tmp_path / "w.png")
 
 
-def _json_commands() -> set[str]:
-    """Commands registered on the CLI that take --json, by the name their document carries."""
-    import typer
-
-    from cli.main import _register_all, app
-
-    _register_all()
-    names = set()
-    for info in app.registered_commands:
-        if "json_out" in inspect.signature(info.callback).parameters:
-            names.add((info.name or info.callback.__name__).replace("-", "_"))
-    return names
-
-
 def test_every_json_command_has_a_schema_and_a_case():
     schemas = {p.name.removesuffix(".schema.json") for p in SCHEMAS.glob("*.schema.json")}
-    commands = _json_commands()
+    commands = json_commands()
     assert commands <= schemas, f"no schema for {commands - schemas}"
     assert "triage_profile" in schemas  # triage --profile prints a second document
     # calibrate_kernel_db: exercised on a fake wheel by tests/calibration/test_kernel_db.py

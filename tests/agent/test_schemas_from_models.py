@@ -1,11 +1,13 @@
-"""The typed documents' schemas are written from their pydantic models (schemas/from_models.py), not
-kept by hand: the committed files are what the generator writes, every model field is a schema key
-with the model's docstring, and a document that strays from its model fails its schema."""
+"""Every command's schema is written from its document's pydantic model (schemas/from_models.py), none
+kept by hand: each command the CLI registers with --json has a model, the committed files are what the
+generator writes, every model field is a schema key with the model's docstring, a document declares
+every key it prints, and a document that strays from its model fails its schema."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+from pathlib import Path
 
 import jsonschema
 import pytest
@@ -14,7 +16,7 @@ from pydantic import BaseModel, create_model
 import floorfirst
 import floorfirst.results as results
 import floorfirst.served as served
-from tests.agent.contracts import SCHEMAS, closed, load_schema, run_cli
+from tests.agent.contracts import SCHEMAS, closed, json_commands, load_schema, run_cli
 
 
 def _load(name: str):
@@ -26,6 +28,22 @@ def _load(name: str):
 
 FROM_MODELS = _load("from_models")
 GENERATE = _load("generate")
+
+
+def test_every_json_command_the_cli_registers_has_a_model_and_no_schema_is_kept_by_hand():
+    commands = json_commands()
+    assert {"floor", "follow", "serve", "disagg"} <= commands  # the registry is read, not an empty set
+    assert commands - set(FROM_MODELS.MODELS) == set(), "a --json command whose document has no model"
+    assert GENERATE.unwritten() == [], "a schemas/ file no model writes"
+
+
+def test_the_generator_refuses_a_schema_no_model_writes(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(GENERATE, "HERE", tmp_path)
+    monkeypatch.setattr(GENERATE, "_from_models", lambda: FROM_MODELS)
+    (tmp_path / "kept_by_hand.schema.json").write_text("{}")
+    assert GENERATE.unwritten() == ["kept_by_hand.schema.json"]
+    assert GENERATE.main() == 1
+    assert "kept_by_hand.schema.json" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("command", sorted(FROM_MODELS.MODELS))
@@ -106,3 +124,31 @@ def test_a_served_document_is_its_model_and_one_that_strays_fails_its_schema(com
                    {**doc, first: {**doc[first], "x": 1}}):                       # a part's undeclared key
         with pytest.raises(jsonschema.ValidationError):
             validator.validate(broken)
+
+
+FPM_STREAM = Path(__file__).resolve().parents[1] / "fixtures" / "fpm" / "dsv32_tp8_h200.jsonl"
+LAUNCH = "python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3.2 --tp 8"
+TYPED = {  # command → a --json run whose document the command assembles as a dict and types before printing
+    "follow": ["follow", "--engine-args", LAUNCH, "--once", str(FPM_STREAM), "--refit-every", "64", "--window", "128"],
+    "serve": ["serve", "--executor", "sim", "--requests", "12"],
+    "disagg": ["disagg", "--model", "llama-3.1-70b", "--gpus", "8", "--input", "8k", "--engine", "vllm",
+               "--sweep-input", "2k,16k"],
+    "disagg-none": ["disagg", "--gpus", "16", "--input", "4k", "--tpot-ms", "1"],  # nothing meets the target
+}
+
+
+@pytest.mark.parametrize("case", sorted(TYPED))
+def test_a_typed_document_declares_every_key_it_prints_and_prints_them_as_computed(case):
+    command = case.split("-")[0]
+    if command == "serve":
+        pytest.importorskip("torch")  # serve's stack dimensions come from the torch executor's config
+    doc = run_cli([*TYPED[case], "--json"])
+    model = FROM_MODELS.model_of(command)
+    typed = model.model_validate({k: v for k, v in doc.items() if k != "schema"})
+    assert _undeclared(typed) == []
+    # the same keys, in the same order, each number as printed (an integer is not turned into a float)
+    assert json.dumps(typed.document(), indent=1) == json.dumps(doc, indent=1)
+    validator = jsonschema.Draft202012Validator(closed(load_schema(command)))
+    validator.validate(doc)
+    with pytest.raises(jsonschema.ValidationError):
+        validator.validate({**doc, "undeclared_s": 1.0})
