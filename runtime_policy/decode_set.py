@@ -167,6 +167,11 @@ class DecodeSet:
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """([B] request ids, [B] contexts − dsteps, [B] owner ranks) of the slots, as new numpy arrays
         (a request's context at decode step dsteps is its entry + dsteps)."""
+        ids, c0 = self.id_contexts()
+        return ids, c0, np.array(list(map(self.owner_of.__getitem__, self.slot_id[: self.b])), dtype=np.int64)
+
+    def id_contexts(self) -> tuple[np.ndarray, np.ndarray]:
+        """`arrays` without the owners: ([B] request ids, [B] contexts − dsteps)."""
         ids = self.slot_id[: self.b]
         c0 = np.array(list(map(self.c0_of.__getitem__, ids)), dtype=np.float64)  # − its group's lag below
         lag = self.lag
@@ -175,8 +180,7 @@ class DecodeSet:
                 c0 -= lag[0]
             else:
                 c0 -= np.array(lag, dtype=np.float64)[np.array(list(map(self.group_of.__getitem__, ids)), dtype=np.int64)]
-        return (np.array(ids, dtype=np.int64), c0,
-                np.array(list(map(self.owner_of.__getitem__, ids)), dtype=np.int64))
+        return np.array(ids, dtype=np.int64), c0
 
     def in_join_order(self) -> list[int]:
         """The decoding requests in the order they joined."""

@@ -42,6 +42,7 @@ Does not: price steps (the executor), choose layouts (the policy) or order reque
 
 from __future__ import annotations
 
+import gc
 import math
 from typing import Callable
 
@@ -236,13 +237,31 @@ class ServingLoop:
 
     # ---- the machine ---------------------------------------------------------------------------
     def run(self) -> ServeResult:
+        # NOTE: the objects alive before the serve (the tables' row lists, the policy, modules) sit
+        # in Python's permanent generation while it runs, so a collection walks only what serving
+        # made: a full collection that lands inside a serve walked the whole heap (on the
+        # simulator's chat load, up to a third of the serve's instructions). The engines do the same
+        # after their warm-up (vLLM `freeze_gc_heap`, SGLang `freeze_gc`; executor/torch_executor/
+        # serve.py `frozen_gc`), there with a collection first, skipped here (a full collection of
+        # a loaded process costs more than a short serve); unfrozen at the end, and left alone where
+        # the caller froze the heap already
+        freeze = gc.isenabled() and not gc.get_freeze_count()
+        if freeze:
+            gc.freeze()
+        try:
+            self._serve()
+        finally:
+            if freeze:
+                gc.unfreeze()
+        return self._result()
+
+    def _serve(self) -> None:
         n = self.n
         while self.ended < n:
             self._turn()
         if self.inflight is not None:  # everything ended with a move under way: drop it
             self.executor.abort_switch(self.inflight.plan)
             self.inflight = None
-        return self._result()
 
     def _turn(self) -> None:
         """One run of steps (module docstring); returns early to start a new turn when the
