@@ -567,7 +567,7 @@ class ServingLoop:
             x = float(out_l[i])
             observe(x)
             count(x)
-        dec.first_to_finish()
+        # (dec.done_by set dec.fin_min: = dec.first_to_finish() after the leaves)
 
     def _join(self, i: int, c: float) -> None:
         """Request i, its prefill done at context c, decodes (its KV is the executor's from now)."""

@@ -137,6 +137,7 @@ def _kv_growth(loop: "ServingLoop") -> tuple[float, float]:
 # certainty-equivalent step of model-predictive control (one state projected, priced once).
 HORIZON_POINTS = 16  # the window's grid (midpoint rule)
 PUBLISH_EVERY_STEPS = 32  # the horizon's average written this often (it moves 1.1 % of the way to the batch now in 32 steps at a 2048-step half-life)
+_WEIGHTS_KEPT = 257  # HorizonLoad.weights: folds of up to 256 steps
 ARRIVAL_HALF_LIFE_S = 10.0  # = the payback horizon's default: the next window's arrivals are the last window's
 
 
@@ -150,6 +151,9 @@ class HorizonLoad:
     def __init__(self, policy, t0: float, half_life_steps: float, loop_arrived: int = 0):
         self.policy = policy
         self.half_life = half_life_steps
+        # the weight of a fold of k steps, 1 − 0.5^(k / half-life), for the runs' usual k (a run is at
+        # most LoopConfig.max_run_steps; the weight was a power per consultation)
+        self.weights = [1.0 - 0.5 ** (k / half_life_steps) for k in range(_WEIGHTS_KEPT)] if half_life_steps > 0 else []
         self.next_at = 0
         self.queued = None
         self.t = t0
@@ -185,7 +189,8 @@ class HorizonLoad:
             self.at_step = loop.steps
             # NOTE: weights normalised by their sum, so the average starts at the first batch, not
             # biased to the zeros it starts from
-            w = 1.0 - 0.5 ** (k / self.half_life)
+            ws = self.weights
+            w = ws[k] if k < len(ws) else 1.0 - 0.5 ** (k / self.half_life)
             self.norm += w * (1.0 - self.norm)
             last = self.last
             self.b += w * (last[0] - self.b)
