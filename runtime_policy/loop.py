@@ -337,14 +337,24 @@ class ServingLoop:
         self._advance(k, dur, chunk_stats, sat_out, done_by)
 
     def _arrive(self) -> None:
-        arr_l, n, status, waiting = self.arr_l, self.n, self.status, self.waiting
-        route = self.groups[self.layout] > 1 and self.routing != "fewest_prompt_tokens"
-        while self.nxt < n and arr_l[self.nxt] <= self.t:
-            status[self.nxt] = WAITING
-            waiting.push(self.nxt)
-            if route:
-                route_at_arrival(self, self.nxt)
-            self.nxt += 1
+        arr_l, n, status, waiting, t = self.arr_l, self.n, self.status, self.waiting, self.t
+        g_count = self.groups[self.layout]
+        route = g_count > 1 and self.routing != "fewest_prompt_tokens"
+        rr = route and self.routing == "round_robin"  # = route_at_arrival's round robin, inline
+        r_per = self.T // g_count
+        i = self.nxt
+        while i < n and arr_l[i] <= t:
+            status[i] = WAITING
+            waiting.push(i)
+            if rr:
+                b = self.rr % g_count * r_per
+                self.rr += 1
+                self.bound[i] = b
+                self.bound_wait[b] += 1
+            elif route:
+                route_at_arrival(self, i)
+            i += 1
+            self.nxt = i
 
     def _idle(self) -> None:
         """Nothing to run: wait for the switch in flight or the next arrival."""

@@ -144,6 +144,7 @@ class LayoutPolicy:
         self._capacity = CapacityRule(self)
         # prediction-free dwell: running mean of completed output lengths
         self._dwell_steps = k.initial_dwell_steps
+        self._dwell_fraction, self._dwell_bounds = k.dwell_fraction, (k.min_dwell_steps, k.max_dwell_steps)
         self._mean_output = 0.0
         self._completed = 0
         # CANT_DECIDE, counted: states refused at the boundary (the field last refused), and
@@ -213,14 +214,21 @@ class LayoutPolicy:
         """Feed one finished request's output length (updates the expected dwell). A length that is
         not a finite number ≥ 0 is ignored (counted in `ignored_observations`), never stored: one NaN
         would make every later dwell, gain and decision NaN."""
-        x = float(output_tokens) if isinstance(output_tokens, (int, float, np.number)) else math.nan
+        if type(output_tokens) is float:
+            x = output_tokens
+        else:
+            x = float(output_tokens) if isinstance(output_tokens, (int, float, np.number)) else math.nan
         if not 0.0 <= x < _INF:
             self.ignored_observations += 1
             return
         self._completed += 1
-        self._mean_output += (x - self._mean_output) / self._completed
-        k = self.knobs
-        self._dwell_steps = min(max(k.dwell_fraction * self._mean_output, k.min_dwell_steps), k.max_dwell_steps)
+        mean = self._mean_output = self._mean_output + (x - self._mean_output) / self._completed
+        # = min(max(dwell_fraction × mean, min_dwell_steps), max_dwell_steps), compared
+        lo, hi = self._dwell_bounds
+        d = self._dwell_fraction * mean
+        if lo > d:
+            d = lo
+        self._dwell_steps = hi if hi < d else d
 
     # ---- the hot path -------------------------------------------------------------------------
     def step_times_s(self, state: PolicyState) -> list[float]:
