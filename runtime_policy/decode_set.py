@@ -36,6 +36,7 @@ import numpy as np
 SEQ_BITS = 40  # heap entries: a step count above, a join sequence number in the low bits
 SEQ_MASK = (1 << SEQ_BITS) - 1
 _FAR = 1 << 62  # a decode step never reached
+_heappush, _heappop = heapq.heappush, heapq.heappop  # (module globals: one lookup, not two, per event)
 
 
 class DecodeSet:
@@ -107,12 +108,13 @@ class DecodeSet:
     def join(self, i: int, c: float, owner: int, done_at_context: float) -> None:
         """Request i, at context c, decodes from now on until its context reaches `done_at_context`."""
         s = self.b
-        self.b += 1
+        self.b = s + 1
         g = owner // self.group_ranks
-        clock = self.dsteps - self.lag[g]
+        lag = self.lag[g]
+        clock = self.dsteps - lag
         c0 = c - clock
         fin = int(done_at_context - c) + clock  # whole numbers, on the group's clock
-        at = fin + self.lag[g]  # on dsteps
+        at = fin + lag  # on dsteps
         if s == 0 or at < self.fin_min:
             self.fin_min = at
         self.slot_id[s] = i
@@ -122,23 +124,23 @@ class DecodeSet:
         self.owner_of[i] = owner
         self.version += 1
         self.done_at[i] = done_at_context
-        self.jseq += 1
-        seq = self.jseq_of[i] = self.jseq
+        seq = self.jseq = self.jseq + 1
+        self.jseq_of[i] = seq
         self.seq_req.append(i)
         e = self.fin_of[i] = fin << SEQ_BITS | seq
-        heapq.heappush(self.fin_heaps[g], e)
-        if self.fin_at[g] >= 0:  # known: it may be the group's first decoder now
+        _heappush(self.fin_heaps[g], e)
+        fin_at = self.fin_at
+        if fin_at[g] >= 0:  # known: it may be the group's first decoder now
             top = self.fin_top[g]
             if top < 0 or e < top:
                 self.fin_top[g] = e
-                self.fin_at[g] = at
+                fin_at[g] = at
         if self.capped and c < self.cap_at:
             e = int(self.cap_at - c0)
-            heapq.heappush(self.unc_heaps[g], e << SEQ_BITS | seq)
+            _heappush(self.unc_heaps[g], e << SEQ_BITS | seq)
             self.unc[i] = True
             self.unc_cnt[g] += 1
             self.unc_c0[g] += c0
-            lag = self.lag[g]
             self.unc_n += 1
             self.unc_sum += c0
             self.unc_lag += lag
@@ -152,17 +154,18 @@ class DecodeSet:
 
     def leave(self, i: int, owner: int) -> float:
         """Take request i out (its slot takes the last one); returns its context."""
-        s = self.slot[i]
-        self.b -= 1
-        b = self.b
+        slot = self.slot
+        s = slot[i]
+        b = self.b = self.b - 1
         if s != b:
             j = self.slot_id[b]
             self.slot_id[s] = j
-            self.slot[j] = s
-        self.slot[i] = -1
+            slot[j] = s
+        slot[i] = -1
         self.version += 1
         c0 = self.c0_of[i]
         g = self.group_of[i]
+        lag = self.lag[g]
         if self.fin_top[g] == self.fin_of[i]:  # the group's first decoder: not known now
             self.fin_top[g] = self.fin_at[g] = -1
         if self.unc[i]:
@@ -171,8 +174,8 @@ class DecodeSet:
             self.unc_c0[g] -= c0
             self.unc_n -= 1
             self.unc_sum -= c0
-            self.unc_lag -= self.lag[g]
-        c = c0 + (self.dsteps - self.lag[g])
+            self.unc_lag -= lag
+        c = c0 + (self.dsteps - lag)
         self.per_owner[owner] -= 1
         self.owner_c0[owner] -= c0
         self.gcount[g] -= 1
