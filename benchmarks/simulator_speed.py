@@ -15,14 +15,21 @@ on a shared, loaded host the wall clock counts the time other processes hold the
 clock far less). Prints a table and one JSON document (with the CPU, its load and versions) as its
 last line.
 
-Run: python benchmarks/simulator_speed.py
+`--bytecodes` also counts the Python bytecodes one serve of each workload executes (`sys.settrace`
+with opcode events, every frame; numpy's C time is not in it): a figure the host's load does not
+move, for A/B work on a shared machine where wall and CPU time swing by 2× (that serve is traced, not
+timed; ~10 s a workload).
+
+Run: python benchmarks/simulator_speed.py [--bytecodes]
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
+import sys
 import time
 
 import numpy as np
@@ -39,7 +46,30 @@ WORKLOADS = ("shrinking", "chat", "bursty")
 REQUESTS, REPEATS, TARGET = 2000, 3, 100_000
 
 
+def count_bytecodes(fn) -> int:
+    """Python bytecodes executed by fn() (opcode trace events of every frame it runs)."""
+    n = 0
+
+    def trace(frame, event, arg):
+        nonlocal n
+        if event == "call":
+            frame.f_trace_opcodes = True
+        elif event == "opcode":
+            n += 1
+        return trace
+
+    sys.settrace(trace)
+    try:
+        fn()
+    finally:
+        sys.settrace(None)
+    return n
+
+
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--bytecodes", action="store_true", help="also count one serve's Python bytecodes per workload")
+    args = ap.parse_args()
     m, hw = planner.load_model("deepseek-v3.2"), planner.load_hardware("h200")
     dep = planner.make_deployment(m, hw, attn="tp", gpus=8)
     t0 = time.perf_counter()
@@ -63,12 +93,20 @@ def main() -> None:
                      "loop_cpu_s": best_cpu, "steps_per_cpu_s": res.decode_steps / best_cpu,
                      "end_to_end_steps_per_s": res.decode_steps / (best + compile_s),
                      "simulated_s": float(np.nanmax(res.finish_s)), "target_met": bool(res.decode_steps / best >= TARGET)})
+        if args.bytecodes:
+            pol, ex = LayoutPolicy(lp.tables, lp.knobs), SimExecutor(lp.tables)
+            n = count_bytecodes(lambda: serve(w.arrival_s, w.input_tokens, w.output_tokens, lp.tables, pol,
+                                              Ordering("fcfs"), ex, LoopConfig()))
+            rows[-1].update(bytecodes=n, bytecodes_per_run=n / runs, bytecodes_per_decode_step=n / res.decode_steps)
     print(f"{'workload':<10} {'decode steps':>12} {'runs':>6} {'steps/run':>9} {'us/run':>7} {'loop s':>7} "
           f"{'steps/s':>9} {'per CPU s':>9} {'incl. compile':>13} {'simulated s':>11}")
     for r in rows:
         print(f"{r['workload']:<10} {r['decode_steps']:>12} {r['runs']:>6} {r['steps_per_run']:>9.1f} "
               f"{r['us_per_run']:>7.1f} {r['loop_wall_s']:>7.3f} {r['steps_per_s']:>9.0f} {r['steps_per_cpu_s']:>9.0f} "
               f"{r['end_to_end_steps_per_s']:>13.0f} {r['simulated_s']:>11.1f}")
+    if args.bytecodes:
+        print("Python bytecodes per serve: " + ", ".join(f"{r['workload']} {r['bytecodes'] / 1e6:.2f} M "
+                                                         f"({r['bytecodes_per_run']:.0f} a run)" for r in rows))
     print(f"table compile (once per deployment): {compile_s * 1e3:.0f} ms; target ≥ {TARGET} steps/s per workload: "
           + ", ".join(f"{r['workload']} {'met' if r['target_met'] else 'NOT met'}" for r in rows))
     commit = git_commit()

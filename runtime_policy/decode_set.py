@@ -36,6 +36,7 @@ import numpy as np
 SEQ_BITS = 40  # heap entries: a step count above, a join sequence number in the low bits
 SEQ_MASK = (1 << SEQ_BITS) - 1
 _FAR = 1 << 62  # a decode step never reached
+_heappush, _heappop = heapq.heappush, heapq.heappop  # (module globals: one lookup, not two, per event)
 
 
 class DecodeSet:
@@ -44,7 +45,7 @@ class DecodeSet:
     # NOTE: slots (~35 fields, read per event: an instance dict past 30 keys is slower to read)
     __slots__ = ("b", "dsteps", "version", "slot_id", "slot", "c0_of", "group_of", "owner_of", "done_at", "jseq_of",
                  "jseq", "seq_req", "fin_min", "capped", "topk", "cap_at", "whole_topk", "unc", "ranks", "per_owner",
-                 "owner_c0", "s2", "groups", "group_range", "group_ranks", "lag", "fin_heaps", "unc_heaps",
+                 "owner_c0", "s2", "groups", "group_range", "group_ranks", "lag", "fin_heaps", "fin_top", "fin_at", "fin_of", "unc_heaps",
                  "unc_cnt", "unc_c0", "gcount", "gc0", "unc_n", "unc_sum", "unc_lag", "cap_next", "__dict__")
 
     def __init__(self, max_batch: int, requests: int, ranks: int, topk_tokens: float | None, groups: int = 1):
@@ -58,6 +59,7 @@ class DecodeSet:
         self.owner_of = [0] * requests  # its owner rank
         self.done_at = [0.0] * requests  # the context at which it is done
         self.jseq_of = [0] * requests  # when each last joined (a sequence number)
+        self.fin_of = [-1] * requests  # its entry in its group's heap of completions
         self.jseq = 0
         self.seq_req = [-1]  # the request of each join sequence number
         self.fin_min = 0  # the decode step (dsteps) at which the first decoder is done
@@ -80,6 +82,13 @@ class DecodeSet:
         self.group_ranks = self.ranks // groups
         self.lag = [0] * groups  # steps each group sat out since the grouping was set
         self.fin_heaps: list[list[int]] = [[] for _ in range(groups)]  # group-clock step each decoder is done
+        # per group, its heap's least entry of a decoder still decoding (−1: none or not known) and
+        # the decode step (dsteps) at which that decoder is done (_FAR: none, −1: not known), kept
+        # through joins and other decoders' leaves, so a pass over the groups (`_fin_tops`) walks
+        # only the heaps whose first decoder is done or not known (NOTE: most groups, at most
+        # completions, cost a comparison)
+        self.fin_top = [-1] * groups
+        self.fin_at = [_FAR] * groups
         self.unc_heaps: list[list[int]] = [[] for _ in range(groups)]  # group-clock step its context reaches top-k
         self.unc_cnt = [0] * groups  # decoding with context below top-k, per group
         self.unc_c0 = [0.0] * groups  # Σ c0 over them
@@ -99,12 +108,13 @@ class DecodeSet:
     def join(self, i: int, c: float, owner: int, done_at_context: float) -> None:
         """Request i, at context c, decodes from now on until its context reaches `done_at_context`."""
         s = self.b
-        self.b += 1
+        self.b = s + 1
         g = owner // self.group_ranks
-        clock = self.dsteps - self.lag[g]
+        lag = self.lag[g]
+        clock = self.dsteps - lag
         c0 = c - clock
         fin = int(done_at_context - c) + clock  # whole numbers, on the group's clock
-        at = fin + self.lag[g]  # on dsteps
+        at = fin + lag  # on dsteps
         if s == 0 or at < self.fin_min:
             self.fin_min = at
         self.slot_id[s] = i
@@ -114,17 +124,23 @@ class DecodeSet:
         self.owner_of[i] = owner
         self.version += 1
         self.done_at[i] = done_at_context
-        self.jseq += 1
-        seq = self.jseq_of[i] = self.jseq
+        seq = self.jseq = self.jseq + 1
+        self.jseq_of[i] = seq
         self.seq_req.append(i)
-        heapq.heappush(self.fin_heaps[g], fin << SEQ_BITS | seq)
+        e = self.fin_of[i] = fin << SEQ_BITS | seq
+        _heappush(self.fin_heaps[g], e)
+        fin_at = self.fin_at
+        if fin_at[g] >= 0:  # known: it may be the group's first decoder now
+            top = self.fin_top[g]
+            if top < 0 or e < top:
+                self.fin_top[g] = e
+                fin_at[g] = at
         if self.capped and c < self.cap_at:
             e = int(self.cap_at - c0)
-            heapq.heappush(self.unc_heaps[g], e << SEQ_BITS | seq)
+            _heappush(self.unc_heaps[g], e << SEQ_BITS | seq)
             self.unc[i] = True
             self.unc_cnt[g] += 1
             self.unc_c0[g] += c0
-            lag = self.lag[g]
             self.unc_n += 1
             self.unc_sum += c0
             self.unc_lag += lag
@@ -138,25 +154,28 @@ class DecodeSet:
 
     def leave(self, i: int, owner: int) -> float:
         """Take request i out (its slot takes the last one); returns its context."""
-        s = self.slot[i]
-        self.b -= 1
-        b = self.b
+        slot = self.slot
+        s = slot[i]
+        b = self.b = self.b - 1
         if s != b:
             j = self.slot_id[b]
             self.slot_id[s] = j
-            self.slot[j] = s
-        self.slot[i] = -1
+            slot[j] = s
+        slot[i] = -1
         self.version += 1
         c0 = self.c0_of[i]
         g = self.group_of[i]
+        lag = self.lag[g]
+        if self.fin_top[g] == self.fin_of[i]:  # the group's first decoder: not known now
+            self.fin_top[g] = self.fin_at[g] = -1
         if self.unc[i]:
             self.unc[i] = False
             self.unc_cnt[g] -= 1
             self.unc_c0[g] -= c0
             self.unc_n -= 1
             self.unc_sum -= c0
-            self.unc_lag -= self.lag[g]
-        c = c0 + (self.dsteps - self.lag[g])
+            self.unc_lag -= lag
+        c = c0 + (self.dsteps - lag)
         self.per_owner[owner] -= 1
         self.owner_c0[owner] -= c0
         self.gcount[g] -= 1
@@ -167,6 +186,11 @@ class DecodeSet:
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """([B] request ids, [B] contexts − dsteps, [B] owner ranks) of the slots, as new numpy arrays
         (a request's context at decode step dsteps is its entry + dsteps)."""
+        ids, c0 = self.id_contexts()
+        return ids, c0, np.array(list(map(self.owner_of.__getitem__, self.slot_id[: self.b])), dtype=np.int64)
+
+    def id_contexts(self) -> tuple[np.ndarray, np.ndarray]:
+        """`arrays` without the owners: ([B] request ids, [B] contexts − dsteps)."""
         ids = self.slot_id[: self.b]
         c0 = np.array(list(map(self.c0_of.__getitem__, ids)), dtype=np.float64)  # − its group's lag below
         lag = self.lag
@@ -175,8 +199,7 @@ class DecodeSet:
                 c0 -= lag[0]
             else:
                 c0 -= np.array(lag, dtype=np.float64)[np.array(list(map(self.group_of.__getitem__, ids)), dtype=np.int64)]
-        return (np.array(ids, dtype=np.int64), c0,
-                np.array(list(map(self.owner_of.__getitem__, ids)), dtype=np.int64))
+        return np.array(ids, dtype=np.int64), c0
 
     def in_join_order(self) -> list[int]:
         """The decoding requests in the order they joined."""
@@ -192,9 +215,12 @@ class DecodeSet:
             return self.b
         moved = self.b
         lag, gcount, unc_cnt = self.lag, self.gcount, self.unc_cnt
+        fin_at = self.fin_at
         for g in sat_out:
             lag[g] += k
             moved -= gcount[g]
+            if 0 <= fin_at[g] < _FAR:
+                fin_at[g] += k  # its first decoder is done k steps later
             self.unc_lag += unc_cnt[g] * k  # (its contexts reach top-k later: cap_next stays a bound)
         self.version += 1
         return moved
@@ -225,35 +251,53 @@ class DecodeSet:
     def first_to_finish(self) -> int:
         """fin_min after decoders left (or groups sat out): the earliest top of the groups' heaps,
         past the entries of those that left, on dsteps."""
-        seq_req, slot, jseq_of = self.seq_req, self.slot, self.jseq_of
-        best = -1
-        for g, heap in enumerate(self.fin_heaps):
-            while heap:
-                e = heap[0]
-                s = e & SEQ_MASK
-                i = seq_req[s]
-                if slot[i] >= 0 and jseq_of[i] == s:
-                    at = (e >> SEQ_BITS) + self.lag[g]
-                    if best < 0 or at < best:
-                        best = at
-                    break
-                heapq.heappop(heap)
-        self.fin_min = best if best >= 0 else 0
+        self._fin_tops(-1)
         return self.fin_min
 
     def done_by(self, step: int) -> list[int]:
-        """Pop the decoders done by decode step `step`, in the order they joined."""
-        due = []
-        seq_req, slot, jseq_of = self.seq_req, self.slot, self.jseq_of
-        for g, heap in enumerate(self.fin_heaps):
-            last = (step - self.lag[g] + 1) << SEQ_BITS
-            while heap and heap[0] < last:
-                s = heapq.heappop(heap) & SEQ_MASK
-                i = seq_req[s]
-                if slot[i] >= 0 and jseq_of[i] == s:
-                    due.append(s)
-        due.sort()
+        """Pop the decoders done by decode step `step`, in the order they joined, and set `fin_min`
+        as `first_to_finish` answers once they have left (NOTE: one pass over the groups' heaps for
+        both: their entries are popped here, and leaving touches no heap)."""
+        due = self._fin_tops(step)
+        if len(due) > 1:
+            due.sort()
+        seq_req = self.seq_req
         return [seq_req[s] for s in due]
+
+    def _fin_tops(self, step: int) -> list[int]:
+        """Pop the entries of decoders done by decode step `step` (−1: none) from the heaps of the
+        groups whose first decoder is done by then or not known, and those of decoders that left,
+        down to each one's first decoder (`fin_top`, `fin_at`); set fin_min from every group's.
+        Returns the join sequence numbers of the decoders popped as done."""
+        due: list[int] = []
+        at_of = self.fin_at
+        if min(at_of) <= step:
+            seq_req, slot, jseq_of, lag, tops, heaps = self.seq_req, self.slot, self.jseq_of, self.lag, \
+                self.fin_top, self.fin_heaps
+            pop = heapq.heappop
+            for g in self.group_range:
+                if at_of[g] > step:
+                    continue
+                heap = heaps[g]
+                last = (step - lag[g] + 1) << SEQ_BITS if step >= 0 else -1
+                e, at = -1, _FAR
+                while heap:
+                    top = heap[0]
+                    s = top & SEQ_MASK
+                    i = seq_req[s]
+                    if top < last:
+                        pop(heap)
+                        if slot[i] >= 0 and jseq_of[i] == s:
+                            due.append(s)
+                    elif slot[i] >= 0 and jseq_of[i] == s:
+                        e, at = top, (top >> SEQ_BITS) + lag[g]
+                        break
+                    else:
+                        pop(heap)
+                tops[g], at_of[g] = e, at
+        best = min(at_of)
+        self.fin_min = best if best < _FAR else 0
+        return due
 
     def capped_sum(self, at: int, sat_out: tuple | list = (), active_only: bool = False) -> float:
         """Σ min(context, top-k) over the decoders at decode step `at` (never less than the last
@@ -319,6 +363,8 @@ class DecodeSet:
         if self.groups == 1:
             d -= lag[0]
             return [x + c * d for x, c in zip(self.owner_c0, self.per_owner)]
+        if r == 1:  # a group per rank (DP, DOP)
+            return [x + c * (d - g) for x, c, g in zip(self.owner_c0, self.per_owner, lag)]
         return [x + c * (d - lag[k // r]) for k, (x, c) in enumerate(zip(self.owner_c0, self.per_owner))]
 
     def group_contexts(self) -> list[float]:

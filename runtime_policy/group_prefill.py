@@ -133,7 +133,7 @@ def plan_run(loop: "ServingLoop", queues: list[GroupQueue], k: int) -> tuple[lis
                 done += x
             co = ([owner[q.ids[0]]] * k, pref, pfx)
         else:
-            pfx, own_rank, _, _ = chunk_plan(pref, q.ids, pre_left, ctx, owner)
+            pfx, own_rank, _, _ = chunk_plan(pref, q.ids, pre_left, ctx, owner, False)
             co = (own_rank, pref, pfx)
         run_tok = sum(pref)
         stats = (int(run_tok), sum([a * c for a, c in zip(pref, pfx)]), run_tok,
@@ -143,7 +143,7 @@ def plan_run(loop: "ServingLoop", queues: list[GroupQueue], k: int) -> tuple[lis
     done_by: dict[int, int] = {}
     for q in queues:
         pref = _chunks(q, k)
-        pfx, own_rank, _, _ = chunk_plan(pref, q.ids, pre_left, ctx, owner)
+        pfx, own_rank, _, _ = chunk_plan(pref, q.ids, pre_left, ctx, owner, False)
         per.append((pref, pfx, own_rank))
         done_by[q.group] = int(sum(pref))
     total, prefix, ranks, own_tok, own_pfx = [], [], [], [], []
@@ -182,7 +182,7 @@ def _plan_step(queues: list[GroupQueue], pre_left: list[int], ctx: list[float],
         if left >= x:  # every token from the head request (= chunk_plan's common case)
             pfx, rank = ctx[head] - left, owner[head]
         else:
-            p, r, _, _ = chunk_plan([x], q.ids, pre_left, ctx, owner)
+            p, r, _, _ = chunk_plan([x], q.ids, pre_left, ctx, owner, False)
             pfx, rank = p[0], r[0]
         tj += x
         run_pfx += x * pfx

@@ -42,6 +42,7 @@ Does not: price steps (the executor), choose layouts (the policy) or order reque
 
 from __future__ import annotations
 
+import gc
 import math
 from typing import Callable
 
@@ -236,13 +237,31 @@ class ServingLoop:
 
     # ---- the machine ---------------------------------------------------------------------------
     def run(self) -> ServeResult:
+        # NOTE: the objects alive before the serve (the tables' row lists, the policy, modules) sit
+        # in Python's permanent generation while it runs, so a collection walks only what serving
+        # made: a full collection that lands inside a serve walked the whole heap (on the
+        # simulator's chat load, up to a third of the serve's instructions). The engines do the same
+        # after their warm-up (vLLM `freeze_gc_heap`, SGLang `freeze_gc`; executor/torch_executor/
+        # serve.py `frozen_gc`), there with a collection first, skipped here (a full collection of
+        # a loaded process costs more than a short serve); unfrozen at the end, and left alone where
+        # the caller froze the heap already
+        freeze = gc.isenabled() and not gc.get_freeze_count()
+        if freeze:
+            gc.freeze()
+        try:
+            self._serve()
+        finally:
+            if freeze:
+                gc.unfreeze()
+        return self._result()
+
+    def _serve(self) -> None:
         n = self.n
         while self.ended < n:
             self._turn()
         if self.inflight is not None:  # everything ended with a move under way: drop it
             self.executor.abort_switch(self.inflight.plan)
             self.inflight = None
-        return self._result()
 
     def _turn(self) -> None:
         """One run of steps (module docstring); returns early to start a new turn when the
@@ -318,14 +337,24 @@ class ServingLoop:
         self._advance(k, dur, chunk_stats, sat_out, done_by)
 
     def _arrive(self) -> None:
-        arr_l, n, status, waiting = self.arr_l, self.n, self.status, self.waiting
-        route = self.groups[self.layout] > 1 and self.routing != "fewest_prompt_tokens"
-        while self.nxt < n and arr_l[self.nxt] <= self.t:
-            status[self.nxt] = WAITING
-            waiting.push(self.nxt)
-            if route:
-                route_at_arrival(self, self.nxt)
-            self.nxt += 1
+        arr_l, n, status, waiting, t = self.arr_l, self.n, self.status, self.waiting, self.t
+        g_count = self.groups[self.layout]
+        route = g_count > 1 and self.routing != "fewest_prompt_tokens"
+        rr = route and self.routing == "round_robin"  # = route_at_arrival's round robin, inline
+        r_per = self.T // g_count
+        i = self.nxt
+        while i < n and arr_l[i] <= t:
+            status[i] = WAITING
+            waiting.push(i)
+            if rr:
+                b = self.rr % g_count * r_per
+                self.rr += 1
+                self.bound[i] = b
+                self.bound_wait[b] += 1
+            elif route:
+                route_at_arrival(self, i)
+            i += 1
+            self.nxt = i
 
     def _idle(self) -> None:
         """Nothing to run: wait for the switch in flight or the next arrival."""
@@ -548,7 +577,7 @@ class ServingLoop:
             x = float(out_l[i])
             observe(x)
             count(x)
-        dec.first_to_finish()
+        # (dec.done_by set dec.fin_min: = dec.first_to_finish() after the leaves)
 
     def _join(self, i: int, c: float) -> None:
         """Request i, its prefill done at context c, decodes (its KV is the executor's from now)."""

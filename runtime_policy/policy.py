@@ -144,6 +144,7 @@ class LayoutPolicy:
         self._capacity = CapacityRule(self)
         # prediction-free dwell: running mean of completed output lengths
         self._dwell_steps = k.initial_dwell_steps
+        self._dwell_fraction, self._dwell_bounds = k.dwell_fraction, (k.min_dwell_steps, k.max_dwell_steps)
         self._mean_output = 0.0
         self._completed = 0
         # CANT_DECIDE, counted: states refused at the boundary (the field last refused), and
@@ -202,6 +203,41 @@ class LayoutPolicy:
                                   self._pool[i] * self._headroom_keep)
                                  for i in range(n) if i != c and self._ok[i] and dom[i] != c) for c in range(n)]
         self._subsets: dict[int, tuple] = {}
+        self._cands_fn = [self._compile_candidates(rows) for rows in self._cand_rows]
+
+    def _compile_candidates(self, rows: tuple):
+        """The throughput rule's candidate filter over `rows` (one current layout's `_cand_rows`) as one
+        generated function of (busy, lite, head_admits_cur, head, grows, growth, outgrown) -> the mask
+        of candidates that pass: each row's checks in `_decide`'s order with its share, pools, bits and
+        the KV rate written in as constants (NOTE: the same operations in the same order, x * share * rate
+        left to right; the per-row tuple unpacking was a third of the loop, ~11 rows a twin policy's
+        decide)."""
+        consts: dict[str, float] = {}
+
+        def lit(x: float) -> str:
+            if type(x) in (int, float) and math.isfinite(x):
+                return repr(x)
+            name = f"_c{len(consts)}"
+            consts[name] = x
+            return name
+
+        bpt = lit(self._bpt)
+        body = ["mask = 0"]
+        for i, bit, dom_bit, sh, room, fill in rows:
+            sh_, room_ = lit(sh), lit(room)
+            body += [f"if not busy[{i}] * {sh_} * {bpt} > {lit(fill)}:",
+                     f"    if not (head_admits_cur and (lite[{i}] + head) * {sh_} * {bpt} > {room_}):",
+                     f"        if not (grows and (busy[{i}] + growth[{i}]) * {sh_} * {bpt} > {room_} and not outgrown):"]
+            if dom_bit:  # a twin its HBM-only layout (a candidate that passed) can't lose to
+                body += [f"            if not mask & {dom_bit}:", f"                mask |= {bit}"]
+            else:
+                body.append(f"            mask |= {bit}")
+        body.append("return mask")
+        src = ("def candidates(busy, lite, head_admits_cur, head, grows, growth, outgrown):\n"
+               + "".join(f"    {line}\n" for line in body))
+        namespace: dict = dict(consts)
+        exec(compile(src, "<policy candidates>", "exec"), namespace)  # noqa: S102
+        return namespace["candidates"]
 
     @property
     def cant_decide(self) -> int:
@@ -213,14 +249,21 @@ class LayoutPolicy:
         """Feed one finished request's output length (updates the expected dwell). A length that is
         not a finite number ≥ 0 is ignored (counted in `ignored_observations`), never stored: one NaN
         would make every later dwell, gain and decision NaN."""
-        x = float(output_tokens) if isinstance(output_tokens, (int, float, np.number)) else math.nan
+        if type(output_tokens) is float:
+            x = output_tokens
+        else:
+            x = float(output_tokens) if isinstance(output_tokens, (int, float, np.number)) else math.nan
         if not 0.0 <= x < _INF:
             self.ignored_observations += 1
             return
         self._completed += 1
-        self._mean_output += (x - self._mean_output) / self._completed
-        k = self.knobs
-        self._dwell_steps = min(max(k.dwell_fraction * self._mean_output, k.min_dwell_steps), k.max_dwell_steps)
+        mean = self._mean_output = self._mean_output + (x - self._mean_output) / self._completed
+        # = min(max(dwell_fraction × mean, min_dwell_steps), max_dwell_steps), compared
+        lo, hi = self._dwell_bounds
+        d = self._dwell_fraction * mean
+        if lo > d:
+            d = lo
+        self._dwell_steps = hi if hi < d else d
 
     # ---- the hot path -------------------------------------------------------------------------
     def step_times_s(self, state: PolicyState) -> list[float]:
@@ -258,6 +301,46 @@ class LayoutPolicy:
         lite_at = [b + 1 if self._extra[i] else b + (self._gpos[i] >= 0) for i, b in enumerate(busy_at)]
         self._loads = [0.0] * (first_extra + 2 * len(self._extra_layouts))
         self._busy_of, self._lite_of = _picker(busy_at), _picker(lite_at)
+        self._loads_fn = self._compile_group_loads(busy_at, lite_at, first_extra)
+
+    def _compile_group_loads(self, busy_at: list[int], lite_at: list[int], first_extra: int):
+        """`_group_loads` for `decide` (a state of T per-rank entries, checked there) as one generated
+        function of (okv, total, running): the per-rank list unpacked once, each group's sum, the
+        busiest and lightest group per group count and the one-group layouts' extra slack in locals,
+        both [L] answers built as tuples (NOTE: the same operations in the same order as
+        `_group_loads`: `sum` of a slice is 0 + x0 + x1 + … left to right, max/min of every rank the
+        builtins, ties to the first; ~40 % of its time, and it was a fifth of a typical decide).
+        None where a layout of several groups has extra slack (`_extra_at`: per-group request
+        counts; `_group_loads` answers those)."""
+        if self._extra_at or not all(math.isfinite(x) for x, _ in self._extra_one):
+            return None
+        t = self._ranks
+        names = {0: "total"}
+        body = []
+        if any(parts is not None for parts in self._gslices):
+            body.append(f"{', '.join(f'o{r}' for r in range(t))}, = okv")
+        for p, (g, parts) in enumerate(zip(self._gcounts, self._gslices)):
+            hi, lo = f"hi{p}", f"lo{p}"
+            names[1 + 2 * p], names[2 + 2 * p] = hi, lo
+            if parts is None:
+                body += [f"{hi} = max(okv)", f"{lo} = min(okv)"]
+                continue
+            r = t // g
+            sums = [f"g{p}_{k}" for k in range(g)]
+            body += [f"{x} = 0 + {' + '.join(f'o{k * r + j}' for j in range(r))}" for k, x in enumerate(sums)]
+            body.append(f"{hi} = {lo} = {sums[0]}")
+            for x in sums[1:]:
+                body += [f"if {x} > {hi}:", f"    {hi} = {x}", f"if {x} < {lo}:", f"    {lo} = {x}"]
+        if self._extra_one:
+            body.append("running = max(running, 0)")
+        for e, (x, out) in enumerate(self._extra_one):
+            body.append(f"e{e} = total + {x!r} * running")
+            names[out] = names[out + 1] = f"e{e}"
+        body.append(f"return ({', '.join(names[j] for j in busy_at)},), ({', '.join(names[j] for j in lite_at)},)")
+        src = "def group_loads(okv, total, running):\n" + "".join(f"    {line}\n" for line in body)
+        namespace: dict = {}
+        exec(compile(src, "<policy group loads>", "exec"), namespace)  # noqa: S102
+        return namespace["group_loads"]
 
     def _group_loads(self, okv: list, total: float) -> tuple[tuple, tuple]:
         """[L] each layout's busiest and lightest owner group's KV tokens (the total for one-group
@@ -393,9 +476,12 @@ class LayoutPolicy:
         total = sum(okv)
         if not (0.0 <= min(okv) and total < _INF):
             return self._refuse(cur, "owner_kv_tokens")
-        if self._has_extra:
-            self._state_reqs, self._state_running = state.owner_requests, max(state.running, 0)
-        busy, lite = self._group_loads(okv, total)  # [L] tokens of each layout's busiest / lightest group
+        if self._loads_fn is not None:  # [L] tokens of each layout's busiest / lightest group
+            busy, lite = self._loads_fn(okv, total, state.running)
+        else:
+            if self._has_extra:
+                self._state_reqs, self._state_running = state.owner_requests, max(state.running, 0)
+            busy, lite = self._group_loads(okv, total)
         wt = state.waiting_tokens
         w = wt.shape[0]
         running = state.running
@@ -475,18 +561,11 @@ class LayoutPolicy:
                 return d
         # ---- throughput (rule 2): the candidates by their KV first (no pricing), then only they and
         # the current layout priced, on the horizon's prefill statistics
-        head_admits_cur = w > 0 and not blocked
-        mask = 0
-        for i, bit, dom_bit, sh, room, fill in self._cand_rows[cur]:
-            if busy[i] * sh * bpt > fill:  # = self._kv_bytes(i, busy) > pool × (1 − headroom)
-                continue
-            if head_admits_cur and (lite[i] + head) * sh * bpt > room:
-                continue  # would stop admitting what the current layout admits
-            if grows and (busy[i] + growth[i]) * sh * bpt > room and not outgrown:
-                continue  # the running set's expected peak fits here now, and would not fit there
-            if mask & dom_bit:
-                continue  # a twin its HBM-only layout (a candidate that passed) can't lose to
-            mask |= bit
+        # each candidate (`_cand_rows`, compiled into `_cands_fn`): its KV fits with headroom
+        # (busiest group × share × rate ≤ pool × (1 − headroom)); it admits what the current layout
+        # admits; the running set's expected peak fits there if it fits here now; and a twin only
+        # where its HBM-only layout did not pass
+        mask = self._cands_fn[cur](busy, lite, w > 0 and not blocked, head, grows, growth, outgrown)
         key = mask * 64 + cur
         sub = self._subsets.get(key)
         if sub is None:

@@ -121,7 +121,7 @@ def write_back_contexts(loop: "ServingLoop") -> None:
     once per wall or shed: a Python pass over B each time was most of a preemption-heavy
     simulation's time; a victim's own `ctx` entry is written by `preempt`)."""
     dec = loop.dec
-    ids, c0, _ = dec.arrays()
+    ids, c0 = dec.id_contexts()
     loop.ctxf[ids] = c0 + dec.dsteps
 
 

@@ -34,6 +34,7 @@ import math
 import numpy as np
 
 from runtime_policy.kv_ledger import group_counts
+from runtime_policy.waiting import sum_as_numpy
 
 if TYPE_CHECKING:
     from runtime_policy.loop import ServingLoop
@@ -136,6 +137,7 @@ def _kv_growth(loop: "ServingLoop") -> tuple[float, float]:
 # certainty-equivalent step of model-predictive control (one state projected, priced once).
 HORIZON_POINTS = 16  # the window's grid (midpoint rule)
 PUBLISH_EVERY_STEPS = 32  # the horizon's average written this often (it moves 1.1 % of the way to the batch now in 32 steps at a 2048-step half-life)
+_WEIGHTS_KEPT = 257  # HorizonLoad.weights: folds of up to 256 steps
 ARRIVAL_HALF_LIFE_S = 10.0  # = the payback horizon's default: the next window's arrivals are the last window's
 
 
@@ -149,6 +151,9 @@ class HorizonLoad:
     def __init__(self, policy, t0: float, half_life_steps: float, loop_arrived: int = 0):
         self.policy = policy
         self.half_life = half_life_steps
+        # the weight of a fold of k steps, 1 − 0.5^(k / half-life), for the runs' usual k (a run is at
+        # most LoopConfig.max_run_steps; the weight was a power per consultation)
+        self.weights = [1.0 - 0.5 ** (k / half_life_steps) for k in range(_WEIGHTS_KEPT)] if half_life_steps > 0 else []
         self.next_at = 0
         self.queued = None
         self.t = t0
@@ -184,7 +189,8 @@ class HorizonLoad:
             self.at_step = loop.steps
             # NOTE: weights normalised by their sum, so the average starts at the first batch, not
             # biased to the zeros it starts from
-            w = 1.0 - 0.5 ** (k / self.half_life)
+            ws = self.weights
+            w = ws[k] if k < len(ws) else 1.0 - 0.5 ** (k / self.half_life)
             self.norm += w * (1.0 - self.norm)
             last = self.last
             self.b += w * (last[0] - self.b)
@@ -254,7 +260,7 @@ class HorizonLoad:
             self.publish(loop)
             return
         window = self.policy.payback_window_steps(step_s)
-        ids, c0, _ = dec.arrays()
+        ids, c0 = dec.id_contexts()
         ctx = c0 + dec.dsteps
         if loop.prefill_q:
             q = np.asarray(loop.prefill_q, dtype=np.int64)
@@ -281,7 +287,108 @@ def horizon_batch(sorted_lengths: np.ndarray, context_tokens: np.ndarray, attain
     `window_steps` steps: each running request while it survives (observed lengths beyond its
     attained output, the Lindy tail past the longest, as `expected_kv_peak_growth`), plus the
     requests that join: arrivals at `arrivals_per_step`, each surviving from 0 by the observed
-    lengths, and the `waiting` queue refilling what the running set frees, up to its size now."""
+    lengths, and the `waiting` queue refilling what the running set frees, up to its size now.
+
+    NOTE: the numbers of `horizon_batch_reference` (the formula over whole arrays), bit for bit,
+    at a fraction of its cost (the serving loop refreshes it every PROJECTION_EVERY_STEPS decode
+    steps; it was ~9 % of a closed batch's serve): the survival sums over the running requests in
+    numpy, each branch of the survival only where it applies and Σ min(context, top-k) from Σ
+    context where no context reaches top-k (elementwise the same operations, summed as numpy sums
+    a row); the window's 16 points in plain floats, summed in numpy's order (`sum_as_numpy`), where
+    ~15 numpy calls on 16 values cost more than their arithmetic. An empty window of lengths, or a
+    window that is not a finite number of steps > 0, takes the reference."""
+    n = sorted_lengths.shape[0]
+    b0 = context_tokens.shape[0]
+    dv = window_steps / HORIZON_POINTS
+    if not n or not 0.0 < dv < math.inf:
+        return horizon_batch_reference(sorted_lengths, context_tokens, attained_tokens, window_steps, waiting,
+                                       arrivals_per_step, join_prompt_tokens, topk)
+    s = _MIDPOINTS * dv  # [K] the window's midpoints (= (arange(K) + 0.5) * dv), increasing
+    if b0:
+        c = np.asarray(context_tokens, dtype=np.float64)
+        a = np.asarray(attained_tokens, dtype=np.float64)
+        alive0 = n - np.searchsorted(sorted_lengths, a, side="right")  # [B]
+        col = s[:, None]
+        alive_n = int(np.count_nonzero(alive0))
+        if alive_n == b0:  # every request below the longest observed length: the observed survival
+            p = (n - np.searchsorted(sorted_lengths, a[None, :] + col, side="right")) / alive0  # [K, B]
+        elif not alive_n:  # every request past it: the Lindy tail
+            lindy = np.maximum(a, 1.0)
+            p = lindy / (lindy + col)
+            p *= p  # = ** 2 (numpy squares: one product)
+        else:
+            pos = alive0 > 0
+            p = np.empty((HORIZON_POINTS, b0))
+            p[:, pos] = (n - np.searchsorted(sorted_lengths, a[pos][None, :] + col, side="right")) / alive0[pos]
+            lindy = np.maximum(a[~pos], 1.0)
+            tail = lindy / (lindy + col)
+            tail *= tail
+            p[:, ~pos] = tail
+        cs = c + col  # [K, B] each context over the window
+        surv = p.sum(axis=1).tolist()  # [K]
+        # NOTE: fl(c + s) is monotone in both: below top-k at the largest context and the window's
+        # end, min(cs, top-k) is cs everywhere; at or past it from the smallest context, top-k
+        if float(c.max()) + float(s[-1]) <= topk:
+            np.multiply(p, cs, out=cs)
+            surv_s1 = surv_s2 = cs.sum(axis=1).tolist()
+        elif float(c.min()) >= topk:
+            surv_s1 = (p * topk).sum(axis=1).tolist()
+            np.multiply(p, cs, out=cs)
+            surv_s2 = cs.sum(axis=1).tolist()
+        else:
+            surv_s1 = (p * np.minimum(cs, topk)).sum(axis=1).tolist()
+            np.multiply(p, cs, out=cs)
+            surv_s2 = cs.sum(axis=1).tolist()
+    else:
+        surv = surv_s2 = surv_s1 = _ZEROS_K
+    # a request joining at 0 survives v steps with S0(v) = share of observed lengths above v; the
+    # arrivals by s still running: rate × ∫_0^s S0, their mean age ∫ v S0 / ∫ S0 (the reference's
+    # numpy expressions point by point: cumulative sums in order, np.maximum / np.minimum as
+    # spelled below, NaN passed through)
+    above = np.searchsorted(sorted_lengths, s, side="right").tolist()
+    wq = float(waiting)
+    tot_b, tot_s2, tot_s1 = [], [], []
+    run = run_s = 0.0
+    k = 0
+    for x, idx in zip(s.tolist(), above):
+        f = (n - idx) / n
+        fx = f * x
+        if k:
+            run += f
+            run_s += fx
+        else:
+            run, run_s = f, fx
+        cum = run * dv
+        age = run_s * dv / (cum if cum > 1e-12 or cum != cum else 1e-12)
+        arr = arrivals_per_step * cum
+        free = b0 - surv[k] - arr
+        room = free if free > 0.0 or free != free else 0.0  # = np.maximum(free, 0.0)
+        joins = arr + (wq if wq <= room else room)  # = + np.minimum(wq, room)
+        jctx = join_prompt_tokens + age
+        tot_b.append(surv[k] + joins)
+        tot_s2.append(surv_s2[k] + joins * jctx)
+        tot_s1.append(surv_s1[k] + joins * (topk if jctx > topk else jctx))
+        k += 1
+    b = sum_as_numpy(tot_b) / HORIZON_POINTS
+    s2 = sum_as_numpy(tot_s2) / HORIZON_POINTS
+    s1 = sum_as_numpy(tot_s1) / HORIZON_POINTS
+    return max(int(round(b)), 1), s2, s1
+
+
+_MIDPOINTS = np.arange(HORIZON_POINTS) + 0.5
+_ZEROS_K = [0.0] * HORIZON_POINTS
+
+
+def horizon_batch_reference(sorted_lengths: np.ndarray, context_tokens: np.ndarray, attained_tokens: np.ndarray, window_steps: float,
+                  waiting: int, arrivals_per_step: float, join_prompt_tokens: float, topk: float
+                  ) -> tuple[int, float, float]:
+    """(requests, Σ context, Σ min(context, top-k)) of the decode batch averaged over the next
+    `window_steps` steps: each running request while it survives (observed lengths beyond its
+    attained output, the Lindy tail past the longest, as `expected_kv_peak_growth`), plus the
+    requests that join: arrivals at `arrivals_per_step`, each surviving from 0 by the observed
+    lengths, and the `waiting` queue refilling what the running set frees, up to its size now.
+    The formula over whole arrays: `horizon_batch` computes the same numbers faster (the tests
+    hold them equal)."""
     n = sorted_lengths.shape[0]
     b0 = context_tokens.shape[0]
     s = (np.arange(HORIZON_POINTS) + 0.5) * (window_steps / HORIZON_POINTS)  # [K] the window's midpoints

@@ -75,3 +75,27 @@ def test_many_short_prompts_price_below_one_prompt_of_their_tokens(tables, layou
         secs.append(float(tables.step_s(lay, 0, np.array([4096.0]), np.array([0.0]), np.array([0.0]),
                                         prefill_context=np.array([pfx]))[0]))
     assert secs[0] > secs[1] > secs[2] > secs[3] > 0
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_loops_prefix_and_rank_equal_the_full_plans(seed):
+    """`chunk_plan(..., owner_pieces=False)` (what the serving loop reads: each step's prefix and busiest
+    rank) equals the full plan's, bit for bit, ties between ranks included."""
+    rng = np.random.default_rng(100 + seed)
+    n = int(rng.integers(1, 12))
+    ctx, done, owner = _pieces(rng, n)
+    left = (ctx - done).astype(int)
+    left[left == 0] = 1
+    chunks = [float(rng.choice([1, 64, 256, 1024, 4096, int(rng.integers(1, 9000))])) for _ in range(int(rng.integers(1, 6)))]
+    args = (chunks, list(range(n)), left.tolist(), ctx.tolist(), owner.tolist())
+    full = chunk_plan(*args)
+    lean = chunk_plan(*args, owner_pieces=False)
+    assert lean[0] == full[0] and lean[1] == full[1]
+    assert all(np.copysign(1.0, a) == np.copysign(1.0, b) for a, b in zip(lean[0], full[0]))
+
+
+def test_the_loops_busiest_rank_is_the_first_of_equal_ones():
+    """Two ranks running equal tokens of a step: the busiest is the first to appear, in either plan."""
+    args = ([512.0, 600.0], [0, 1, 2, 3], [256, 256, 300, 300], [256.0, 900.0, 300.0, 300.0], [3, 1, 2, 0])
+    full, lean = chunk_plan(*args), chunk_plan(*args, owner_pieces=False)
+    assert full[1] == lean[1] == [3, 2] and lean[0] == full[0]
