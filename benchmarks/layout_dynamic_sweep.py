@@ -54,7 +54,7 @@ import numpy as np
 import planner
 from conditions import cpu_name, git_commit
 from layout_dynamic import run_case
-from runtime_policy.policy import PolicyKnobs
+from runtime_policy.policy import PolicyKnobs, planned_knobs
 from runtime_policy.tables import datasheet_model, default_step_model
 from runtime_policy.workloads import Workload, make_workload
 
@@ -121,12 +121,17 @@ def priced_bound(tables, rec, summary, bound, makespan_s, span_s) -> dict:
 def workload_row(model: str, hw_name: str, dep, name: str, n: int, kind: str) -> dict:
     w = make_workload(name, n, SEED)
     t0 = time.perf_counter()
-    c = run_case(dep, step_model(dep, kind), w, on_trajectory=priced_bound)
+    # the dynamic policy starts on the layout planned for the load the workload states (its rate and
+    # mean lengths; PolicyKnobs.planned_*), as the best fixed layout is chosen knowing the workload
+    knobs = planned_knobs(PolicyKnobs(), w)
+    c = run_case(dep, step_model(dep, kind), w, knobs=knobs, on_trajectory=priced_bound)
     rows = c["rows"]
     fixed = {p: r["throughput_tokens_per_s"] for p, r in rows.items() if p != "dynamic"}
     best, dyn, oracle = c["best_fixed_tokens_per_s"], c["dynamic_tokens_per_s"], c["oracle_tokens_per_s"]
     return {"model": model, "hardware": hw_name, "gpus": 8, "kv_dtype": dep.kv_dtype, "workload": name,
-            "requests": n, "workload_params": w.params, "fixed_tokens_per_s": fixed, "best_fixed": c["best_fixed"],
+            "requests": n, "workload_params": w.params,
+            "planned_load": {k: getattr(knobs, k) for k in ("planned_rate_per_s", "planned_input_tokens",
+                                                             "planned_output_tokens")}, "fixed_tokens_per_s": fixed, "best_fixed": c["best_fixed"],
             "best_fixed_tokens_per_s": best, "dynamic_tokens_per_s": dyn, "oracle_tokens_per_s": oracle,
             "oracle_trajectory": c["oracle_trajectory"], "dynamic_over_best_fixed": dyn / best,
             "oracle_over_best_fixed": oracle / best, "dynamic_over_oracle": dyn / oracle if oracle else None,
