@@ -46,6 +46,7 @@ class RecordedRun:
     prefill_context_tokens: np.ndarray | None  # [k]
     chunk_owner: tuple | None  # (rank, tokens, prefix) arrays [k]
     durations_s: np.ndarray  # [k] as the wrapped executor returned them (interference included)
+    request_ids: np.ndarray | None = None  # [B] (None: not recorded)
 
 
 @dataclass
@@ -79,7 +80,7 @@ class RecordingExecutor:
                                      None if chunk_owner is None else
                                      (np.array(chunk_owner[0], dtype=np.int64), np.array(chunk_owner[1], dtype=np.float64),
                                       np.array(chunk_owner[2], dtype=np.float64)),
-                                     np.array(dur)))
+                                     np.array(dur), np.array(batch.request_ids, dtype=np.int64)))
         return dur
 
     def admit(self, request_id: int, context_tokens: int, owner: int) -> None:

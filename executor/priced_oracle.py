@@ -28,8 +28,18 @@ fixed layout's own run (on that run's trajectory, staying in it reprices every s
 
 NOTE: the network share of a switch's interference is the source layout's network-bytes term of a
 decode step of the run's batch (the policy's pricer reads its last priced step's); the KV a plan
-reads is the run's decoders' (context + the ledger's slack): prefilling requests are left out, as
-the free oracle leaves them out of feasibility.
+reads is the KV held at the run (context + the ledger's slack of every running decoder): the run's
+decoders, and for a prefill-only run (every decoder waits while its group prefills: SGLang's
+separate prefill batch, recorded with no decoders) the decoders that wait through it — those of
+the last run that decoded which also decode in the next one, at their contexts after it
+(`held_kv`). The requests being prefilled (their prefix so far, at most a prompt each) are left
+out, as the free oracle leaves them out of feasibility.
+NOTE: before, a prefill-only run's plan read no KV: a switch decided there moved nothing. On
+DeepSeek-V3.2's 20/s chat load (8 x H200, the prior; the trajectory of fixed DOP) 44 of the
+schedule's 46 CP -> DP moves (CP prefill, then decode in DP) were decided at such runs, each
+priced 0.14 ms of link with ~1,000 requests' KV split by tokens over the ranks, which the move must
+gather to each request's owner (~70 ms of link and ~18 ms of interference, as the DOP -> CP move
+of the same KV was priced).
 
 Does not: schedule, simulate the loop again (the trajectory is kept), or import torch.
 """
@@ -156,25 +166,28 @@ def trace(tables: StepTimeTable, rec: RecordingExecutor) -> tuple[np.ndarray, np
     cols, run_of = [], []
     links = np.full((len(rec.runs), n_l, n_l), _INF)
     costs = np.full((len(rec.runs), n_l, n_l), _INF)
+    held = held_kv(rec)
     for r_i, r in enumerate(rec.runs):
         k = r.prefill_tokens.shape[0]
         b = int(r.context_tokens.size)
-        # feasibility exactly as the free oracle's (executor/oracle.py: context + a page each)
-        need = r.context_tokens + page
-        per_owner = np.bincount(r.owners, weights=need, minlength=tables.ranks) if b else np.zeros(tables.ranks)
+        ctx_h, own_h = held[r_i]
+        b_h = int(ctx_h.size)
+        # feasibility as the free oracle's (executor/oracle.py: context + a page each), of the KV held
+        need = ctx_h + page
+        per_owner = np.bincount(own_h, weights=need, minlength=tables.ranks) if b_h else np.zeros(tables.ranks)
         fits = np.array([(float(need.sum()) if groups[lay] == 1 else float(per_owner.reshape(groups[lay], -1)
                                                                              .sum(axis=1).max())) * share[lay] * bpt
                          <= pool[lay] for lay in range(n_l)])
         # the KV a plan reads: the ledger's tokens (context + slack, each layout's extra slack)
-        led = r.context_tokens + slack
-        led_owner = np.bincount(r.owners, weights=led, minlength=tables.ranks) if b else np.zeros(tables.ranks)
-        cnt_owner = np.bincount(r.owners, minlength=tables.ranks) if b else np.zeros(tables.ranks, dtype=np.int64)
+        led = ctx_h + slack
+        led_owner = np.bincount(own_h, weights=led, minlength=tables.ranks) if b_h else np.zeros(tables.ranks)
+        cnt_owner = np.bincount(own_h, minlength=tables.ranks) if b_h else np.zeros(tables.ranks, dtype=np.int64)
         total = float(led.sum())
         busy = np.empty(n_l)
         for lay in range(n_l):
             g = int(groups[lay])
             if g <= 1:
-                busy[lay] = total + extra[lay] * b
+                busy[lay] = total + extra[lay] * b_h
             else:
                 busy[lay] = float((led_owner.reshape(g, -1).sum(axis=1)
                                    + extra[lay] * cnt_owner.reshape(g, -1).sum(axis=1)).max())
@@ -194,7 +207,7 @@ def trace(tables: StepTimeTable, rec: RecordingExecutor) -> tuple[np.ndarray, np
             for c in usable:
                 if a == c:
                     continue
-                p = plan_transition(tables, a, c, total * bpt, busy_b, b, step_a, net)
+                p = plan_transition(tables, a, c, total * bpt, busy_b, b_h, step_a, net)
                 if p.feasible:
                     links[r_i, a, c] = p.link_s
                     costs[r_i, a, c] = p.cost_s
@@ -202,6 +215,33 @@ def trace(tables: StepTimeTable, rec: RecordingExecutor) -> tuple[np.ndarray, np
     runs = np.concatenate(run_of) if run_of else np.zeros(0, dtype=np.int64)
     links = np.where(np.isfinite(links), links, 0.0)  # where the cost is inf the pair is never taken
     return times, runs, links, costs
+
+
+def held_kv(rec: RecordingExecutor) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per run, (contexts [H], owners [H]) of the decoders holding KV at its first step: the run's
+    own decoders; for a run recorded with none but a prefill chunk (a prefill-only run: every
+    decoder waits while its group prefills), those of the last run that decoded which also decode
+    in the next such run, at their contexts after that last run's steps (a waiting decoder does not
+    grow). A run with neither, or recorded without request ids, holds what it recorded."""
+    runs = rec.runs
+    out: list = [(r.context_tokens, r.owners) for r in runs]
+    prev = -1
+    pending: list[int] = []
+    for i, r in enumerate(runs):
+        if r.context_tokens.size:
+            if pending and prev >= 0:
+                p = runs[prev]
+                if p.request_ids is not None and r.request_ids is not None:
+                    keep = np.isin(p.request_ids, r.request_ids)
+                    ctx = p.context_tokens[keep] + float(p.prefill_tokens.shape[0])
+                    own = p.owners[keep]
+                    for j in pending:
+                        out[j] = (ctx, own)
+            pending = []
+            prev = i
+        elif r.prefill_tokens.size and float(np.max(r.prefill_tokens)) > 0:
+            pending.append(i)
+    return out
 
 
 def priced_best(tables: StepTimeTable, rec: RecordingExecutor) -> PricedSchedule:
