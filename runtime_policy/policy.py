@@ -173,6 +173,9 @@ class LayoutPolicy:
         fixed DOP); the start alone did not hold it."""
         self.planned_layouts: tuple[int, ...] = ()
         self._plan_rows = None
+        # the candidates' rows decide reads per pricing mode (0: the moment, 1: the horizon, 2: the
+        # window alone, a drain): one lookup on the hot path
+        self._rows_by_mode = (self._cand_rows,) * 3
         if not self.knobs.planned_rate_per_s > 0:
             return
         prices = self.planned_prices()
@@ -184,6 +187,7 @@ class LayoutPolicy:
             keep = [i for i, p in prices.items() if p["served_per_s"] >= (1.0 - self.knobs.min_gain_fraction) * top]
         self.planned_layouts = tuple(sorted(keep))
         self._plan_rows = [tuple(r for r in rows if r[0] in keep) for rows in self._cand_rows]
+        self._rows_by_mode = (self._plan_rows, self._plan_rows, self._cand_rows)
 
     def _init_dominance(self) -> None:
         """Which layouts the throughput rule need not price (compiled once): a "+host" twin whose
@@ -535,8 +539,7 @@ class LayoutPolicy:
         mask = 0
         # with a stated load (PolicyKnobs.planned_*) only the layouts that carry it are candidates,
         # but in a drain (the window alone priced: the load falls, no steady state to carry)
-        rows = self._cand_rows[cur] if self._plan_rows is None or mode == 2 else self._plan_rows[cur]
-        for i, bit, dom_bit, sh, room, fill in rows:
+        for i, bit, dom_bit, sh, room, fill in self._rows_by_mode[mode][cur]:
             if busy[i] * sh * bpt > fill:  # = self._kv_bytes(i, busy) > pool × (1 − headroom)
                 continue
             if head_admits_cur and (lite[i] + head) * sh * bpt > room:
