@@ -100,3 +100,18 @@ def test_a_bad_planned_load_knob_is_one_line_naming_it(name, value):
 
     with pytest.raises(SpecError, match=name):
         check_knobs(PolicyKnobs(**{name: value}), layout_names())
+
+
+def test_a_stated_load_where_two_layouts_are_within_one_percent_makes_no_thrash():
+    """The load of test_hysteresis.test_two_layouts_within_one_percent_make_no_thrash (GLM-5, 8 x
+    B200, longprompt at 1/s: fixed TP and CP within 1 %) with its rate stated: every layout keeps
+    up with it, so the filter holds nothing back, and still no switch."""
+    dep = _dep("glm-5", "b200")
+    w = make_workload("longprompt", 200, 0)
+    knobs = planned_knobs(PolicyKnobs(), w)
+    pol = LayoutPolicy.compile(dep, None, knobs)
+    assert len(pol.planned_layouts) >= 2
+    d = simulate(dep, w, "dynamic", "fcfs", knobs=knobs)
+    assert len(d["switches"]) == 0, d["switches"]
+    best = max(_tput(simulate(dep, w, a, "fcfs")) for a in ("tp", "cp"))
+    assert _tput(d) >= 0.99 * best
