@@ -67,6 +67,12 @@ from runtime_policy.transitions import max_fitting_kv_bytes, memory_fits, plan_t
 __all__ = ["REPRICE_EVERY_STEPS", "Decision", "FixedPolicy", "LayoutPolicy", "PolicyKnobs", "PolicyState", "Reason",
            "planned_knobs"]
 
+# With a stated load, a falling load frees the throughput rule from the layouts that carry it only
+# once the window expects less than this share of the horizon's prefill (the arrivals have fallen
+# off: a drain). NOTE: on the window's batch alone GLM-5's longprompt (8 x B200, the prior, 1/s)
+# looked like a drain at 285 s, mid-load, and moved CP -> TP, which can't hold the load's prompts;
+# the capacity rule moved back 72 s later
+DRAIN_PREFILL_SCALE = 0.5
 _INF = math.inf  # NOTE: `-_INF < x < _INF` is the finiteness check here (NaN fails both comparisons)
 
 
@@ -176,6 +182,12 @@ class LayoutPolicy:
         # the candidates' rows decide reads per pricing mode (0: the moment, 1: the horizon, 2: the
         # window alone, a drain): one lookup on the hot path
         self._rows_by_mode = (self._cand_rows,) * 3
+        # with a stated load the start is a switch whose cooldown is the horizon's half-life: until
+        # the horizon measures the load, the stated one (the start's) is the better estimate
+        # NOTE: started in CP for GLM-5's longprompt (8 x B200, the prior) the policy moved CP -> DOP
+        # at 0.35 s (one request decoding) and DOP -> TP at 11.8 s, each on a horizon of a few
+        # requests; the capacity rule is not held
+        self._plan_hold_steps = -1
         if not self.knobs.planned_rate_per_s > 0:
             return
         prices = self.planned_prices()
@@ -188,6 +200,7 @@ class LayoutPolicy:
         self.planned_layouts = tuple(sorted(keep))
         self._plan_rows = [tuple(r for r in rows if r[0] in keep) for rows in self._cand_rows]
         self._rows_by_mode = (self._plan_rows, self._plan_rows, self._cand_rows)
+        self._plan_hold_steps = int(self.knobs.stats_half_life_steps)
 
     def _init_dominance(self) -> None:
         """Which layouts the throughput rule need not price (compiled once): a "+host" twin whose
@@ -538,8 +551,11 @@ class LayoutPolicy:
         head_admits_cur = w > 0 and not blocked
         mask = 0
         # with a stated load (PolicyKnobs.planned_*) only the layouts that carry it are candidates,
-        # but in a drain (the window alone priced: the load falls, no steady state to carry)
-        for i, bit, dom_bit, sh, room, fill in self._rows_by_mode[mode][cur]:
+        # but in a drain (the window alone priced: the load falls) whose arrivals have fallen off
+        # (the window expects under DRAIN_PREFILL_SCALE of the horizon's prefill): no steady state
+        # is left to carry
+        sel = mode if mode != 2 or rho < DRAIN_PREFILL_SCALE else 1
+        for i, bit, dom_bit, sh, room, fill in self._rows_by_mode[sel][cur]:
             if busy[i] * sh * bpt > fill:  # = self._kv_bytes(i, busy) > pool × (1 − headroom)
                 continue
             if head_admits_cur and (lite[i] + head) * sh * bpt > room:
@@ -591,7 +607,7 @@ class LayoutPolicy:
         k = self.knobs
         if gain < k.min_gain_fraction * t_cur:
             return stay[Reason.STAY_SMALL_GAIN]
-        if state.steps_since_switch < k.cooldown_steps:
+        if state.steps_since_switch < k.cooldown_steps or 0 <= state.step_index < self._plan_hold_steps:
             return stay[Reason.STAY_COOLDOWN]
         if mode == 1:
             # the same gain at either end of the horizon's range (the batch and the prefill share at

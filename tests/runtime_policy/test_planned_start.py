@@ -115,3 +115,42 @@ def test_a_stated_load_where_two_layouts_are_within_one_percent_makes_no_thrash(
     assert len(d["switches"]) == 0, d["switches"]
     best = max(_tput(simulate(dep, w, a, "fcfs")) for a in ("tp", "cp"))
     assert _tput(d) >= 0.99 * best
+
+
+def test_with_a_stated_load_the_start_holds_throughput_moves_for_a_half_life():
+    """The start is a switch whose cooldown is the horizon's half-life (`stats_half_life_steps`):
+    a 60K request in DOP, for which TP is faster and repays the move (test_hysteresis), is held as
+    STAY_COOLDOWN at the run's step 100 and moved at step 5,000; without a stated load it moves at
+    step 100."""
+    from tests.runtime_policy.conftest import make_policy
+    from tests.runtime_policy.test_policy import DOP, TP, state
+
+    from runtime_policy.policy import Reason
+
+    _, plain = make_policy()
+    _, pol = make_policy(planned_rate_per_s=0.02, planned_input_tokens=60000.0, planned_output_tokens=500.0)
+    assert TP in pol.planned_layouts and DOP in pol.planned_layouts
+    for p, held in ((plain, False), (pol, True)):
+        s = state([60000.0], DOP, policy=p)
+        s.step_index = 100
+        d = p.decide(s)
+        assert d.switch != held and (d.reason == Reason.STAY_COOLDOWN) == held, d
+        s.step_index = 5000
+        assert p.decide(s).switch and p.decide(s).layout == TP
+
+
+def test_a_drain_frees_the_stated_load_only_once_its_arrivals_fall_off():
+    """GLM-5, 8 x B200 (the prior), longprompt at 1/s with its rate stated: CP, DCP and DOP carry
+    it, TP (whose replicated cache holds 29 of its requests) does not. A falling window mid-load
+    (a lull between Poisson arrivals) moved CP -> TP at 285 s and the capacity rule back 72 s later;
+    with the drain read as arrivals fallen off (DRAIN_PREFILL_SCALE) one switch is left, CP -> TP
+    in the last drain, and the run is at least the best fixed layout's."""
+    dep = _dep("glm-5", "b200")
+    sm = default_step_model(dep)
+    w = make_workload("longprompt", 400, 0)
+    knobs = planned_knobs(PolicyKnobs(), w)
+    pol = LayoutPolicy.compile(dep, sm, knobs)
+    assert "tp" not in [pol.tables.layouts[i] for i in pol.planned_layouts]
+    d = simulate(dep, w, "dynamic", "fcfs", sm, knobs=knobs)
+    assert len(d["switches"]) <= 1 and all(s["at_s"] > 400 for s in d["switches"]), d["switches"]
+    assert _tput(d) >= max(_tput(simulate(dep, w, a, "fcfs", sm)) for a in ("cp", "tp", "dop"))
