@@ -15,7 +15,9 @@ policy's share of each oracle's gain over the best fixed layout (issue 27).
   multi-turn sessions starting within 2 s), `shrinking` (2,000 at t = 0), `longprompt` (400 at
   1/s, 16K-64K prompts) and `chat` (2,000 at 20/s). `--requests-scale` scales every count.
 - The oracle (executor/oracle.py): every recorded step repriced in the best layout whose KV holds
-  its batch, switches free and instant, over each recorded trajectory; the largest bound.
+  its batch, switches free and instant, over each recorded trajectory, replayed against the
+  workload's arrivals (a step starts no earlier than the requests it prefills arrive); the largest
+  bound.
 - The priced oracle (executor/priced_oracle.py): on the same step traces, the best layout schedule
   when every change pays the switch as the policy prices it and the simulator charges it (its KV
   moves for the planner's link time while the steps go on in the old layout, then cost_s =
@@ -105,13 +107,17 @@ def oracle_share(dyn: float, best: float, oracle: float) -> float | None:
 MISS_FRACTION = 0.03  # issue 27: the dynamic policy within 3 % of the (priced) oracle on every row
 
 
-def priced_bound(tables, rec, summary, bound, makespan_s, span_s) -> dict:
+def priced_bound(tables, rec, summary, bound, makespan_s, span_s, arrival_s=None) -> dict:
     """The priced oracle over one trajectory (`layout_dynamic.run_case`'s hook): its throughput, as
-    the free oracle's, with the schedule's busy time in place of the recorded one."""
+    the free oracle's: its schedule replayed against the arrivals (each step no earlier than the
+    requests it prefills), else its busy time in place of the recorded one."""
     from executor.priced_oracle import priced_best
 
-    sched = priced_best(tables, rec)
-    mk = max(makespan_s - bound.busy_actual_s - bound.commit_stall_s + sched.busy_s, span_s)
+    sched = priced_best(tables, rec, arrival_s)
+    if bound.released_makespan_s is not None:
+        mk = max(sched.busy_s, span_s)  # the schedule's makespan (executor/priced_oracle.py)
+    else:
+        mk = max(makespan_s - bound.busy_actual_s - bound.commit_stall_s + sched.busy_s, span_s)
     return {"priced_oracle_tokens_per_s": summary["output_tokens"] / mk if mk > 0 else 0.0,
             "priced_oracle_makespan_s": mk, "priced_busy_s": sched.busy_s, "priced_switches": sched.switches,
             "priced_switch_cost_s": sched.switch_cost_s, "priced_start_layout": tables.layouts[sched.start_layout],

@@ -56,7 +56,8 @@ def case(model: str, hw: str, wl: str, traj: str) -> dict:
     usable = [i for i in range(len(names)) if t.info.kv_pool_bytes[i] > 0]
     seq, has_prefill = [], []
     for r in rec.runs:
-        times = np.array([np.asarray(sim.run_steps(StepBatch(i, r.context_tokens, r.owners, np.arange(r.owners.size)),
+        ctx_run, own_run = r.decoding(t.ranks)  # the decoders that ran (executor/oracle.py)
+        times = np.array([np.asarray(sim.run_steps(StepBatch(i, ctx_run, own_run, np.arange(own_run.size)),
                                                    r.prefill_tokens, r.prefill_context_tokens, r.chunk_owner))
                           for i in usable])
         seq += list(np.array(usable)[times.argmin(axis=0)])

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from executor.oracle import RecordedRun, RecordingExecutor
-from executor.priced_oracle import held_kv, trace
+from executor.priced_oracle import held_kv, prefilling_kv, trace
 from executor.sim import SimExecutor
 from runtime_policy.transitions import plan_transition
 
@@ -58,3 +58,32 @@ def test_a_prefill_only_run_holds_the_waiting_decoders_kv(tables):
     bare = plan_transition(tables, cp, dop, 0.0, [0.0] * len(names), 0)
     assert links[1, cp, dop] == pytest.approx(back.link_s, rel=1e-9)
     assert links[1, cp, dop] > 10 * bare.link_s and bare.kv_recv_bytes_per_rank == 0
+
+
+def test_a_move_decided_mid_prefill_carries_the_prompt_prefilled_so_far(tables):
+    """A run that prefills is priced step by step (`prefilling_kv`): a move decided after two of a
+    prompt's chunks carries their KV to the prompt's owner; before, every move of the run was priced
+    at its start, the prompt's KV left out."""
+    names = tables.layouts
+    dop, cp = names.index("dop"), names.index("cp")
+    rec = RecordingExecutor(SimExecutor(tables))
+    ctx = [3000.0 + 500 * i for i in range(40)]
+    owners = [i % tables.ranks for i in range(40)]
+    none = np.zeros(0, dtype=np.int64)
+    first = _run(dop, ctx, owners, range(40), [0.0] * 2)
+    first.prefill_request_ids, first.prefill_request_tokens = [none] * 2, [np.zeros(0)] * 2
+    pre = _run(cp, [], [], [], [8192.0] * 3)  # request 40's 24K prompt, a chunk a step
+    pre.prefill_request_ids = [np.array([40])] * 3
+    pre.prefill_request_tokens = [np.array([8192.0])] * 3
+    last = _run(dop, [c + 2 for c in ctx] + [24576.0], owners + [7], list(range(41)), [0.0])  # rank 7: the fullest
+    last.prefill_request_ids, last.prefill_request_tokens = [none], [np.zeros(0)]
+    rec.runs = [first, pre, last]
+    points = prefilling_kv(rec)
+    assert [len(p) for p in points] == [1, 3, 1]
+    assert [float(p[0].sum()) for p in points[1]] == [0.0, 8192.0, 16384.0]
+    assert all(int(o) == 7 for p in points[1] for o in p[1])  # the owner it decodes on
+    _, price_of, links, _ = trace(tables, rec)
+    at = price_of[2:5]  # the prefill run's three steps, each its own pricing point
+    assert len(set(at.tolist())) == 3
+    # CP -> DOP gathers each prompt's token slices to its owner: more to move after each chunk
+    assert links[at[0], cp, dop] < links[at[1], cp, dop] < links[at[2], cp, dop]
