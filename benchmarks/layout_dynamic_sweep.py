@@ -30,7 +30,8 @@ policy's share of each oracle's gain over the best fixed layout (issue 27).
   its own trajectory (the same batches; the largest bound may come from another layout's).
 
 `--shape-grid` runs the earlier sweep instead: the shrinking batch's output median, spread and cap
-over a 27-point grid (`shrinking_shape`).
+over a 27-point grid per deployment (`shrinking_shape`); it writes layout_dynamic_sweep.json, .txt
+(one line a point) and .png (a heat map per deployment and cap, `plot_shape_grid`).
 
 Writes to `--out` (a temporary folder by default): layout_dynamic_sweep.json, .txt and
 layout_dynamic_rollout.png — one DeepSeek-V3.2 rollout run, the dynamic policy's layout over time
@@ -244,6 +245,43 @@ def plot_rollout(tl: dict, best_fixed: str, title: str, path: str) -> None:
     plt.close(fig)
 
 
+def plot_shape_grid(results: list[dict], title: str, path: str) -> None:
+    """One heat map per deployment and output cap: the oracle over the best fixed layout per output
+    median x spread, the dynamic policy's in brackets."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    deps = list(dict.fromkeys((r["model"], r["hardware"]) for r in results))
+    fig, axes = plt.subplots(len(deps), len(CAPS), figsize=(4.6 * len(CAPS), 3.9 * len(deps)), squeeze=False,
+                             constrained_layout=True)
+    im = None
+    for row, (model, hw_name) in enumerate(deps):
+        for col, cap in enumerate(CAPS):
+            ax = axes[row][col]
+            cell = {(r["output_sigma"], r["output_median_tokens"]): r for r in results
+                    if r["model"] == model and r["hardware"] == hw_name and r["output_cap_tokens"] == cap}
+            grid = np.array([[cell[(s, m)]["oracle_over_best_fixed"] if (s, m) in cell else np.nan for m in MEDIANS]
+                             for s in SIGMAS])
+            im = ax.imshow(grid, origin="lower", vmin=1.0, vmax=1.4, cmap="viridis", aspect="auto")
+            for i, s in enumerate(SIGMAS):
+                for j, m in enumerate(MEDIANS):
+                    if (s, m) in cell:
+                        r = cell[(s, m)]
+                        ax.text(j, i, f"{r['oracle_over_best_fixed']:.2f}\n({r['dynamic_over_best_fixed']:.2f})",
+                                ha="center", va="center", color="w", fontsize=8)
+            ax.set_xticks(range(len(MEDIANS)), [str(m) for m in MEDIANS])
+            ax.set_yticks(range(len(SIGMAS)), [str(s) for s in SIGMAS])
+            ax.set_xlabel("output median (tokens)")
+            ax.set_ylabel("output sigma")
+            ax.set_title(f"{model}, 8x{hw_name}, cap {cap // 1024}K", fontsize=9)
+    fig.colorbar(im, ax=axes, shrink=0.6, label="oracle / best fixed (dynamic in brackets)")
+    fig.suptitle(title, fontsize=10)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
 def run_shape_grid(args) -> list[dict]:
     out = []
     for model, hw_name in DEPLOYMENTS:
@@ -289,6 +327,16 @@ def main() -> int:
            "numpy": np.__version__}
     if args.shape_grid:
         doc.update(mode="shape_grid", requests=args.requests, results=run_shape_grid(args))
+        lines = [f"{r['model']:<14} median {r['output_median_tokens']:>5} sigma {r['output_sigma']:.1f} cap "
+                 f"{r['output_cap_tokens']:>6} best {r['best_fixed']:<5} dyn/best {r['dynamic_over_best_fixed']:.3f} "
+                 f"oracle/best {r['oracle_over_best_fixed']:.3f} switches {r['switches']}" for r in doc["results"]]
+        with open(os.path.join(out_dir, "layout_dynamic_sweep.txt"), "w") as f:
+            f.write("\n".join(lines) + "\n")
+        if not args.no_plot:
+            path = os.path.join(out_dir, "layout_dynamic_sweep.png")
+            plot_shape_grid(doc["results"], f"shrinking batch of {args.requests} requests at t = 0, "
+                            f"{args.step_model} step model", path)
+            doc["plot"] = path
     else:
         out = []
         for model, hw_name in DEPLOYMENTS:
