@@ -7,9 +7,11 @@ takes the fastest, with free, instant switches. This script records the oracle's
 fixed layout `layout_dynamic_sweep.py` reports as `oracle_trajectory`), picks the fastest layout per
 step the same way (KV feasibility left out: an upper count of changes), and counts the changes.
 
-NOTE: a count of per-step changes, not what they are worth: the priced oracle
-(executor/priced_oracle.py, layout_dynamic_sweep.py) keeps nearly all of the free oracle's gain with
-9-565 priced switches on these rows (benchmarks/results/layout_dynamic_workloads.txt).
+NOTE: a count of per-step changes, not what they are worth. Since both oracles are replayed
+against the arrivals (executor/oracle.py), the gain these changes are worth on chat and reasoning is
+0.1-3.1 % over the best fixed layout (benchmarks/results/layout_dynamic_workloads.txt and
+layout_dynamic_prior/): the 6-23 % these rows read before came from repricing a slower layout's
+backlog as if its requests had arrived sooner.
 
 `--batches` also serves, for each row, the trajectory the priced oracle's largest bound came from
 and the dynamic policy's, and counts their steps and mean decode batch (`trajectory_batches`): a
