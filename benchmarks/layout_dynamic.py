@@ -89,7 +89,7 @@ class CountingPolicy(LayoutPolicy):
 
 def run_case(dep, step_model, w, knobs=None, on_trajectory=None) -> dict:
     """Every fixed layout and the dynamic policy on workload `w`, each with the free oracle over its
-    trajectory. `on_trajectory(tables, rec, summary, bound, makespan_s, arrival_span_s)`, when given,
+    trajectory. `on_trajectory(tables, rec, summary, bound, makespan_s, arrival_span_s, arrival_s=)`, when given,
     returns more figures of each trajectory (a dict) merged into its `oracle_by_trajectory` row."""
     config = LoopConfig()
     knobs = knobs or PolicyKnobs()
@@ -110,13 +110,14 @@ def run_case(dep, step_model, w, knobs=None, on_trajectory=None) -> dict:
         if pol == "dynamic":
             row["switch_log"] = [(s["from"], s["to"], round(s["at_s"], 2), s["reason"]) for s in d["switches"]]
             row["decisions"] = {Reason(r).name.lower(): c for r, c in sorted(policy.reasons.items())}
-        ob = per_step_best(lp.tables, rec)
+        ob = per_step_best(lp.tables, rec, w.arrival_s)  # replayed against the arrivals (executor/oracle.py)
         mk = ob.makespan_s(d["makespan_s"], float(w.arrival_s[-1] - w.arrival_s[0]))
         bounds[pol] = {"oracle_throughput_tokens_per_s": d["output_tokens"] / mk if mk > 0 else 0.0,
                        "oracle_makespan_s": mk, "busy_actual_s": ob.busy_actual_s, "busy_oracle_s": ob.busy_oracle_s,
                        "steps": ob.steps, "oracle_best_layout_steps": ob.best_layout_steps}
         if on_trajectory is not None:
-            bounds[pol].update(on_trajectory(lp.tables, rec, d, ob, d["makespan_s"], float(w.arrival_s[-1] - w.arrival_s[0])))
+            bounds[pol].update(on_trajectory(lp.tables, rec, d, ob, d["makespan_s"], float(w.arrival_s[-1] - w.arrival_s[0]),
+                                             arrival_s=w.arrival_s))
         rows[pol] = row
     fixed = {p: rows[p]["throughput_tokens_per_s"] for p in rows if p != "dynamic"}
     best = max(fixed, key=fixed.get)

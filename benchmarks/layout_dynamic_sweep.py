@@ -15,7 +15,9 @@ policy's share of each oracle's gain over the best fixed layout (issue 27).
   multi-turn sessions starting within 2 s), `shrinking` (2,000 at t = 0), `longprompt` (400 at
   1/s, 16K-64K prompts) and `chat` (2,000 at 20/s). `--requests-scale` scales every count.
 - The oracle (executor/oracle.py): every recorded step repriced in the best layout whose KV holds
-  its batch, switches free and instant, over each recorded trajectory; the largest bound.
+  its batch, switches free and instant, over each recorded trajectory, replayed against the
+  workload's arrivals (a step starts no earlier than the requests it prefills arrive); the largest
+  bound.
 - The priced oracle (executor/priced_oracle.py): on the same step traces, the best layout schedule
   when every change pays the switch as the policy prices it and the simulator charges it (its KV
   moves for the planner's link time while the steps go on in the old layout, then cost_s =
@@ -28,7 +30,8 @@ policy's share of each oracle's gain over the best fixed layout (issue 27).
   its own trajectory (the same batches; the largest bound may come from another layout's).
 
 `--shape-grid` runs the earlier sweep instead: the shrinking batch's output median, spread and cap
-over a 27-point grid (`shrinking_shape`).
+over a 27-point grid per deployment (`shrinking_shape`); it writes layout_dynamic_sweep.json, .txt
+(one line a point) and .png (a heat map per deployment and cap, `plot_shape_grid`).
 
 Writes to `--out` (a temporary folder by default): layout_dynamic_sweep.json, .txt and
 layout_dynamic_rollout.png — one DeepSeek-V3.2 rollout run, the dynamic policy's layout over time
@@ -54,7 +57,7 @@ import numpy as np
 import planner
 from conditions import cpu_name, git_commit
 from layout_dynamic import run_case
-from runtime_policy.policy import PolicyKnobs
+from runtime_policy.policy import PolicyKnobs, planned_knobs
 from runtime_policy.tables import datasheet_model, default_step_model
 from runtime_policy.workloads import Workload, make_workload
 
@@ -105,13 +108,17 @@ def oracle_share(dyn: float, best: float, oracle: float) -> float | None:
 MISS_FRACTION = 0.03  # issue 27: the dynamic policy within 3 % of the (priced) oracle on every row
 
 
-def priced_bound(tables, rec, summary, bound, makespan_s, span_s) -> dict:
+def priced_bound(tables, rec, summary, bound, makespan_s, span_s, arrival_s=None) -> dict:
     """The priced oracle over one trajectory (`layout_dynamic.run_case`'s hook): its throughput, as
-    the free oracle's, with the schedule's busy time in place of the recorded one."""
+    the free oracle's: its schedule replayed against the arrivals (each step no earlier than the
+    requests it prefills), else its busy time in place of the recorded one."""
     from executor.priced_oracle import priced_best
 
-    sched = priced_best(tables, rec)
-    mk = max(makespan_s - bound.busy_actual_s - bound.commit_stall_s + sched.busy_s, span_s)
+    sched = priced_best(tables, rec, arrival_s)
+    if bound.released_makespan_s is not None:
+        mk = max(sched.busy_s, span_s)  # the schedule's makespan (executor/priced_oracle.py)
+    else:
+        mk = max(makespan_s - bound.busy_actual_s - bound.commit_stall_s + sched.busy_s, span_s)
     return {"priced_oracle_tokens_per_s": summary["output_tokens"] / mk if mk > 0 else 0.0,
             "priced_oracle_makespan_s": mk, "priced_busy_s": sched.busy_s, "priced_switches": sched.switches,
             "priced_switch_cost_s": sched.switch_cost_s, "priced_start_layout": tables.layouts[sched.start_layout],
@@ -121,12 +128,17 @@ def priced_bound(tables, rec, summary, bound, makespan_s, span_s) -> dict:
 def workload_row(model: str, hw_name: str, dep, name: str, n: int, kind: str) -> dict:
     w = make_workload(name, n, SEED)
     t0 = time.perf_counter()
-    c = run_case(dep, step_model(dep, kind), w, on_trajectory=priced_bound)
+    # the dynamic policy starts on the layout planned for the load the workload states (its rate and
+    # mean lengths; PolicyKnobs.planned_*), as the best fixed layout is chosen knowing the workload
+    knobs = planned_knobs(PolicyKnobs(), w)
+    c = run_case(dep, step_model(dep, kind), w, knobs=knobs, on_trajectory=priced_bound)
     rows = c["rows"]
     fixed = {p: r["throughput_tokens_per_s"] for p, r in rows.items() if p != "dynamic"}
     best, dyn, oracle = c["best_fixed_tokens_per_s"], c["dynamic_tokens_per_s"], c["oracle_tokens_per_s"]
     return {"model": model, "hardware": hw_name, "gpus": 8, "kv_dtype": dep.kv_dtype, "workload": name,
-            "requests": n, "workload_params": w.params, "fixed_tokens_per_s": fixed, "best_fixed": c["best_fixed"],
+            "requests": n, "workload_params": w.params,
+            "planned_load": {k: getattr(knobs, k) for k in ("planned_rate_per_s", "planned_input_tokens",
+                                                             "planned_output_tokens")}, "fixed_tokens_per_s": fixed, "best_fixed": c["best_fixed"],
             "best_fixed_tokens_per_s": best, "dynamic_tokens_per_s": dyn, "oracle_tokens_per_s": oracle,
             "oracle_trajectory": c["oracle_trajectory"], "dynamic_over_best_fixed": dyn / best,
             "oracle_over_best_fixed": oracle / best, "dynamic_over_oracle": dyn / oracle if oracle else None,
@@ -233,6 +245,43 @@ def plot_rollout(tl: dict, best_fixed: str, title: str, path: str) -> None:
     plt.close(fig)
 
 
+def plot_shape_grid(results: list[dict], title: str, path: str) -> None:
+    """One heat map per deployment and output cap: the oracle over the best fixed layout per output
+    median x spread, the dynamic policy's in brackets."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    deps = list(dict.fromkeys((r["model"], r["hardware"]) for r in results))
+    fig, axes = plt.subplots(len(deps), len(CAPS), figsize=(4.6 * len(CAPS), 3.9 * len(deps)), squeeze=False,
+                             constrained_layout=True)
+    im = None
+    for row, (model, hw_name) in enumerate(deps):
+        for col, cap in enumerate(CAPS):
+            ax = axes[row][col]
+            cell = {(r["output_sigma"], r["output_median_tokens"]): r for r in results
+                    if r["model"] == model and r["hardware"] == hw_name and r["output_cap_tokens"] == cap}
+            grid = np.array([[cell[(s, m)]["oracle_over_best_fixed"] if (s, m) in cell else np.nan for m in MEDIANS]
+                             for s in SIGMAS])
+            im = ax.imshow(grid, origin="lower", vmin=1.0, vmax=1.4, cmap="viridis", aspect="auto")
+            for i, s in enumerate(SIGMAS):
+                for j, m in enumerate(MEDIANS):
+                    if (s, m) in cell:
+                        r = cell[(s, m)]
+                        ax.text(j, i, f"{r['oracle_over_best_fixed']:.2f}\n({r['dynamic_over_best_fixed']:.2f})",
+                                ha="center", va="center", color="w", fontsize=8)
+            ax.set_xticks(range(len(MEDIANS)), [str(m) for m in MEDIANS])
+            ax.set_yticks(range(len(SIGMAS)), [str(s) for s in SIGMAS])
+            ax.set_xlabel("output median (tokens)")
+            ax.set_ylabel("output sigma")
+            ax.set_title(f"{model}, 8x{hw_name}, cap {cap // 1024}K", fontsize=9)
+    fig.colorbar(im, ax=axes, shrink=0.6, label="oracle / best fixed (dynamic in brackets)")
+    fig.suptitle(title, fontsize=10)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
 def run_shape_grid(args) -> list[dict]:
     out = []
     for model, hw_name in DEPLOYMENTS:
@@ -278,6 +327,16 @@ def main() -> int:
            "numpy": np.__version__}
     if args.shape_grid:
         doc.update(mode="shape_grid", requests=args.requests, results=run_shape_grid(args))
+        lines = [f"{r['model']:<14} median {r['output_median_tokens']:>5} sigma {r['output_sigma']:.1f} cap "
+                 f"{r['output_cap_tokens']:>6} best {r['best_fixed']:<5} dyn/best {r['dynamic_over_best_fixed']:.3f} "
+                 f"oracle/best {r['oracle_over_best_fixed']:.3f} switches {r['switches']}" for r in doc["results"]]
+        with open(os.path.join(out_dir, "layout_dynamic_sweep.txt"), "w") as f:
+            f.write("\n".join(lines) + "\n")
+        if not args.no_plot:
+            path = os.path.join(out_dir, "layout_dynamic_sweep.png")
+            plot_shape_grid(doc["results"], f"shrinking batch of {args.requests} requests at t = 0, "
+                            f"{args.step_model} step model", path)
+            doc["plot"] = path
     else:
         out = []
         for model, hw_name in DEPLOYMENTS:

@@ -7,9 +7,11 @@ takes the fastest, with free, instant switches. This script records the oracle's
 fixed layout `layout_dynamic_sweep.py` reports as `oracle_trajectory`), picks the fastest layout per
 step the same way (KV feasibility left out: an upper count of changes), and counts the changes.
 
-NOTE: a count of per-step changes, not what they are worth: the priced oracle
-(executor/priced_oracle.py, layout_dynamic_sweep.py) keeps nearly all of the free oracle's gain with
-9-565 priced switches on these rows (benchmarks/results/layout_dynamic_workloads.txt).
+NOTE: a count of per-step changes, not what they are worth. Since both oracles are replayed
+against the arrivals (executor/oracle.py), the gain these changes are worth on chat and reasoning is
+0.1-3.1 % over the best fixed layout (benchmarks/results/layout_dynamic_workloads.txt and
+layout_dynamic_prior/): the 6-23 % these rows read before came from repricing a slower layout's
+backlog as if its requests had arrived sooner.
 
 `--batches` also serves, for each row, the trajectory the priced oracle's largest bound came from
 and the dynamic policy's, and counts their steps and mean decode batch (`trajectory_batches`): a
@@ -56,7 +58,8 @@ def case(model: str, hw: str, wl: str, traj: str) -> dict:
     usable = [i for i in range(len(names)) if t.info.kv_pool_bytes[i] > 0]
     seq, has_prefill = [], []
     for r in rec.runs:
-        times = np.array([np.asarray(sim.run_steps(StepBatch(i, r.context_tokens, r.owners, np.arange(r.owners.size)),
+        ctx_run, own_run = r.decoding(t.ranks)  # the decoders that ran (executor/oracle.py)
+        times = np.array([np.asarray(sim.run_steps(StepBatch(i, ctx_run, own_run, np.arange(own_run.size)),
                                                    r.prefill_tokens, r.prefill_context_tokens, r.chunk_owner))
                           for i in usable])
         seq += list(np.array(usable)[times.argmin(axis=0)])

@@ -79,7 +79,12 @@ def simulate_document(spec: DeploymentSpec, workload: str = "chat", requests: in
         dep = planner.replace_deployment(dep, host_tier=host_tier.model_copy(update={"reference_context_tokens": ref}))
     if max_batch < 1 or max_batch > 65536:
         raise SpecError(f"max_batch={max_batch} must be in [1, 65536]")
-    doc = simulate(dep, w, policy, order, step_model, noise, seed, config=LoopConfig(max_batch=max_batch),
+    # the dynamic policy starts on the layout planned for the load the workload states (its rate, per
+    # replica, and mean lengths; PolicyKnobs.planned_*, docs/runtime-policy.md "The start")
+    from runtime_policy.policy import PolicyKnobs, planned_knobs
+
+    knobs = planned_knobs(PolicyKnobs(), w, dep.replicas) if attn is None else None
+    doc = simulate(dep, w, policy, order, step_model, noise, seed, knobs=knobs, config=LoopConfig(max_batch=max_batch),
                    boost=boost, progress=progress, tier_choice=tier_choice)
     if doc["completed"] == 0 and doc["requests"] > 0:
         # NOTE: a run that served nothing has no throughput or latency to report: it is the deployment's

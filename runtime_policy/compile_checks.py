@@ -26,6 +26,10 @@ def check_knobs(knobs: PolicyKnobs, names: tuple[str, ...]) -> None:
         v = getattr(knobs, name)
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
             raise SpecError(f"{name}={v} must be a finite number > 0")
+    for name in ("planned_rate_per_s", "planned_input_tokens", "planned_output_tokens"):
+        v = getattr(knobs, name)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            raise SpecError(f"{name}={v} must be a finite number ≥ 0 (0: not stated)")
     if knobs.kv_headroom_fraction >= 1:
         raise SpecError(f"kv_headroom_fraction={knobs.kv_headroom_fraction} must be < 1")
     for name in ("min_dwell_steps", "max_dwell_steps", "initial_dwell_steps"):

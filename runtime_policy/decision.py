@@ -205,3 +205,15 @@ class PolicyKnobs:
     # batch of the moment, DS-V3.2 chat switched DOP -> DPTP as its backlog emptied (0.962x fixed
     # DOP) and GLM-5 longprompt TP <-> CP as 12 or 2 requests decoded.
     horizon_load: bool = True
+    # The load the operator plans for (0: none stated; the start is then priced on the queue at the
+    # first arrival, as before): requests a second, and the mean prompt and output tokens of a request
+    # (0: the queue's prompts; the mean observed output, else `initial_dwell_steps`). With a rate the
+    # first layout is the one that serves it: each layout priced at the steady batch the rate gives by
+    # Little's law with that layout's own step times and prefill (LayoutPolicy.planned_start), as an
+    # operator launches a fixed layout for the load they expect. NOTE: the queue at t = 0 of a chat
+    # load is one request: priced on it the policy started in TP, whose pool the 20/s load fills at
+    # ~41 s, and the capacity rule moved to DOP behind a backlog fixed DOP never builds (DS-V3.2,
+    # 8 x H200: 0.977x fixed DOP).
+    planned_rate_per_s: float = 0.0
+    planned_input_tokens: float = 0.0
+    planned_output_tokens: float = 0.0

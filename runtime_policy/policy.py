@@ -64,8 +64,15 @@ from runtime_policy.pricing import StepPricer
 from runtime_policy.tables import StepTimeModel, StepTimeTable, compile_tables, layout_names
 from runtime_policy.transitions import max_fitting_kv_bytes, memory_fits, plan_transition
 
-__all__ = ["REPRICE_EVERY_STEPS", "Decision", "FixedPolicy", "LayoutPolicy", "PolicyKnobs", "PolicyState", "Reason"]
+__all__ = ["REPRICE_EVERY_STEPS", "Decision", "FixedPolicy", "LayoutPolicy", "PolicyKnobs", "PolicyState", "Reason",
+           "planned_knobs"]
 
+# With a stated load, a falling load frees the throughput rule from the layouts that carry it only
+# once the window expects less than this share of the horizon's prefill (the arrivals have fallen
+# off: a drain). NOTE: on the window's batch alone GLM-5's longprompt (8 x B200, the prior, 1/s)
+# looked like a drain at 285 s, mid-load, and moved CP -> TP, which can't hold the load's prompts;
+# the capacity rule moved back 72 s later
+DRAIN_PREFILL_SCALE = 0.5
 _INF = math.inf  # NOTE: `-_INF < x < _INF` is the finiteness check here (NaN fails both comparisons)
 
 
@@ -160,6 +167,44 @@ class LayoutPolicy:
         self._prefill_s_per_token = [float(t.step_s(i, 0, one, np.zeros(1), np.zeros(1))[0]) / t.max_prefill_tokens
                                      if np.isfinite(t.base_s[0, i]).all() else float("inf") for i in range(n)]
         self._max_fit_bytes = [[max_fitting_kv_bytes(t, a, c) if a != c else -1.0 for c in range(n)] for a in range(n)]
+        self._init_plan()
+
+    def _init_plan(self) -> None:
+        """The layouts that carry the stated load (`PolicyKnobs.planned_*`; compiled once): those
+        `planned_prices` says keep up with it, else (none does: an overload) those that serve within
+        `min_gain_fraction` of the most requests a second. The throughput rule moves only among them
+        while the load is not falling (`_plan_rows`: `_cand_rows` so filtered; None: no load stated).
+        NOTE: priced on the batch of the moment at the start of a 20/s chat load (a few requests
+        decoding) TP is the faster step, and the policy left DOP for TP at 0.5 s, whose pool the load
+        fills at ~41 s: the capacity rule moved back behind a backlog (DS-V3.2, 8 x H200: 0.976x
+        fixed DOP); the start alone did not hold it."""
+        self.planned_layouts: tuple[int, ...] = ()
+        self._plan_rows = None
+        # the candidates' rows decide reads per pricing mode (0: the moment, 1: the horizon, 2: the
+        # window alone, a drain): one lookup on the hot path
+        self._rows_by_mode = (self._cand_rows,) * 3
+        self._fns_by_mode = (self._cands_fn,) * 3  # the same rows compiled (`_compile_candidates`)
+        # with a stated load the start is a switch whose cooldown is the horizon's half-life: until
+        # the horizon measures the load, the stated one (the start's) is the better estimate
+        # NOTE: started in CP for GLM-5's longprompt (8 x B200, the prior) the policy moved CP -> DOP
+        # at 0.35 s (one request decoding) and DOP -> TP at 11.8 s, each on a horizon of a few
+        # requests; the capacity rule is not held
+        self._plan_hold_steps = -1
+        if not self.knobs.planned_rate_per_s > 0:
+            return
+        prices = self.planned_prices()
+        if not prices:
+            return
+        keep = [i for i, p in prices.items() if p["keeps_up"]]
+        if not keep:
+            top = max(p["served_per_s"] for p in prices.values())
+            keep = [i for i, p in prices.items() if p["served_per_s"] >= (1.0 - self.knobs.min_gain_fraction) * top]
+        self.planned_layouts = tuple(sorted(keep))
+        self._plan_rows = [tuple(r for r in rows if r[0] in keep) for rows in self._cand_rows]
+        self._rows_by_mode = (self._plan_rows, self._plan_rows, self._cand_rows)
+        plan_fns = [self._compile_candidates(rows) for rows in self._plan_rows]
+        self._fns_by_mode = (plan_fns, plan_fns, self._cands_fn)
+        self._plan_hold_steps = int(self.knobs.stats_half_life_steps)
 
     def _init_dominance(self) -> None:
         """Which layouts the throughput rule need not price (compiled once): a "+host" twin whose
@@ -559,18 +604,6 @@ class LayoutPolicy:
                 priced, stay = True, self._stay_priced[cur]
             elif d is not None:
                 return d
-        # ---- throughput (rule 2): the candidates by their KV first (no pricing), then only they and
-        # the current layout priced, on the horizon's prefill statistics
-        # each candidate (`_cand_rows`, compiled into `_cands_fn`): its KV fits with headroom
-        # (busiest group × share × rate ≤ pool × (1 − headroom)); it admits what the current layout
-        # admits; the running set's expected peak fits there if it fits here now; and a twin only
-        # where its HBM-only layout did not pass
-        mask = self._cands_fn[cur](busy, lite, w > 0 and not blocked, head, grows, growth, outgrown)
-        key = mask * 64 + cur
-        sub = self._subsets.get(key)
-        if sub is None:
-            sub = self._subset(mask, cur, key)
-        cands, priced_sets = sub
         # the load priced (PolicyKnobs.horizon_load; projection.HorizonLoad keeps it): the horizon's
         # average batch, its range's ends and the window's projection where they are kept, else
         # the batch of the moment
@@ -602,6 +635,23 @@ class LayoutPolicy:
                 # of 7 ± 4 (the window 12), moved TP -> CP and lost 10 % of the steps that followed)
                 if mode == 0 or (wb < hb - sd and b < hb - sd):
                     mode = 2
+        # ---- throughput (rule 2): the candidates by their KV first (no pricing), then only they and
+        # the current layout priced, on the horizon's prefill statistics
+        # with a stated load (PolicyKnobs.planned_*) only the layouts that carry it are candidates,
+        # but in a drain (the window alone priced: the load falls) whose arrivals have fallen off
+        # (the window expects under DRAIN_PREFILL_SCALE of the horizon's prefill): no steady state
+        # is left to carry
+        sel = mode if mode != 2 or rho < DRAIN_PREFILL_SCALE else 1
+        # each candidate (`_rows_by_mode[sel][cur]`, compiled into `_fns_by_mode[sel][cur]`): its KV
+        # fits with headroom (busiest group × share × rate ≤ pool × (1 − headroom)); it admits what
+        # the current layout admits; the running set's expected peak fits there if it fits here now;
+        # and a twin only where its HBM-only layout did not pass
+        mask = self._fns_by_mode[sel][cur](busy, lite, w > 0 and not blocked, head, grows, growth, outgrown)
+        key = mask * 64 + cur
+        sub = self._subsets.get(key)
+        if sub is None:
+            sub = self._subset(mask, cur, key)
+        cands, priced_sets = sub
         memo = None
         if mode:
             snap = state.load_prefill
@@ -639,7 +689,7 @@ class LayoutPolicy:
         k = self.knobs
         if gain < k.min_gain_fraction * t_cur:
             return stay[Reason.STAY_SMALL_GAIN]
-        if state.steps_since_switch < k.cooldown_steps:
+        if state.steps_since_switch < k.cooldown_steps or 0 <= state.step_index < self._plan_hold_steps:
             return stay[Reason.STAY_COOLDOWN]
         if mode == 1:
             # the same gain at either end of the horizon's range (the batch and the prefill share at
@@ -778,6 +828,10 @@ class LayoutPolicy:
         best, best_rate = -1, -1.0
         lens = np.asarray(waiting_tokens, dtype=np.float64)[: self.knobs.max_batch]
         lens = lens[np.isfinite(lens) & (lens >= 0)]
+        if self.knobs.planned_rate_per_s > 0:
+            best = self.planned_start(lens)
+            if best >= 0:
+                return best
         out = self._mean_output if self._completed else self.knobs.initial_dwell_steps
         chunk = float(t.max_prefill_tokens)
         for i in self._layouts:
@@ -801,6 +855,87 @@ class LayoutPolicy:
             return best
         usable = self.usable_layouts()
         return usable[0] if usable else 0
+
+    def planned_start(self, waiting_tokens: np.ndarray | None = None) -> int:
+        """The layout that serves the stated load (`PolicyKnobs.planned_rate_per_s`; −1: none
+        stated or no usable layout): of the layouts that keep up with it — its steady decode batch
+        fits their pool at its peak KV and their prefill leaves time to decode — the one that serves
+        a request soonest (the least seconds in service, so the least batch and the shortest drain);
+        if none keeps up, the one that serves the most requests a second at the batch its pool
+        holds. Each layout is priced by `planned_prices`."""
+        best, best_key = -1, None
+        for i, p in self.planned_prices(waiting_tokens).items():
+            key = (min(p["served_per_s"], self.knobs.planned_rate_per_s), -p["service_s"])
+            if best_key is None or key > best_key:
+                best, best_key = i, key
+        return best
+
+    def planned_prices(self, waiting_tokens: np.ndarray | None = None) -> dict[int, dict]:
+        """Each usable layout at the stated load (rate λ, mean prompt I and output O tokens: the
+        knobs, else the queue's mean prompt and the mean observed output or `initial_dwell_steps`),
+        by Little's law with the layout's own step times:
+        - prefill: p = seconds of chunk-only steps of one mean prompt (`_prefill_s`, on its owner);
+          the share of steps that prefill is f = λ·p (SGLang runs a prefill batch for all data-parallel
+          ranks at once, so one group's prefill pauses every group's decode);
+        - the steady decode batch N = λ·O·step(N)/(1 − f) (requests in decode = the rate × the time
+          each decodes), step(N) the layout's decode step at N requests of mean context I + O/2,
+          solved by fixed-point iteration (step is increasing in N);
+        - it keeps up if that N exists and the pool holds it at its peak KV (I + the slack + O each,
+          as `first_batch`); then it serves λ and a request spends p + O·step(N)/(1 − f) in
+          service; else it serves μ = Nc / (O·step(Nc) + Nc·p) requests a second at the batch Nc
+          its pool holds.
+        Keys: batch, keeps_up, served_per_s, service_s, prefill_share, step_s, pool_requests."""
+        k, t = self.knobs, self.tables
+        lam = float(k.planned_rate_per_s)
+        lens = np.asarray(waiting_tokens if waiting_tokens is not None else (), dtype=np.float64)
+        lens = lens[np.isfinite(lens) & (lens >= 0)]
+        inp = k.planned_input_tokens or (float(lens.mean()) if lens.size else 0.0)
+        out = k.planned_output_tokens or (self._mean_output if self._completed else k.initial_dwell_steps)
+        out = max(out, 1.0)
+        chunk = float(t.max_prefill_tokens)
+        mid = inp + 0.5 * out  # a decoding request's mean context
+        zero = np.zeros(1)
+        prices: dict[int, dict] = {}
+        if lam <= 0:
+            return prices
+        for i in self._layouts:
+            if not self._ok[i]:
+                continue
+            g = self._groups[i]
+            per = 1.0 / g if g > 1 else 1.0
+
+            def step(n: float, i=i, per=per) -> float:
+                b = max(1, min(int(math.ceil(n)), self._max_batch))
+                return float(t.step_s(i, b, zero, np.array([b * min(mid, t.topk) * per]),
+                                      np.array([b * mid * per]))[0])
+
+            pre = self._prefill_s(i, np.array([inp]), chunk) if inp > 0 else 0.0
+            f = lam * pre
+            cap = self.first_batch(i, np.full(self._max_batch, inp), out)
+            if t.info.max_requests.size:  # the engine's running-request cap (its state slots, its scheduler)
+                cap = int(min(cap, t.info.max_requests[i]))
+            n, keeps = 1.0, False
+            if f < 1.0 and cap >= 1:
+                for _ in range(100):
+                    nxt = lam * out * step(n) / (1.0 - f)
+                    if nxt > cap:
+                        break
+                    if abs(nxt - n) <= 1e-3 * max(n, 1.0):
+                        n, keeps = nxt, True
+                        break
+                    n = nxt
+            if keeps:
+                st = step(n)
+                prices[i] = {"batch": n, "keeps_up": True, "served_per_s": lam, "prefill_share": f, "step_s": st,
+                             "service_s": pre + out * st / (1.0 - f), "pool_requests": cap}
+            else:
+                nc = max(cap, 1)
+                st = step(nc)
+                mu = nc / (out * st + nc * pre) if cap >= 1 else 0.0
+                prices[i] = {"batch": float(nc), "keeps_up": False, "served_per_s": mu,
+                             "prefill_share": min(mu * pre, 1.0), "step_s": st,
+                             "service_s": pre + out * st / max(1.0 - mu * pre, 1e-9), "pool_requests": cap}
+        return prices
 
     def first_batch(self, layout: int, prompts: np.ndarray, output_tokens: float) -> int:
         """How many of the queue's first requests layout `layout`'s KV pool holds at their expected
@@ -826,6 +961,23 @@ class LayoutPolicy:
         tokens = np.minimum(prompts[req] - prefix, chunk)
         zeros = np.zeros(req.size)
         return float(self.tables.step_s(layout, 0, tokens, zeros, zeros, prefill_context=prefix).sum())
+
+
+def planned_knobs(knobs: PolicyKnobs, workload, replicas: int = 1) -> PolicyKnobs:
+    """`knobs` with the load a workload states (`PolicyKnobs.planned_*`): its arrival rate (the
+    built-in `chat`, `bursty`, `longprompt` and `reasoning` state one, `params["rate_per_s"]`; split
+    over `replicas` identical groups) and its requests' mean prompt and output tokens (what an
+    operator sizes a deployment by, and what the best fixed layout it is compared with is chosen
+    knowing). A workload that states no rate (a batch at t = 0, a trace) leaves `knobs` as they are:
+    the start is priced on the queue."""
+    from dataclasses import replace
+
+    rate = (getattr(workload, "params", None) or {}).get("rate_per_s")
+    if not isinstance(rate, (int, float)) or isinstance(rate, bool) or not 0 < rate < _INF or not workload.requests:
+        return knobs
+    return replace(knobs, planned_rate_per_s=float(rate) / max(int(replicas), 1),
+                   planned_input_tokens=float(np.mean(workload.input_tokens)),
+                   planned_output_tokens=float(np.mean(workload.output_tokens)))
 
 
 def _picker(at: list[int]):
