@@ -122,7 +122,7 @@ def begin_move(loop: "ServingLoop", d) -> None:
     ids, c0, _ = loop.dec.arrays()
     lens = dict(zip((int(q) for q in ids), (int(c) for c in c0 + loop.dec.dsteps)))
     loop.moves.append({"src": src, "dst": dst, "groups": n, "plan_peak_kv_bytes": d.plan.peak_kv_bytes_per_rank,
-                       "members": move_members(lens, n, d.plan.move_order), "finished_early": None,
+                       "members": move_members(lens, n, d.plan.move_order), "finished_early": None, "boundaries": 0,
                        "ledger_peak_kv_bytes": peak, "held_max_kv_bytes": 0.0, "landed": 0,
                        "budget_kv_bytes": d.plan.memory_budget_bytes - (d.plan.memory_needed_bytes
                                                                       - d.plan.peak_kv_bytes_per_rank)})
@@ -130,12 +130,18 @@ def begin_move(loop: "ServingLoop", d) -> None:
 
 
 def account_move(loop: "ServingLoop") -> None:
-    """The groups landed by now (each 1/n of the link time) and what the ledger holds at this
-    boundary, rank by rank, in `loop.moves[-1]`."""
+    """The groups landed by now (each 1/n of the link time, and at most one a batch boundary since
+    the move began) and what the ledger holds at this boundary, rank by rank, in `loop.moves[-1]`.
+    NOTE: a group lands at a step boundary, after the steps that carried its chunks (the torch
+    executor's transitions.py `_land` in `before_step`, agreed on every rank), so n groups take n
+    boundaries however short the link time: a move of 4 one-chunk groups commits 4 steps after it
+    began there, not after one (tests/executor/test_executor_serving.py, the measured tables)."""
     m = loop.moves[-1]
     span = loop.ready_s - loop.started_s
     n = m["groups"]
     done = n if span <= 0 else min(int((loop.t - loop.started_s) / span * n), n - 1)
+    if done > m["boundaries"]:
+        done = m["boundaries"]
     recv = kv_recv_per_rank(loop.tables, loop.kv, m["src"], m["dst"])
     held = max(loop.kv.move_held_per_rank(m["src"], m["dst"], recv, n, done))
     m["landed"] = done
@@ -146,13 +152,19 @@ def account_move(loop: "ServingLoop") -> None:
 
 
 def settle_switch(loop: "ServingLoop") -> None:
-    """Commit the switch in flight at this boundary if it is due and ready; record an abort."""
-    if loop.inflight.plan.move_groups > 1 and loop.t < loop.ready_s:
-        account_move(loop)
+    """Commit the switch in flight at this boundary if it is due and ready (an incremental move:
+    each of its groups landed, one a boundary: `account_move`); record an abort."""
+    landing = True
+    if loop.inflight.plan.move_groups > 1:
+        m = loop.moves[-1]
+        m["boundaries"] += 1
+        landing = m["boundaries"] >= m["groups"]  # the last group lands at this boundary
+        if loop.t < loop.ready_s or not landing:
+            account_move(loop)
     status = loop.executor.poll_switch()
     if status == SwitchStatus.ABORTED:
         end_switch(loop, aborted=getattr(loop.executor, "abort_reason", "") or "aborted by the executor")
-    elif loop.t >= loop.ready_s and status == SwitchStatus.READY:
+    elif loop.t >= loop.ready_s and status == SwitchStatus.READY and landing:
         end_switch(loop)
 
 

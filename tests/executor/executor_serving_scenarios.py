@@ -167,3 +167,20 @@ def scenario_serving(g) -> dict:
     out["measured_sim"] = _sim(measured)
     out["measured_torch"] = _torch(g, _spec(measured, clock="table"))[0]
     return out
+
+
+# step-time fits measured on a loaded 2-core host (T = 4): under them the dynamic policy moves DOP -> CP
+# in 4 one-chunk groups, whose last group lands 4 steps after the move began (the loop once committed it
+# after 1: runtime_policy/switching.py `account_move`)
+LOADED_FITS = {"tp": (0.06902543545819137, 0.0, 8.347657825424217e-06),
+               "cp": (0.0581134455834065, 0.0, 8.553888524228747e-06),
+               "dp": (0.05144874816664922, 0.0, 5.769482510422719e-05),
+               "dop": (0.061875135458346144, 0.0002963451752433792, 0.0)}
+
+
+def scenario_incremental_landing(g) -> dict:
+    """The simulator and the torch executor (the tables' clock) on LOADED_FITS: the same decisions."""
+    torch.manual_seed(0)
+    dims = tiny_dims(num_heads=8)
+    tables = with_step_times(with_step_times(torch_tables(dims, TOY_GPU, g.world_size, KV_PAGES), FITS), LOADED_FITS)
+    return {"sim": _sim(tables), "torch": _torch(g, _spec(tables, clock="table"))[0]}

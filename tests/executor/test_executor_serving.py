@@ -18,10 +18,11 @@ DONE = 4  # runtime_policy.loop.DONE
 @pytest.fixture(scope="module", params=[2, 4], ids=lambda t: f"T{t}")
 def served(request):
     # NOTE: generous fault and side-transfer timeouts (defaults 1.5 s and 5 s, dist.py): this scenario
-    # injects no fault. The simulator-vs-executor check failed twice, only on a host loaded far past its
-    # cores (load 10-17 on 2 cores: the whole suite beside other jobs), and never alone; the likeliest
-    # cause is a descheduled rank outwaiting them, so the executor drops a switch the simulator
-    # commits. Random step tables at any scale decide the same (faults: test_executor_faults.py)
+    # injects no fault. The simulator-vs-executor check on the measured tables failed on loaded hosts:
+    # step times measured there made the policy move DOP -> CP in groups, and the loop committed the
+    # move one boundary after it began where the executor lands one group a boundary (fixed in
+    # runtime_policy/switching.py `account_move`; those tables are pinned in
+    # test_an_incremental_move_lands_one_group_a_boundary_in_both)
     return spawn_ranks(sc.scenario_serving, request.param, fault_timeout_s=60.0, side_timeout_s=120.0)
 
 
@@ -53,3 +54,11 @@ def test_the_simulator_and_the_torch_executor_decide_the_same(served):
     equal; then again on tables holding the torch executor's measured step times."""
     for sim, real in (("sim", "torch"), ("measured_sim", "measured_torch")):
         assert served[0][real] == served[0][sim]
+
+
+def test_an_incremental_move_lands_one_group_a_boundary_in_both():
+    """Step tables under which the policy moves DOP -> CP in groups: the simulator commits the move
+    when the torch executor does, after each group has landed at a boundary of its own."""
+    got = spawn_ranks(sc.scenario_incremental_landing, 4, fault_timeout_s=60.0, side_timeout_s=120.0)[0]
+    assert [s[:2] for s in got["torch"]["switches"]] == [("dop", "cp")]
+    assert got["torch"] == got["sim"]
