@@ -382,13 +382,8 @@ _ZEROS_K = [0.0] * HORIZON_POINTS
 def horizon_batch_reference(sorted_lengths: np.ndarray, context_tokens: np.ndarray, attained_tokens: np.ndarray, window_steps: float,
                   waiting: int, arrivals_per_step: float, join_prompt_tokens: float, topk: float
                   ) -> tuple[int, float, float]:
-    """(requests, Σ context, Σ min(context, top-k)) of the decode batch averaged over the next
-    `window_steps` steps: each running request while it survives (observed lengths beyond its
-    attained output, the Lindy tail past the longest, as `expected_kv_peak_growth`), plus the
-    requests that join: arrivals at `arrivals_per_step`, each surviving from 0 by the observed
-    lengths, and the `waiting` queue refilling what the running set frees, up to its size now.
-    The formula over whole arrays: `horizon_batch` computes the same numbers faster (the tests
-    hold them equal)."""
+    """`horizon_batch` (its docstring says what is projected) as the formula over whole arrays:
+    the reference it is held equal to (tests/runtime_policy/test_horizon_batch_same.py)."""
     n = sorted_lengths.shape[0]
     b0 = context_tokens.shape[0]
     s = (np.arange(HORIZON_POINTS) + 0.5) * (window_steps / HORIZON_POINTS)  # [K] the window's midpoints

@@ -4,7 +4,6 @@ CPU in its smoke mode."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -12,15 +11,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.bench_module import load_benchmark
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def twin():
-    spec = importlib.util.spec_from_file_location("twin_1gpu_bench", ROOT / "benchmarks/twin_1gpu.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("twin_1gpu", "twin_1gpu_bench")
 
 
 def test_the_twin_is_compared_with_the_executors_median(twin):

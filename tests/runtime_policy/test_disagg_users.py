@@ -5,7 +5,6 @@ replicas), and `--part users` reproduces the committed record."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -14,15 +13,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.bench_module import load_benchmark
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("disagg_sim_bench", ROOT / "benchmarks/disagg_sim.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("disagg_sim", "disagg_sim_bench")
 
 
 def test_the_closed_loop_keeps_c_in_flight(bench):

@@ -10,10 +10,9 @@ import numpy as np
 import pytest
 
 import planner
-from executor.sim import SimExecutor
 from runtime_policy import step_time
-from runtime_policy.executor import StepBatch
 from runtime_policy.tables import compile_tables, datasheet_model, layout_names
+from tests.runtime_policy.test_eager_step_overheads import _run, _runnable  # the same run of one batch
 
 PRE, MIX, AH = 3e-3, 5e-3, 0.25
 
@@ -25,22 +24,6 @@ def tables():
                         max_prefill_tokens=1024)
     serial = replace(t0, prefill_overhead_s=PRE, mixed_overhead_s=MIX)
     return t0, serial, replace(serial, host_overlap_alpha=AH)
-
-
-def _run(tables, layout, b, pre, vectorized=False, **kw):
-    ex = SimExecutor(tables)
-    if vectorized:
-        ex.scalar_run_steps = 0
-    rng = np.random.default_rng(b)
-    batch = StepBatch(layout, rng.integers(1, 6000, b).astype(np.float64), np.arange(b) % 8, np.arange(b))
-    return np.asarray(ex.run_steps(batch, pre, **kw), dtype=np.float64)
-
-
-def _runnable(tables, layout: str) -> int:
-    lay = tables.layouts.index(layout)
-    if tables.info.kv_pool_bytes[lay] <= 0:
-        pytest.skip(f"{layout} can't run this model")
-    return lay
 
 
 def _expected(device_s, eager_s, overhead_s):
